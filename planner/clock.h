@@ -1,0 +1,52 @@
+// Clock: the one way planner code reads time, so tests and the simulator can inject their own.
+//
+// Usage:
+//   cacheroute::planner::RealClock clock;           // production
+//   absl::Time t0 = clock.Now();
+//   cacheroute::planner::ManualClock fake(absl::UnixEpoch());  // tests: time moves when told
+//   fake.Advance(absl::Seconds(5));
+#pragma once
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace cacheroute::planner {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() = 0;
+};
+
+// Wall-clock time from absl::Now().
+class RealClock final : public Clock {
+ public:
+  absl::Time Now() override { return absl::Now(); }
+};
+
+// A clock that moves only when told to; optionally by a fixed step on every read, so code that
+// measures an interval between two reads sees a known duration. Thread-safe.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(absl::Time start, absl::Duration step_per_read = absl::ZeroDuration())
+      : now_(start), step_(step_per_read) {}
+
+  absl::Time Now() override {
+    absl::MutexLock lock(&mu_);
+    absl::Time t = now_;
+    now_ += step_;
+    return t;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_);
+  const absl::Duration step_;
+};
+
+}  // namespace cacheroute::planner

@@ -1,0 +1,402 @@
+// Implementation of Algorithm 1 (shared/paper/cacheroute.txt §3.1). See plan_builder.h.
+//
+// Speed: the paper's O(|B| log |B| + Σk_b log R) becomes O(|B| + Σk_b log R) here.
+// - Order. Non-negative IEEE doubles order like their bit patterns, so "decreasing rate" is a
+//   radix sort on the complemented bits. A stable least-significant-digit radix sort on only the
+//   top 33 significant bits (3 passes of 11 bits) leaves runs of keys whose rates agree in those
+//   bits; each such run is then sorted exactly by (rate descending, key ascending). Runs are
+//   rare and short for measured rates, and when rates tie a lot (integer counts) the long runs are
+//   radix-sorted too, so the cost stays linear.
+// - Duplicate keys. Keys are grouped the same way (radix on the top 22 bits in which they differ,
+//   then exact sorting inside runs) so that equal keys become neighbours. Skipped entirely when the
+//   input is already strictly ascending by key.
+// - LPT. The destinations sit in a tournament tree keyed by (expected load, index); raising the
+//   least-loaded destination's load replays one root path of branch-free selects.
+// - Threads. Between 64Ki and 4Mi keys, the duplicate search runs on a second thread, in parallel
+//   with the rate sort; the result does not depend on it.
+// Memory: two arrays of 16-byte (key, rate) pairs; the sorted one becomes the plan's admitted
+// list, so the step needs about 32 bytes per key beyond its input.
+#include "planner/plan_builder.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace cacheroute::planner {
+namespace {
+
+// Destinations beyond this are surely a mistake (and would cost R doubles of memory).
+constexpr uint32_t kMaxDestinations = 1u << 20;
+
+constexpr int kDigitBits = 11;
+constexpr size_t kBuckets = size_t{1} << kDigitBits;
+constexpr int kMaxDigits = (64 + kDigitBits - 1) / kDigitBits;  // 6
+// Inputs in this range look for duplicate keys on a second thread.
+constexpr size_t kParallelMinKeys = size_t{1} << 16;
+constexpr size_t kParallelMaxKeys = size_t{1} << 22;
+// Runs up to this long are sorted by comparison; longer ones by radix.
+constexpr size_t kComparisonSortMax = 256;
+
+// Sort key for "decreasing rate": rates are ≥ +0.0 here, whose bit patterns increase with the
+// value, so the complement decreases with it.
+inline uint64_t DescendingRateBits(double rate) { return ~std::bit_cast<uint64_t>(rate); }
+
+struct ByKey {
+  uint64_t operator()(const KeyRate& kr) const { return kr.key; }
+};
+struct ByDescendingRate {
+  uint64_t operator()(const KeyRate& kr) const { return DescendingRateBits(kr.rate); }
+};
+struct Identity {
+  uint64_t operator()(uint64_t key) const { return key; }
+};
+
+inline bool RateOrderLess(const KeyRate& a, const KeyRate& b) {
+  return a.rate > b.rate || (a.rate == b.rate && a.key < b.key);
+}
+
+// Stable LSD radix sort of items[0, n) by bits [lowest_bit, 64) of word(item), using scratch[0, n)
+// as the second buffer. Digits that are equal for every item are skipped. The result is left in
+// `items`.
+template <typename T, typename Word>
+void LsdSort(T* items, T* scratch, size_t n, Word word, int lowest_bit) {
+  if (n < 2) return;
+  const int digits = (64 - lowest_bit + kDigitBits - 1) / kDigitBits;
+  static thread_local std::array<std::array<size_t, kBuckets>, kMaxDigits> counts;
+  for (int d = 0; d < digits; ++d) counts[d].fill(0);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t w = word(items[i]) >> lowest_bit;
+    for (int d = 0; d < digits; ++d) ++counts[d][(w >> (d * kDigitBits)) & (kBuckets - 1)];
+  }
+  T* src = items;
+  T* dst = scratch;
+  for (int d = 0; d < digits; ++d) {
+    auto& count = counts[d];
+    const int shift = lowest_bit + d * kDigitBits;
+    if (count[(word(src[0]) >> shift) & (kBuckets - 1)] == n) continue;  // constant digit
+    size_t offset = 0;
+    for (size_t& c : count) offset += std::exchange(c, offset);
+    for (size_t i = 0; i < n; ++i) dst[count[(word(src[i]) >> shift) & (kBuckets - 1)]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != items) std::copy(src, src + n, items);
+}
+
+// Sorts items[0, n) exactly by `less`: by comparison when short, else by LSD radix on `words`
+// (least significant first).
+template <typename T, typename Less, typename... Words>
+void SortRun(T* items, T* scratch, size_t n, Less less, Words... words) {
+  if (n <= kComparisonSortMax) {
+    std::sort(items, items + n, less);
+    return;
+  }
+  (LsdSort(items, scratch, n, words, 0), ...);
+}
+
+// Sorts items[0, n) by `less`, where word(item) is a 64-bit image of the order's leading part:
+// radix on the top `top_bits` of the bits in which the words differ, then exact sorting of each
+// run that agrees in those bits (by `less`, or by radix on `run_words` when the run is long).
+template <typename T, typename Word, typename Less, typename... RunWords>
+void TopBitsSort(T* items, T* scratch, size_t n, Word word, int top_bits, Less less,
+                 RunWords... run_words) {
+  if (n < 2) return;
+  uint64_t differ = 0;
+  const uint64_t first = word(items[0]);
+  for (size_t i = 0; i < n; ++i) differ |= word(items[i]) ^ first;
+  if (differ == 0) {
+    SortRun(items, scratch, n, less, run_words...);
+    return;
+  }
+  const int highest = 63 - std::countl_zero(differ);
+  const int lowest_bit = std::max(0, highest + 1 - top_bits);
+  LsdSort(items, scratch, n, word, lowest_bit);
+  for (size_t begin = 0; begin < n;) {
+    const uint64_t prefix = word(items[begin]) >> lowest_bit;
+    size_t end = begin + 1;
+    while (end < n && (word(items[end]) >> lowest_bit) == prefix) ++end;
+    if (end - begin > 1) SortRun(items + begin, scratch, end - begin, less, run_words...);
+    begin = end;
+  }
+}
+
+std::string FormatRate(double rate) { return absl::StrFormat("%g", rate); }
+
+absl::Status DuplicateKeyError(std::span<const KeyRate> rates, uint64_t key) {
+  size_t first = rates.size(), second = rates.size();
+  for (size_t i = 0; i < rates.size(); ++i) {
+    if (rates[i].key != key) continue;
+    if (first == rates.size()) {
+      first = i;
+    } else {
+      second = i;
+      break;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "rates: duplicate key %u (at rates[%u] and rates[%u])", key, first, second));
+}
+
+uint64_t SaturatingMultiply(uint64_t a, uint64_t b) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) {
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return a * b;
+}
+
+// A tournament (winner) tree over the destinations' expected loads. Each internal node holds the
+// index of the lesser of its children by (value, index); every left subtree holds lower indices
+// than its right sibling, so a tie goes left. The root is "the least-loaded destination, ties
+// lowest index". Excluding a destination lets the k smallest be read one after another, so they
+// are distinct. Values are the bit patterns of the non-negative loads, which order the same way.
+class LoadTournament {
+ public:
+  explicit LoadTournament(std::span<const double> loads)
+      : leaves_(std::bit_ceil(static_cast<uint32_t>(loads.size()))),
+        value_(leaves_, kExcluded),
+        tree_(2 * leaves_) {
+    for (size_t r = 0; r < loads.size(); ++r) value_[r] = std::bit_cast<uint64_t>(loads[r]);
+    for (uint32_t i = 0; i < leaves_; ++i) tree_[leaves_ + i] = i;
+    for (uint32_t node = leaves_ - 1; node >= 1; --node) {
+      const uint32_t left = tree_[2 * node], right = tree_[2 * node + 1];
+      tree_[node] = value_[right] < value_[left] ? right : left;
+    }
+  }
+  uint32_t Min() const { return tree_[1]; }
+  void Set(uint32_t r, double load) { Replay(r, std::bit_cast<uint64_t>(load)); }
+  void Exclude(uint32_t r) { Replay(r, kExcluded); }
+
+ private:
+  // Above every finite load's bit pattern, and small enough that 2·v + 1 fits 64 bits.
+  static constexpr uint64_t kExcluded = std::numeric_limits<uint64_t>::max() >> 1;
+
+  // Replays r's path to the root carrying the running winner in registers. The sibling's key is
+  // 2·v + (sibling is the right child) against the chain's 2·best + 1, so the sibling wins a tie
+  // exactly when it is the left one; the serial chain is one comparison and one select per level,
+  // written as arithmetic because which side wins is a coin toss to a branch predictor.
+  void Replay(uint32_t r, uint64_t value) {
+    value_[r] = value;
+    uint32_t winner = r;
+    uint64_t best = value;
+    for (uint32_t child = leaves_ + r; child > 1; child /= 2) {
+      const uint32_t sibling = tree_[child ^ 1];
+      const uint64_t sibling_key = 2 * value_[sibling] + (~child & 1);
+      const uint64_t wins = uint64_t{0} - static_cast<uint64_t>(sibling_key < 2 * best + 1);
+      winner ^= (winner ^ sibling) & static_cast<uint32_t>(wins);
+      best ^= (best ^ (sibling_key >> 1)) & wins;
+      tree_[child / 2] = winner;
+    }
+  }
+
+  const uint32_t leaves_;
+  std::vector<uint64_t> value_;  // per leaf; kExcluded for padding and excluded destinations
+  std::vector<uint32_t> tree_;   // 1-based; leaves at [leaves_, 2·leaves_)
+};
+
+}  // namespace
+
+uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped) {
+  if (capped != nullptr) *capped = false;
+  if (rate <= q_cap) return 1;  // the common case, decided without a division
+  const double ratio = rate / q_cap;
+  if (!(ratio <= static_cast<double>(destinations))) {  // also catches an infinite ratio
+    if (capped != nullptr) *capped = true;
+    return destinations;
+  }
+  uint32_t k = std::max<uint32_t>(1, static_cast<uint32_t>(std::ceil(ratio)));
+  // The division above rounds; settle on the smallest k with fl(rate / k) ≤ q_cap, which is what
+  // the per-assignment cap promises.
+  while (rate / k > q_cap) {
+    if (k == destinations) {
+      if (capped != nullptr) *capped = true;
+      return k;
+    }
+    ++k;
+  }
+  while (k > 1 && rate / (k - 1) <= q_cap) --k;
+  return k;
+}
+
+absl::Status ValidatePlanConfig(const PlanConfig& config) {
+  if (config.destinations == 0 || config.destinations > kMaxDestinations) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("destinations must be between 1 and %u, got %u", kMaxDestinations,
+                        config.destinations));
+  }
+  if (!std::isfinite(config.q_cap) || config.q_cap <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("q_cap must be a finite number > 0, got %s", FormatRate(config.q_cap)));
+  }
+  if (config.slots_per_destination == 0) {
+    return absl::InvalidArgumentError("slots_per_destination must be >= 1, got 0");
+  }
+  return absl::OkStatus();
+}
+
+PlanBuilder::PlanBuilder(Clock* clock) : clock_(clock) {}
+
+absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const PlanConfig& config) {
+  const absl::Time start = clock_ != nullptr ? clock_->Now() : absl::InfinitePast();
+  if (absl::Status status = ValidatePlanConfig(config); !status.ok()) return status;
+  const size_t n = rates.size();
+
+  // Workspace: `sorted_` keeps its size between builds (only its first n entries are used), and
+  // scratch_ holds n (key, rate) pairs or, while looking for duplicates, 2n bare keys.
+  if (sorted_.size() < n) sorted_.resize(n);
+  if (scratch_size_ < n) {
+    scratch_.reset(new std::byte[n * sizeof(KeyRate)]);
+    scratch_size_ = n;
+  }
+  KeyRate* const sorted = sorted_.data();
+  KeyRate* const scratch = reinterpret_cast<KeyRate*>(scratch_.get());
+
+  // Validate and copy; -0.0 becomes +0.0 so the bit-pattern order holds.
+  bool sorted_by_key = true;
+  for (size_t i = 0; i < n; ++i) {
+    const KeyRate& kr = rates[i];
+    if (!(kr.rate >= 0) || std::isinf(kr.rate)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rates[%u] (key %u): rate must be a finite number >= 0, got %s", i, kr.key,
+          FormatRate(kr.rate)));
+    }
+    sorted[i] = {kr.key, kr.rate == 0 ? 0.0 : kr.rate};
+    if (i > 0 && rates[i - 1].key >= kr.key) sorted_by_key = false;
+  }
+
+  // Duplicate keys, found among the bare keys (half the bytes to move of full pairs). For
+  // mid-sized inputs this runs on a second thread while this one sorts by rate; it then needs a
+  // buffer of its own, which very large inputs do without so peak memory stays ~48 bytes per key.
+  bool duplicate_found = false;
+  uint64_t duplicate_key = 0;
+  auto find_duplicate = [&](uint64_t* keys) {
+    for (size_t i = 0; i < n; ++i) keys[i] = rates[i].key;
+    TopBitsSort(keys, keys + n, n, Identity(), 22, std::less<uint64_t>(), Identity());
+    for (size_t i = 1; i < n; ++i) {
+      if (keys[i] == keys[i - 1]) {
+        duplicate_found = true;
+        duplicate_key = keys[i];
+        return;
+      }
+    }
+  };
+  std::thread dedup_thread;
+  if (!sorted_by_key) {
+    if (n >= kParallelMinKeys && n <= kParallelMaxKeys) {
+      if (dedup_size_ < n) {
+        dedup_.reset(new uint64_t[2 * n]);
+        dedup_size_ = n;
+      }
+      try {
+        dedup_thread = std::thread(find_duplicate, dedup_.get());
+      } catch (const std::system_error&) {
+        find_duplicate(dedup_.get());  // no thread to be had: do it here
+      }
+    } else {
+      find_duplicate(reinterpret_cast<uint64_t*>(scratch_.get()));
+      if (duplicate_found) return DuplicateKeyError(rates, duplicate_key);
+    }
+  }
+  TopBitsSort(sorted, scratch, n, ByDescendingRate(), 22, RateOrderLess, ByKey(),
+              ByDescendingRate());
+  if (dedup_thread.joinable()) dedup_thread.join();
+  if (duplicate_found) return DuplicateKeyError(rates, duplicate_key);
+
+  Plan plan;
+  plan.config_ = config;
+  PlanStats& stats = plan.stats_;
+  stats.input_keys = n;
+  stats.slot_capacity = SaturatingMultiply(config.destinations, config.slots_per_destination);
+
+  // Admission: decreasing rate while Σk_b ≤ C, stopping at the first key that does not fit.
+  size_t admitted = 0;
+  uint64_t slots = 0;
+  double admitted_rate = 0;
+  for (; admitted < n; ++admitted) {
+    const double rate = sorted[admitted].rate;
+    if (rate == 0) break;
+    bool capped = false;
+    const uint32_t k = AssignmentCount(rate, config.q_cap, config.destinations, &capped);
+    if (slots + k > stats.slot_capacity) break;
+    if (slots + k > std::numeric_limits<uint32_t>::max()) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "slots_per_destination %u admits more than 2^32-1 assignments; lower it",
+          config.slots_per_destination));
+    }
+    slots += k;
+    admitted_rate += rate;
+    if (capped) ++stats.capped_keys;
+  }
+  stats.admitted_keys = admitted;
+  stats.slots_used = slots;
+  // Sums run over the sorted order, so they do not depend on the order of the input.
+  double cold_tail = 0;
+  for (size_t i = admitted; i < n; ++i) cold_tail += sorted[i].rate;
+  stats.cold_tail_rate = cold_tail;
+  stats.admitted_rate = admitted_rate;
+  stats.total_rate = cold_tail + admitted_rate;
+
+  // The plan takes the workspace's array when most of it is admitted (no copy), else a copy.
+  if (admitted > 0 && sorted_.size() <= 2 * admitted) {
+    sorted_.resize(admitted);
+    plan.admitted_ = std::move(sorted_);
+    sorted_ = std::vector<KeyRate>();
+  } else {
+    plan.admitted_.assign(sorted, sorted + admitted);
+  }
+
+  // LPT over the admitted keys, on top of the cold-tail share.
+  const uint32_t r_count = config.destinations;
+  plan.loads_.assign(r_count, cold_tail / r_count);
+  plan.offsets_.resize(admitted + 1);
+  plan.destination_ids_.resize(slots);
+  LoadTournament tournament(plan.loads_);
+  uint32_t offset = 0;
+  for (size_t i = 0; i < admitted; ++i) {
+    plan.offsets_[i] = offset;
+    const double rate = plan.admitted_[i].rate;
+    const uint32_t k = AssignmentCount(rate, config.q_cap, r_count);
+    if (k == 1) {
+      const uint32_t r = tournament.Min();
+      plan.destination_ids_[offset++] = r;
+      plan.loads_[r] += rate;
+      tournament.Set(r, plan.loads_[r]);
+      continue;
+    }
+    const double share = rate / k;
+    uint32_t* chosen = plan.destination_ids_.data() + offset;
+    for (uint32_t j = 0; j < k; ++j) {
+      chosen[j] = tournament.Min();
+      tournament.Exclude(chosen[j]);
+    }
+    for (uint32_t j = 0; j < k; ++j) {
+      plan.loads_[chosen[j]] += share;
+      tournament.Set(chosen[j], plan.loads_[chosen[j]]);
+    }
+    std::sort(chosen, chosen + k);
+    offset += k;
+  }
+  plan.offsets_[admitted] = offset;
+
+  stats.max_load = *std::max_element(plan.loads_.begin(), plan.loads_.end());
+  stats.mean_load = stats.total_rate / r_count;
+  stats.imbalance = stats.mean_load > 0 ? stats.max_load / stats.mean_load : 1.0;
+  if (clock_ != nullptr) stats.build_seconds = absl::ToDoubleSeconds(clock_->Now() - start);
+  return plan;
+}
+
+absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
+                               Clock* clock) {
+  return PlanBuilder(clock).Build(rates, config);
+}
+
+}  // namespace cacheroute::planner

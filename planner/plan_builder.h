@@ -1,0 +1,133 @@
+// PlanBuilder: the periodic routing-table construction of the CacheRoute paper
+// (shared/paper/cacheroute.txt, §3.1 and Algorithm 1), as a pure function.
+//
+// Given per-key request rates λ_b, R destinations, a per-assignment load cap q_cap and W warm
+// prefix slots per destination (C = R·W), it
+//   1. gives every key k_b = max(1, ⌈λ_b/q_cap⌉) destinations, capped at R;
+//   2. admits keys in decreasing λ (ties: key id ascending) while Σk_b ≤ C, stopping at the first
+//      key that does not fit; keys with zero rate are never admitted;
+//   3. pre-loads every destination with its share of the unadmitted ("cold-tail") rate;
+//   4. places each admitted key, in decreasing rate, on the k_b distinct destinations with the
+//      smallest expected load (ties: lowest index), each receiving λ_b/k_b (LPT, Graham 1969).
+//
+// Invariants of a returned Plan: Σk_b ≤ C; the admitted keys are a prefix of the rate order; each
+// key's destinations are distinct and sorted; λ_b/k_b ≤ q_cap unless k_b was capped at R; the
+// expected loads sum to the total rate. The result depends only on the multiset of (key, rate)
+// pairs, not on their order in the input, and is bit-for-bit reproducible.
+//
+// No I/O, no clock, no randomness: time is read only through an injected Clock, if one is given.
+//
+// Usage:
+//   std::vector<cacheroute::planner::KeyRate> rates = {{/*key=*/7, /*rate=*/3.5}, {9, 0.25}};
+//   absl::StatusOr<Plan> plan = BuildPlan(rates, {.destinations = 30, .q_cap = 8.0,
+//                                                 .slots_per_destination = 64});
+//   if (!plan.ok()) return plan.status();   // names the bad field and its value
+//   for (size_t i = 0; i < plan->size(); ++i) Use(plan->key(i), plan->destinations(i));
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "planner/clock.h"
+
+namespace cacheroute::planner {
+
+// One key's estimated request rate. Keys are opaque 64-bit ids; callers that have string keys map
+// them to ids (a hash, or their lexicographic rank when "key ascending" must mean string order).
+struct KeyRate {
+  uint64_t key = 0;
+  double rate = 0.0;  // requests per second (any unit, as long as q_cap uses the same one)
+};
+
+struct PlanConfig {
+  uint32_t destinations = 0;           // R ≥ 1
+  double q_cap = 0.0;                  // > 0, finite: the per-assignment load cap
+  uint64_t slots_per_destination = 0;  // W ≥ 1; the slot capacity is C = R·W (saturating)
+};
+
+struct PlanStats {
+  uint64_t input_keys = 0;      // keys given, including zero-rate ones
+  uint64_t admitted_keys = 0;   // keys in the table
+  uint64_t slots_used = 0;      // Σk_b over admitted keys
+  uint64_t slot_capacity = 0;   // C = R·W, saturated at UINT64_MAX
+  uint64_t capped_keys = 0;     // admitted keys whose ⌈λ/q_cap⌉ exceeded R (so k_b = R)
+  double total_rate = 0.0;      // Σλ over all keys
+  double admitted_rate = 0.0;   // Σλ over admitted keys
+  double cold_tail_rate = 0.0;  // Σλ over keys not admitted
+  double max_load = 0.0;        // max expected load over destinations
+  double mean_load = 0.0;       // total_rate / R
+  double imbalance = 1.0;       // max_load / mean_load; 1 when the total rate is 0
+  double build_seconds = 0.0;   // planning time as read from the injected clock; 0 without one
+};
+
+// The result of one planning step: admitted keys in decreasing-rate order, each with its sorted
+// destination set, plus the expected load on every destination. Immutable once built.
+class Plan {
+ public:
+  Plan() = default;
+
+  // Number of admitted keys. Index i ranks the key by rate: 0 is the hottest.
+  size_t size() const { return admitted_.size(); }
+  uint64_t key(size_t i) const { return admitted_[i].key; }
+  double rate(size_t i) const { return admitted_[i].rate; }
+  // Sorted, distinct destination indices in [0, R).
+  std::span<const uint32_t> destinations(size_t i) const {
+    return {destination_ids_.data() + offsets_[i], offsets_[i + 1] - offsets_[i]};
+  }
+  // Expected load (same unit as the rates) per destination; size R.
+  std::span<const double> loads() const { return loads_; }
+  const PlanStats& stats() const { return stats_; }
+  const PlanConfig& config() const { return config_; }
+
+ private:
+  friend class PlanBuilder;
+  PlanConfig config_;
+  std::vector<KeyRate> admitted_;          // decreasing rate, ties key ascending
+  std::vector<uint32_t> offsets_;          // size() + 1 entries into destination_ids_
+  std::vector<uint32_t> destination_ids_;  // Σk_b entries
+  std::vector<double> loads_;
+  PlanStats stats_;
+};
+
+// k_b for one key: max(1, ⌈rate/q_cap⌉) capped at `destinations`, rounded so that
+// rate/k_b ≤ q_cap holds in floating point whenever k_b < destinations. `*capped` (optional) is
+// set when the cap at `destinations` applied.
+uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations,
+                         bool* capped = nullptr);
+
+// Validates the config alone (R ≥ 1, finite q_cap > 0, W ≥ 1).
+absl::Status ValidatePlanConfig(const PlanConfig& config);
+
+// Builds plans, keeping its working memory between builds: a planner that replans every control
+// interval reuses one PlanBuilder so its buffers are not allocated (and page-faulted) anew each
+// time. For mid-sized inputs it uses a second thread inside Build. Not thread-safe: one Build at
+// a time per builder.
+class PlanBuilder {
+ public:
+  // If `clock` is given (it must outlive the builder), stats().build_seconds holds the time each
+  // Build took by that clock.
+  explicit PlanBuilder(Clock* clock = nullptr);
+
+  // Returns InvalidArgument, naming the field and value, for a bad config, a NaN, infinite or
+  // negative rate, or a duplicate key; OutOfRange if Σk_b would not fit 32 bits.
+  absl::StatusOr<Plan> Build(std::span<const KeyRate> rates, const PlanConfig& config);
+
+ private:
+  Clock* clock_;
+  std::vector<KeyRate> sorted_;  // the rate order; never shrinks, the first n entries are used
+  std::unique_ptr<std::byte[]> scratch_;  // n pairs, or 2n bare keys
+  size_t scratch_size_ = 0;               // in pairs
+  std::unique_ptr<uint64_t[]> dedup_;     // 2n bare keys, when duplicates are sought in parallel
+  size_t dedup_size_ = 0;                 // in keys
+};
+
+// A one-off build with a fresh PlanBuilder; same results and errors as PlanBuilder::Build.
+absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
+                               Clock* clock = nullptr);
+
+}  // namespace cacheroute::planner
