@@ -143,8 +143,8 @@ absl::Status DuplicateKeyError(std::span<const KeyRate> rates, uint64_t key) {
       break;
     }
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "rates: duplicate key %u (at rates[%u] and rates[%u])", key, first, second));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("rates: duplicate key %u (at rates[%u] and rates[%u])", key, first, second));
 }
 
 uint64_t SaturatingMultiply(uint64_t a, uint64_t b) {
@@ -229,9 +229,8 @@ uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool*
 
 absl::Status ValidatePlanConfig(const PlanConfig& config) {
   if (config.destinations == 0 || config.destinations > kMaxDestinations) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("destinations must be between 1 and %u, got %u", kMaxDestinations,
-                        config.destinations));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "destinations must be between 1 and %u, got %u", kMaxDestinations, config.destinations));
   }
   if (!std::isfinite(config.q_cap) || config.q_cap <= 0) {
     return absl::InvalidArgumentError(
@@ -265,9 +264,9 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   for (size_t i = 0; i < n; ++i) {
     const KeyRate& kr = rates[i];
     if (!(kr.rate >= 0) || std::isinf(kr.rate)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "rates[%u] (key %u): rate must be a finite number >= 0, got %s", i, kr.key,
-          FormatRate(kr.rate)));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("rates[%u] (key %u): rate must be a finite number >= 0, got %s", i,
+                          kr.key, FormatRate(kr.rate)));
     }
     sorted[i] = {kr.key, kr.rate == 0 ? 0.0 : kr.rate};
     if (i > 0 && rates[i - 1].key >= kr.key) sorted_by_key = false;
@@ -328,9 +327,9 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
     const uint32_t k = AssignmentCount(rate, config.q_cap, config.destinations, &capped);
     if (slots + k > stats.slot_capacity) break;
     if (slots + k > std::numeric_limits<uint32_t>::max()) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "slots_per_destination %u admits more than 2^32-1 assignments; lower it",
-          config.slots_per_destination));
+      return absl::OutOfRangeError(
+          absl::StrFormat("slots_per_destination %u admits more than 2^32-1 assignments; lower it",
+                          config.slots_per_destination));
     }
     slots += k;
     admitted_rate += rate;

@@ -97,8 +97,7 @@ class Plan {
 // k_b for one key: max(1, ⌈rate/q_cap⌉) capped at `destinations`, rounded so that
 // rate/k_b ≤ q_cap holds in floating point whenever k_b < destinations. `*capped` (optional) is
 // set when the cap at `destinations` applied.
-uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations,
-                         bool* capped = nullptr);
+uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped = nullptr);
 
 // Validates the config alone (R ≥ 1, finite q_cap > 0, W ≥ 1).
 absl::Status ValidatePlanConfig(const PlanConfig& config);

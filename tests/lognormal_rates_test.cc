@@ -1,10 +1,9 @@
 // Tests for tools/workload/lognormal_rates: the seeded generator and the distribution statistics.
 #include "tools/workload/lognormal_rates.h"
 
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 namespace cacheroute::workload {
 namespace {

@@ -4,14 +4,13 @@
 #include "planner/plan_builder.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <set>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -38,9 +37,7 @@ Plan MustBuild(const std::vector<KeyRate>& rates, PlanConfig config) {
   return *std::move(plan);
 }
 
-std::vector<double> Loads(const Plan& plan) {
-  return {plan.loads().begin(), plan.loads().end()};
-}
+std::vector<double> Loads(const Plan& plan) { return {plan.loads().begin(), plan.loads().end()}; }
 
 // Algorithm 1 written the obvious way: comparison sort, linear scans for the least-loaded
 // destinations. Same floating-point operations in the same order, so results must match exactly.
@@ -187,8 +184,10 @@ TEST_CASE("an empty input gives an empty plan with zero loads") {
 }
 
 TEST_CASE("the slot capacity saturates instead of overflowing") {
-  Plan plan = MustBuild({{1, 1.0}}, {.destinations = 1 << 20, .q_cap = 1,
-                                     .slots_per_destination = std::numeric_limits<uint64_t>::max()});
+  Plan plan =
+      MustBuild({{1, 1.0}}, {.destinations = 1 << 20,
+                             .q_cap = 1,
+                             .slots_per_destination = std::numeric_limits<uint64_t>::max()});
   CHECK(plan.stats().slot_capacity == std::numeric_limits<uint64_t>::max());
   CHECK(plan.size() == 1);
 }
@@ -265,13 +264,16 @@ Instance RandomInstance(std::mt19937_64& rng) {
     if (!used.insert(key).second) continue;
     double rate = std::exp(normal(rng));
     const double u = unit(rng);
-    if (u < 0.05) rate = 0;                        // zero-rate keys
-    else if (u < 0.15) rate = std::round(rate);    // ties
-    else if (u < 0.18) rate *= 50;                 // whales that need replication
+    if (u < 0.05)
+      rate = 0;  // zero-rate keys
+    else if (u < 0.15)
+      rate = std::round(rate);  // ties
+    else if (u < 0.18)
+      rate *= 50;  // whales that need replication
     in.rates.push_back({key, rate});
   }
-  if (unit(rng) < 0.3) std::sort(in.rates.begin(), in.rates.end(),
-                                 [](auto& a, auto& b) { return a.key < b.key; });
+  if (unit(rng) < 0.3)
+    std::sort(in.rates.begin(), in.rates.end(), [](auto& a, auto& b) { return a.key < b.key; });
   double total = 0;
   for (auto& kr : in.rates) total += kr.rate;
   // q_cap around the mean destination load, sometimes far below it to force capping.
@@ -283,8 +285,8 @@ TEST_CASE("properties hold on seeded random instances") {
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     std::mt19937_64 rng(seed);
     Instance in = RandomInstance(rng);
-    INFO("seed " << seed << " keys " << in.rates.size() << " R " << in.config.destinations
-                 << " W " << in.config.slots_per_destination << " q_cap " << in.config.q_cap);
+    INFO("seed " << seed << " keys " << in.rates.size() << " R " << in.config.destinations << " W "
+                 << in.config.slots_per_destination << " q_cap " << in.config.q_cap);
     Plan plan = MustBuild(in.rates, in.config);
     const PlanStats& s = plan.stats();
     const uint32_t r_count = in.config.destinations;
@@ -400,6 +402,25 @@ TEST_CASE("a reused PlanBuilder gives the same plans as fresh ones") {
   }
 }
 
+TEST_CASE("long runs of tied rates are ordered by key") {
+  // Integer-valued rates (counts) tie in runs far longer than the comparison-sort cutoff; within
+  // a run the order is by key, in both the random 64-bit and the small-id key spaces.
+  for (bool small_ids : {false, true}) {
+    std::mt19937_64 rng(small_ids ? 5 : 6);
+    std::vector<KeyRate> rates(3000);
+    for (size_t i = 0; i < rates.size(); ++i) {
+      rates[i] = {small_ids ? 3 * i + 1 : rng(), 1.0 + static_cast<double>(i % 3)};
+    }
+    std::shuffle(rates.begin(), rates.end(), rng);
+    const PlanConfig config{.destinations = 7, .q_cap = 100, .slots_per_destination = 300};
+    Plan plan = MustBuild(rates, config);
+    Reference ref = ReferencePlan(rates, config);
+    REQUIRE(plan.size() == 2100);
+    CHECK(TableOf(plan) == ref.table);
+    CHECK(Loads(plan) == ref.loads);
+  }
+}
+
 // LPT's makespan for k_b = 1 against the optimum by exhaustive search: Graham (1969) bounds it by
 // (4/3 − 1/(3R)) × OPT.
 double BruteForceMakespan(const std::vector<double>& jobs, uint32_t r_count) {
@@ -432,11 +453,12 @@ TEST_CASE("LPT stays within Graham's 4/3 bound of the brute-force optimum") {
     std::vector<KeyRate> rates;
     std::vector<double> jobs;
     for (int i = 0; i < n; ++i) {
-      jobs.push_back(std::max(0.25, std::round(size(rng) * 4) / 4));  // quarter steps make hard instances likely
+      jobs.push_back(std::max(
+          0.25, std::round(size(rng) * 4) / 4));  // quarter steps make hard instances likely
       rates.push_back({static_cast<uint64_t>(i), jobs.back()});
     }
-    Plan plan = MustBuild(rates, {.destinations = r_count, .q_cap = 1e6,
-                                  .slots_per_destination = 100});
+    Plan plan =
+        MustBuild(rates, {.destinations = r_count, .q_cap = 1e6, .slots_per_destination = 100});
     REQUIRE(plan.size() == static_cast<size_t>(n));
     const double lpt = plan.stats().max_load;
     const double opt = BruteForceMakespan(jobs, r_count);

@@ -78,9 +78,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  const planner::PlanConfig config{.destinations = destinations,
-                                   .q_cap = q_cap,
-                                   .slots_per_destination = slots_per_destination};
+  const planner::PlanConfig config{
+      .destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots_per_destination};
   planner::RealClock clock;
   std::optional<planner::PlanBuilder> builder;
   std::vector<double> seconds;
@@ -112,9 +111,9 @@ int main(int argc, char** argv) {
         "\"slots_used\": %d, \"slot_capacity\": %d, \"capped_keys\": %d, \"imbalance\": %.9f, "
         "\"peak_rss_bytes\": %d, \"peak_rss_bytes_per_key\": %.3f}\n",
         rates_options.keys, destinations, q_cap, slots_per_destination, repeat,
-        fresh_builder ? "true" : "false", median, max,
-        order.front(), keys / median, s.admitted_keys, s.slots_used, s.slot_capacity,
-        s.capped_keys, s.imbalance, peak, peak / keys);
+        fresh_builder ? "true" : "false", median, max, order.front(), keys / median,
+        s.admitted_keys, s.slots_used, s.slot_capacity, s.capped_keys, s.imbalance, peak,
+        peak / keys);
   } else {
     std::cout << absl::StrFormat(
         "plan build: %d keys (lognormal σ=%.2f), R=%d, q_cap=%.4g, W=%d (C=%d)\n"
@@ -123,9 +122,8 @@ int main(int argc, char** argv) {
         "  peak RSS %.1f MiB = %.1f bytes/key (whole process, input included)\n",
         rates_options.keys, rates_options.sigma, destinations, q_cap, slots_per_destination,
         s.slot_capacity, s.admitted_keys, s.slots_used, s.capped_keys, s.imbalance, repeat,
-        fresh_builder ? "a fresh PlanBuilder each" : "one PlanBuilder reused",
-        median * 1e3, max * 1e3, order.front() * 1e3, keys / median, peak / 1048576.0,
-        peak / keys);
+        fresh_builder ? "a fresh PlanBuilder each" : "one PlanBuilder reused", median * 1e3,
+        max * 1e3, order.front() * 1e3, keys / median, peak / 1048576.0, peak / keys);
   }
   return 0;
 }

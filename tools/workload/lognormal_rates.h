@@ -34,8 +34,8 @@ class Rng {
 
 struct LognormalRatesOptions {
   uint64_t keys = 128824;
-  double sigma = 1.65;       // σ of log(rate)
-  double total_rate = 1.0;   // the rates are scaled to sum to this
+  double sigma = 1.65;      // σ of log(rate)
+  double total_rate = 1.0;  // the rates are scaled to sum to this
   // No key gets more than this share of the total (the paper: "no key > 0.3%"). The largest of
   // 128,824 lognormal draws lands near that, above it for some seeds; the excess is spread over
   // the other keys in proportion to their rates. 1 disables the cap.
@@ -51,9 +51,9 @@ std::vector<double> GenerateLognormalRates(const LognormalRatesOptions& options)
 struct RateDistributionStats {
   uint64_t keys = 0;
   double total = 0;
-  double gini = 0;           // 0 = all equal, → 1 = one key has everything
-  double top4_share = 0;     // share of the total held by the top 4% of keys
-  double max_share = 0;      // share of the total held by the single largest key
+  double gini = 0;        // 0 = all equal, → 1 = one key has everything
+  double top4_share = 0;  // share of the total held by the top 4% of keys
+  double max_share = 0;   // share of the total held by the single largest key
 };
 
 RateDistributionStats ComputeRateStats(std::span<const double> rates);
