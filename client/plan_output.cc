@@ -1,0 +1,352 @@
+// The three renderings of a Plan; see plan_output.h and docs/cacheroutectl.md.
+#include "client/plan_output.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "client/text_format.h"
+
+namespace cacheroute::client {
+namespace {
+
+using planner::Plan;
+using planner::PlanStats;
+
+constexpr size_t kMaxKeyColumns = 40;
+constexpr size_t kMaxListedDestinations = 8;
+constexpr size_t kLoadBarCells = 40;
+constexpr size_t kHistogramBins = 16;
+constexpr size_t kHistogramBarCells = 30;
+constexpr size_t kMostLoadedListed = 5;
+// Eighth blocks, 1/8 to 8/8 of a cell.
+constexpr const char* kEighths[] = {"▏", "▎", "▍", "▌", "▋", "▊", "▉", "█"};
+
+absl::Status CheckPlan(const Plan& plan, std::span<const std::string> key_names) {
+  const auto not_finite = [](absl::string_view what) {
+    return absl::InternalError(absl::StrCat("plan has a non-finite ", what));
+  };
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (plan.key(i) >= key_names.size()) {
+      return absl::InternalError(
+          absl::StrFormat("plan key id %d has no name (%d names)", plan.key(i), key_names.size()));
+    }
+    if (!std::isfinite(plan.rate(i))) return not_finite("rate");
+  }
+  for (const double load : plan.loads()) {
+    if (!std::isfinite(load)) return not_finite("load");
+  }
+  const PlanStats& s = plan.stats();
+  for (const double v : {s.total_rate, s.admitted_rate, s.cold_tail_rate, s.max_load, s.mean_load,
+                         s.imbalance, s.build_seconds}) {
+    if (!std::isfinite(v)) return not_finite("statistic");
+  }
+  return absl::OkStatus();
+}
+
+// ---- JSON ----
+
+void AppendJsonField(std::string* out, absl::string_view name, double value, bool last = false) {
+  absl::StrAppend(out, "    \"", name, "\": ");
+  AppendShortestDouble(out, value);
+  out->append(last ? "\n" : ",\n");
+}
+
+void AppendJsonField(std::string* out, absl::string_view name, uint64_t value, bool last = false) {
+  absl::StrAppend(out, "    \"", name, "\": ", value, last ? "\n" : ",\n");
+}
+
+std::string FormatJson(const Plan& plan, std::span<const std::string> key_names) {
+  std::string out = "{\n  \"assignments\": [";
+  for (size_t i = 0; i < plan.size(); ++i) {
+    out.append(i == 0 ? "\n    {\"key\": " : ",\n    {\"key\": ");
+    AppendJsonString(&out, key_names[plan.key(i)]);
+    out.append(", \"rate\": ");
+    AppendShortestDouble(&out, plan.rate(i));
+    absl::StrAppend(&out, ", \"destinations\": [", absl::StrJoin(plan.destinations(i), ", "), "]}");
+  }
+  out.append(plan.size() == 0 ? "],\n" : "\n  ],\n");
+  out.append("  \"loads\": [");
+  for (size_t r = 0; r < plan.loads().size(); ++r) {
+    if (r > 0) out.append(", ");
+    AppendShortestDouble(&out, plan.loads()[r]);
+  }
+  out.append("],\n  \"stats\": {\n");
+  const PlanStats& s = plan.stats();
+  AppendJsonField(&out, "admitted_keys", s.admitted_keys);
+  AppendJsonField(&out, "slots_used", s.slots_used);
+  AppendJsonField(&out, "slot_capacity", s.slot_capacity);
+  AppendJsonField(&out, "imbalance", s.imbalance);
+  AppendJsonField(&out, "cold_tail_rate", s.cold_tail_rate);
+  AppendJsonField(&out, "build_seconds", s.build_seconds);
+  AppendJsonField(&out, "input_keys", s.input_keys);
+  AppendJsonField(&out, "capped_keys", s.capped_keys);
+  AppendJsonField(&out, "total_rate", s.total_rate);
+  AppendJsonField(&out, "admitted_rate", s.admitted_rate);
+  AppendJsonField(&out, "max_load", s.max_load);
+  AppendJsonField(&out, "mean_load", s.mean_load);
+  AppendJsonField(&out, "destinations", uint64_t{plan.config().destinations});
+  AppendJsonField(&out, "q_cap", plan.config().q_cap);
+  AppendJsonField(&out, "slots_per_destination", plan.config().slots_per_destination,
+                  /*last=*/true);
+  out.append("  }\n}\n");
+  return out;
+}
+
+// ---- CSV ----
+
+std::string FormatCsv(const Plan& plan, std::span<const std::string> key_names) {
+  std::string out = "key,rate,k,destinations\n";
+  for (size_t i = 0; i < plan.size(); ++i) {
+    absl::StrAppend(&out, CsvField(key_names[plan.key(i)]), ",");
+    AppendShortestDouble(&out, plan.rate(i));
+    absl::StrAppend(&out, ",", plan.destinations(i).size(), ",",
+                    absl::StrJoin(plan.destinations(i), ";"), "\n");
+  }
+  return out;
+}
+
+// ---- Table ----
+
+std::string Num(double v) { return absl::StrFormat("%.6g", v); }
+
+std::string Percent(double part, double whole) {
+  if (whole <= 0) return "n/a";
+  return absl::StrFormat("%.1f%%", 100.0 * part / whole);
+}
+
+// `cells` character cells of eighth blocks for value/max, padded with spaces to `cells` columns.
+std::string Bar(double value, double max, size_t cells) {
+  size_t eighths = 0;
+  if (max > 0 && value > 0) {
+    eighths = static_cast<size_t>(std::lround(value / max * static_cast<double>(cells * 8)));
+    eighths = std::clamp<size_t>(eighths, 1, cells * 8);  // a non-zero value is never invisible
+  }
+  std::string out;
+  for (size_t i = 0; i < eighths / 8; ++i) out.append(kEighths[7]);
+  size_t used = eighths / 8;
+  if (eighths % 8 != 0) {
+    out.append(kEighths[eighths % 8 - 1]);
+    ++used;
+  }
+  out.append(cells - used, ' ');
+  return out;
+}
+
+std::string PadLeft(absl::string_view s, size_t columns, size_t width) {
+  return absl::StrCat(std::string(width > columns ? width - columns : 0, ' '), s);
+}
+
+std::string PadRight(absl::string_view s, size_t columns, size_t width) {
+  return absl::StrCat(s, std::string(width > columns ? width - columns : 0, ' '));
+}
+
+std::string DestinationList(std::span<const uint32_t> destinations) {
+  if (destinations.size() <= kMaxListedDestinations) return absl::StrJoin(destinations, ",");
+  return absl::StrFormat("%s,… (+%d more)",
+                         absl::StrJoin(destinations.first(kMaxListedDestinations), ","),
+                         destinations.size() - kMaxListedDestinations);
+}
+
+void AppendSummary(std::string* out, const Plan& plan) {
+  const PlanStats& s = plan.stats();
+  const planner::PlanConfig& c = plan.config();
+  const auto row = [&](absl::string_view label, absl::string_view value) {
+    absl::StrAppendFormat(out, "  %-22s %s\n", label, value);
+  };
+  absl::StrAppendFormat(out, "Plan for R=%d destinations, q_cap=%s, W=%d slots per destination\n",
+                        c.destinations, Num(c.q_cap), c.slots_per_destination);
+  row("keys in", absl::StrCat(s.input_keys));
+  row("admitted keys",
+      absl::StrFormat("%d  (%d not admitted)", s.admitted_keys, s.input_keys - s.admitted_keys));
+  row("slots used", absl::StrFormat("%d / %d  (%s)", s.slots_used, s.slot_capacity,
+                                    Percent(static_cast<double>(s.slots_used),
+                                            static_cast<double>(s.slot_capacity))));
+  row("capped keys", absl::StrFormat("%d  (rate > R·q_cap, so k = R)", s.capped_keys));
+  row("total rate", Num(s.total_rate));
+  row("admitted rate", absl::StrFormat("%s  (%s of total)", Num(s.admitted_rate),
+                                       Percent(s.admitted_rate, s.total_rate)));
+  row("cold-tail rate", absl::StrFormat("%s  (%s of total)", Num(s.cold_tail_rate),
+                                        Percent(s.cold_tail_rate, s.total_rate)));
+  row("imbalance (max/mean)", absl::StrFormat("%.4f  (max load %s, mean load %s)", s.imbalance,
+                                              Num(s.max_load), Num(s.mean_load)));
+  row("build time", absl::StrFormat("%.3f ms", s.build_seconds * 1e3));
+}
+
+void AppendTopKeys(std::string* out, const Plan& plan, std::span<const std::string> key_names,
+                   size_t top) {
+  const size_t shown = std::min(top, plan.size());
+  if (shown == 0) {
+    absl::StrAppend(out, "\nNo keys listed (", plan.size(), " admitted).\n");
+    return;
+  }
+  struct Row {
+    std::string rank, key, rate, k, destinations;
+    size_t key_columns = 0;
+  };
+  std::vector<Row> rows;
+  rows.push_back({"rank", "key", "rate", "k", "destinations", 3});
+  for (size_t i = 0; i < shown; ++i) {
+    Row row;
+    row.rank = absl::StrCat(i + 1);
+    row.key = DisplayText(key_names[plan.key(i)], kMaxKeyColumns, &row.key_columns);
+    row.rate = Num(plan.rate(i));
+    row.k = absl::StrCat(plan.destinations(i).size());
+    row.destinations = DestinationList(plan.destinations(i));
+    rows.push_back(std::move(row));
+  }
+  size_t rank_w = 0, key_w = 0, rate_w = 0, k_w = 0;
+  for (const Row& row : rows) {
+    rank_w = std::max(rank_w, row.rank.size());
+    key_w = std::max(key_w, row.key_columns);
+    rate_w = std::max(rate_w, row.rate.size());
+    k_w = std::max(k_w, row.k.size());
+  }
+  absl::StrAppendFormat(out, "\nHottest %d of %d admitted keys\n", shown, plan.size());
+  for (const Row& row : rows) {
+    absl::StrAppend(out, "  ", PadLeft(row.rank, row.rank.size(), rank_w), "  ",
+                    PadRight(row.key, row.key_columns, key_w), "  ",
+                    PadLeft(row.rate, row.rate.size(), rate_w), "  ",
+                    PadLeft(row.k, row.k.size(), k_w), "  ", row.destinations, "\n");
+  }
+}
+
+// One row per destination: a bar scaled to the most loaded one, the load, and its deviation
+// from the mean, which is what a nearly balanced plan's bars are too coarse to show.
+void AppendLoadBars(std::string* out, std::span<const double> loads, double max_load,
+                    double mean_load) {
+  std::vector<std::string> values;
+  size_t value_w = 0;
+  for (const double load : loads) {
+    values.push_back(Num(load));
+    value_w = std::max(value_w, values.back().size());
+  }
+  const size_t dest_w = std::max<size_t>(4, absl::StrCat(loads.size() - 1).size());
+  absl::StrAppendFormat(out, "  %*s  %s  %s  vs mean\n", dest_w, "dest",
+                        std::string(kLoadBarCells, ' '), PadLeft("load", 4, value_w));
+  for (size_t r = 0; r < loads.size(); ++r) {
+    const double deviation = mean_load > 0 ? 100.0 * (loads[r] / mean_load - 1.0) : 0.0;
+    absl::StrAppendFormat(out, "  %*d  %s  %s  %+7.2f%%%s\n", dest_w, r,
+                          Bar(loads[r], max_load, kLoadBarCells),
+                          PadLeft(values[r], values[r].size(), value_w), deviation,
+                          loads[r] == max_load && max_load > 0 ? "  ◀ max" : "");
+  }
+}
+
+void AppendLoadHistogram(std::string* out, std::span<const double> loads) {
+  std::vector<double> sorted(loads.begin(), loads.end());
+  std::sort(sorted.begin(), sorted.end());
+  const auto quantile = [&](double q) {
+    return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
+  };
+  const double lo = sorted.front();
+  const double hi = sorted.back();
+  absl::StrAppendFormat(out, "  min %s   p50 %s   p90 %s   p99 %s   max %s\n", Num(lo),
+                        Num(quantile(0.5)), Num(quantile(0.9)), Num(quantile(0.99)), Num(hi));
+  if (hi == lo) {
+    absl::StrAppendFormat(out, "  all %d destinations carry %s\n", loads.size(), Num(lo));
+    return;
+  }
+  std::vector<size_t> counts(kHistogramBins, 0);
+  const double width = (hi - lo) / kHistogramBins;
+  for (const double load : loads) {
+    size_t bin = static_cast<size_t>((load - lo) / width);
+    counts[std::min(bin, kHistogramBins - 1)]++;
+  }
+  const size_t max_count = *std::max_element(counts.begin(), counts.end());
+  // Enough decimals that neighbouring bin edges print differently.
+  const int decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(width))) + 1, 0, 12);
+  std::vector<std::string> labels;
+  size_t label_w = 0;
+  for (size_t b = 0; b < kHistogramBins; ++b) {
+    const double from = lo + width * static_cast<double>(b);
+    const double to = b + 1 == kHistogramBins ? hi : lo + width * static_cast<double>(b + 1);
+    labels.push_back(absl::StrFormat("[%.*f, %.*f%s", decimals, from, decimals, to,
+                                     b + 1 == kHistogramBins ? "]" : ")"));
+    label_w = std::max(label_w, labels.back().size());
+  }
+  const size_t count_w = absl::StrCat(max_count).size();
+  absl::StrAppendFormat(out, "  %s  destinations\n", PadRight("load range", 10, label_w));
+  for (size_t b = 0; b < kHistogramBins; ++b) {
+    absl::StrAppendFormat(
+        out, "  %s  %s  %*d%s\n", PadRight(labels[b], labels[b].size(), label_w),
+        Bar(static_cast<double>(counts[b]), static_cast<double>(max_count), kHistogramBarCells),
+        count_w, counts[b], b + 1 == kHistogramBins ? "  ◀ max" : "");
+  }
+  std::vector<uint32_t> order(loads.size());
+  for (uint32_t r = 0; r < order.size(); ++r) order[r] = r;
+  const size_t listed = std::min(kMostLoadedListed, order.size());
+  std::partial_sort(
+      order.begin(), order.begin() + listed, order.end(),
+      [&](uint32_t a, uint32_t b) { return loads[a] != loads[b] ? loads[a] > loads[b] : a < b; });
+  std::vector<std::string> hottest;
+  for (size_t i = 0; i < listed; ++i) {
+    hottest.push_back(absl::StrFormat("#%d %s", order[i], Num(loads[order[i]])));
+  }
+  absl::StrAppend(out, "  most loaded: ", absl::StrJoin(hottest, ", "), "\n");
+}
+
+void AppendLoads(std::string* out, const Plan& plan) {
+  const std::span<const double> loads = plan.loads();
+  if (loads.empty()) return;
+  const double max_load = *std::max_element(loads.begin(), loads.end());
+  absl::StrAppendFormat(out, "\nExpected load per destination (max %s, mean %s)\n", Num(max_load),
+                        Num(plan.stats().mean_load));
+  if (loads.size() <= kMaxChartRows) {
+    AppendLoadBars(out, loads, max_load, plan.stats().mean_load);
+  } else {
+    AppendLoadHistogram(out, loads);
+  }
+}
+
+std::string FormatTable(const Plan& plan, std::span<const std::string> key_names, size_t top) {
+  std::string out;
+  AppendSummary(&out, plan);
+  AppendTopKeys(&out, plan, key_names, top);
+  AppendLoads(&out, plan);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view name) {
+  if (name == "table") return OutputFormat::kTable;
+  if (name == "json") return OutputFormat::kJson;
+  if (name == "csv") return OutputFormat::kCsv;
+  return absl::InvalidArgumentError(
+      absl::StrCat(QuoteForMessage(name), " is not one of table, json, csv"));
+}
+
+absl::StatusOr<std::string> FormatPlan(const Plan& plan, std::span<const std::string> key_names,
+                                       const OutputOptions& options) {
+  if (absl::Status s = CheckPlan(plan, key_names); !s.ok()) return s;
+  switch (options.format) {
+    case OutputFormat::kJson:
+      return FormatJson(plan, key_names);
+    case OutputFormat::kCsv:
+      return FormatCsv(plan, key_names);
+    case OutputFormat::kTable:
+      return FormatTable(plan, key_names, options.top);
+  }
+  return absl::InternalError("unknown output format");
+}
+
+absl::Status WritePlan(const Plan& plan, std::span<const std::string> key_names,
+                       const OutputOptions& options, std::ostream& out) {
+  absl::StatusOr<std::string> text = FormatPlan(plan, key_names, options);
+  if (!text.ok()) return text.status();
+  out.write(text->data(), static_cast<std::streamsize>(text->size()));
+  out.flush();
+  if (!out) return absl::InternalError("cannot write the plan to the output stream");
+  return absl::OkStatus();
+}
+
+}  // namespace cacheroute::client

@@ -1,0 +1,10 @@
+# Tests for client/: the rates-file parser, the plan formatters, and cacheroutectl end to end.
+cacheroute_add_test(NAME rates_csv_test SOURCES rates_csv_test.cc
+                    LIBS cacheroute_client_lib LABELS client)
+cacheroute_add_test(NAME plan_output_test SOURCES plan_output_test.cc
+                    LIBS cacheroute_client_lib LABELS client)
+cacheroute_add_test(NAME cacheroutectl_test SOURCES cacheroutectl_test.cc
+                    LIBS cacheroute_client_lib LABELS client)
+target_compile_definitions(cacheroutectl_test PRIVATE
+                           CACHEROUTECTL_PATH="$<TARGET_FILE:cacheroutectl>")
+add_dependencies(cacheroutectl_test cacheroutectl)
