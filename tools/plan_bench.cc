@@ -107,23 +107,26 @@ int main(int argc, char** argv) {
     std::cout << absl::StrFormat(
         "{\"keys\": %d, \"destinations\": %d, \"q_cap\": %.17g, \"slots_per_destination\": %d, "
         "\"repeat\": %d, \"fresh_builder\": %s, \"median_seconds\": %.9f, \"max_seconds\": %.9f, "
-        "\"min_seconds\": %.9f, \"keys_per_second\": %.6g, \"admitted_keys\": %d, "
+        "\"min_seconds\": %.9f, \"first_seconds\": %.9f, \"keys_per_second\": %.6g, "
+        "\"admitted_keys\": %d, "
         "\"slots_used\": %d, \"slot_capacity\": %d, \"capped_keys\": %d, \"imbalance\": %.9f, "
         "\"peak_rss_bytes\": %d, \"peak_rss_bytes_per_key\": %.3f}\n",
         rates_options.keys, destinations, q_cap, slots_per_destination, repeat,
-        fresh_builder ? "true" : "false", median, max, order.front(), keys / median,
-        s.admitted_keys, s.slots_used, s.slot_capacity, s.capped_keys, s.imbalance, peak,
-        peak / keys);
+        fresh_builder ? "true" : "false", median, max, order.front(), seconds.front(),
+        keys / median, s.admitted_keys, s.slots_used, s.slot_capacity, s.capped_keys, s.imbalance,
+        peak, peak / keys);
   } else {
     std::cout << absl::StrFormat(
         "plan build: %d keys (lognormal σ=%.2f), R=%d, q_cap=%.4g, W=%d (C=%d)\n"
         "  admitted %d keys, %d slots, %d capped, imbalance %.4f\n"
-        "  %d builds (%s): median %.3f ms, max %.3f ms, min %.3f ms, %.3g keys/s at the median\n"
+        "  %d builds (%s): median %.3f ms, max %.3f ms, min %.3f ms (first %.3f ms), "
+        "%.3g keys/s at the median\n"
         "  peak RSS %.1f MiB = %.1f bytes/key (whole process, input included)\n",
         rates_options.keys, rates_options.sigma, destinations, q_cap, slots_per_destination,
         s.slot_capacity, s.admitted_keys, s.slots_used, s.capped_keys, s.imbalance, repeat,
         fresh_builder ? "a fresh PlanBuilder each" : "one PlanBuilder reused", median * 1e3,
-        max * 1e3, order.front() * 1e3, keys / median, peak / 1048576.0, peak / keys);
+        max * 1e3, order.front() * 1e3, seconds.front() * 1e3, keys / median, peak / 1048576.0,
+        peak / keys);
   }
   return 0;
 }

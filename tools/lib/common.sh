@@ -1,0 +1,32 @@
+# Shared by tools/demo, tools/test and .ci/run: install the Debian packages the build needs when
+# they are missing, and configure + build a tree. Sourced, not run.
+
+CACHEROUTE_PACKAGES=(
+  cmake ninja-build g++
+  libabsl-dev catch2 libcli11-dev libyaml-cpp-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+)
+
+cacheroute_ensure_packages() {
+  local missing=()
+  local p
+  for p in "${CACHEROUTE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "cacheroute: installing missing Debian packages: ${missing[*]}" >&2
+  local sudo=()
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# cacheroute_build DIR [cmake args...]: configure (once) and build DIR with Ninja, two jobs.
+cacheroute_build() {
+  local dir=$1
+  shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
+  fi
+  cmake --build "$dir" -j2
+}
