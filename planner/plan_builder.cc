@@ -239,6 +239,10 @@ absl::Status ValidatePlanConfig(const PlanConfig& config) {
   if (config.slots_per_destination == 0) {
     return absl::InvalidArgumentError("slots_per_destination must be >= 1, got 0");
   }
+  if (!(config.unkeyed_rate >= 0) || std::isinf(config.unkeyed_rate)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unkeyed_rate must be a finite number >= 0, got %s", FormatRate(config.unkeyed_rate)));
+  }
   return absl::OkStatus();
 }
 
@@ -338,7 +342,7 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   stats.admitted_keys = admitted;
   stats.slots_used = slots;
   // Sums run over the sorted order, so they do not depend on the order of the input.
-  double cold_tail = 0;
+  double cold_tail = config.unkeyed_rate;
   for (size_t i = admitted; i < n; ++i) cold_tail += sorted[i].rate;
   stats.cold_tail_rate = cold_tail;
   stats.admitted_rate = admitted_rate;

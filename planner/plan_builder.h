@@ -48,6 +48,9 @@ struct PlanConfig {
   uint32_t destinations = 0;           // R ≥ 1
   double q_cap = 0.0;                  // > 0, finite: the per-assignment load cap
   uint64_t slots_per_destination = 0;  // W ≥ 1; the slot capacity is C = R·W (saturating)
+  // Traffic not attributed to any listed key (gateways fold their lightest keys together); finite,
+  // ≥ 0. It is part of the cold tail: it loads every destination equally and is never admitted.
+  double unkeyed_rate = 0.0;
 };
 
 struct PlanStats {
@@ -56,9 +59,9 @@ struct PlanStats {
   uint64_t slots_used = 0;      // Σk_b over admitted keys
   uint64_t slot_capacity = 0;   // C = R·W, saturated at UINT64_MAX
   uint64_t capped_keys = 0;     // admitted keys whose ⌈λ/q_cap⌉ exceeded R (so k_b = R)
-  double total_rate = 0.0;      // Σλ over all keys
+  double total_rate = 0.0;      // Σλ over all keys, plus the unkeyed rate
   double admitted_rate = 0.0;   // Σλ over admitted keys
-  double cold_tail_rate = 0.0;  // Σλ over keys not admitted
+  double cold_tail_rate = 0.0;  // Σλ over keys not admitted, plus the unkeyed rate
   double max_load = 0.0;        // max expected load over destinations
   double mean_load = 0.0;       // total_rate / R
   double imbalance = 1.0;       // max_load / mean_load; 1 when the total rate is 0

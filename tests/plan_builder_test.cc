@@ -145,6 +145,17 @@ TEST_CASE("destinations start with the cold-tail share, then LPT places the admi
   CHECK(plan.stats().imbalance == Approx(5.5 / 4.5));
 }
 
+TEST_CASE("unkeyed traffic joins the cold tail and is never admitted") {
+  // As the previous case plus 3.0 of traffic no key accounts for: cold tail 4.0, 2.0 each.
+  Plan plan =
+      MustBuild({{1, 5.0}, {2, 3.0}, {3, 1.0}},
+                {.destinations = 2, .q_cap = 10, .slots_per_destination = 1, .unkeyed_rate = 3.0});
+  CHECK(TableOf(plan) == Table{{1, {0}}, {2, {1}}});
+  CHECK(Loads(plan) == std::vector<double>{7.0, 5.0});
+  CHECK(plan.stats().cold_tail_rate == 4.0);
+  CHECK(plan.stats().total_rate == 12.0);
+}
+
 TEST_CASE("LPT puts each key on the least-loaded destinations, ties lowest index") {
   // All admitted, no cold tail, k_b = 1: 6 → d0, 5 → d1, 4 → d2, 3 → d2 (4 < 5 < 6),
   // 2 → d1 (5 < 6 < 7), 1 → d0 (6 < 7 = 7).
@@ -238,6 +249,12 @@ TEST_CASE("bad input is rejected with the field and the value named") {
                {"q_cap", "got inf"});
   CheckInvalid({{1, 1}}, {.destinations = 2, .q_cap = 1, .slots_per_destination = 0},
                {"slots_per_destination", "got 0"});
+  CheckInvalid({{1, 1}},
+               {.destinations = 2, .q_cap = 1, .slots_per_destination = 1, .unkeyed_rate = -1},
+               {"unkeyed_rate", "got -1"});
+  CheckInvalid({{1, 1}},
+               {.destinations = 2, .q_cap = 1, .slots_per_destination = 1, .unkeyed_rate = nan},
+               {"unkeyed_rate", "got nan"});
 }
 
 // --- Properties over seeded random instances -----------------------------------------------
