@@ -1,0 +1,388 @@
+// Implementation of RateAggregator. See rate_aggregator.h for the estimator.
+//
+// Speed: Apply must ingest millions of entries per second. The validation pass finds duplicate
+// key ids with a generation-stamped open-addressing table that lives across reports (absl's
+// clear() frees tables above 127 slots, so a reused flat_hash_set would be reallocated for every
+// large report). The apply pass does one flat_hash_map access per entry. Both passes prefetch the
+// slot of the entry kPrefetchDistance ahead, which hides most cache misses once the tables
+// outgrow the CPU caches. Measured on the 2-core development machine with reports of 100,000
+// random known keys: about 15 ns per entry to validate, and 40, 65 and 90 ns per entry in all
+// with 128k, 1M and 10M known keys.
+#include "planner/rate_aggregator.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+
+namespace cacheroute::planner {
+namespace {
+
+constexpr size_t kPrefetchDistance = 8;
+
+std::string FormatNumber(double value) { return absl::StrFormat("%g", value); }
+
+// True when `value` is a number a count (or rate) may hold: finite and ≥ 0. NaN fails both tests.
+bool IsFiniteNonNegative(double value) {
+  return value >= 0 && value <= std::numeric_limits<double>::max();
+}
+
+absl::Status CountError(std::string_view field, double value) {
+  if (!IsFiniteNonNegative(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: must be a finite number >= 0, got %s", field, FormatNumber(value)));
+  }
+  return absl::InvalidArgumentError(absl::StrFormat("%s: must be at most %s, got %s", field,
+                                                    FormatNumber(RateAggregator::kMaxCount),
+                                                    FormatNumber(value)));
+}
+
+bool IsValidCount(double value) { return value >= 0 && value <= RateAggregator::kMaxCount; }
+
+// Times that the per-key Unix-nanosecond fields can hold (infinite times are outside).
+bool IsRepresentable(absl::Time t) {
+  return t >= absl::FromUnixNanos(std::numeric_limits<int64_t>::min()) &&
+         t <= absl::FromUnixNanos(std::numeric_limits<int64_t>::max());
+}
+
+absl::Status TimeError(std::string_view field, absl::Time t) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: must be a finite time between the years 1678 and 2262, got %s", field,
+                      absl::FormatTime(t, absl::UTCTimeZone())));
+}
+
+absl::Status GatewayIdError(std::string_view field, std::string_view gateway_id) {
+  if (gateway_id.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: must not be empty", field));
+  }
+  if (gateway_id.size() > RateAggregator::kMaxGatewayIdBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: must be at most %u bytes, got %u bytes",
+                                                      field, RateAggregator::kMaxGatewayIdBytes,
+                                                      gateway_id.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KeyNameError(std::string_view field, std::string_view name) {
+  return absl::InvalidArgumentError(absl::StrFormat("%s: must be at most %u bytes, got %u bytes",
+                                                    field, RateAggregator::kMaxKeyBytes,
+                                                    name.size()));
+}
+
+// Sorts by key ascending. Above a few hundred keys, by a least-significant-digit radix sort on
+// 11-bit digits that skips digits equal in every key: linear time, about 15 times faster than
+// std::sort for 10 million keys, which matters because Rates() runs every control interval.
+void SortByKey(std::vector<KeyRate>& rates) {
+  constexpr int kDigitBits = 11;
+  constexpr size_t kBuckets = size_t{1} << kDigitBits;
+  constexpr int kDigits = (64 + kDigitBits - 1) / kDigitBits;
+  const size_t n = rates.size();
+  if (n <= 256) {
+    std::sort(rates.begin(), rates.end(),
+              [](const KeyRate& a, const KeyRate& b) { return a.key < b.key; });
+    return;
+  }
+  std::vector<std::array<size_t, kBuckets>> counts(kDigits);
+  for (const KeyRate& kr : rates) {
+    for (int d = 0; d < kDigits; ++d) ++counts[d][(kr.key >> (d * kDigitBits)) & (kBuckets - 1)];
+  }
+  std::vector<KeyRate> scratch(n);
+  for (int d = 0; d < kDigits; ++d) {
+    const int shift = d * kDigitBits;
+    std::array<size_t, kBuckets>& count = counts[d];
+    if (count[(rates[0].key >> shift) & (kBuckets - 1)] == n) continue;  // constant digit
+    size_t offset = 0;
+    for (size_t& c : count) offset += std::exchange(c, offset);
+    for (const KeyRate& kr : rates) scratch[count[(kr.key >> shift) & (kBuckets - 1)]++] = kr;
+    rates.swap(scratch);
+  }
+}
+
+}  // namespace
+
+RateAggregator::RateAggregator(RateAggregatorOptions options, absl::Time start)
+    : options_(options), last_close_(start) {
+  static_assert(sizeof(decltype(keys_)::value_type) == 40, "the header promises 40 bytes per key");
+  assert(ValidateOptions(options_).ok());
+  assert(IsRepresentable(start));
+}
+
+absl::Status RateAggregator::ValidateOptions(const RateAggregatorOptions& options) {
+  if (!(options.smoothing > absl::ZeroDuration()) ||
+      options.smoothing == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat("smoothing: must be finite and > 0, got %s",
+                                                      absl::FormatDuration(options.smoothing)));
+  }
+  if (!(options.key_ttl > absl::ZeroDuration()) || options.key_ttl == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat("key_ttl: must be finite and > 0, got %s",
+                                                      absl::FormatDuration(options.key_ttl)));
+  }
+  if (options.max_keys_per_report < 1 ||
+      options.max_keys_per_report > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_keys_per_report: must be between 1 and %u, got %u",
+                        std::numeric_limits<uint32_t>::max(), options.max_keys_per_report));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RateAggregator::ValidateReport(const RateReport& report) {
+  if (absl::Status s = GatewayIdError("gateway_id", report.gateway_id); !s.ok()) return s;
+  const int64_t start = report.window_start_unix_ms, end = report.window_end_unix_ms;
+  if (end <= start) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window_end_unix_ms: must be > window_start_unix_ms (%d), got %d", start, end));
+  }
+  // end > start, so the difference fits in 64 unsigned bits.
+  if (static_cast<uint64_t>(end) - static_cast<uint64_t>(start) > uint64_t{kMaxWindowMs}) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("window_end_unix_ms: must be at most %d ms (1 hour) after "
+                        "window_start_unix_ms (%d), got %d",
+                        kMaxWindowMs, start, end));
+  }
+  if (!IsValidCount(report.other_count)) return CountError("other_count", report.other_count);
+  const size_t n = report.counts.size();
+  if (n > options_.max_keys_per_report) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "counts: %u entries, more than the limit of %u", n, options_.max_keys_per_report));
+  }
+
+  // The duplicate table: at least twice as many slots as entries, so probes stay short.
+  const size_t slots = std::bit_ceil(std::max<size_t>(16, 2 * n));
+  if (seen_.size() < slots) seen_.resize(slots);
+  if (++seen_generation_ == 0) {  // wrapped: old stamps could match again
+    for (SeenSlot& slot : seen_) slot.generation = 0;
+    seen_generation_ = 1;
+  }
+  const uint32_t generation = seen_generation_;
+  const size_t mask = slots - 1;
+  const absl::Hash<uint64_t> hash;
+
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) {
+      __builtin_prefetch(&seen_[hash(report.counts[i + kPrefetchDistance].key_id) & mask]);
+    }
+    const KeyCountReport& entry = report.counts[i];
+    // One combined test for the common case; the slow path says which field is wrong.
+    const bool tokens_ok =
+        !entry.prompt_tokens.has_value() || IsFiniteNonNegative(*entry.prompt_tokens);
+    if (!IsValidCount(entry.count) || !tokens_ok || entry.key.size() > kMaxKeyBytes) {
+      if (!IsValidCount(entry.count)) {
+        return CountError(absl::StrFormat("counts[%u].count", i), entry.count);
+      }
+      if (!tokens_ok) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("counts[%u].prompt_tokens: must be a finite number >= 0, got %s", i,
+                            FormatNumber(*entry.prompt_tokens)));
+      }
+      return KeyNameError(absl::StrFormat("counts[%u].key", i), entry.key);
+    }
+    for (size_t s = hash(entry.key_id) & mask;; s = (s + 1) & mask) {
+      SeenSlot& slot = seen_[s];
+      if (slot.generation != generation) {
+        slot = {
+            .key_id = entry.key_id, .generation = generation, .index = static_cast<uint32_t>(i)};
+        break;
+      }
+      if (slot.key_id == entry.key_id) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("counts[%u].key_id: duplicate key id %u (also counts[%u])", i,
+                            entry.key_id, slot.index));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReportResult> RateAggregator::Apply(const RateReport& report, absl::Time now) {
+  if (!IsRepresentable(now)) return TimeError("now", now);
+  if (absl::Status s = ValidateReport(report); !s.ok()) return s;
+
+  auto gateway = gateways_.find(report.gateway_id);
+  if (gateway != gateways_.end() && report.sequence <= gateway->second.last_sequence) {
+    return ReportResult{.duplicate = true};
+  }
+  if (gateway == gateways_.end()) gateway = gateways_.try_emplace(report.gateway_id).first;
+  gateway->second.last_sequence = report.sequence;
+  gateway->second.last_report = now;
+  ++gateway->second.reports;
+
+  unkeyed_pending_ += report.other_count;
+  const int64_t now_ns = absl::ToUnixNanos(now);
+  const std::vector<KeyCountReport>& counts = report.counts;
+  const size_t n = counts.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) keys_.prefetch(counts[i + kPrefetchDistance].key_id);
+    const KeyCountReport& entry = counts[i];
+    KeyEntry& key = keys_[entry.key_id];
+    key.pending += entry.count;
+    key.last_report_ns = now_ns;
+    if (!entry.key.empty() && (key.name == nullptr || *key.name != entry.key)) {
+      key.name = std::make_unique<std::string>(entry.key);
+    }
+  }
+  return ReportResult{.duplicate = false, .accepted_keys = n};
+}
+
+void RateAggregator::CloseInterval(absl::Time now) {
+  if (!(now > last_close_)) return;
+  const double dt = absl::ToDoubleSeconds(now - last_close_);
+  const double x = dt / absl::ToDoubleSeconds(options_.smoothing);
+  // α = 1 − e^(−x) via expm1, which stays accurate when Δt ≪ τ; 1 − α = e^(−x).
+  const double alpha = -std::expm1(-x);
+  const double keep = std::exp(-x);
+  // alpha / dt → 1/τ as dt → 0, so a tiny interval cannot blow a sample up into a huge rate.
+  const double weight = alpha / dt;
+  const int64_t cutoff_ns = absl::ToUnixNanos(now - options_.key_ttl);
+
+  unkeyed_rate_ = weight * unkeyed_pending_ + keep * unkeyed_rate_;
+  unkeyed_pending_ = 0;
+  for (auto it = keys_.begin(); it != keys_.end();) {
+    KeyEntry& key = it->second;
+    if (key.last_report_ns < cutoff_ns) {
+      keys_.erase(it++);
+      continue;
+    }
+    key.rate = weight * key.pending + keep * key.rate;
+    key.pending = 0;
+    ++it;
+  }
+  const absl::Time gateway_cutoff = now - options_.key_ttl;
+  for (auto it = gateways_.begin(); it != gateways_.end();) {
+    if (it->second.last_report < gateway_cutoff) {
+      gateways_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  last_close_ = now;
+}
+
+std::vector<KeyRate> RateAggregator::Rates() const {
+  std::vector<KeyRate> rates;
+  rates.reserve(keys_.size());
+  for (const auto& [key_id, key] : keys_) rates.push_back({.key = key_id, .rate = key.rate});
+  SortByKey(rates);
+  return rates;
+}
+
+std::optional<double> RateAggregator::RateOf(uint64_t key_id) const {
+  auto it = keys_.find(key_id);
+  if (it == keys_.end()) return std::nullopt;
+  return it->second.rate;
+}
+
+std::string_view RateAggregator::KeyName(uint64_t key_id) const {
+  auto it = keys_.find(key_id);
+  if (it == keys_.end() || it->second.name == nullptr) return {};
+  return *it->second.name;
+}
+
+std::vector<GatewayInfo> RateAggregator::Gateways() const {
+  std::vector<GatewayInfo> gateways;
+  gateways.reserve(gateways_.size());
+  for (const auto& [id, gateway] : gateways_) {
+    gateways.push_back({.gateway_id = id,
+                        .last_sequence = gateway.last_sequence,
+                        .last_report = gateway.last_report,
+                        .reports = gateway.reports});
+  }
+  std::sort(gateways.begin(), gateways.end(),
+            [](const GatewayInfo& a, const GatewayInfo& b) { return a.gateway_id < b.gateway_id; });
+  return gateways;
+}
+
+RateAggregator::State RateAggregator::Export() const {
+  State state;
+  state.last_close = last_close_;
+  state.unkeyed_rate = unkeyed_rate_;
+  state.unkeyed_pending = unkeyed_pending_;
+  state.keys.reserve(keys_.size());
+  for (const auto& [key_id, key] : keys_) {
+    state.keys.push_back({.key_id = key_id,
+                          .rate = key.rate,
+                          .pending = key.pending,
+                          .last_report = absl::FromUnixNanos(key.last_report_ns),
+                          .name = key.name == nullptr ? std::string() : *key.name});
+  }
+  std::sort(state.keys.begin(), state.keys.end(),
+            [](const State::Key& a, const State::Key& b) { return a.key_id < b.key_id; });
+  state.gateways = Gateways();
+  return state;
+}
+
+absl::StatusOr<RateAggregator> RateAggregator::Restore(const State& state,
+                                                       RateAggregatorOptions options) {
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (!IsRepresentable(state.last_close)) return TimeError("last_close", state.last_close);
+  if (!IsFiniteNonNegative(state.unkeyed_rate)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unkeyed_rate: must be a finite number >= 0, got %s", FormatNumber(state.unkeyed_rate)));
+  }
+  if (!IsFiniteNonNegative(state.unkeyed_pending)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unkeyed_pending: must be a finite number >= 0, got %s",
+                        FormatNumber(state.unkeyed_pending)));
+  }
+
+  RateAggregator aggregator(options, state.last_close);
+  aggregator.unkeyed_rate_ = state.unkeyed_rate;
+  aggregator.unkeyed_pending_ = state.unkeyed_pending;
+  aggregator.keys_.reserve(state.keys.size());
+  for (size_t i = 0; i < state.keys.size(); ++i) {
+    const State::Key& key = state.keys[i];
+    for (auto [field, value] : {std::pair{"rate", key.rate}, std::pair{"pending", key.pending}}) {
+      if (!IsFiniteNonNegative(value)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "keys[%u].%s: must be a finite number >= 0, got %s", i, field, FormatNumber(value)));
+      }
+    }
+    if (!IsRepresentable(key.last_report)) {
+      return TimeError(absl::StrFormat("keys[%u].last_report", i), key.last_report);
+    }
+    if (key.name.size() > kMaxKeyBytes) {
+      return KeyNameError(absl::StrFormat("keys[%u].name", i), key.name);
+    }
+    auto [it, inserted] = aggregator.keys_.try_emplace(key.key_id);
+    if (!inserted) {
+      size_t first = 0;
+      while (state.keys[first].key_id != key.key_id) ++first;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "keys[%u].key_id: duplicate key id %u (also keys[%u])", i, key.key_id, first));
+    }
+    KeyEntry& entry = it->second;
+    entry.rate = key.rate;
+    entry.pending = key.pending;
+    entry.last_report_ns = absl::ToUnixNanos(key.last_report);
+    if (!key.name.empty()) entry.name = std::make_unique<std::string>(key.name);
+  }
+  for (size_t i = 0; i < state.gateways.size(); ++i) {
+    const GatewayInfo& gateway = state.gateways[i];
+    const std::string field = absl::StrFormat("gateways[%u].gateway_id", i);
+    if (absl::Status s = GatewayIdError(field, gateway.gateway_id); !s.ok()) return s;
+    if (!IsRepresentable(gateway.last_report)) {
+      return TimeError(absl::StrFormat("gateways[%u].last_report", i), gateway.last_report);
+    }
+    auto [it, inserted] = aggregator.gateways_.try_emplace(gateway.gateway_id);
+    if (!inserted) {
+      size_t first = 0;
+      while (state.gateways[first].gateway_id != gateway.gateway_id) ++first;
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: duplicate gateway id \"%s\" (also gateways[%u])", field,
+                          absl::CHexEscape(gateway.gateway_id), first));
+    }
+    it->second = {.last_sequence = gateway.last_sequence,
+                  .last_report = gateway.last_report,
+                  .reports = gateway.reports};
+  }
+  return aggregator;
+}
+
+}  // namespace cacheroute::planner

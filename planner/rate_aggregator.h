@@ -1,0 +1,240 @@
+// RateAggregator: the planner's per-key request-rate estimator. Gateways report how many requests
+// each key received (cacheroute.v1.ReportRatesRequest, which the service converts to RateReport);
+// the aggregator sums them across gateways and smooths them over time into the per-key rates λ_b
+// that PlanBuilder plans from (shared/paper/cacheroute.txt §3.1: "rate estimates that remain
+// useful for at least one cache-warming interval").
+//
+// The estimator
+//   Time is the planner's own: the caller passes `now` to every Apply and CloseInterval. The
+//   CloseInterval calls cut time into intervals [t_{i−1}, t_i), where t_0 is the start time given
+//   to the constructor. Counts belong to the interval in which the planner applies them; a
+//   report's window is validated but not used for the arithmetic, so gateway clocks never skew
+//   the rates. Gateways should therefore report at least as often as the planner closes
+//   intervals; jitter in when reports arrive is noise that the smoothing removes.
+//
+//   CloseInterval(t_i), with Δt = t_i − t_{i−1} in seconds and τ = options.smoothing in seconds,
+//   updates every known key b:
+//       s_b = C_b / Δt                  C_b: the sum of b's counts over all reports applied in
+//                                       the interval (0 if no report listed b)
+//       α   = 1 − exp(−Δt/τ)
+//       λ_b ← α·s_b + (1 − α)·λ_b
+//   and updates the unkeyed rate λ_other the same way from the reports' other_count values.
+//   This is an exponentially weighted moving average in continuous time with time constant τ:
+//   a count weighs exp(−age/τ). For a steady true rate s the estimate after a time T is
+//   s·(1 − exp(−T/τ)) + exp(−T/τ)·λ(0), however T is cut into intervals.
+//
+//   A key seen for the first time starts from λ_b = 0, like a key that was always known and got no
+//   traffic. So a new key reaches 63% of its true rate after τ, 95% after 3τ and 99% after 4.6τ.
+//   The choice keeps the estimator linear: Σ_b λ_b + λ_other is exactly the same average of the
+//   fleet's total rate (up to the residue of expired keys), so a key that a gateway moves from
+//   other_count to its own entry (when it becomes a heavy hitter) shifts rate between the two
+//   without changing the total, and a single burst for a new key is not mistaken for a steady rate.
+//   (Starting a new key at its first sample instead would react faster but would break both
+//   properties.) The same holds after construction: every rate starts at 0, so a planner started
+//   from scratch should not trust its plan before about 3τ; one that restarts should Restore the
+//   state it exported.
+//
+//   After the update, keys whose last report is older than key_ttl (an Apply listing them at a
+//   `now` before t_i − key_ttl) are forgotten: rate, name and all. By then their rate has decayed
+//   to about exp(−key_ttl/τ) of what it was (e^−10 ≈ 4.5·10^−5 with the defaults). A forgotten key
+//   that is reported again starts from 0. Gateways silent for longer than key_ttl are forgotten
+//   the same way (see Apply for what that means for their sequence numbers).
+//
+//   A CloseInterval at or before the last one (a zero-length interval, or a clock that stepped
+//   back) changes nothing: the counts stay pending for the next interval.
+//
+// Reports
+//   Apply validates the whole report before applying any of it: a bad report changes nothing and
+//   gets InvalidArgument naming the field and the value. Each gateway's reports carry increasing
+//   sequence numbers; a report whose sequence is at or below the last one applied for its gateway
+//   is a duplicate (a retry): it is acknowledged with duplicate = true and not applied again. A
+//   gateway that restarts its sequence from a lower number is therefore ignored until it passes
+//   its old number or has been silent for key_ttl, so gateways should make ids unique per process
+//   instance or persist their sequence.
+//
+// Invariants: every rate and pending count is finite and ≥ 0 (counts above kMaxCount are
+// rejected, so sums cannot overflow); each known key was listed in a report applied within
+// key_ttl of the last CloseInterval, or after it; a rejected or duplicate report changes nothing.
+// Every result depends only on the options, the start time and the calls made with their
+// arguments, and is bit-for-bit reproducible; Rates() is in ascending key id order.
+//
+// Pure: no I/O, no threads, no clock. Not thread-safe; the service serialises calls. Cost: Apply
+// is two linear passes over the report (one hash-map access per entry; about 40 ns per entry
+// with 128k known keys on the 2-core development machine); CloseInterval and Rates() are linear
+// in the known keys. Memory: one 40-byte hash-map slot and a control byte per key (47 to 94
+// bytes at abseil's load factors), plus the readable key on the heap only for keys sent with one.
+//
+// Usage:
+//   RateAggregator aggregator(RateAggregatorOptions{}, clock->Now());
+//   absl::StatusOr<ReportResult> result = aggregator.Apply(report, clock->Now());
+//   if (!result.ok()) return result.status();  // InvalidArgument naming the field and value
+//   ...  // once per control interval:
+//   aggregator.CloseInterval(clock->Now());
+//   std::vector<KeyRate> rates = aggregator.Rates();
+//   absl::StatusOr<Plan> plan = builder.Build(rates, config);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "planner/plan_builder.h"
+
+namespace cacheroute::planner {
+
+// Requests for one key in a report's window (cacheroute.v1.KeyCount).
+struct KeyCountReport {
+  uint64_t key_id = 0;
+  double count = 0;                     // finite, 0 ≤ count ≤ RateAggregator::kMaxCount
+  std::optional<double> prompt_tokens;  // finite, ≥ 0 when set; validated, not yet used
+  std::string key;                      // optional readable key, ≤ 256 bytes
+};
+
+// One gateway's report (cacheroute.v1.ReportRatesRequest).
+struct RateReport {
+  std::string gateway_id;  // non-empty, ≤ 128 bytes
+  uint64_t sequence = 0;   // increases by one per report from this gateway
+  int64_t window_start_unix_ms = 0;
+  int64_t window_end_unix_ms = 0;      // > start; the window is at most 1 hour
+  std::vector<KeyCountReport> counts;  // each key_id at most once; ≤ max_keys_per_report entries
+  double other_count = 0;  // requests for keys not listed one by one; like KeyCountReport::count
+};
+
+struct ReportResult {
+  bool duplicate = false;      // the (gateway_id, sequence) was applied before; nothing changed
+  uint64_t accepted_keys = 0;  // entries applied from this report
+};
+
+struct RateAggregatorOptions {
+  absl::Duration smoothing = absl::Seconds(60);  // τ, the EWMA time constant; finite, > 0
+  absl::Duration key_ttl = absl::Minutes(10);    // keys (and gateways) silent this long are
+                                                 // forgotten; finite, > 0
+  size_t max_keys_per_report = 100000;           // in [1, 2^32 − 1]
+};
+
+struct GatewayInfo {
+  std::string gateway_id;
+  uint64_t last_sequence = 0;  // of the last report applied
+  absl::Time last_report;      // `now` of the last report applied
+  uint64_t reports = 0;        // reports applied (duplicates not included)
+
+  bool operator==(const GatewayInfo&) const = default;
+};
+
+class RateAggregator {
+ public:
+  // Largest count (or other_count) one report may carry for one key: far above any real window
+  // (it is 2.8·10^11 requests per second for an hour), and small enough that no sum of counts can
+  // reach infinity.
+  static constexpr double kMaxCount = 1e15;
+  static constexpr size_t kMaxKeyBytes = 256;
+  static constexpr size_t kMaxGatewayIdBytes = 128;
+  static constexpr int64_t kMaxWindowMs = 3600 * 1000;
+
+  // Everything needed to continue exactly where Export was called: a plain value the service
+  // serialises. Restore accepts the keys and gateways in any order.
+  struct State {
+    struct Key {
+      uint64_t key_id = 0;
+      double rate = 0;         // λ_b, requests per second
+      double pending = 0;      // counts applied since last_close
+      absl::Time last_report;  // `now` of the last Apply that listed the key
+      std::string name;        // the readable key; "" when none was ever sent
+
+      bool operator==(const Key&) const = default;
+    };
+    absl::Time last_close;
+    double unkeyed_rate = 0;
+    double unkeyed_pending = 0;
+    std::vector<Key> keys;              // ascending key_id
+    std::vector<GatewayInfo> gateways;  // ascending gateway_id
+
+    bool operator==(const State&) const = default;
+  };
+
+  // `options` must pass ValidateOptions and `start` (the beginning of the first interval) must be
+  // finite; both are checked only by assert.
+  explicit RateAggregator(RateAggregatorOptions options, absl::Time start);
+
+  // Movable, not copyable: Export and Restore make a copy.
+  RateAggregator(RateAggregator&&) = default;
+  RateAggregator& operator=(RateAggregator&&) = default;
+
+  // InvalidArgument naming the field and value unless smoothing and key_ttl are finite and > 0
+  // and max_keys_per_report is in [1, 2^32 − 1].
+  static absl::Status ValidateOptions(const RateAggregatorOptions& options);
+
+  // Validates the whole report, then applies it: its counts join the current interval, and its
+  // keys' and gateway's last report time becomes `now`. On an error (InvalidArgument naming the
+  // field and value, e.g. "counts[3].count: must be a finite number >= 0, got nan") nothing is
+  // applied. A report whose sequence is at or below the last one applied for its gateway returns
+  // {.duplicate = true} and applies nothing.
+  absl::StatusOr<ReportResult> Apply(const RateReport& report, absl::Time now);
+
+  // Closes the interval [last close, now) and updates the rates as described at the top of this
+  // file, then forgets keys and gateways silent for longer than key_ttl. Nothing happens when
+  // now ≤ last close.
+  void CloseInterval(absl::Time now);
+
+  // The smoothed rate of every known key, ascending by key id. Keys reported since the last
+  // CloseInterval for the first time are included with rate 0.
+  std::vector<KeyRate> Rates() const;
+  // The smoothed rate of the traffic reported as other_count.
+  double UnkeyedRate() const { return unkeyed_rate_; }
+  size_t known_keys() const { return keys_.size(); }
+  // The key's smoothed rate, or nullopt when the key is not known.
+  std::optional<double> RateOf(uint64_t key_id) const;
+  // The last readable key sent for the key; "" when none was or the key is not known. Valid until
+  // the next non-const call.
+  std::string_view KeyName(uint64_t key_id) const;
+  // Ascending by gateway_id.
+  std::vector<GatewayInfo> Gateways() const;
+
+  State Export() const;
+  // InvalidArgument naming the field and value for invalid options, a time that is not finite
+  // (or outside the years 1678 to 2262), a rate or pending count that is negative or not finite,
+  // an over-long name or gateway id, an empty gateway id, or a key id or gateway id listed twice.
+  static absl::StatusOr<RateAggregator> Restore(const State& state, RateAggregatorOptions options);
+
+ private:
+  // One known key: 40 bytes with its id in the map's slot.
+  struct KeyEntry {
+    double rate = 0;
+    double pending = 0;
+    int64_t last_report_ns = 0;         // Unix nanoseconds
+    std::unique_ptr<std::string> name;  // only for keys that were ever sent with one
+  };
+  struct GatewayEntry {
+    uint64_t last_sequence = 0;
+    absl::Time last_report;
+    uint64_t reports = 0;
+  };
+  // A slot of the duplicate-key-id table used while validating one report. Slots are valid only
+  // when they carry the current generation, so the table is reused without being cleared.
+  struct SeenSlot {
+    uint64_t key_id = 0;
+    uint32_t generation = 0;
+    uint32_t index = 0;  // where in report.counts the key id was first seen
+  };
+
+  absl::Status ValidateReport(const RateReport& report);
+
+  RateAggregatorOptions options_;
+  absl::Time last_close_;
+  double unkeyed_rate_ = 0;
+  double unkeyed_pending_ = 0;
+  absl::flat_hash_map<uint64_t, KeyEntry> keys_;
+  absl::flat_hash_map<std::string, GatewayEntry> gateways_;
+  std::vector<SeenSlot> seen_;
+  uint32_t seen_generation_ = 0;
+};
+
+}  // namespace cacheroute::planner
