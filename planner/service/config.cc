@@ -1,0 +1,802 @@
+// Loading PlannerConfig from YAML and flags (config.h).
+//
+// One set of per-value checks serves the YAML parser, the flags and ValidatePlannerConfig, so a
+// bad q_cap reads the same wherever it came from; only the name in front differs (`q_cap`,
+// `--q-cap`). yaml-cpp and CLI11 throw; both are caught here and turned into InvalidArgument
+// (bad input) or Internal (anything else), so no exception leaves this file.
+#include "planner/service/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "yaml-cpp/yaml.h"
+
+namespace cacheroute::service {
+namespace {
+
+constexpr absl::string_view kProgram = "cacheroute-planner";
+
+std::string Quote(absl::string_view text) {
+  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
+}
+
+absl::Status Invalid(absl::string_view name, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(name, ": ", problem));
+}
+
+// ---- Per-value checks. `name` is the YAML key or the flag the value came from. ----
+
+absl::Status CheckPositiveFinite(absl::string_view name, double value) {
+  if (std::isfinite(value) && value > 0) return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be a finite number > 0, got ", value));
+}
+
+absl::Status CheckPositiveDuration(absl::string_view name, absl::Duration value) {
+  if (value > absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
+  return Invalid(name,
+                 absl::StrCat("must be a finite duration > 0, got ", absl::FormatDuration(value)));
+}
+
+absl::Status CheckIntegerRange(absl::string_view name, uint64_t value, uint64_t min, uint64_t max) {
+  if (value >= min && value <= max) return absl::OkStatus();
+  if (max == std::numeric_limits<uint64_t>::max()) {
+    return Invalid(name, absl::StrCat("must be an integer >= ", min, ", got ", value));
+  }
+  return Invalid(name,
+                 absl::StrCat("must be an integer between ", min, " and ", max, ", got ", value));
+}
+
+absl::Status CheckLogFormat(absl::string_view name, absl::string_view value) {
+  if (value == "text" || value == "json") return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be \"text\" or \"json\", got ", Quote(value)));
+}
+
+// HOST:PORT as gRPC and the metrics server take it: an IPv6 host goes in brackets, the port is
+// 0 … 65535 (0 picks a free one).
+absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
+  if (value.empty()) {
+    if (allow_empty) return absl::OkStatus();
+    return Invalid(name, "must be HOST:PORT, got \"\"");
+  }
+  const size_t colon = value.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return Invalid(name, absl::StrCat("must be HOST:PORT, got ", Quote(value)));
+  }
+  const absl::string_view host = value.substr(0, colon);
+  const absl::string_view port = value.substr(colon + 1);
+  if (host.empty() || (host.front() == '[') != (host.back() == ']') ||
+      (host.front() == '[' && host.size() < 3)) {
+    return Invalid(name,
+                   absl::StrCat("must be HOST:PORT with a non-empty host, got ", Quote(value)));
+  }
+  if (host.front() != '[' && absl::StrContains(host, ':')) {
+    return Invalid(
+        name, absl::StrCat("an IPv6 host goes in brackets, e.g. [::]:50051, got ", Quote(value)));
+  }
+  uint32_t port_number = 0;
+  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(port, &port_number) || port_number > 65535) {
+    return Invalid(name,
+                   absl::StrCat("port must be an integer between 0 and 65535, got ", Quote(value)));
+  }
+  return absl::OkStatus();
+}
+
+// The token travels as "authorization: Bearer <token>", so it must be a valid header value
+// without spaces. Its value is never echoed: error messages end up in logs.
+absl::Status CheckToken(absl::string_view name, absl::string_view token) {
+  for (const char c : token) {
+    if (c < 0x21 || c > 0x7e) {
+      return Invalid(name, "must be visible ASCII characters without spaces (value not shown)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDestinations(absl::string_view name, const std::vector<std::string>& names) {
+  if (names.empty()) return Invalid(name, "must name at least one destination, got none");
+  if (names.size() > kMaxConfigDestinations) {
+    return Invalid(name, absl::StrCat("at most ", kMaxConfigDestinations,
+                                      " destinations are supported, got ", names.size()));
+  }
+  std::unordered_map<std::string_view, size_t> first_index;
+  first_index.reserve(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string indexed = absl::StrCat(name, "[", i, "]");
+    if (names[i].empty()) return Invalid(indexed, "name must be non-empty, got \"\"");
+    const auto [it, inserted] = first_index.emplace(names[i], i);
+    if (!inserted) {
+      return Invalid(indexed, absl::StrCat("duplicate name ", Quote(names[i]), " (also ", name, "[",
+                                           it->second, "])"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> NumberedDestinations(uint64_t count) {
+  std::vector<std::string> names;
+  names.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) names.push_back(absl::StrCat(i));
+  return names;
+}
+
+// ---- Text → value, shared by YAML scalars and flags. ----
+
+absl::StatusOr<double> ParseNumber(absl::string_view name, absl::string_view text) {
+  double value = 0;
+  // YAML spells infinity and NaN its own way; map them so the range check can name them.
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == ".inf" || lower == "+.inf") return std::numeric_limits<double>::infinity();
+  if (lower == "-.inf") return -std::numeric_limits<double>::infinity();
+  if (lower == ".nan") return std::numeric_limits<double>::quiet_NaN();
+  if (!absl::SimpleAtod(text, &value)) {
+    return Invalid(name, absl::StrCat("expected a number, got ", Quote(text)));
+  }
+  return value;
+}
+
+absl::StatusOr<uint64_t> ParseInteger(absl::string_view name, absl::string_view text, uint64_t min,
+                                      uint64_t max) {
+  int64_t negative = 0;
+  if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "-") &&
+      absl::SimpleAtoi(text, &negative)) {
+    if (max == std::numeric_limits<uint64_t>::max()) {
+      return Invalid(name, absl::StrCat("must be an integer >= ", min, ", got ", negative));
+    }
+    return Invalid(
+        name, absl::StrCat("must be an integer between ", min, " and ", max, ", got ", negative));
+  }
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value)) {
+    return Invalid(name, absl::StrCat("expected an integer, got ", Quote(text)));
+  }
+  if (absl::Status status = CheckIntegerRange(name, value, min, max); !status.ok()) return status;
+  return value;
+}
+
+absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view name, absl::string_view text) {
+  absl::Duration value;
+  if (!absl::ParseDuration(absl::StripAsciiWhitespace(text), &value)) {
+    return Invalid(
+        name,
+        absl::StrCat(Quote(text), " is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")"));
+  }
+  if (absl::Status status = CheckPositiveDuration(name, value); !status.ok()) return status;
+  return value;
+}
+
+// ---- YAML. ----
+
+std::string DescribeNode(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      return Quote(node.Scalar());
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+// Any scalar, quoted or not (a name like `0` or a port-like `50051` is still a string).
+absl::StatusOr<std::string> YamlString(absl::string_view name, const YAML::Node& node) {
+  if (!node.IsScalar()) {
+    return Invalid(name, absl::StrCat("expected a string, got ", DescribeNode(node),
+                                      node.IsNull() ? " (write \"\" for an empty string)" : ""));
+  }
+  return node.Scalar();
+}
+
+// A plain (unquoted) scalar: `q_cap: "8"` is a string in YAML, and a number where a string is
+// meant usually is a mistake, so typed keys reject quoted values.
+absl::StatusOr<std::string> YamlPlainScalar(absl::string_view name, const YAML::Node& node,
+                                            absl::string_view expected) {
+  if (!node.IsScalar()) {
+    return Invalid(name, absl::StrCat("expected ", expected, ", got ", DescribeNode(node)));
+  }
+  if (node.Tag() == "!") {
+    return Invalid(name, absl::StrCat("expected ", expected, ", got the quoted string ",
+                                      Quote(node.Scalar())));
+  }
+  return node.Scalar();
+}
+
+absl::StatusOr<double> YamlPositiveNumber(absl::string_view name, const YAML::Node& node) {
+  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "a number");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<double> value = ParseNumber(name, *text);
+  if (!value.ok()) return value.status();
+  if (absl::Status status = CheckPositiveFinite(name, *value); !status.ok()) return status;
+  return value;
+}
+
+absl::StatusOr<uint64_t> YamlInteger(absl::string_view name, const YAML::Node& node, uint64_t min,
+                                     uint64_t max) {
+  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "an integer");
+  if (!text.ok()) return text.status();
+  return ParseInteger(name, *text, min, max);
+}
+
+absl::StatusOr<bool> YamlBool(absl::string_view name, const YAML::Node& node) {
+  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "true or false");
+  if (!text.ok()) return text.status();
+  const std::string lower = absl::AsciiStrToLower(*text);
+  if (lower == "true") return true;
+  if (lower == "false") return false;
+  return Invalid(name, absl::StrCat("expected true or false, got ", Quote(*text)));
+}
+
+absl::StatusOr<absl::Duration> YamlDuration(absl::string_view name, const YAML::Node& node) {
+  if (!node.IsScalar()) {
+    return Invalid(name,
+                   absl::StrCat("expected a duration such as \"10s\", got ", DescribeNode(node)));
+  }
+  return ParseDurationText(name, node.Scalar());
+}
+
+bool LooksLikeInteger(absl::string_view text) {
+  absl::ConsumePrefix(&text, "-");
+  return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
+}
+
+absl::StatusOr<std::vector<std::string>> YamlDestinations(absl::string_view name,
+                                                          const YAML::Node& node) {
+  if (node.IsSequence()) {
+    std::vector<std::string> names;
+    names.reserve(node.size());
+    for (size_t i = 0; i < node.size(); ++i) {
+      const std::string indexed = absl::StrCat(name, "[", i, "]");
+      if (!node[i].IsScalar()) {
+        return Invalid(indexed, absl::StrCat("expected a name, got ", DescribeNode(node[i])));
+      }
+      names.push_back(node[i].Scalar());
+    }
+    if (absl::Status status = CheckDestinations(name, names); !status.ok()) return status;
+    return names;
+  }
+  if (node.IsScalar() && node.Tag() != "!" && LooksLikeInteger(node.Scalar())) {
+    absl::StatusOr<uint64_t> count = ParseInteger(name, node.Scalar(), 1, kMaxConfigDestinations);
+    if (!count.ok()) return count.status();
+    return NumberedDestinations(*count);
+  }
+  return Invalid(name,
+                 absl::StrCat("expected a count or a list of names, got ", DescribeNode(node)));
+}
+
+// A mapping key and what to do with its value. `name` is the full key for messages ("tls.key").
+struct YamlField {
+  absl::string_view key;
+  std::function<absl::Status(absl::string_view name, const YAML::Node& value, PlannerConfig&)>
+      apply;
+};
+
+// Edit distance, for "did you mean" on unknown keys; keys are short.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+absl::Status UnknownKey(absl::string_view prefix, absl::string_view key,
+                        const std::vector<YamlField>& fields) {
+  const std::string name = absl::StrCat(prefix, absl::CHexEscape(key));
+  absl::string_view closest;
+  size_t best = std::numeric_limits<size_t>::max();
+  for (const YamlField& field : fields) {
+    // A truncated key ("cert" for "cert_file") is as good a guess as a typo.
+    const bool truncated = key.size() >= 3 && absl::StartsWith(field.key, key);
+    const size_t distance = truncated ? 0 : EditDistance(key, field.key);
+    if (distance < best) {
+      best = distance;
+      closest = field.key;
+    }
+  }
+  if (best <= 2 || best * 3 <= key.size()) {
+    return Invalid(name, absl::StrCat("unknown key (did you mean ", prefix, closest, "?)"));
+  }
+  std::vector<absl::string_view> known;
+  for (const YamlField& field : fields) known.push_back(field.key);
+  return Invalid(name, absl::StrCat("unknown key; known keys: ", absl::StrJoin(known, ", ")));
+}
+
+// Applies every key of the mapping `node`. Returns the keys seen, for checks across keys.
+absl::StatusOr<std::set<std::string>> ApplyMapping(absl::string_view prefix, const YAML::Node& node,
+                                                   const std::vector<YamlField>& fields,
+                                                   PlannerConfig& config) {
+  std::set<std::string> seen;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix.empty() ? "the document" : prefix.substr(0, prefix.size() - 1),
+                       ": keys must be strings, got ", DescribeNode(entry.first), " as a key"));
+    }
+    const std::string& key = entry.first.Scalar();
+    const auto field = std::find_if(fields.begin(), fields.end(),
+                                    [&](const YamlField& f) { return f.key == key; });
+    if (field == fields.end()) return UnknownKey(prefix, key, fields);
+    const std::string name = absl::StrCat(prefix, key);
+    if (!seen.insert(key).second) return Invalid(name, "given more than once");
+    if (absl::Status status = field->apply(name, entry.second, config); !status.ok()) {
+      return status;
+    }
+  }
+  return seen;
+}
+
+// A field that holds a string, checked by `check` (may be null).
+YamlField StringField(absl::string_view key, std::string PlannerConfig::*member,
+                      std::function<absl::Status(absl::string_view, absl::string_view)> check) {
+  return {key,
+          [member, check](absl::string_view name, const YAML::Node& node,
+                          PlannerConfig& config) -> absl::Status {
+            absl::StatusOr<std::string> value = YamlString(name, node);
+            if (!value.ok()) return value.status();
+            if (check) {
+              if (absl::Status status = check(name, *value); !status.ok()) return status;
+            }
+            config.*member = *std::move(value);
+            return absl::OkStatus();
+          }};
+}
+
+YamlField TlsStringField(absl::string_view key, std::string TlsConfig::*member) {
+  return {key,
+          [member](absl::string_view name, const YAML::Node& node,
+                   PlannerConfig& config) -> absl::Status {
+            absl::StatusOr<std::string> value = YamlString(name, node);
+            if (!value.ok()) return value.status();
+            config.tls.*member = *std::move(value);
+            return absl::OkStatus();
+          }};
+}
+
+YamlField DurationField(absl::string_view key, absl::Duration PlannerConfig::*member) {
+  return {key,
+          [member](absl::string_view name, const YAML::Node& node,
+                   PlannerConfig& config) -> absl::Status {
+            absl::StatusOr<absl::Duration> value = YamlDuration(name, node);
+            if (!value.ok()) return value.status();
+            config.*member = *value;
+            return absl::OkStatus();
+          }};
+}
+
+template <typename Int>
+YamlField IntegerField(absl::string_view key, Int PlannerConfig::*member, uint64_t min,
+                       uint64_t max) {
+  return {key,
+          [member, min, max](absl::string_view name, const YAML::Node& node,
+                             PlannerConfig& config) -> absl::Status {
+            absl::StatusOr<uint64_t> value = YamlInteger(name, node, min, max);
+            if (!value.ok()) return value.status();
+            config.*member = static_cast<Int>(*value);
+            return absl::OkStatus();
+          }};
+}
+
+YamlField PositiveNumberField(absl::string_view key, double PlannerConfig::*member) {
+  return {key,
+          [member](absl::string_view name, const YAML::Node& node,
+                   PlannerConfig& config) -> absl::Status {
+            absl::StatusOr<double> value = YamlPositiveNumber(name, node);
+            if (!value.ok()) return value.status();
+            config.*member = *value;
+            return absl::OkStatus();
+          }};
+}
+
+const std::vector<YamlField>& TlsFields() {
+  static const auto* const fields = new std::vector<YamlField>{
+      TlsStringField("cert_file", &TlsConfig::cert_file),
+      TlsStringField("key_file", &TlsConfig::key_file),
+      TlsStringField("client_ca_file", &TlsConfig::client_ca_file),
+  };
+  return *fields;
+}
+
+const std::vector<YamlField>& TopLevelFields() {
+  constexpr uint64_t kNoMax = std::numeric_limits<uint64_t>::max();
+  static const auto* const fields = new std::vector<YamlField>{
+      StringField("listen", &PlannerConfig::listen,
+                  [](absl::string_view name, absl::string_view value) {
+                    return CheckHostPort(name, value, /*allow_empty=*/false);
+                  }),
+      StringField("metrics_listen", &PlannerConfig::metrics_listen,
+                  [](absl::string_view name, absl::string_view value) {
+                    return CheckHostPort(name, value, /*allow_empty=*/true);
+                  }),
+      {"tls",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         if (node.IsNull()) return absl::OkStatus();  // every sub-key commented out
+         if (!node.IsMap()) {
+           return Invalid(name, absl::StrCat("expected a mapping with cert_file, key_file, "
+                                             "client_ca_file; got ",
+                                             DescribeNode(node)));
+         }
+         return ApplyMapping(absl::StrCat(name, "."), node, TlsFields(), config).status();
+       }},
+      // Setting one of token / token_file clears the other, so that a layer (YAML over
+      // defaults, flags over YAML) replaces the way the token is given.
+      {"token",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         absl::StatusOr<std::string> value = YamlString(name, node);
+         if (!value.ok()) return value.status();
+         if (absl::Status status = CheckToken(name, *value); !status.ok()) return status;
+         config.token = *std::move(value);
+         config.token_file.clear();
+         return absl::OkStatus();
+       }},
+      {"token_file",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         absl::StatusOr<std::string> value = YamlString(name, node);
+         if (!value.ok()) return value.status();
+         config.token_file = *std::move(value);
+         config.token.clear();
+         return absl::OkStatus();
+       }},
+      {"token_required_for_reads",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         absl::StatusOr<bool> value = YamlBool(name, node);
+         if (!value.ok()) return value.status();
+         config.token_required_for_reads = *value;
+         return absl::OkStatus();
+       }},
+      StringField("state_dir", &PlannerConfig::state_dir, nullptr),
+      {"destinations",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         absl::StatusOr<std::vector<std::string>> value = YamlDestinations(name, node);
+         if (!value.ok()) return value.status();
+         config.destinations = *std::move(value);
+         return absl::OkStatus();
+       }},
+      PositiveNumberField("q_cap", &PlannerConfig::q_cap),
+      IntegerField("slots_per_destination", &PlannerConfig::slots_per_destination, 1, kNoMax),
+      DurationField("control_interval", &PlannerConfig::control_interval),
+      PositiveNumberField("table_ttl_seconds", &PlannerConfig::table_ttl_seconds),
+      IntegerField("history", &PlannerConfig::history, 1, kNoMax),
+      DurationField("rate_smoothing", &PlannerConfig::rate_smoothing),
+      DurationField("key_ttl", &PlannerConfig::key_ttl),
+      IntegerField("max_keys_per_report", &PlannerConfig::max_keys_per_report, 1, kNoMax),
+      IntegerField("max_message_bytes", &PlannerConfig::max_message_bytes, 1,
+                   kMaxMessageBytesLimit),
+      StringField("log_format", &PlannerConfig::log_format, CheckLogFormat),
+  };
+  return *fields;
+}
+
+absl::StatusOr<PlannerConfig> ParseYamlOrThrow(absl::string_view yaml, PlannerConfig config) {
+  const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+  if (documents.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected one YAML document, got ", documents.size(), " (separated by ---)"));
+  }
+  if (documents.empty() || documents[0].IsNull()) return config;
+  const YAML::Node& root = documents[0];
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the document must be a mapping of keys (e.g. \"q_cap: 8\"), got ", DescribeNode(root)));
+  }
+  absl::StatusOr<std::set<std::string>> seen = ApplyMapping("", root, TopLevelFields(), config);
+  if (!seen.ok()) return seen.status();
+  if (seen->count("token") > 0 && seen->count("token_file") > 0) {
+    return Invalid("token_file", "give either token or token_file, not both");
+  }
+  return config;
+}
+
+// ---- Files. ----
+
+absl::StatusOr<std::string> ReadFile(absl::string_view name, const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return Invalid(name, absl::StrCat("cannot open ", Quote(path), ": ",
+                                      std::error_code(errno, std::generic_category()).message()));
+  }
+  std::string text;
+  char buffer[1 << 14];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int error = errno;
+  std::fclose(file);
+  if (failed) {
+    return Invalid(name, absl::StrCat("cannot read ", Quote(path), ": ",
+                                      std::error_code(error, std::generic_category()).message()));
+  }
+  return text;
+}
+
+// ---- Flags. ----
+
+struct Flags {
+  std::string config;
+  std::string listen;
+  std::string metrics_listen;
+  std::string state_dir;
+  std::string destinations;
+  std::string destination_names;
+  std::string q_cap;
+  std::string slots_per_destination;
+  std::string control_interval;
+  std::string token;
+  std::string token_file;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  std::string log_format;
+};
+
+// Flags are taken as strings and parsed here, so their errors read like the YAML ones.
+absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& config) {
+  const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
+  if (given("--listen")) {
+    if (absl::Status s = CheckHostPort("--listen", flags.listen, false); !s.ok()) return s;
+    config.listen = flags.listen;
+  }
+  if (given("--metrics-listen")) {
+    if (absl::Status s = CheckHostPort("--metrics-listen", flags.metrics_listen, true); !s.ok()) {
+      return s;
+    }
+    config.metrics_listen = flags.metrics_listen;
+  }
+  if (given("--state-dir")) config.state_dir = flags.state_dir;
+  if (given("--destinations")) {
+    absl::StatusOr<uint64_t> count =
+        ParseInteger("--destinations", flags.destinations, 1, kMaxConfigDestinations);
+    if (!count.ok()) return count.status();
+    config.destinations = NumberedDestinations(*count);
+  }
+  if (given("--destination-names")) {
+    std::vector<std::string> names = absl::StrSplit(flags.destination_names, ',');
+    if (absl::Status s = CheckDestinations("--destination-names", names); !s.ok()) return s;
+    config.destinations = std::move(names);
+  }
+  if (given("--q-cap")) {
+    absl::StatusOr<double> q_cap = ParseNumber("--q-cap", flags.q_cap);
+    if (!q_cap.ok()) return q_cap.status();
+    if (absl::Status s = CheckPositiveFinite("--q-cap", *q_cap); !s.ok()) return s;
+    config.q_cap = *q_cap;
+  }
+  if (given("--slots-per-destination")) {
+    absl::StatusOr<uint64_t> slots =
+        ParseInteger("--slots-per-destination", flags.slots_per_destination, 1,
+                     std::numeric_limits<uint64_t>::max());
+    if (!slots.ok()) return slots.status();
+    config.slots_per_destination = *slots;
+  }
+  if (given("--control-interval")) {
+    absl::StatusOr<absl::Duration> interval =
+        ParseDurationText("--control-interval", flags.control_interval);
+    if (!interval.ok()) return interval.status();
+    config.control_interval = *interval;
+  }
+  if (given("--token")) {
+    if (absl::Status s = CheckToken("--token", flags.token); !s.ok()) return s;
+    config.token = flags.token;
+    config.token_file.clear();
+  }
+  if (given("--token-file")) {
+    config.token_file = flags.token_file;
+    config.token.clear();
+  }
+  if (given("--tls-cert")) config.tls.cert_file = flags.tls_cert;
+  if (given("--tls-key")) config.tls.key_file = flags.tls_key;
+  if (given("--tls-client-ca")) config.tls.client_ca_file = flags.tls_client_ca;
+  if (given("--log-format")) {
+    if (absl::Status s = CheckLogFormat("--log-format", flags.log_format); !s.ok()) return s;
+    config.log_format = flags.log_format;
+  }
+  return absl::OkStatus();
+}
+
+void DeclareFlags(CLI::App& app, Flags& flags) {
+  const PlannerConfig defaults;
+  app.add_option("--config", flags.config,
+                 "YAML configuration file (see deploy/planner.yaml); flags override it")
+      ->type_name("FILE");
+  app.add_option(
+         "--listen", flags.listen,
+         absl::StrCat("gRPC address; port 0 picks a free one (default ", defaults.listen, ")"))
+      ->type_name("HOST:PORT");
+  app.add_option("--metrics-listen", flags.metrics_listen,
+                 absl::StrCat("HTTP /metrics and /healthz address, \"\" to disable (default ",
+                              defaults.metrics_listen, ")"))
+      ->type_name("HOST:PORT");
+  app.add_option("--state-dir", flags.state_dir,
+                 "Directory for the persisted table and rate state (default: none, in memory)")
+      ->type_name("DIR");
+  CLI::Option* destinations = app.add_option("--destinations", flags.destinations,
+                                             "Number of destinations R, named 0 … R-1")
+                                  ->type_name("N");
+  CLI::Option* names = app.add_option("--destination-names", flags.destination_names,
+                                      "Destination names, comma-separated")
+                           ->type_name("a,b,c");
+  destinations->excludes(names);
+  app.add_option("--q-cap", flags.q_cap,
+                 absl::StrCat("Per-assignment load cap, requests/s (default ", defaults.q_cap, ")"))
+      ->type_name("Q");
+  app.add_option("--slots-per-destination", flags.slots_per_destination,
+                 absl::StrCat("Warm prefix slots per destination W (default ",
+                              defaults.slots_per_destination, ")"))
+      ->type_name("W");
+  app.add_option("--control-interval", flags.control_interval,
+                 absl::StrCat("Time between plans, e.g. 10s, 500ms, 2m (default ",
+                              absl::FormatDuration(defaults.control_interval), ")"))
+      ->type_name("DURATION");
+  CLI::Option* token =
+      app.add_option("--token", flags.token,
+                     "Bearer token for ReportRates and admin calls (visible in ps: prefer "
+                     "--token-file)")
+          ->type_name("T");
+  CLI::Option* token_file =
+      app.add_option("--token-file", flags.token_file, "File holding the bearer token")
+          ->type_name("FILE");
+  token->excludes(token_file);
+  app.add_option("--tls-cert", flags.tls_cert, "Server certificate chain (PEM); enables TLS")
+      ->type_name("FILE");
+  app.add_option("--tls-key", flags.tls_key, "Private key of --tls-cert (PEM)")->type_name("FILE");
+  app.add_option("--tls-client-ca", flags.tls_client_ca,
+                 "CA (PEM) that client certificates must chain to; enables mTLS")
+      ->type_name("FILE");
+  app.add_option(
+         "--log-format", flags.log_format,
+         absl::StrCat("Log lines on stderr: text or json (default ", defaults.log_format, ")"))
+      ->type_name("FORMAT");
+}
+
+absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
+  CLI::App app{
+      "CacheRoute planner: builds prefix-affinity routing tables from gateways' rates "
+      "and streams them back.",
+      std::string(kProgram)};
+  Flags flags;
+  DeclareFlags(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return absl::NotFoundError(app.help());
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+
+  PlannerConfig config;
+  if (app.count("--config") > 0) {
+    absl::StatusOr<std::string> text = ReadFile("--config", flags.config);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<PlannerConfig> parsed = ParsePlannerConfigYaml(*text, config);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flags.config, ": ", parsed.status().message()));
+    }
+    config = *std::move(parsed);
+  }
+  if (absl::Status status = ApplyFlags(app, flags, config); !status.ok()) return status;
+
+  if (!config.token_file.empty()) {
+    const char* name = app.count("--token-file") > 0 ? "--token-file" : "token_file";
+    absl::StatusOr<std::string> token = ReadFile(name, config.token_file);
+    if (!token.ok()) return token.status();
+    absl::string_view trimmed = absl::StripTrailingAsciiWhitespace(*token);
+    if (trimmed.empty()) {
+      return Invalid(name, absl::StrCat(Quote(config.token_file), " is empty"));
+    }
+    if (absl::Status s = CheckToken(absl::StrCat(name, " ", Quote(config.token_file)), trimmed);
+        !s.ok()) {
+      return s;
+    }
+    config.token = std::string(trimmed);
+  }
+
+  if (absl::Status status = ValidatePlannerConfig(config); !status.ok()) return status;
+  return config;
+}
+
+}  // namespace
+
+absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view yaml, PlannerConfig base) {
+  try {
+    return ParseYamlOrThrow(yaml, std::move(base));
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat("YAML: ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("parsing the YAML configuration: ", e.what()));
+  }
+}
+
+absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* argv) {
+  try {
+    return LoadOrThrow(argc, argv);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("loading the configuration: ", e.what()));
+  }
+}
+
+absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
+  const auto first_error = [](std::initializer_list<absl::Status> statuses) {
+    for (const absl::Status& status : statuses) {
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  };
+  constexpr uint64_t kNoMax = std::numeric_limits<uint64_t>::max();
+  if (absl::Status status = first_error({
+          CheckHostPort("listen", config.listen, /*allow_empty=*/false),
+          CheckHostPort("metrics_listen", config.metrics_listen, /*allow_empty=*/true),
+          CheckDestinations("destinations", config.destinations),
+          CheckPositiveFinite("q_cap", config.q_cap),
+          CheckIntegerRange("slots_per_destination", config.slots_per_destination, 1, kNoMax),
+          CheckPositiveDuration("control_interval", config.control_interval),
+          CheckPositiveFinite("table_ttl_seconds", config.table_ttl_seconds),
+          CheckIntegerRange("history", config.history, 1, kNoMax),
+          CheckPositiveDuration("rate_smoothing", config.rate_smoothing),
+          CheckPositiveDuration("key_ttl", config.key_ttl),
+          CheckIntegerRange("max_keys_per_report", config.max_keys_per_report, 1, kNoMax),
+          CheckIntegerRange("max_message_bytes", config.max_message_bytes, 1,
+                            kMaxMessageBytesLimit),
+          CheckToken("token", config.token),
+          CheckLogFormat("log_format", config.log_format),
+      });
+      !status.ok()) {
+    return status;
+  }
+  const TlsConfig& tls = config.tls;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return Invalid("tls",
+                   absl::StrCat("cert_file and key_file must be set together, got "
+                                "cert_file ",
+                                Quote(tls.cert_file), " and key_file ", Quote(tls.key_file)));
+  }
+  if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
+    return Invalid("tls.client_ca_file",
+                   absl::StrCat("needs tls.cert_file and tls.key_file (client certificates are "
+                                "checked over TLS), got ",
+                                Quote(tls.client_ca_file), " without them"));
+  }
+  if (config.token_required_for_reads && config.token.empty() && config.token_file.empty()) {
+    return Invalid("token_required_for_reads", "true needs a token (token or token_file)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cacheroute::service

@@ -1,0 +1,102 @@
+// PlannerConfig: everything `cacheroute-planner` is configured with, and how it is loaded: a YAML
+// file (deploy/planner.yaml documents every key) overridden by command-line flags.
+//
+// Usage:
+//   absl::StatusOr<PlannerConfig> config = LoadPlannerConfig(argc, argv);
+//   if (absl::IsNotFound(config.status())) { std::cout << config.status().message(); return 0; }
+//   if (!config.ok()) { std::cerr << config.status().message(); return 2; }
+//
+// Every error is InvalidArgument and names the YAML key (`q_cap`, `tls.cert_file`,
+// `destinations[3]`) or the flag (`--q-cap`) and the offending value, except that the token is
+// never echoed. yaml-cpp and CLI11 exceptions never leave these functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace cacheroute::service {
+
+// The planner core's limit on R (planner/plan_builder.cc).
+inline constexpr size_t kMaxConfigDestinations = size_t{1} << 20;
+// gRPC takes the receive limit as an int.
+inline constexpr size_t kMaxMessageBytesLimit = 2147483647;
+
+struct TlsConfig {
+  std::string cert_file;       // server certificate chain (PEM); TLS is on when set
+  std::string key_file;        // its private key (PEM)
+  std::string client_ca_file;  // when set, clients must present a certificate signed by it (mTLS)
+};
+
+struct PlannerConfig {
+  // Network.
+  std::string listen = "127.0.0.1:50051";         // gRPC, HOST:PORT (port 0: pick a free one)
+  std::string metrics_listen = "127.0.0.1:9464";  // HTTP /metrics and /healthz; "" disables
+  TlsConfig tls;
+  // Auth: when non-empty, ReportRates and mutating admin calls need "authorization: Bearer
+  // <token>".
+  std::string token;
+  // A file holding the token (trailing whitespace ignored), so that it need not appear in the
+  // YAML file or on the command line. LoadPlannerConfig reads it into `token`; setting one of
+  // token / token_file (in the YAML or by flag) clears the other.
+  std::string token_file;
+  bool token_required_for_reads = false;  // also GetStatus, Explain, Diff, GetTable, StreamTable
+
+  // State: the latest table, its version and the rate state are persisted here ("" = in memory
+  // only; a restart then starts a new epoch).
+  std::string state_dir;
+
+  // Fleet and plan.
+  std::vector<std::string> destinations;  // names; `--destinations N` means "0" … "N-1"
+  double q_cap = 8.0;                     // requests/s per assignment
+  uint64_t slots_per_destination = 64;    // W
+  absl::Duration control_interval = absl::Seconds(10);
+  double table_ttl_seconds = 60;  // gateways fall back to power of two past this age
+  size_t history = 32;            // versions kept for GetTable and Diff
+
+  // Rate estimation (see planner/rate_aggregator.h).
+  absl::Duration rate_smoothing = absl::Seconds(60);
+  absl::Duration key_ttl = absl::Minutes(10);
+  size_t max_keys_per_report = 100000;
+  size_t max_message_bytes = 16u << 20;  // gRPC receive limit; table chunks stay below 4 MiB
+
+  // Logging: "text" or "json" lines on stderr.
+  std::string log_format = "text";
+};
+
+// Parses YAML text (the format of deploy/planner.yaml) over `base`: keys mirror the fields above
+// in snake_case, with `tls` a nested mapping; durations are strings such as "10s", "500ms",
+// "2m", "1h30m"; `destinations` is a count N (names "0" … "N-1") or a list of names. Keys absent
+// from the document keep their value in `base`; an empty document returns `base` unchanged.
+// Unknown or repeated keys, wrong types and out-of-range values are InvalidArgument naming the key
+// and the value ("q_cap: must be a finite number > 0, got -1"). Checks that involve several keys
+// (TLS cert without key, ...) are left to ValidatePlannerConfig, since flags may complete them.
+// Pure: reads no files.
+absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view yaml,
+                                                     PlannerConfig base = {});
+
+// Full loading: defaults, then `--config FILE` if given, then the other flags, then the token
+// file if one is set. Flags:
+//   --config FILE --listen HOST:PORT --metrics-listen HOST:PORT --state-dir DIR
+//   --destinations N | --destination-names a,b,c --q-cap Q --slots-per-destination W
+//   --control-interval DURATION (e.g. 10s, 500ms) --token T | --token-file F --tls-cert F
+//   --tls-key F --tls-client-ca F --log-format text|json
+// `--help` is reported as a NotFound status whose message is the help text (exit 0 in main).
+// The result is validated (ValidatePlannerConfig).
+absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* argv);
+
+// Checks ranges and consistency: 1 … kMaxConfigDestinations destinations with distinct, non-empty
+// names; q_cap finite > 0; W ≥ 1; control_interval, rate_smoothing and key_ttl finite > 0;
+// table_ttl_seconds finite > 0; history ≥ 1; max_keys_per_report ≥ 1; max_message_bytes in
+// [1, kMaxMessageBytesLimit]; TLS cert and key both or neither, client CA only with them; a token
+// of visible ASCII, and one present if token_required_for_reads; log_format "text" or "json";
+// listen HOST:PORT and metrics_listen HOST:PORT or "".
+absl::Status ValidatePlannerConfig(const PlannerConfig& config);
+
+}  // namespace cacheroute::service

@@ -1,0 +1,708 @@
+// Tests for planner configuration loading (planner/service/config.h): the YAML format, the flags
+// over it, validation, and the shipped files under deploy/ (planner.yaml and the Kubernetes
+// manifests), so that an example that no longer loads fails the build's tests.
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "planner/service/config.h"
+#include "yaml-cpp/yaml.h"
+
+#ifndef CACHEROUTE_SOURCE_DIR
+#error "CACHEROUTE_SOURCE_DIR must name the source tree (see tests/CMakeLists.txt)"
+#endif
+
+namespace cacheroute::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kDeployDir = fs::path(CACHEROUTE_SOURCE_DIR) / "deploy";
+
+// The smallest YAML that validates: destinations have no default.
+constexpr char kMinimalYaml[] = "destinations: 2\n";
+
+PlannerConfig ParseOk(const std::string& yaml, PlannerConfig base = {}) {
+  absl::StatusOr<PlannerConfig> config = ParsePlannerConfigYaml(yaml, std::move(base));
+  INFO(yaml);
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  return *std::move(config);
+}
+
+std::string ParseError(const std::string& yaml) {
+  absl::StatusOr<PlannerConfig> config = ParsePlannerConfigYaml(yaml);
+  INFO(yaml);
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(config.status().message());
+}
+
+// A file under the temporary directory, removed when the object goes out of scope.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& contents) {
+    static int counter = 0;
+    path_ = fs::temp_directory_path() /
+            absl::StrCat("planner_config_test_", getpid(), "_", counter++, ".yaml");
+    std::ofstream out(path_, std::ios::binary);
+    out << contents;
+    out.close();
+    REQUIRE(out.good());
+  }
+  ~TempFile() {
+    std::error_code ignored;
+    fs::remove(path_, ignored);
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+absl::StatusOr<PlannerConfig> Load(std::vector<std::string> args) {
+  args.insert(args.begin(), "cacheroute-planner");
+  std::vector<const char*> argv;
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  return LoadPlannerConfig(static_cast<int>(argv.size()), argv.data());
+}
+
+PlannerConfig LoadOk(std::vector<std::string> args) {
+  absl::StatusOr<PlannerConfig> config = Load(std::move(args));
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  return *std::move(config);
+}
+
+std::string LoadError(std::vector<std::string> args) {
+  absl::StatusOr<PlannerConfig> config = Load(std::move(args));
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(config.status().message());
+}
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+PlannerConfig ValidConfig() {
+  PlannerConfig config;
+  config.destinations = {"a", "b", "c"};
+  return config;
+}
+
+// ---- YAML ----
+
+TEST_CASE("an empty or comment-only document leaves the base unchanged") {
+  PlannerConfig base;
+  base.q_cap = 3.5;
+  base.destinations = {"x"};
+  base.control_interval = absl::Milliseconds(250);
+  for (const std::string yaml : {"", "\n", "# only a comment\n", "---\n", "~\n"}) {
+    const PlannerConfig config = ParseOk(yaml, base);
+    CHECK(config.q_cap == 3.5);
+    CHECK(config.destinations == std::vector<std::string>{"x"});
+    CHECK(config.control_interval == absl::Milliseconds(250));
+    CHECK(config.listen == "127.0.0.1:50051");
+  }
+}
+
+TEST_CASE("absent keys keep their base value") {
+  PlannerConfig base;
+  base.history = 7;
+  base.log_format = "json";
+  const PlannerConfig config = ParseOk("q_cap: 2\n", base);
+  CHECK(config.q_cap == 2.0);
+  CHECK(config.history == 7);
+  CHECK(config.log_format == "json");
+}
+
+TEST_CASE("parses every key") {
+  const PlannerConfig config = ParseOk(R"(
+listen: "[::]:6000"
+metrics_listen: ""
+tls:
+  cert_file: /tls/cert.pem
+  key_file: /tls/key.pem
+  client_ca_file: /tls/ca.pem
+token: s3cret-Token
+token_required_for_reads: true
+state_dir: /var/lib/cr
+destinations: [a, b, c]
+q_cap: 2.5
+slots_per_destination: 128
+control_interval: 500ms
+table_ttl_seconds: 12.5
+history: 9
+rate_smoothing: 2m
+key_ttl: 1h30m
+max_keys_per_report: 5000
+max_message_bytes: 1048576
+log_format: json
+)");
+  CHECK(config.listen == "[::]:6000");
+  CHECK(config.metrics_listen.empty());
+  CHECK(config.tls.cert_file == "/tls/cert.pem");
+  CHECK(config.tls.key_file == "/tls/key.pem");
+  CHECK(config.tls.client_ca_file == "/tls/ca.pem");
+  CHECK(config.token == "s3cret-Token");
+  CHECK(config.token_file.empty());
+  CHECK(config.token_required_for_reads);
+  CHECK(config.state_dir == "/var/lib/cr");
+  CHECK(config.destinations == std::vector<std::string>{"a", "b", "c"});
+  CHECK(config.q_cap == 2.5);
+  CHECK(config.slots_per_destination == 128);
+  CHECK(config.control_interval == absl::Milliseconds(500));
+  CHECK(config.table_ttl_seconds == 12.5);
+  CHECK(config.history == 9);
+  CHECK(config.rate_smoothing == absl::Minutes(2));
+  CHECK(config.key_ttl == absl::Minutes(90));
+  CHECK(config.max_keys_per_report == 5000);
+  CHECK(config.max_message_bytes == 1048576);
+  CHECK(config.log_format == "json");
+  CHECK(ValidatePlannerConfig(config).ok());
+}
+
+TEST_CASE("durations take a unit") {
+  CHECK(ParseOk("control_interval: 10s").control_interval == absl::Seconds(10));
+  CHECK(ParseOk("control_interval: 500ms").control_interval == absl::Milliseconds(500));
+  CHECK(ParseOk("control_interval: \"2m\"").control_interval == absl::Minutes(2));
+  CHECK(ParseOk("rate_smoothing: 1.5s").rate_smoothing == absl::Milliseconds(1500));
+  CHECK(ParseOk("key_ttl: 1h").key_ttl == absl::Hours(1));
+
+  CHECK(ParseError("control_interval: 10x") ==
+        "control_interval: \"10x\" is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")");
+  CHECK(absl::StartsWith(ParseError("control_interval: 10"),
+                         "control_interval: \"10\" is not a duration"));
+  CHECK(ParseError("control_interval: 0s") ==
+        "control_interval: must be a finite duration > 0, got 0");
+  CHECK(ParseError("rate_smoothing: -5s") ==
+        "rate_smoothing: must be a finite duration > 0, got -5s");
+  CHECK(ParseError("key_ttl: inf") == "key_ttl: must be a finite duration > 0, got inf");
+  CHECK(absl::StartsWith(ParseError("key_ttl: [1s]"), "key_ttl: expected a duration"));
+}
+
+TEST_CASE("destinations as a count are named 0 to N-1") {
+  CHECK(ParseOk("destinations: 3").destinations == std::vector<std::string>{"0", "1", "2"});
+  CHECK(ParseOk("destinations: 1").destinations == std::vector<std::string>{"0"});
+  CHECK(ParseOk("destinations: 1048576").destinations.size() == 1048576);
+  CHECK(ParseError("destinations: 0") ==
+        "destinations: must be an integer between 1 and 1048576, got 0");
+  CHECK(ParseError("destinations: -2") ==
+        "destinations: must be an integer between 1 and 1048576, got -2");
+  CHECK(ParseError("destinations: 1048577") ==
+        "destinations: must be an integer between 1 and 1048576, got 1048577");
+}
+
+TEST_CASE("destinations as a list of names") {
+  CHECK(ParseOk("destinations:\n  - vllm-0\n  - vllm-1\n  - 7\n").destinations ==
+        std::vector<std::string>{"vllm-0", "vllm-1", "7"});
+  CHECK(ParseError("destinations: [a, b, a]") ==
+        "destinations[2]: duplicate name \"a\" (also destinations[0])");
+  CHECK(ParseError("destinations: [a, \"\"]") ==
+        "destinations[1]: name must be non-empty, got \"\"");
+  CHECK(ParseError("destinations: [a, [b]]") == "destinations[1]: expected a name, got a sequence");
+  CHECK(ParseError("destinations: [a, ~]") == "destinations[1]: expected a name, got null");
+  CHECK(ParseError("destinations: []") ==
+        "destinations: must name at least one destination, got none");
+  CHECK(ParseError("destinations: vllm-0") ==
+        "destinations: expected a count or a list of names, got \"vllm-0\"");
+  CHECK(ParseError("destinations: {a: 1}") ==
+        "destinations: expected a count or a list of names, got a mapping");
+}
+
+TEST_CASE("unknown keys are errors naming the key") {
+  CHECK(ParseError("q_capp: 8") == "q_capp: unknown key (did you mean q_cap?)");
+  CHECK(ParseError("destination: 3") == "destination: unknown key (did you mean destinations?)");
+  CHECK(ParseError("tls:\n  cert: a.pem\n") ==
+        "tls.cert: unknown key (did you mean tls.cert_file?)");
+  CHECK(ParseError("tls:\n  bogus: x\n") ==
+        "tls.bogus: unknown key; known keys: cert_file, key_file, client_ca_file");
+  const std::string unrelated = ParseError("frobnicate: 1");
+  CHECK(absl::StartsWith(unrelated, "frobnicate: unknown key; known keys: listen, "));
+  CHECK(absl::StrContains(unrelated, "log_format"));
+}
+
+TEST_CASE("a key given twice is an error") {
+  CHECK(ParseError("q_cap: 1\nq_cap: 2\n") == "q_cap: given more than once");
+}
+
+TEST_CASE("wrong types name the key and the value") {
+  CHECK(ParseError("q_cap: \"8\"") == "q_cap: expected a number, got the quoted string \"8\"");
+  CHECK(ParseError("q_cap: fast") == "q_cap: expected a number, got \"fast\"");
+  CHECK(ParseError("q_cap: [8]") == "q_cap: expected a number, got a sequence");
+  CHECK(ParseError("q_cap:") == "q_cap: expected a number, got null");
+  CHECK(ParseError("history: 1.5") == "history: expected an integer, got \"1.5\"");
+  CHECK(ParseError("slots_per_destination: lots") ==
+        "slots_per_destination: expected an integer, got \"lots\"");
+  CHECK(ParseError("token_required_for_reads: maybe") ==
+        "token_required_for_reads: expected true or false, got \"maybe\"");
+  CHECK(ParseError("token_required_for_reads: \"true\"") ==
+        "token_required_for_reads: expected true or false, got the quoted string \"true\"");
+  CHECK(ParseError("state_dir:") ==
+        "state_dir: expected a string, got null (write \"\" for an empty string)");
+  CHECK(ParseError("listen: {host: x}") == "listen: expected a string, got a mapping");
+  CHECK(absl::StartsWith(ParseError("tls: on"), "tls: expected a mapping"));
+  CHECK(ParseError("tls:\n  key_file: [a]\n") == "tls.key_file: expected a string, got a sequence");
+  CHECK(ParseOk("token_required_for_reads: false").token_required_for_reads == false);
+  CHECK(ParseOk("tls:\n").tls.cert_file.empty());
+}
+
+TEST_CASE("out-of-range values name the key and the value") {
+  CHECK(ParseError("q_cap: -1") == "q_cap: must be a finite number > 0, got -1");
+  CHECK(ParseError("q_cap: 0") == "q_cap: must be a finite number > 0, got 0");
+  CHECK(ParseError("q_cap: .inf") == "q_cap: must be a finite number > 0, got inf");
+  CHECK(ParseError("q_cap: .nan") == "q_cap: must be a finite number > 0, got nan");
+  CHECK(ParseError("table_ttl_seconds: 0") ==
+        "table_ttl_seconds: must be a finite number > 0, got 0");
+  CHECK(ParseError("slots_per_destination: 0") ==
+        "slots_per_destination: must be an integer >= 1, got 0");
+  CHECK(ParseError("slots_per_destination: -64") ==
+        "slots_per_destination: must be an integer >= 1, got -64");
+  CHECK(ParseError("history: 0") == "history: must be an integer >= 1, got 0");
+  CHECK(ParseError("max_keys_per_report: 0") ==
+        "max_keys_per_report: must be an integer >= 1, got 0");
+  CHECK(ParseError("max_message_bytes: 2147483648") ==
+        "max_message_bytes: must be an integer between 1 and 2147483647, got 2147483648");
+  CHECK(ParseError("log_format: xml") == "log_format: must be \"text\" or \"json\", got \"xml\"");
+  CHECK(ParseError("listen: localhost") == "listen: must be HOST:PORT, got \"localhost\"");
+  CHECK(ParseError("listen: \"\"") == "listen: must be HOST:PORT, got \"\"");
+  CHECK(ParseError("listen: \":50051\"") ==
+        "listen: must be HOST:PORT with a non-empty host, got \":50051\"");
+  CHECK(ParseError("listen: \"::1:50051\"") ==
+        "listen: an IPv6 host goes in brackets, e.g. [::]:50051, got \"::1:50051\"");
+  CHECK(ParseError("metrics_listen: \"0.0.0.0:65536\"") ==
+        "metrics_listen: port must be an integer between 0 and 65535, got \"0.0.0.0:65536\"");
+  CHECK(ParseError("metrics_listen: \"0.0.0.0:http\"") ==
+        "metrics_listen: port must be an integer between 0 and 65535, got \"0.0.0.0:http\"");
+  CHECK(ParseOk("listen: \"localhost:0\"").listen == "localhost:0");
+  CHECK(ParseOk("listen: \"[::1]:50051\"").listen == "[::1]:50051");
+}
+
+TEST_CASE("token and token_file replace each other but not in one document") {
+  PlannerConfig base;
+  base.token = "from-base";
+  const PlannerConfig with_file = ParseOk("token_file: /run/secrets/token\n", base);
+  CHECK(with_file.token.empty());
+  CHECK(with_file.token_file == "/run/secrets/token");
+  CHECK(ParseOk("token: t\n", with_file).token_file.empty());
+  CHECK(ParseError("token: a\ntoken_file: /t\n") ==
+        "token_file: give either token or token_file, not both");
+}
+
+TEST_CASE("a token with spaces is rejected without echoing it") {
+  const std::string message = ParseError("token: \"hunter2 secret\"");
+  CHECK(message == "token: must be visible ASCII characters without spaces (value not shown)");
+  CHECK_FALSE(absl::StrContains(message, "hunter2"));
+}
+
+TEST_CASE("malformed YAML reports the position") {
+  CHECK(absl::StartsWith(ParseError("q_cap: [1, 2\n"), "line "));
+  CHECK(absl::StartsWith(ParseError("listen: a\n  bad: - x\n"), "line 2"));
+  CHECK(ParseError("[1, 2]") ==
+        "the document must be a mapping of keys (e.g. \"q_cap: 8\"), got a sequence");
+  CHECK(absl::StartsWith(ParseError("just a string"), "the document must be a mapping"));
+  CHECK(ParseError("q_cap: 1\n---\nq_cap: 2\n") ==
+        "expected one YAML document, got 2 (separated by ---)");
+  CHECK(ParseError("? [a]\n: 1\n") ==
+        "the document: keys must be strings, got a sequence as a key");
+}
+
+// ---- Validation ----
+
+TEST_CASE("defaults with destinations validate") {
+  CHECK(ValidatePlannerConfig(ValidConfig()).ok());
+  const absl::Status status = ValidatePlannerConfig(PlannerConfig{});
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(status.message() == "destinations: must name at least one destination, got none");
+}
+
+TEST_CASE("each validation error names the field and the value") {
+  struct Case {
+    const char* what;
+    std::function<void(PlannerConfig&)> mutate;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"listen", [](PlannerConfig& c) { c.listen = ""; }, "listen: must be HOST:PORT, got \"\""},
+      {"metrics_listen", [](PlannerConfig& c) { c.metrics_listen = "x:-1"; },
+       "metrics_listen: port must be an integer between 0 and 65535, got \"x:-1\""},
+      {"empty name",
+       [](PlannerConfig& c) {
+         c.destinations = {"a", ""};
+       },
+       "destinations[1]: name must be non-empty, got \"\""},
+      {"duplicate name",
+       [](PlannerConfig& c) {
+         c.destinations = {"a", "b", "b"};
+       },
+       "destinations[2]: duplicate name \"b\" (also destinations[1])"},
+      {"too many destinations",
+       [](PlannerConfig& c) { c.destinations.assign(kMaxConfigDestinations + 1, "x"); },
+       "destinations: at most 1048576 destinations are supported, got 1048577"},
+      {"q_cap", [](PlannerConfig& c) { c.q_cap = -1; },
+       "q_cap: must be a finite number > 0, got -1"},
+      {"q_cap NaN", [](PlannerConfig& c) { c.q_cap = std::nan(""); },
+       "q_cap: must be a finite number > 0, got nan"},
+      {"W", [](PlannerConfig& c) { c.slots_per_destination = 0; },
+       "slots_per_destination: must be an integer >= 1, got 0"},
+      {"control_interval", [](PlannerConfig& c) { c.control_interval = absl::ZeroDuration(); },
+       "control_interval: must be a finite duration > 0, got 0"},
+      {"table_ttl_seconds",
+       [](PlannerConfig& c) { c.table_ttl_seconds = std::numeric_limits<double>::infinity(); },
+       "table_ttl_seconds: must be a finite number > 0, got inf"},
+      {"history", [](PlannerConfig& c) { c.history = 0; },
+       "history: must be an integer >= 1, got 0"},
+      {"rate_smoothing", [](PlannerConfig& c) { c.rate_smoothing = absl::Seconds(-1); },
+       "rate_smoothing: must be a finite duration > 0, got -1s"},
+      {"key_ttl", [](PlannerConfig& c) { c.key_ttl = absl::InfiniteDuration(); },
+       "key_ttl: must be a finite duration > 0, got inf"},
+      {"max_keys_per_report", [](PlannerConfig& c) { c.max_keys_per_report = 0; },
+       "max_keys_per_report: must be an integer >= 1, got 0"},
+      {"max_message_bytes", [](PlannerConfig& c) { c.max_message_bytes = 0; },
+       "max_message_bytes: must be an integer between 1 and 2147483647, got 0"},
+      {"log_format", [](PlannerConfig& c) { c.log_format = "XML"; },
+       "log_format: must be \"text\" or \"json\", got \"XML\""},
+      {"token", [](PlannerConfig& c) { c.token = "a\nb"; },
+       "token: must be visible ASCII characters without spaces (value not shown)"},
+      {"cert without key", [](PlannerConfig& c) { c.tls.cert_file = "c.pem"; },
+       "tls: cert_file and key_file must be set together, got cert_file \"c.pem\" and "
+       "key_file \"\""},
+      {"key without cert", [](PlannerConfig& c) { c.tls.key_file = "k.pem"; },
+       "tls: cert_file and key_file must be set together, got cert_file \"\" and key_file "
+       "\"k.pem\""},
+      {"client CA without cert", [](PlannerConfig& c) { c.tls.client_ca_file = "ca.pem"; },
+       "tls.client_ca_file: needs tls.cert_file and tls.key_file (client certificates are "
+       "checked over TLS), got \"ca.pem\" without them"},
+      {"reads need a token", [](PlannerConfig& c) { c.token_required_for_reads = true; },
+       "token_required_for_reads: true needs a token (token or token_file)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    PlannerConfig config = ValidConfig();
+    c.mutate(config);
+    const absl::Status status = ValidatePlannerConfig(config);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(status.message() == c.message);
+  }
+}
+
+TEST_CASE("full TLS, mTLS and a token validate") {
+  PlannerConfig config = ValidConfig();
+  config.tls = {.cert_file = "c.pem", .key_file = "k.pem", .client_ca_file = "ca.pem"};
+  config.token = "abc";
+  config.token_required_for_reads = true;
+  config.metrics_listen = "";
+  CHECK(ValidatePlannerConfig(config).ok());
+}
+
+// ---- Flags ----
+
+TEST_CASE("flags alone, without a config file") {
+  const PlannerConfig config =
+      LoadOk({"--destinations", "4", "--q-cap", "2.5", "--control-interval", "750ms"});
+  CHECK(config.destinations == std::vector<std::string>{"0", "1", "2", "3"});
+  CHECK(config.q_cap == 2.5);
+  CHECK(config.control_interval == absl::Milliseconds(750));
+  CHECK(config.listen == PlannerConfig{}.listen);
+  CHECK(config.history == PlannerConfig{}.history);
+}
+
+TEST_CASE("flags override the YAML file, which overrides the defaults") {
+  const TempFile file(R"(
+listen: "0.0.0.0:7000"
+metrics_listen: "0.0.0.0:7001"
+state_dir: /from/yaml
+destinations: [y0, y1, y2]
+q_cap: 3
+slots_per_destination: 10
+control_interval: 20s
+history: 5
+token: from-yaml
+tls: {cert_file: yaml.crt}
+log_format: json
+)");
+  SECTION("YAML only") {
+    const PlannerConfig config = LoadOk({"--config", file.path(), "--tls-key", "flag.key"});
+    CHECK(config.listen == "0.0.0.0:7000");
+    CHECK(config.metrics_listen == "0.0.0.0:7001");
+    CHECK(config.state_dir == "/from/yaml");
+    CHECK(config.destinations == std::vector<std::string>{"y0", "y1", "y2"});
+    CHECK(config.q_cap == 3.0);
+    CHECK(config.slots_per_destination == 10);
+    CHECK(config.control_interval == absl::Seconds(20));
+    CHECK(config.history == 5);
+    CHECK(config.token == "from-yaml");
+    CHECK(config.tls.cert_file == "yaml.crt");
+    CHECK(config.tls.key_file == "flag.key");
+    CHECK(config.log_format == "json");
+    CHECK(config.key_ttl == PlannerConfig{}.key_ttl);  // not in the file: the default
+  }
+  SECTION("every flag") {
+    const PlannerConfig config = LoadOk({"--config",
+                                         file.path(),
+                                         "--listen",
+                                         "127.0.0.1:0",
+                                         "--metrics-listen",
+                                         "",
+                                         "--state-dir",
+                                         "/from/flag",
+                                         "--destination-names",
+                                         "f0,f1",
+                                         "--q-cap",
+                                         "9.5",
+                                         "--slots-per-destination",
+                                         "99",
+                                         "--control-interval",
+                                         "2m",
+                                         "--token",
+                                         "from-flag",
+                                         "--tls-cert",
+                                         "flag.crt",
+                                         "--tls-key",
+                                         "flag.key",
+                                         "--tls-client-ca",
+                                         "flag-ca.crt",
+                                         "--log-format",
+                                         "text"});
+    CHECK(config.listen == "127.0.0.1:0");
+    CHECK(config.metrics_listen.empty());
+    CHECK(config.state_dir == "/from/flag");
+    CHECK(config.destinations == std::vector<std::string>{"f0", "f1"});
+    CHECK(config.q_cap == 9.5);
+    CHECK(config.slots_per_destination == 99);
+    CHECK(config.control_interval == absl::Minutes(2));
+    CHECK(config.token == "from-flag");
+    CHECK(config.tls.cert_file == "flag.crt");
+    CHECK(config.tls.key_file == "flag.key");
+    CHECK(config.tls.client_ca_file == "flag-ca.crt");
+    CHECK(config.log_format == "text");
+    CHECK(config.history == 5);  // no flag: the file's value
+  }
+  SECTION("--destinations N replaces the file's names") {
+    const PlannerConfig config =
+        LoadOk({"--config", file.path(), "--tls-key", "k", "--destinations", "2"});
+    CHECK(config.destinations == std::vector<std::string>{"0", "1"});
+  }
+  SECTION("the merged result is validated") {
+    // The file's cert has no key until a flag gives one.
+    CHECK(LoadError({"--config", file.path()}) ==
+          "tls: cert_file and key_file must be set together, got cert_file \"yaml.crt\" and "
+          "key_file \"\"");
+  }
+}
+
+TEST_CASE("bad flag values name the flag and the value") {
+  CHECK(LoadError({"--destinations", "0"}) ==
+        "--destinations: must be an integer between 1 and 1048576, got 0");
+  CHECK(LoadError({"--destinations", "3", "--q-cap", "-1"}) ==
+        "--q-cap: must be a finite number > 0, got -1");
+  CHECK(LoadError({"--destinations", "3", "--q-cap", "lots"}) ==
+        "--q-cap: expected a number, got \"lots\"");
+  CHECK(LoadError({"--destinations", "3", "--slots-per-destination", "0"}) ==
+        "--slots-per-destination: must be an integer >= 1, got 0");
+  CHECK(LoadError({"--destinations", "3", "--control-interval", "10x"}) ==
+        "--control-interval: \"10x\" is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")");
+  CHECK(LoadError({"--destination-names", "a,,b"}) ==
+        "--destination-names[1]: name must be non-empty, got \"\"");
+  CHECK(LoadError({"--destination-names", "a,b,a"}) ==
+        "--destination-names[2]: duplicate name \"a\" (also --destination-names[0])");
+  CHECK(LoadError({"--destinations", "3", "--listen", "nowhere"}) ==
+        "--listen: must be HOST:PORT, got \"nowhere\"");
+  CHECK(LoadError({"--destinations", "3", "--log-format", "xml"}) ==
+        "--log-format: must be \"text\" or \"json\", got \"xml\"");
+  // Validation still applies when nothing names the destinations.
+  CHECK(LoadError({}) == "destinations: must name at least one destination, got none");
+}
+
+TEST_CASE("CLI11 parse errors become InvalidArgument with CLI11's message") {
+  CHECK(absl::StrContains(LoadError({"--destinations", "3", "--no-such-flag"}), "--no-such-flag"));
+  CHECK(absl::StrContains(LoadError({"--destinations", "3", "stray"}), "stray"));
+  CHECK(absl::StrContains(LoadError({"--destinations"}), "--destinations"));
+  CHECK(absl::StrContains(LoadError({"--destinations", "3", "--destination-names", "a"}),
+                          "excludes"));
+  CHECK(absl::StrContains(LoadError({"--destinations", "3", "--token", "a", "--token-file", "f"}),
+                          "excludes"));
+}
+
+TEST_CASE("--help is NotFound carrying the help text") {
+  for (const char* flag : {"--help", "-h"}) {
+    const absl::StatusOr<PlannerConfig> config = Load({flag});
+    REQUIRE(config.status().code() == absl::StatusCode::kNotFound);
+    const std::string help(config.status().message());
+    CHECK(absl::StrContains(help, "cacheroute-planner"));
+    for (const char* documented :
+         {"--config", "--listen", "--metrics-listen", "--state-dir", "--destinations",
+          "--destination-names", "--q-cap", "--slots-per-destination", "--control-interval",
+          "--token", "--token-file", "--tls-cert", "--tls-key", "--tls-client-ca",
+          "--log-format"}) {
+      INFO(documented);
+      CHECK(absl::StrContains(help, documented));
+    }
+  }
+}
+
+TEST_CASE("a missing config file names --config and the path") {
+  const std::string path =
+      (fs::temp_directory_path() / "planner_config_test_does_not_exist.yaml").string();
+  CHECK(LoadError({"--config", path}) ==
+        absl::StrCat("--config: cannot open \"", path, "\": No such file or directory"));
+}
+
+TEST_CASE("errors inside the config file are prefixed with its path") {
+  const TempFile file("destinations: 3\nq_cap: -1\n");
+  CHECK(LoadError({"--config", file.path()}) ==
+        absl::StrCat(file.path(), ": q_cap: must be a finite number > 0, got -1"));
+}
+
+TEST_CASE("the token file is read, trimmed, and never echoed") {
+  const TempFile token("tok-123\n");
+  SECTION("from the YAML file") {
+    const TempFile config(absl::StrCat("destinations: 2\ntoken_file: ", token.path(), "\n"));
+    const PlannerConfig loaded = LoadOk({"--config", config.path()});
+    CHECK(loaded.token == "tok-123");
+    CHECK(loaded.token_file == token.path());
+  }
+  SECTION("from the flag, replacing the file's token") {
+    const TempFile config("destinations: 2\ntoken: yaml-token\n");
+    const PlannerConfig loaded = LoadOk({"--config", config.path(), "--token-file", token.path()});
+    CHECK(loaded.token == "tok-123");
+  }
+  SECTION("--token replaces the file's token_file") {
+    const TempFile config("destinations: 2\ntoken_file: /nonexistent/token\n");
+    CHECK(LoadOk({"--config", config.path(), "--token", "direct"}).token == "direct");
+  }
+  SECTION("empty, missing and malformed token files") {
+    const TempFile empty(" \n");
+    CHECK(LoadError({"--destinations", "2", "--token-file", empty.path()}) ==
+          absl::StrCat("--token-file: \"", empty.path(), "\" is empty"));
+    CHECK(absl::StartsWith(LoadError({"--destinations", "2", "--token-file", "/nonexistent/token"}),
+                           "--token-file: cannot open \"/nonexistent/token\""));
+    const TempFile spaced("two words\n");
+    const std::string message = LoadError({"--destinations", "2", "--token-file", spaced.path()});
+    CHECK(absl::StartsWith(message, absl::StrCat("--token-file \"", spaced.path(), "\": ")));
+    CHECK_FALSE(absl::StrContains(message, "words"));
+  }
+}
+
+// ---- The shipped files under deploy/ ----
+
+TEST_CASE("deploy/planner.yaml parses and validates") {
+  const PlannerConfig config = ParseOk(ReadText(kDeployDir / "planner.yaml"));
+  CHECK(ValidatePlannerConfig(config).ok());
+  REQUIRE(config.destinations.size() == 30);
+  CHECK(config.destinations.front() == "vllm-0");
+  CHECK(config.destinations.back() == "vllm-29");
+  CHECK(config.listen == "0.0.0.0:50051");
+  CHECK(config.metrics_listen == "0.0.0.0:9464");
+  CHECK(config.state_dir == "/var/lib/cacheroute");
+  CHECK(config.token.empty());
+  CHECK(config.token_file.empty());
+  // The example spells out the defaults it documents.
+  const PlannerConfig defaults;
+  CHECK(config.q_cap == defaults.q_cap);
+  CHECK(config.slots_per_destination == defaults.slots_per_destination);
+  CHECK(config.control_interval == defaults.control_interval);
+  CHECK(config.table_ttl_seconds == defaults.table_ttl_seconds);
+  CHECK(config.history == defaults.history);
+  CHECK(config.rate_smoothing == defaults.rate_smoothing);
+  CHECK(config.key_ttl == defaults.key_ttl);
+  CHECK(config.max_keys_per_report == defaults.max_keys_per_report);
+  CHECK(config.max_message_bytes == defaults.max_message_bytes);
+
+  // And loads the way the container runs it.
+  const std::string path = (kDeployDir / "planner.yaml").string();
+  CHECK(LoadOk({"--config", path}).destinations.size() == 30);
+}
+
+std::vector<fs::path> KubernetesManifests() {
+  std::vector<fs::path> paths;
+  for (const fs::directory_entry& entry : fs::directory_iterator(kDeployDir / "k8s")) {
+    if (entry.path().extension() == ".yaml") paths.push_back(entry.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+TEST_CASE("every deploy/k8s/*.yaml parses and each document has apiVersion and kind") {
+  const std::vector<fs::path> paths = KubernetesManifests();
+  REQUIRE_FALSE(paths.empty());
+  std::multiset<std::string> kinds;
+  for (const fs::path& path : paths) {
+    INFO(path.string());
+    std::vector<YAML::Node> documents;
+    REQUIRE_NOTHROW(documents = YAML::LoadAll(ReadText(path)));
+    CHECK_FALSE(documents.empty());
+    for (const YAML::Node& document : documents) {
+      if (document.IsNull()) continue;  // a trailing "---"
+      REQUIRE(document.IsMap());
+      REQUIRE(document["apiVersion"].IsScalar());
+      REQUIRE(document["kind"].IsScalar());
+      CHECK_FALSE(document["apiVersion"].Scalar().empty());
+      kinds.insert(document["kind"].Scalar());
+    }
+  }
+  for (const char* kind : {"Deployment", "Service", "ConfigMap", "PersistentVolumeClaim"}) {
+    INFO(kind);
+    CHECK(kinds.count(kind) == 1);
+  }
+}
+
+// The manifests agree with each other and with the planner: the ConfigMap's planner.yaml loads,
+// the Deployment mounts it and the state volume where that config expects them, and the probes
+// and ports match the listen addresses.
+TEST_CASE("the Kubernetes manifests are consistent with the planner config") {
+  std::map<std::string, YAML::Node> by_kind;
+  for (const fs::path& path : KubernetesManifests()) {
+    for (const YAML::Node& document : YAML::LoadAll(ReadText(path))) {
+      if (document.IsMap()) by_kind[document["kind"].as<std::string>()] = document;
+    }
+  }
+  REQUIRE(by_kind.count("ConfigMap") == 1);
+  REQUIRE(by_kind.count("Deployment") == 1);
+  const YAML::Node config_map = by_kind["ConfigMap"];
+  REQUIRE(config_map["data"]["planner.yaml"].IsScalar());
+  const PlannerConfig config = ParseOk(config_map["data"]["planner.yaml"].Scalar());
+  CHECK(ValidatePlannerConfig(config).ok());
+  CHECK(absl::EndsWith(config.listen, ":50051"));
+  CHECK(absl::EndsWith(config.metrics_listen, ":9464"));
+
+  const YAML::Node deployment = by_kind["Deployment"];
+  CHECK(deployment["spec"]["replicas"].as<int>() == 1);
+  CHECK(deployment["spec"]["strategy"]["type"].as<std::string>() == "Recreate");
+  const YAML::Node pod = deployment["spec"]["template"]["spec"];
+  REQUIRE(pod["containers"].size() == 1);
+  const YAML::Node container = pod["containers"][0];
+  std::set<std::string> mount_paths;
+  for (const YAML::Node& mount : container["volumeMounts"]) {
+    mount_paths.insert(mount["mountPath"].as<std::string>());
+  }
+  CHECK(mount_paths.count(config.state_dir) == 1);
+  CHECK(mount_paths.count("/etc/cacheroute") == 1);
+  CHECK(container["readinessProbe"]["grpc"]["port"].as<int>() == 50051);
+  CHECK(container["livenessProbe"]["grpc"]["port"].as<int>() == 50051);
+  CHECK(pod["securityContext"]["runAsNonRoot"].as<bool>());
+}
+
+}  // namespace
+}  // namespace cacheroute::service
