@@ -1,0 +1,457 @@
+// Implementation of TableSnapshot, ComputeDelta, ApplyDelta and Diff. See table_snapshot.h.
+//
+// Validation is shared between FromProto and ApplyDelta (which checks a delta with the same rules,
+// its fields prefixed "delta."), so that a table a gateway builds from deltas is held to the same
+// invariants as one it receives whole.
+#include "planner/table/table_snapshot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace cacheroute::table {
+namespace {
+
+using ::google::protobuf::RepeatedField;
+using ::google::protobuf::RepeatedPtrField;
+
+bool IsFiniteNonNegative(double x) { return std::isfinite(x) && x >= 0.0; }
+
+std::string FormatNumber(double x) { return absl::StrFormat("%g", x); }
+
+// Hottest first; among equal rates, lower key ids first (the planner's order).
+bool RateOrderLess(const TableEntry& a, const TableEntry& b) {
+  return a.rate > b.rate || (a.rate == b.rate && a.key_id < b.key_id);
+}
+
+absl::Status ValidateDestinations(const RepeatedPtrField<std::string>& names,
+                                  const RepeatedField<double>& loads, const std::string& prefix) {
+  if (names.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%sdestinations: empty; a table needs at least one destination", prefix));
+  }
+  absl::flat_hash_map<std::string, int> seen;
+  for (int i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%sdestinations[%d]: empty name", prefix, i));
+    }
+    auto [it, inserted] = seen.try_emplace(names[i], i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%sdestinations[%d]: \"%s\" repeats %sdestinations[%d]", prefix, i,
+                          names[i], prefix, it->second));
+    }
+  }
+  if (loads.size() != names.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%sexpected_loads: %d entries for %d destinations; need one per destination", prefix,
+        loads.size(), names.size()));
+  }
+  for (int i = 0; i < loads.size(); ++i) {
+    if (!IsFiniteNonNegative(loads[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%sexpected_loads[%d]: %s is not a finite number >= 0", prefix, i,
+                          FormatNumber(loads[i])));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTiming(int64_t built_unix_ms, double ttl_seconds, const std::string& prefix) {
+  if (built_unix_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%sbuilt_unix_ms: %d is negative", prefix, built_unix_ms));
+  }
+  if (!IsFiniteNonNegative(ttl_seconds)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%sttl_seconds: %s is not a finite number >= 0", prefix, FormatNumber(ttl_seconds)));
+  }
+  return absl::OkStatus();
+}
+
+// Checks one assignment's destinations and rate; `field` names it, e.g. "assignments[4]".
+absl::Status ValidateAssignment(const v1::Assignment& a, const std::string& field,
+                                size_t num_destinations) {
+  const auto& d = a.destinations();
+  if (d.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.destinations: empty (key_id %u)", field, a.key_id()));
+  }
+  for (int j = 0; j < d.size(); ++j) {
+    if (d[j] >= num_destinations) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.destinations[%d]: %u is out of range for %u destinations (key_id %u)",
+                          field, j, d[j], num_destinations, a.key_id()));
+    }
+    if (j > 0 && d[j] <= d[j - 1]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.destinations[%d]: %u after %u; destinations must be strictly ascending (key_id %u)",
+          field, j, d[j], d[j - 1], a.key_id()));
+    }
+  }
+  if (!IsFiniteNonNegative(a.rate())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.rate: %s is not a finite number >= 0 (key_id %u)", field,
+                        FormatNumber(a.rate()), a.key_id()));
+  }
+  return absl::OkStatus();
+}
+
+TableEntry EntryFromProto(const v1::Assignment& a) {
+  return {.key_id = a.key_id(),
+          .rate = a.rate(),
+          .destinations = {a.destinations().begin(), a.destinations().end()},
+          .key = a.key()};
+}
+
+void EntryToProto(const TableEntry& e, v1::Assignment* a) {
+  a->set_key_id(e.key_id);
+  a->mutable_destinations()->Add(e.destinations.begin(), e.destinations.end());
+  a->set_rate(e.rate);
+  a->set_key(e.key);
+}
+
+// FromPlan's preconditions are the caller's to keep; breaking one is a programming error.
+void CheckPrecondition(bool ok, const std::string& what) {
+  if (ok) return;
+  std::fprintf(stderr, "TableSnapshot::FromPlan: precondition violated: %s\n", what.c_str());
+  std::abort();
+}
+
+}  // namespace
+
+std::string TableVersion::ToString() const { return absl::StrCat(epoch, ".", number); }
+
+v1::Version TableVersion::ToProto() const {
+  v1::Version v;
+  v.set_epoch(epoch);
+  v.set_number(number);
+  return v;
+}
+
+TableSnapshot::TableSnapshot(TableVersion version, std::vector<std::string> destinations,
+                             std::vector<double> expected_loads,
+                             std::shared_ptr<const Content> content, int64_t built_unix_ms,
+                             double ttl_seconds)
+    : version_(version),
+      destinations_(std::move(destinations)),
+      expected_loads_(std::move(expected_loads)),
+      content_(std::move(content)),
+      built_unix_ms_(built_unix_ms),
+      ttl_seconds_(ttl_seconds) {}
+
+std::shared_ptr<const TableSnapshot> TableSnapshot::Create(
+    TableVersion version, std::vector<std::string> destinations, std::vector<double> expected_loads,
+    std::vector<TableEntry> entries, int64_t built_unix_ms, double ttl_seconds) {
+  auto content = std::make_shared<Content>();
+  content->index.reserve(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    content->index.emplace(entries[i].key_id, static_cast<uint32_t>(i));
+  }
+  content->entries = std::move(entries);
+  return std::shared_ptr<const TableSnapshot>(
+      new TableSnapshot(version, std::move(destinations), std::move(expected_loads),
+                        std::move(content), built_unix_ms, ttl_seconds));
+}
+
+std::shared_ptr<const TableSnapshot> TableSnapshot::FromPlan(
+    TableVersion version, const planner::Plan& plan, std::vector<std::string> destinations,
+    std::span<const uint32_t> active, std::function<std::string_view(uint64_t)> key_name,
+    int64_t built_unix_ms, double ttl_seconds) {
+  CheckPrecondition(!destinations.empty(), "no destinations");
+  CheckPrecondition(active.size() == plan.loads().size(),
+                    absl::StrFormat("%u active destinations for a plan over %u", active.size(),
+                                    plan.loads().size()));
+  absl::flat_hash_set<std::string_view> names;
+  for (const std::string& name : destinations) {
+    CheckPrecondition(!name.empty() && names.insert(name).second,
+                      absl::StrCat("empty or repeated destination name \"", name, "\""));
+  }
+  CheckPrecondition(built_unix_ms >= 0 && IsFiniteNonNegative(ttl_seconds),
+                    "negative built_unix_ms, or ttl_seconds not a finite number >= 0");
+
+  std::vector<double> loads(destinations.size(), 0.0);  // drained destinations carry nothing
+  std::vector<bool> used(destinations.size(), false);
+  for (size_t i = 0; i < active.size(); ++i) {
+    CheckPrecondition(active[i] < destinations.size() && !used[active[i]],
+                      absl::StrFormat("active[%u] = %u is out of range for %u destinations or "
+                                      "repeated",
+                                      i, active[i], destinations.size()));
+    used[active[i]] = true;
+    loads[active[i]] = plan.loads()[i];
+  }
+
+  std::vector<TableEntry> entries(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    TableEntry& e = entries[i];
+    e.key_id = plan.key(i);
+    e.rate = plan.rate(i);
+    std::span<const uint32_t> planned = plan.destinations(i);
+    e.destinations.reserve(planned.size());
+    for (uint32_t d : planned) e.destinations.push_back(active[d]);
+    // Plan sets are ascending in plan indices; they stay so only if `active` is ascending.
+    if (!std::is_sorted(e.destinations.begin(), e.destinations.end())) {
+      std::sort(e.destinations.begin(), e.destinations.end());
+    }
+    if (key_name) e.key = std::string(key_name(e.key_id));
+  }
+  return Create(version, std::move(destinations), std::move(loads), std::move(entries),
+                built_unix_ms, ttl_seconds);
+}
+
+absl::StatusOr<std::shared_ptr<const TableSnapshot>> TableSnapshot::FromProto(
+    const v1::RoutingTable& table) {
+  if (absl::Status s = ValidateDestinations(table.destinations(), table.expected_loads(), "");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateTiming(table.built_unix_ms(), table.ttl_seconds(), ""); !s.ok()) {
+    return s;
+  }
+  const size_t num_destinations = table.destinations_size();
+  absl::flat_hash_map<uint64_t, int> seen;
+  seen.reserve(table.assignments_size());
+  std::vector<TableEntry> entries;
+  entries.reserve(table.assignments_size());
+  for (int i = 0; i < table.assignments_size(); ++i) {
+    const v1::Assignment& a = table.assignments(i);
+    const std::string field = absl::StrFormat("assignments[%d]", i);
+    if (absl::Status s = ValidateAssignment(a, field, num_destinations); !s.ok()) return s;
+    auto [it, inserted] = seen.try_emplace(a.key_id(), i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.key_id: %u repeats assignments[%d]", field, a.key_id(), it->second));
+    }
+    if (i > 0 && a.rate() > table.assignments(i - 1).rate()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.rate: %s is above assignments[%d].rate %s; assignments must be hottest first", field,
+          FormatNumber(a.rate()), i - 1, FormatNumber(table.assignments(i - 1).rate())));
+    }
+    entries.push_back(EntryFromProto(a));
+  }
+  return Create(TableVersion::FromProto(table.version()),
+                {table.destinations().begin(), table.destinations().end()},
+                {table.expected_loads().begin(), table.expected_loads().end()}, std::move(entries),
+                table.built_unix_ms(), table.ttl_seconds());
+}
+
+v1::RoutingTable TableSnapshot::ToProto() const {
+  v1::RoutingTable table;
+  *table.mutable_version() = version_.ToProto();
+  table.mutable_destinations()->Add(destinations_.begin(), destinations_.end());
+  table.mutable_expected_loads()->Add(expected_loads_.begin(), expected_loads_.end());
+  table.mutable_assignments()->Reserve(static_cast<int>(entries().size()));
+  for (const TableEntry& e : entries()) EntryToProto(e, table.add_assignments());
+  table.set_built_unix_ms(built_unix_ms_);
+  table.set_ttl_seconds(ttl_seconds_);
+  return table;
+}
+
+bool TableSnapshot::SameRouting(const TableSnapshot& other) const {
+  if (destinations_ != other.destinations_) return false;
+  if (content_ == other.content_) return true;
+  if (entries().size() != other.entries().size()) return false;
+  for (const TableEntry& e : entries()) {
+    const TableEntry* o = other.Find(e.key_id);
+    if (o == nullptr || o->destinations != e.destinations) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<const TableSnapshot> TableSnapshot::WithVersion(TableVersion version) const {
+  return std::shared_ptr<const TableSnapshot>(new TableSnapshot(
+      version, destinations_, expected_loads_, content_, built_unix_ms_, ttl_seconds_));
+}
+
+const TableEntry* TableSnapshot::Find(uint64_t key_id) const {
+  auto it = content_->index.find(key_id);
+  return it == content_->index.end() ? nullptr : &content_->entries[it->second];
+}
+
+v1::TableDelta ComputeDelta(const TableSnapshot& base, const TableSnapshot& target) {
+  v1::TableDelta delta;
+  *delta.mutable_base() = base.version().ToProto();
+  *delta.mutable_version() = target.version().ToProto();
+  delta.mutable_destinations()->Add(target.destinations().begin(), target.destinations().end());
+  delta.mutable_expected_loads()->Add(target.expected_loads().begin(),
+                                      target.expected_loads().end());
+  for (const TableEntry& e : target.entries()) {
+    const TableEntry* b = base.Find(e.key_id);
+    if (b == nullptr || b->destinations != e.destinations) EntryToProto(e, delta.add_upserts());
+  }
+  for (const TableEntry& e : base.entries()) {
+    if (target.Find(e.key_id) == nullptr) delta.add_removed_key_ids(e.key_id);
+  }
+  delta.set_built_unix_ms(target.built_unix_ms());
+  delta.set_ttl_seconds(target.ttl_seconds());
+  return delta;
+}
+
+absl::StatusOr<std::shared_ptr<const TableSnapshot>> ApplyDelta(const TableSnapshot& base,
+                                                                const v1::TableDelta& delta) {
+  const TableVersion delta_base = TableVersion::FromProto(delta.base());
+  const TableVersion version = TableVersion::FromProto(delta.version());
+  if (delta_base != base.version()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("delta.base: %s does not match the applied version %s",
+                        delta_base.ToString(), base.version().ToString()));
+  }
+  if (version <= delta_base) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("delta.version: %s is not newer than delta.base %s", version.ToString(),
+                        delta_base.ToString()));
+  }
+  if (absl::Status s = ValidateDestinations(delta.destinations(), delta.expected_loads(), "delta.");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateTiming(delta.built_unix_ms(), delta.ttl_seconds(), "delta.");
+      !s.ok()) {
+    return s;
+  }
+  const size_t num_destinations = delta.destinations_size();
+
+  absl::flat_hash_map<uint64_t, int> upserted;  // key_id -> index in delta.upserts
+  upserted.reserve(delta.upserts_size());
+  std::vector<TableEntry> upserts;
+  upserts.reserve(delta.upserts_size());
+  for (int i = 0; i < delta.upserts_size(); ++i) {
+    const v1::Assignment& a = delta.upserts(i);
+    const std::string field = absl::StrFormat("delta.upserts[%d]", i);
+    if (absl::Status s = ValidateAssignment(a, field, num_destinations); !s.ok()) return s;
+    auto [it, inserted] = upserted.try_emplace(a.key_id(), i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s.key_id: %u repeats delta.upserts[%d]",
+                                                        field, a.key_id(), it->second));
+    }
+    upserts.push_back(EntryFromProto(a));
+  }
+  absl::flat_hash_set<uint64_t> removed;
+  removed.reserve(delta.removed_key_ids_size());
+  for (int i = 0; i < delta.removed_key_ids_size(); ++i) {
+    const uint64_t key_id = delta.removed_key_ids(i);
+    if (base.Find(key_id) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("delta.removed_key_ids[%d]: key_id %u is not in the base table %s", i,
+                          key_id, base.version().ToString()));
+    }
+    if (auto it = upserted.find(key_id); it != upserted.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("delta.removed_key_ids[%d]: key_id %u is also in delta.upserts[%d]", i,
+                          key_id, it->second));
+    }
+    if (!removed.insert(key_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("delta.removed_key_ids[%d]: key_id %u is repeated", i, key_id));
+    }
+  }
+
+  // Kept entries are already hottest first (base's invariant); upserts are sorted here, then the
+  // two runs are merged, so the result is hottest first in O(n + u log u).
+  std::vector<TableEntry> kept;
+  kept.reserve(base.entries().size());
+  const bool filter = !upserted.empty() || !removed.empty();
+  for (const TableEntry& e : base.entries()) {
+    if (filter && (upserted.contains(e.key_id) || removed.contains(e.key_id))) continue;
+    if (e.destinations.back() >= num_destinations) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "delta: key_id %u keeps destination %u from base %s, out of range for the %u "
+          "destinations of version %s; the delta must upsert or remove it",
+          e.key_id, e.destinations.back(), base.version().ToString(), num_destinations,
+          version.ToString()));
+    }
+    kept.push_back(e);
+  }
+  std::stable_sort(upserts.begin(), upserts.end(), RateOrderLess);
+  std::vector<TableEntry> entries;
+  entries.reserve(kept.size() + upserts.size());
+  auto k = kept.begin();
+  auto u = upserts.begin();
+  while (k != kept.end() || u != upserts.end()) {
+    if (u != upserts.end() && (k == kept.end() || RateOrderLess(*u, *k))) {
+      entries.push_back(std::move(*u++));
+    } else {
+      entries.push_back(std::move(*k++));
+    }
+  }
+  return TableSnapshot::Create(version, {delta.destinations().begin(), delta.destinations().end()},
+                               {delta.expected_loads().begin(), delta.expected_loads().end()},
+                               std::move(entries), delta.built_unix_ms(), delta.ttl_seconds());
+}
+
+TableDiff Diff(const TableSnapshot& from, const TableSnapshot& to) {
+  TableDiff diff;
+  diff.from = from.version();
+  diff.to = to.version();
+
+  // Destinations are servers: compare by name, so renumbering alone moves no key.
+  constexpr int64_t kNotInFrom = -1;
+  absl::flat_hash_map<std::string_view, uint32_t> from_index;
+  for (size_t i = 0; i < from.destinations().size(); ++i) {
+    from_index.emplace(from.destinations()[i], static_cast<uint32_t>(i));
+  }
+  std::vector<int64_t> to_from(to.destinations().size(), kNotInFrom);
+  for (size_t i = 0; i < to.destinations().size(); ++i) {
+    if (auto it = from_index.find(to.destinations()[i]); it != from_index.end()) {
+      to_from[i] = it->second;
+    }
+  }
+
+  double total_rate = 0.0;
+  double cold_rate = 0.0;
+  std::vector<int64_t> translated;
+  for (const TableEntry& e : to.entries()) {
+    total_rate += e.rate;
+    const TableEntry* f = from.Find(e.key_id);
+    if (f == nullptr) {
+      diff.added.push_back({e.key_id, e.key, {}, e.destinations});
+      cold_rate += e.rate;
+      continue;
+    }
+    translated.clear();
+    for (uint32_t d : e.destinations) translated.push_back(to_from[d]);
+    std::sort(translated.begin(), translated.end());
+    // Every destination of `to` that was one of the key's destinations in `from`?
+    const bool warm =
+        std::includes(f->destinations.begin(), f->destinations.end(), translated.begin(),
+                      translated.end(), [](int64_t a, int64_t b) { return a < b; });
+    const bool same = warm && translated.size() == f->destinations.size();
+    if (!warm) cold_rate += e.rate;
+    if (!same) {
+      diff.moved.push_back(
+          {e.key_id, e.key.empty() ? f->key : e.key, f->destinations, e.destinations});
+    }
+  }
+  for (const TableEntry& e : from.entries()) {
+    if (to.Find(e.key_id) == nullptr) diff.removed.push_back({e.key_id, e.key, e.destinations, {}});
+  }
+  diff.churn = total_rate > 0.0 ? std::min(1.0, cold_rate / total_rate) : 0.0;
+  return diff;
+}
+
+v1::DiffResponse TableDiff::ToProto() const {
+  v1::DiffResponse response;
+  *response.mutable_from() = from.ToProto();
+  *response.mutable_to() = to.ToProto();
+  auto add = [](const KeyChange& c, v1::KeyMove* move) {
+    move->set_key_id(c.key_id);
+    move->set_key(c.key);
+    move->mutable_from_destinations()->Add(c.from_destinations.begin(), c.from_destinations.end());
+    move->mutable_to_destinations()->Add(c.to_destinations.begin(), c.to_destinations.end());
+  };
+  for (const KeyChange& c : moved) add(c, response.add_moved());
+  for (const KeyChange& c : added) add(c, response.add_added());
+  for (const KeyChange& c : removed) add(c, response.add_removed());
+  response.set_churn(churn);
+  return response;
+}
+
+}  // namespace cacheroute::table

@@ -1,0 +1,186 @@
+// TableSnapshot: one published, immutable routing table (a planner Plan with its version, the
+// destination names and the readable keys), and the deltas and diffs between two of them.
+//
+// The planner builds a snapshot from each Plan and publishes it by pointer swap; gateway streams,
+// the admin API and persistence read it concurrently without locks, so a snapshot is only ever
+// held as std::shared_ptr<const TableSnapshot> and never changes after construction.
+//
+// Invariants of every snapshot (whether built by FromPlan, FromProto or ApplyDelta):
+//   - at least one destination; names are non-empty and distinct; expected_loads() has one finite
+//     load >= 0 per destination (FromPlan gives a drained destination, which keeps its index,
+//     load 0);
+//   - every entry has a distinct key_id, a finite rate >= 0 and a non-empty, strictly ascending
+//     destination set of indices into destinations();
+//   - entries() are hottest first (rates non-increasing);
+//   - ttl_seconds() is finite and >= 0, built_unix_ms() >= 0.
+//
+// Deltas (the wire's TableDelta) carry only what routing needs: keys that are new or whose
+// destination set changed, keys removed, and the full destination list and loads. A key whose
+// rate alone changed is not sent, so ApplyDelta(base, ComputeDelta(base, target)) has the same
+// routing, version, destinations, loads, built time and TTL as `target`, and the rates of keys
+// that were not sent stay those of `base` (the gateway does not route by rate).
+//
+// Usage:
+//   auto candidate = TableSnapshot::FromPlan(published->version(), plan, member_names, active,
+//                                            /*key_name=*/nullptr, now_unix_ms,
+//                                            /*ttl_seconds=*/60);
+//   if (!candidate->SameRouting(*published)) published = candidate->WithVersion(next_version);
+//   v1::TableDelta delta = ComputeDelta(*acked, *published);  // planner → gateway
+//   absl::StatusOr<std::shared_ptr<const TableSnapshot>> next = ApplyDelta(*acked, delta);
+//   if (const TableEntry* e = (*next)->Find(key_id)) Route(e->destinations);
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "cacheroute/v1/admin.pb.h"
+#include "cacheroute/v1/table.pb.h"
+#include "planner/plan_builder.h"
+
+namespace cacheroute::table {
+
+// A routing-table version, ordered by (epoch, number); (0, 0) means "none" (see common.proto).
+struct TableVersion {
+  uint64_t epoch = 0;
+  uint64_t number = 0;
+
+  auto operator<=>(const TableVersion&) const = default;
+  bool IsZero() const { return epoch == 0 && number == 0; }
+  std::string ToString() const;  // "3.17"
+
+  static TableVersion FromProto(const v1::Version& version) {
+    return {version.epoch(), version.number()};
+  }
+  v1::Version ToProto() const;
+};
+
+// One admitted key and the destinations it is planned on.
+struct TableEntry {
+  uint64_t key_id = 0;
+  double rate = 0.0;                   // planned requests/s
+  std::vector<uint32_t> destinations;  // indices into TableSnapshot::destinations(), ascending
+  std::string key;                     // readable key, or ""
+
+  bool operator==(const TableEntry&) const = default;
+};
+
+class TableSnapshot {
+ public:
+  // From a plan: `plan` was built over the `active` destinations (plan destination index i is
+  // member index active[i]); `destinations` are all member names, drained ones included, so that
+  // indices stay stable; `key_name(key_id)` gives the readable key or "" (`key_name` may be null;
+  // the view it returns is copied at once, but must not point into a temporary: a lambda that
+  // returns a std::string would leave it dangling).
+  // Preconditions (a caller bug otherwise, reported on stderr and aborting, since there is no
+  // input to reject): active.size() == plan.loads().size(); active's indices are distinct and
+  // < destinations.size(); names are non-empty and distinct; ttl_seconds finite and >= 0.
+  static std::shared_ptr<const TableSnapshot> FromPlan(
+      TableVersion version, const planner::Plan& plan, std::vector<std::string> destinations,
+      std::span<const uint32_t> active, std::function<std::string_view(uint64_t)> key_name,
+      int64_t built_unix_ms, double ttl_seconds);
+
+  // Validated conversion from the wire (persistence, gateways, tests). InvalidArgument, naming the
+  // field and value, for: no destinations, an empty or repeated destination name, expected_loads
+  // not one per destination, a NaN/infinite/negative load, rate or ttl_seconds, a negative
+  // built_unix_ms, a repeated key_id, an empty, unsorted or repeated destination set, a
+  // destination index out of range, or assignments not hottest first.
+  static absl::StatusOr<std::shared_ptr<const TableSnapshot>> FromProto(
+      const v1::RoutingTable& table);
+  v1::RoutingTable ToProto() const;
+
+  // Same routing: the same destination names (by index) and the same admitted keys, each with
+  // the same destination set; rates, loads, keys' names, version and times may differ. The planner
+  // publishes a new version only when this is false.
+  bool SameRouting(const TableSnapshot& other) const;
+
+  // This table's content under another version (the entries are shared, not copied).
+  std::shared_ptr<const TableSnapshot> WithVersion(TableVersion version) const;
+
+  // The entry for `key_id`, or null if the key is not admitted. One hash probe.
+  const TableEntry* Find(uint64_t key_id) const;
+
+  TableVersion version() const { return version_; }
+  const std::vector<std::string>& destinations() const { return destinations_; }
+  const std::vector<double>& expected_loads() const { return expected_loads_; }
+  const std::vector<TableEntry>& entries() const { return content_->entries; }  // hottest first
+  int64_t built_unix_ms() const { return built_unix_ms_; }
+  double ttl_seconds() const { return ttl_seconds_; }
+
+ private:
+  // The entries and their index, shared between snapshots that differ only in version.
+  struct Content {
+    std::vector<TableEntry> entries;
+    absl::flat_hash_map<uint64_t, uint32_t> index;  // key_id -> position in entries
+  };
+
+  friend absl::StatusOr<std::shared_ptr<const TableSnapshot>> ApplyDelta(
+      const TableSnapshot& base, const v1::TableDelta& delta);
+
+  TableSnapshot(TableVersion version, std::vector<std::string> destinations,
+                std::vector<double> expected_loads, std::shared_ptr<const Content> content,
+                int64_t built_unix_ms, double ttl_seconds);
+  // Indexes `entries` (whose key ids the caller has checked to be distinct) and wraps it all.
+  static std::shared_ptr<const TableSnapshot> Create(TableVersion version,
+                                                     std::vector<std::string> destinations,
+                                                     std::vector<double> expected_loads,
+                                                     std::vector<TableEntry> entries,
+                                                     int64_t built_unix_ms, double ttl_seconds);
+
+  TableVersion version_;
+  std::vector<std::string> destinations_;
+  std::vector<double> expected_loads_;
+  std::shared_ptr<const Content> content_;
+  int64_t built_unix_ms_ = 0;
+  double ttl_seconds_ = 0.0;
+};
+
+// The delta from `base` to `target`: upserts are the keys new in `target` or whose destination
+// set changed (hottest first; rate-only and name-only changes are not sent), removed_key_ids the
+// keys gone (in base's order); plus target's version, destinations, loads, built time and TTL.
+v1::TableDelta ComputeDelta(const TableSnapshot& base, const TableSnapshot& target);
+
+// Applies `delta` on top of `base` (the gateway side; also tests and the dataplane).
+// FailedPrecondition if delta.base != base.version(); InvalidArgument, naming the field and value,
+// if delta.version is not newer than delta.base, for the same content errors FromProto rejects,
+// for a removed key that base does not have or that is also upserted, and for a kept key whose
+// destinations fall outside the new destination list. The result's entries are ordered by
+// (rate descending, key_id ascending) among the keys that moved, merged into base's order.
+absl::StatusOr<std::shared_ptr<const TableSnapshot>> ApplyDelta(const TableSnapshot& base,
+                                                                const v1::TableDelta& delta);
+
+// One key in a diff; destinations are indices into the respective table.
+struct KeyChange {
+  uint64_t key_id = 0;
+  std::string key;                          // readable key (from `to` when it has one)
+  std::vector<uint32_t> from_destinations;  // empty for an added key
+  std::vector<uint32_t> to_destinations;    // empty for a removed key
+
+  bool operator==(const KeyChange&) const = default;
+};
+
+// What changed between two tables, for the admin API. Destinations are compared by name, so a
+// membership change that renumbers the same servers moves nothing.
+struct TableDiff {
+  TableVersion from;
+  TableVersion to;
+  std::vector<KeyChange> moved;    // admitted in both, on different destinations (to's order)
+  std::vector<KeyChange> added;    // admitted only in `to` (to's order)
+  std::vector<KeyChange> removed;  // admitted only in `from` (from's order)
+  // Share of `to`'s admitted rate whose key is on at least one destination it was not on in
+  // `from` (new keys count fully): the traffic that starts cold. In [0, 1]; 0 if `to` has no rate.
+  double churn = 0.0;
+
+  v1::DiffResponse ToProto() const;
+};
+
+TableDiff Diff(const TableSnapshot& from, const TableSnapshot& to);
+
+}  // namespace cacheroute::table
