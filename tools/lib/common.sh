@@ -5,6 +5,7 @@ CACHEROUTE_PACKAGES=(
   cmake ninja-build g++
   libabsl-dev catch2 libcli11-dev libyaml-cpp-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libcpp-httplib-dev pkg-config openssl python3
 )
 
 cacheroute_ensure_packages() {

@@ -1,0 +1,142 @@
+// See metrics.h.
+#include "planner/service/metrics.h"
+
+#include <httplib.h>
+
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace cacheroute::service {
+namespace {
+
+constexpr char kPrefix[] = "cacheroute_planner_";
+
+// Label values escape backslash, quote and newline (exposition format).
+std::string LabelValue(absl::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string Number(double v) { return absl::StrFormat("%.17g", v); }
+
+class Writer {
+ public:
+  void Family(absl::string_view name, absl::string_view type, absl::string_view help) {
+    absl::StrAppend(&text_, "# HELP ", kPrefix, name, " ", help, "\n# TYPE ", kPrefix, name, " ",
+                    type, "\n");
+  }
+  void Sample(absl::string_view name, double value, absl::string_view labels = "") {
+    absl::StrAppend(&text_, kPrefix, name, labels.empty() ? "" : "{", labels,
+                    labels.empty() ? "" : "}", " ", Number(value), "\n");
+  }
+  void Gauge(absl::string_view name, absl::string_view help, double value) {
+    Family(name, "gauge", help);
+    Sample(name, value);
+  }
+  void Counter(absl::string_view name, absl::string_view help, double value) {
+    Family(name, "counter", help);
+    Sample(name, value);
+  }
+  std::string Take() { return std::move(text_); }
+
+ private:
+  std::string text_;
+};
+
+}  // namespace
+
+std::string RenderMetrics(const v1::GetStatusResponse& status,
+                          const PlannerCore::Counters& counters, absl::Time now) {
+  Writer w;
+  w.Family("table_version", "gauge", "Number of the latest published table version.");
+  w.Sample("table_version", static_cast<double>(status.version().number()),
+           absl::StrCat("epoch=\"", status.version().epoch(), "\""));
+  const double age = status.plan_unix_ms() > 0
+                         ? absl::ToDoubleSeconds(now - absl::FromUnixMillis(status.plan_unix_ms()))
+                         : 0;
+  w.Gauge("table_age_seconds", "Seconds since the last planning step.", age);
+  w.Gauge("plan_build_seconds", "Duration of the last planning step.", status.build_seconds());
+  w.Gauge("plan_admitted_keys", "Keys admitted by the last plan.", status.keys_admitted());
+  w.Gauge("plan_slots_used", "Warm slots used by the last plan.", status.slots_used());
+  w.Gauge("plan_slot_capacity", "Warm slots available (R x W).", status.slot_capacity());
+  w.Gauge("plan_imbalance", "Max over mean expected destination load.", status.imbalance());
+  w.Gauge("plan_total_rate", "Total request rate planned (req/s).", status.total_rate());
+  w.Gauge("plan_cold_tail_rate", "Rate not admitted (req/s).", status.cold_tail_rate());
+  w.Gauge("keys_known", "Keys with a rate estimate.", status.keys_known());
+  w.Family("destination_expected_load", "gauge", "Expected load per destination (req/s).");
+  for (int i = 0; i < status.destinations_size() && i < status.expected_loads_size(); ++i) {
+    w.Sample("destination_expected_load", status.expected_loads(i),
+             absl::StrCat("destination=\"", LabelValue(status.destinations(i)), "\""));
+  }
+  w.Counter("plans_total", "Planning steps run.", counters.plans);
+  w.Counter("versions_published_total", "Table versions published.", counters.versions_published);
+  w.Counter("persist_errors_total", "Failed writes of the state file.", counters.persist_errors);
+  w.Counter("reports_accepted_total", "Rate reports applied.", counters.reports_accepted);
+  w.Counter("reports_duplicate_total", "Rate reports recognised as retries.",
+            counters.reports_duplicate);
+  w.Counter("key_counts_accepted_total", "Per-key counts applied.", counters.key_counts_accepted);
+  w.Family("reports_rejected_total", "counter", "Rate reports rejected, by the field at fault.");
+  for (const auto& [reason, count] : counters.reports_rejected) {
+    w.Sample("reports_rejected_total", count,
+             absl::StrCat("reason=\"", LabelValue(reason), "\""));
+  }
+  int subscribers = 0;
+  for (const auto& g : status.gateways()) subscribers += g.subscribed() ? 1 : 0;
+  w.Gauge("subscribers", "Gateways with an open table stream.", subscribers);
+  w.Family("gateway_acked_version", "gauge", "Version number each gateway last acknowledged.");
+  for (const auto& g : status.gateways()) {
+    if (g.acked_version().number() == 0 && !g.subscribed()) continue;
+    w.Sample("gateway_acked_version", static_cast<double>(g.acked_version().number()),
+             absl::StrCat("gateway=\"", LabelValue(g.gateway_id()), "\""));
+  }
+  return w.Take();
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
+                                                                    PlannerCore* core,
+                                                                    planner::Clock* clock) {
+  const size_t colon = listen.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_listen: expected HOST:PORT, got \"", listen, "\""));
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  std::unique_ptr<MetricsServer> server(new MetricsServer());
+  server->server_ = std::make_unique<httplib::Server>();
+  server->server_->Get("/metrics", [core, clock](const httplib::Request&, httplib::Response& res) {
+    res.set_content(RenderMetrics(core->Status(), core->counters(), clock->Now()),
+                    "text/plain; version=0.0.4");
+  });
+  server->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  server->port_ = port == 0 ? server->server_->bind_to_any_port(host)
+                            : (server->server_->bind_to_port(host, port) ? port : -1);
+  if (server->port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat("metrics_listen: cannot bind \"", listen, "\""));
+  }
+  httplib::Server* raw = server->server_.get();
+  server->thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  return server;
+}
+
+MetricsServer::~MetricsServer() {
+  if (server_ != nullptr) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace cacheroute::service

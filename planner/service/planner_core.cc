@@ -1,0 +1,420 @@
+// See planner_core.h.
+#include "planner/service/planner_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "planner/service/state_convert.h"
+
+namespace cacheroute::service {
+namespace {
+
+constexpr size_t kMaxDestinations = 1u << 20;
+constexpr size_t kMaxDestinationName = 256;
+
+planner::RateAggregatorOptions AggregatorOptions(const PlannerConfig& config) {
+  planner::RateAggregatorOptions options;
+  options.smoothing = config.rate_smoothing;
+  options.key_ttl = config.key_ttl;
+  options.max_keys_per_report = config.max_keys_per_report;
+  return options;
+}
+
+absl::Status ValidateDestinationNames(const std::vector<std::string>& names) {
+  if (names.empty()) return absl::InvalidArgumentError("destinations: must not be empty");
+  if (names.size() > kMaxDestinations) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "destinations: %d entries, more than the limit of %d", names.size(), kMaxDestinations));
+  }
+  absl::flat_hash_set<std::string> seen;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty() || names[i].size() > kMaxDestinationName) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "destinations[%d]: must be 1 to %d bytes, got \"%s\"", i, kMaxDestinationName,
+          names[i]));
+    }
+    if (!seen.insert(names[i]).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("destinations[%d]: duplicate name \"%s\"", i, names[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+v1::Version ToProto(table::TableVersion v) {
+  v1::Version out;
+  out.set_epoch(v.epoch);
+  out.set_number(v.number);
+  return out;
+}
+
+}  // namespace
+
+std::string RejectReason(const absl::Status& status) {
+  absl::string_view message = status.message();
+  const size_t colon = message.find(':');
+  absl::string_view field = colon == absl::string_view::npos ? "other" : message.substr(0, colon);
+  // "counts[3].count" → "count"; "gateway_id" stays.
+  const size_t dot = field.rfind('.');
+  if (dot != absl::string_view::npos) field = field.substr(dot + 1);
+  const size_t bracket = field.find('[');
+  if (bracket != absl::string_view::npos) field = field.substr(0, bracket);
+  return field.empty() ? "other" : std::string(field);
+}
+
+PlannerCore::PlannerCore(const PlannerConfig& config, planner::Clock* clock,
+                         std::optional<StateStore> store)
+    : config_(config),
+      clock_(clock),
+      store_(std::move(store)),
+      rates_(AggregatorOptions(config), clock->Now()),
+      builder_(clock),
+      destinations_(config.destinations),
+      drained_(config.destinations.size(), false) {}
+
+absl::StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::Create(const PlannerConfig& config,
+                                                                 planner::Clock* clock) {
+  if (absl::Status s = ValidatePlannerConfig(config); !s.ok()) return s;
+  if (absl::Status s = planner::RateAggregator::ValidateOptions(AggregatorOptions(config));
+      !s.ok()) {
+    return s;
+  }
+  std::optional<StateStore> store;
+  std::optional<v1::PlannerState> state;
+  if (!config.state_dir.empty()) {
+    absl::StatusOr<StateStore> opened = StateStore::Open(config.state_dir);
+    if (!opened.ok()) return opened.status();
+    absl::StatusOr<std::optional<v1::PlannerState>> loaded = opened->Load();
+    if (!loaded.ok()) return loaded.status();
+    state = *std::move(loaded);
+    store.emplace(*std::move(opened));
+  }
+  std::unique_ptr<PlannerCore> core(new PlannerCore(config, clock, std::move(store)));
+  absl::MutexLock lock(&core->mu_);
+  if (state.has_value()) {
+    if (absl::Status s = core->RestoreLocked(*state); !s.ok()) return s;
+  } else {
+    core->epoch_ = static_cast<uint64_t>(std::max<int64_t>(1, absl::ToUnixSeconds(clock->Now())));
+    core->last_number_ = 0;
+  }
+  return core;
+}
+
+absl::Status PlannerCore::RestoreLocked(const v1::PlannerState& state) {
+  std::vector<std::string> names(state.destinations().begin(), state.destinations().end());
+  if (absl::Status s = ValidateDestinationNames(names); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("state file: ", s.message()));
+  }
+  if (state.drained_size() != state.destinations_size()) {
+    return absl::DataLossError("state file: drained and destinations differ in size");
+  }
+  absl::StatusOr<planner::RateAggregator> rates =
+      RateAggregatorFromProto(state.rates(), AggregatorOptions(config_));
+  if (!rates.ok()) return absl::DataLossError(absl::StrCat("state file: ", rates.status().message()));
+  absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> table =
+      table::TableSnapshot::FromProto(state.table());
+  if (!table.ok()) return absl::DataLossError(absl::StrCat("state file: ", table.status().message()));
+  destinations_ = std::move(names);
+  drained_.assign(state.drained().begin(), state.drained().end());
+  rates_ = *std::move(rates);
+  epoch_ = (*table)->version().epoch;
+  last_number_ = (*table)->version().number;
+  if (epoch_ == 0 || last_number_ == 0) {
+    return absl::DataLossError("state file: the table has no version");
+  }
+  history_.push_back(*std::move(table));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<planner::ReportResult> PlannerCore::ReportRates(
+    const planner::RateReport& report) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<planner::ReportResult> result = rates_.Apply(report, clock_->Now());
+  if (!result.ok()) {
+    ++counters_.reports_rejected[RejectReason(result.status())];
+  } else if (result->duplicate) {
+    ++counters_.reports_duplicate;
+  } else {
+    ++counters_.reports_accepted;
+    counters_.key_counts_accepted += result->accepted_keys;
+  }
+  return result;
+}
+
+std::vector<uint32_t> PlannerCore::ActiveLocked() const {
+  std::vector<uint32_t> active;
+  for (uint32_t i = 0; i < destinations_.size(); ++i) {
+    if (!drained_[i]) active.push_back(i);
+  }
+  return active;
+}
+
+absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
+    std::shared_ptr<const table::TableSnapshot>* published) {
+  const std::vector<uint32_t> active = ActiveLocked();
+  if (active.empty()) return absl::FailedPreconditionError("every destination is drained");
+  const absl::Time now = clock_->Now();
+  rates_.CloseInterval(now);
+  last_rates_ = rates_.Rates();
+  const planner::PlanConfig plan_config{
+      .destinations = static_cast<uint32_t>(active.size()),
+      .q_cap = config_.q_cap,
+      .slots_per_destination = config_.slots_per_destination,
+      .unkeyed_rate = rates_.UnkeyedRate()};
+  absl::StatusOr<planner::Plan> plan = builder_.Build(last_rates_, plan_config);
+  if (!plan.ok()) return plan.status();
+  ++counters_.plans;
+  last_stats_ = plan->stats();
+  last_plan_unix_ms_ = absl::ToUnixMillis(now);
+
+  const std::shared_ptr<const table::TableSnapshot> latest =
+      history_.empty() ? nullptr : history_.back();
+  const table::TableVersion next{epoch_, last_number_ + 1};
+  std::shared_ptr<const table::TableSnapshot> candidate = table::TableSnapshot::FromPlan(
+      next, *plan, destinations_, active,
+      [this](uint64_t key_id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return rates_.KeyName(key_id); },
+      last_plan_unix_ms_, config_.table_ttl_seconds);
+  PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
+                      .changed = false,
+                      .build_seconds = plan->stats().build_seconds};
+  if (latest == nullptr || !latest->SameRouting(*candidate)) {
+    last_number_ = next.number;
+    history_.push_back(candidate);
+    if (history_.size() > config_.history) history_.erase(history_.begin());
+    ++counters_.versions_published;
+    outcome.version = next;
+    outcome.changed = true;
+    *published = std::move(candidate);
+  }
+  PersistLocked();
+  return outcome;
+}
+
+void PlannerCore::PersistLocked() {
+  if (!store_.has_value() || history_.empty()) return;
+  v1::PlannerState state;
+  state.set_format(1);
+  *state.mutable_table() = history_.back()->ToProto();
+  for (const std::string& name : destinations_) state.add_destinations(name);
+  for (bool d : drained_) state.add_drained(d);
+  *state.mutable_rates() = RateAggregatorToProto(rates_);
+  if (!store_->Save(state).ok()) ++counters_.persist_errors;
+}
+
+void PlannerCore::Notify(std::shared_ptr<const table::TableSnapshot> published) {
+  if (published == nullptr) return;
+  absl::MutexLock order(&notify_mu_);
+  std::vector<Listener> listeners;
+  {
+    absl::MutexLock lock(&listeners_mu_);
+    for (const auto& [id, listener] : listeners_) listeners.push_back(listener);
+  }
+  for (const Listener& listener : listeners) listener(published);
+}
+
+absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
+  std::shared_ptr<const table::TableSnapshot> published;
+  absl::StatusOr<PlanOutcome> outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    outcome = ReplanLocked(&published);
+  }
+  Notify(std::move(published));
+  return outcome;
+}
+
+absl::StatusOr<PlanOutcome> PlannerCore::SetDestinations(std::vector<std::string> destinations) {
+  if (absl::Status s = ValidateDestinationNames(destinations); !s.ok()) return s;
+  std::shared_ptr<const table::TableSnapshot> published;
+  absl::StatusOr<PlanOutcome> outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    // A destination that stays keeps its drained flag.
+    std::vector<bool> drained(destinations.size(), false);
+    for (size_t i = 0; i < destinations.size(); ++i) {
+      auto it = std::find(destinations_.begin(), destinations_.end(), destinations[i]);
+      if (it != destinations_.end()) drained[i] = drained_[it - destinations_.begin()];
+    }
+    if (std::all_of(drained.begin(), drained.end(), [](bool d) { return d; })) {
+      return absl::FailedPreconditionError("every destination of the new membership is drained");
+    }
+    destinations_ = std::move(destinations);
+    drained_ = std::move(drained);
+    outcome = ReplanLocked(&published);
+  }
+  Notify(std::move(published));
+  return outcome;
+}
+
+absl::StatusOr<PlanOutcome> PlannerCore::Drain(const std::string& destination, bool undrain) {
+  std::shared_ptr<const table::TableSnapshot> published;
+  absl::StatusOr<PlanOutcome> outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find(destinations_.begin(), destinations_.end(), destination);
+    if (it == destinations_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("destination: \"%s\" is not a member", destination));
+    }
+    const size_t index = it - destinations_.begin();
+    if (!undrain) {
+      size_t active = 0;
+      for (bool d : drained_) active += d ? 0 : 1;
+      if (!drained_[index] && active == 1) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "destination: \"%s\" is the last active destination; draining it would leave none",
+            destination));
+      }
+    }
+    drained_[index] = !undrain;
+    outcome = ReplanLocked(&published);
+  }
+  Notify(std::move(published));
+  return outcome;
+}
+
+std::shared_ptr<const table::TableSnapshot> PlannerCore::Latest() const {
+  absl::MutexLock lock(&mu_);
+  return history_.empty() ? nullptr : history_.back();
+}
+
+absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> PlannerCore::Get(
+    table::TableVersion v) const {
+  absl::MutexLock lock(&mu_);
+  if (history_.empty()) return absl::UnavailableError("no table has been planned yet");
+  if (v.IsZero()) return history_.back();
+  for (const auto& snapshot : history_) {
+    if (snapshot->version() == v) return snapshot;
+  }
+  return absl::NotFoundError(absl::StrFormat(
+      "version: %s is not kept (the last %d versions are, from %s to %s)", v.ToString(),
+      config_.history, history_.front()->version().ToString(),
+      history_.back()->version().ToString()));
+}
+
+v1::GetStatusResponse PlannerCore::Status() const {
+  absl::MutexLock lock(&mu_);
+  v1::GetStatusResponse out;
+  if (!history_.empty()) {
+    const table::TableSnapshot& latest = *history_.back();
+    *out.mutable_version() = ToProto(latest.version());
+    for (double load : latest.expected_loads()) out.add_expected_loads(load);
+  }
+  out.set_plan_unix_ms(last_plan_unix_ms_);
+  out.set_build_seconds(last_stats_.build_seconds);
+  out.set_keys_known(rates_.known_keys());
+  out.set_keys_admitted(last_stats_.admitted_keys);
+  out.set_slots_used(last_stats_.slots_used);
+  out.set_slot_capacity(last_stats_.slot_capacity);
+  out.set_imbalance(last_stats_.imbalance);
+  out.set_total_rate(last_stats_.total_rate);
+  out.set_cold_tail_rate(last_stats_.cold_tail_rate);
+  out.set_q_cap(config_.q_cap);
+  out.set_slots_per_destination(config_.slots_per_destination);
+  for (size_t i = 0; i < destinations_.size(); ++i) {
+    out.add_destinations(destinations_[i]);
+    out.add_drained(drained_[i]);
+  }
+  std::map<std::string, v1::GatewayStatus> gateways;
+  for (const planner::GatewayInfo& g : rates_.Gateways()) {
+    v1::GatewayStatus& status = gateways[g.gateway_id];
+    status.set_gateway_id(g.gateway_id);
+    status.set_last_sequence(g.last_sequence);
+    status.set_last_report_unix_ms(absl::ToUnixMillis(g.last_report));
+  }
+  for (const auto& [id, info] : streams_) {
+    v1::GatewayStatus& status = gateways[id];
+    status.set_gateway_id(id);
+    status.set_subscribed(info.subscribed);
+    *status.mutable_acked_version() = ToProto(info.acked);
+  }
+  for (auto& [id, status] : gateways) *out.add_gateways() = std::move(status);
+  return out;
+}
+
+v1::ExplainResponse PlannerCore::Explain(uint64_t key_id) const {
+  absl::MutexLock lock(&mu_);
+  v1::ExplainResponse out;
+  out.set_key_id(key_id);
+  out.set_key(std::string(rates_.KeyName(key_id)));
+  if (history_.empty()) {
+    out.set_reason("no plan yet");
+    return out;
+  }
+  const table::TableSnapshot& latest = *history_.back();
+  *out.mutable_version() = ToProto(latest.version());
+  // The key's rate as planned: from the inputs of the last planning step.
+  const auto it = std::find_if(last_rates_.begin(), last_rates_.end(),
+                               [&](const planner::KeyRate& kr) { return kr.key == key_id; });
+  if (it == last_rates_.end()) {
+    out.set_reason("unknown key: no gateway reported it (or it expired) before the last plan");
+    return out;
+  }
+  const double rate = it->rate;
+  out.set_known(true);
+  out.set_rate(rate);
+  uint64_t rank = 1;
+  for (const planner::KeyRate& kr : last_rates_) {
+    if (kr.rate > rate || (kr.rate == rate && kr.key < key_id)) ++rank;
+  }
+  out.set_rank(rank);
+  const uint32_t active = static_cast<uint32_t>(ActiveLocked().size());
+  bool capped = false;
+  out.set_k(planner::AssignmentCount(rate, config_.q_cap, active, &capped));
+  out.set_k_capped(capped);
+  if (const table::TableEntry* entry = latest.Find(key_id); entry != nullptr) {
+    out.set_admitted(true);
+    for (uint32_t d : entry->destinations) {
+      out.add_destinations(d);
+      out.add_expected_loads(latest.expected_loads()[d]);
+    }
+    return out;
+  }
+  if (rate == 0) {
+    out.set_reason("zero rate: keys with no traffic are never admitted");
+  } else {
+    out.set_reason(absl::StrFormat(
+        "slots exhausted: admission stopped after the %d hottest keys, which use %d of %d "
+        "slots; this key is rank %d and needs %d",
+        last_stats_.admitted_keys, last_stats_.slots_used, last_stats_.slot_capacity, rank,
+        out.k()));
+  }
+  return out;
+}
+
+void PlannerCore::RecordSubscriber(const std::string& gateway_id, bool subscribed) {
+  absl::MutexLock lock(&mu_);
+  streams_[gateway_id].subscribed = subscribed;
+}
+
+void PlannerCore::RecordAck(const std::string& gateway_id, table::TableVersion acked) {
+  absl::MutexLock lock(&mu_);
+  streams_[gateway_id].acked = acked;
+}
+
+uint64_t PlannerCore::AddListener(Listener listener) {
+  absl::MutexLock lock(&listeners_mu_);
+  const uint64_t id = next_listener_++;
+  listeners_.emplace(id, std::move(listener));
+  return id;
+}
+
+void PlannerCore::RemoveListener(uint64_t id) {
+  // Waits for a notification in progress, so the listener is not running once this returns.
+  absl::MutexLock order(&notify_mu_);
+  absl::MutexLock lock(&listeners_mu_);
+  listeners_.erase(id);
+}
+
+PlannerCore::Counters PlannerCore::counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+}  // namespace cacheroute::service

@@ -1,0 +1,143 @@
+// PlannerCore: the planner service without its transport. It owns the rate estimates, the
+// membership, the published table versions and their persistence, and it runs one planning step
+// (PlanBuilder, Algorithm 1) when asked: every control interval, on Replan, and at once after a
+// membership change. The gRPC services are thin wrappers over it; tests drive it directly.
+//
+// Invariants:
+// - Versions are (epoch, number). The epoch is fixed when a state directory is first used (the
+//   Unix time in seconds then); numbers grow by one per published table; a restart on the same
+//   state directory serves the persisted table at once and numbers onward from it.
+// - A new version is published only when the routing changed (TableSnapshot::SameRouting).
+// - A rejected report or admin call changes nothing.
+// - All methods are thread-safe. Listeners are called after a publish, outside the lock, in
+//   publication order.
+//
+// Usage:
+//   auto core = PlannerCore::Create(config, &clock);       // restores STATE_DIR if any
+//   (*core)->ReportRates(report);
+//   absl::StatusOr<PlanOutcome> outcome = (*core)->Replan();
+//   std::shared_ptr<const table::TableSnapshot> latest = (*core)->Latest();
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cacheroute/v1/admin.pb.h"
+#include "planner/clock.h"
+#include "planner/plan_builder.h"
+#include "planner/rate_aggregator.h"
+#include "planner/service/config.h"
+#include "planner/service/state_store.h"
+#include "planner/table/table_snapshot.h"
+
+namespace cacheroute::service {
+
+struct PlanOutcome {
+  table::TableVersion version;  // the latest version after the step
+  bool changed = false;         // a new version was published
+  double build_seconds = 0;
+};
+
+class PlannerCore {
+ public:
+  using Listener = std::function<void(std::shared_ptr<const table::TableSnapshot>)>;
+
+  // Restores the state directory when the config names one and it holds a state file.
+  static absl::StatusOr<std::unique_ptr<PlannerCore>> Create(const PlannerConfig& config,
+                                                             planner::Clock* clock);
+
+  // Rates. InvalidArgument (naming the field) leaves everything unchanged.
+  absl::StatusOr<planner::ReportResult> ReportRates(const planner::RateReport& report);
+
+  // One planning step now: closes the rate interval, plans, publishes if the routing changed,
+  // persists. Also what the control-interval ticker calls.
+  absl::StatusOr<PlanOutcome> Replan();
+
+  // Membership. Both replan at once. InvalidArgument for bad names or an unknown destination;
+  // FailedPrecondition when draining would leave no destination.
+  absl::StatusOr<PlanOutcome> SetDestinations(std::vector<std::string> destinations);
+  absl::StatusOr<PlanOutcome> Drain(const std::string& destination, bool undrain);
+
+  // Tables. Latest() is null before the first plan. Get() serves the kept history.
+  std::shared_ptr<const table::TableSnapshot> Latest() const;
+  absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> Get(table::TableVersion v) const;
+
+  v1::GetStatusResponse Status() const;
+  v1::ExplainResponse Explain(uint64_t key_id) const;
+
+  // Table-stream bookkeeping for Status and metrics.
+  void RecordSubscriber(const std::string& gateway_id, bool subscribed);
+  void RecordAck(const std::string& gateway_id, table::TableVersion acked);
+
+  uint64_t AddListener(Listener listener);
+  void RemoveListener(uint64_t id);
+
+  struct Counters {
+    uint64_t plans = 0;
+    uint64_t versions_published = 0;
+    uint64_t reports_accepted = 0;
+    uint64_t reports_duplicate = 0;
+    uint64_t key_counts_accepted = 0;
+    std::map<std::string, uint64_t> reports_rejected;  // by reason (the field at fault)
+    uint64_t persist_errors = 0;
+  };
+  Counters counters() const;
+
+ private:
+  PlannerCore(const PlannerConfig& config, planner::Clock* clock,
+              std::optional<StateStore> store);
+
+  absl::Status RestoreLocked(const v1::PlannerState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans and, if the routing changed, publishes; the new snapshot (if any) goes to *published
+  // so the caller can notify listeners after unlocking.
+  absl::StatusOr<PlanOutcome> ReplanLocked(
+      std::shared_ptr<const table::TableSnapshot>* published) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Notify(std::shared_ptr<const table::TableSnapshot> published);
+  std::vector<uint32_t> ActiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const PlannerConfig config_;
+  planner::Clock* const clock_;
+  const std::optional<StateStore> store_;
+
+  mutable absl::Mutex mu_;
+  planner::RateAggregator rates_ ABSL_GUARDED_BY(mu_);
+  planner::PlanBuilder builder_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> destinations_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> drained_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_number_ ABSL_GUARDED_BY(mu_) = 0;
+  // Newest last; at most config_.history entries.
+  std::vector<std::shared_ptr<const table::TableSnapshot>> history_ ABSL_GUARDED_BY(mu_);
+  // The inputs and stats of the last planning step, for Explain and Status.
+  std::vector<planner::KeyRate> last_rates_ ABSL_GUARDED_BY(mu_);
+  planner::PlanStats last_stats_ ABSL_GUARDED_BY(mu_);
+  int64_t last_plan_unix_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  struct StreamInfo {
+    bool subscribed = false;
+    table::TableVersion acked;
+  };
+  std::map<std::string, StreamInfo> streams_ ABSL_GUARDED_BY(mu_);
+  Counters counters_ ABSL_GUARDED_BY(mu_);
+
+  // Listeners have their own lock so a listener may call back into the core.
+  mutable absl::Mutex listeners_mu_;
+  std::map<uint64_t, Listener> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+  uint64_t next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 1;
+  // Serialises notifications so listeners see versions in order.
+  absl::Mutex notify_mu_;
+};
+
+// The readable reason a report was rejected, for the rejected-by-reason counter: the field
+// named at the start of the status message ("counts[3].count: …" → "count").
+std::string RejectReason(const absl::Status& status);
+
+}  // namespace cacheroute::service

@@ -1,0 +1,505 @@
+// See planner_server.h.
+#include "planner/service/planner_server.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "cacheroute/v1/admin.grpc.pb.h"
+#include "cacheroute/v1/rates.grpc.pb.h"
+#include "cacheroute/v1/table.grpc.pb.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "planner/key_id.h"
+#include "planner/service/logging.h"
+#include "planner/table/table_stream.h"
+
+namespace cacheroute::service {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+table::TableVersion FromProto(const v1::Version& v) { return {v.epoch(), v.number()}; }
+
+v1::Version ToProto(table::TableVersion v) {
+  v1::Version out;
+  out.set_epoch(v.epoch);
+  out.set_number(v.number);
+  return out;
+}
+
+// Compares in time independent of where the strings first differ.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": cannot read \"", path, "\""));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
+  planner::RateReport report;
+  report.gateway_id = request.gateway_id();
+  report.sequence = request.sequence();
+  report.window_start_unix_ms = request.window_start_unix_ms();
+  report.window_end_unix_ms = request.window_end_unix_ms();
+  report.other_count = request.other_count();
+  report.counts.resize(request.counts_size());
+  for (int i = 0; i < request.counts_size(); ++i) {
+    const v1::KeyCount& in = request.counts(i);
+    planner::KeyCountReport& out = report.counts[i];
+    out.key_id = in.key_id();
+    out.count = in.count();
+    if (in.has_prompt_tokens()) out.prompt_tokens = in.prompt_tokens();
+    out.key = in.key();
+  }
+  return report;
+}
+
+}  // namespace
+
+// All three services, sharing the core, the auth check and the set of live table streams.
+class PlannerServices final : public v1::RateService::CallbackService,
+                              public v1::TableService::CallbackService,
+                              public v1::AdminService::CallbackService {
+ public:
+  PlannerServices(const PlannerConfig& config, PlannerCore* core)
+      : config_(config), core_(core) {
+    listener_ = core_->AddListener(
+        [this](std::shared_ptr<const table::TableSnapshot> latest) { PublishToStreams(latest); });
+  }
+  ~PlannerServices() override { core_->RemoveListener(listener_); }
+
+  // --- RateService
+  grpc::ServerUnaryReactor* ReportRates(grpc::CallbackServerContext* context,
+                                        const v1::ReportRatesRequest* request,
+                                        v1::ReportRatesResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (grpc::Status auth = CheckAuth(context, /*mutating=*/true); !auth.ok()) {
+      reactor->Finish(auth);
+      return reactor;
+    }
+    absl::StatusOr<planner::ReportResult> result = core_->ReportRates(ToRateReport(*request));
+    if (!result.ok()) {
+      LogEvent("warning", "report_rejected",
+               {{"gateway_id", request->gateway_id()},
+                {"error", std::string(result.status().message())}});
+      reactor->Finish(ToGrpc(result.status()));
+      return reactor;
+    }
+    response->set_duplicate(result->duplicate);
+    response->set_accepted_keys(result->accepted_keys);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // --- TableService
+  grpc::ServerBidiReactor<v1::StreamTableRequest, v1::TableUpdate>* StreamTable(
+      grpc::CallbackServerContext* context) override;
+
+  grpc::ServerUnaryReactor* GetTable(grpc::CallbackServerContext* context,
+                                     const v1::GetTableRequest* request,
+                                     v1::RoutingTable* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (grpc::Status auth = CheckAuth(context, /*mutating=*/false); !auth.ok()) {
+      reactor->Finish(auth);
+      return reactor;
+    }
+    absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> snapshot =
+        core_->Get(FromProto(request->version()));
+    if (!snapshot.ok()) {
+      reactor->Finish(ToGrpc(snapshot.status()));
+      return reactor;
+    }
+    *response = (*snapshot)->ToProto();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // --- AdminService
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::GetStatusRequest*,
+                                      v1::GetStatusResponse* response) override {
+    return Unary(context, false, [&] {
+      *response = core_->Status();
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Explain(grpc::CallbackServerContext* context,
+                                    const v1::ExplainRequest* request,
+                                    v1::ExplainResponse* response) override {
+    return Unary(context, false, [&] {
+      if (request->key_id() == 0 && request->key().empty()) {
+        return absl::InvalidArgumentError("key_id: set key_id or key");
+      }
+      const uint64_t key_id =
+          request->key().empty() ? request->key_id() : cacheroute::KeyId(request->key());
+      *response = core_->Explain(key_id);
+      if (response->key().empty()) response->set_key(request->key());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Diff(grpc::CallbackServerContext* context,
+                                 const v1::DiffRequest* request,
+                                 v1::DiffResponse* response) override {
+    return Unary(context, false, [&]() -> absl::Status {
+      if (FromProto(request->from()).IsZero()) {
+        return absl::InvalidArgumentError("from: a version is required");
+      }
+      auto from = core_->Get(FromProto(request->from()));
+      if (!from.ok()) return from.status();
+      auto to = core_->Get(FromProto(request->to()));
+      if (!to.ok()) return to.status();
+      *response = table::Diff(**from, **to).ToProto();
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Replan(grpc::CallbackServerContext* context, const v1::ReplanRequest*,
+                                   v1::ReplanResponse* response) override {
+    return Unary(context, true, [&]() -> absl::Status {
+      absl::StatusOr<PlanOutcome> outcome = core_->Replan();
+      if (!outcome.ok()) return outcome.status();
+      *response->mutable_version() = ToProto(outcome->version);
+      response->set_changed(outcome->changed);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* SetDestinations(grpc::CallbackServerContext* context,
+                                            const v1::SetDestinationsRequest* request,
+                                            v1::SetDestinationsResponse* response) override {
+    return Unary(context, true, [&]() -> absl::Status {
+      absl::StatusOr<PlanOutcome> outcome = core_->SetDestinations(
+          {request->destinations().begin(), request->destinations().end()});
+      if (!outcome.ok()) return outcome.status();
+      *response->mutable_version() = ToProto(outcome->version);
+      LogEvent("info", "destinations_set",
+               {{"count", absl::StrCat(request->destinations_size())},
+                {"version", outcome->version.ToString()}});
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
+                                  const v1::DrainRequest* request,
+                                  v1::DrainResponse* response) override {
+    return Unary(context, true, [&]() -> absl::Status {
+      absl::StatusOr<PlanOutcome> outcome =
+          core_->Drain(request->destination(), request->undrain());
+      if (!outcome.ok()) return outcome.status();
+      *response->mutable_version() = ToProto(outcome->version);
+      LogEvent("info", request->undrain() ? "destination_undrained" : "destination_drained",
+               {{"destination", request->destination()},
+                {"version", outcome->version.ToString()}});
+      return absl::OkStatus();
+    });
+  }
+
+  // --- Table-stream registry, used by StreamTableReactor.
+  class StreamTableReactor;
+  void Register(StreamTableReactor* reactor);
+  void Unregister(StreamTableReactor* reactor);
+  PlannerCore* core() { return core_; }
+  const PlannerConfig& config() const { return config_; }
+  grpc::Status CheckAuth(grpc::CallbackServerContext* context, bool mutating) const {
+    if (config_.token.empty() || (!mutating && !config_.token_required_for_reads)) {
+      return grpc::Status::OK;
+    }
+    const auto& metadata = context->client_metadata();
+    const auto it = metadata.find("authorization");
+    const std::string expected = absl::StrCat("Bearer ", config_.token);
+    if (it == metadata.end() ||
+        !ConstantTimeEquals(absl::string_view(it->second.data(), it->second.size()), expected)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "authorization: a valid bearer token is required");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  template <typename Body>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, bool mutating,
+                                  Body body) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    grpc::Status status = CheckAuth(context, mutating);
+    if (status.ok()) status = ToGrpc(body());
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  void PublishToStreams(const std::shared_ptr<const table::TableSnapshot>& latest);
+
+  const PlannerConfig config_;
+  PlannerCore* const core_;
+  uint64_t listener_ = 0;
+  absl::Mutex streams_mu_;  // lock order: streams_mu_, then a reactor's mu_
+  std::set<StreamTableReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
+  std::atomic<uint64_t> next_stream_{1};
+
+  friend class StreamTableReactor;
+};
+
+// One gateway's table stream. table::TableStream decides what to send; this class only moves
+// messages: one read and at most one write outstanding, Finish exactly once when neither is.
+class PlannerServices::StreamTableReactor final
+    : public grpc::ServerBidiReactor<v1::StreamTableRequest, v1::TableUpdate> {
+ public:
+  StreamTableReactor(PlannerServices* services, grpc::CallbackServerContext* context)
+      : services_(services),
+        stream_(absl::StrCat("s", services->next_stream_.fetch_add(1)),
+                kMaxTableMessageBytes) {
+    if (grpc::Status auth = services_->CheckAuth(context, /*mutating=*/false); !auth.ok()) {
+      absl::MutexLock lock(&mu_);
+      RequestFinishLocked(auth);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void Publish(std::shared_ptr<const table::TableSnapshot> latest) {
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    stream_.OnPublish(std::move(latest));
+    MaybeWriteLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    bool first = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ok) {  // the gateway closed its side, or the call is cancelled
+        RequestFinishLocked(grpc::Status::OK);
+        return;
+      }
+      if (absl::Status s = stream_.OnRequest(request_); !s.ok()) {
+        RequestFinishLocked(ToGrpc(s));
+        return;
+      }
+      first = gateway_id_.empty();
+      gateway_id_ = stream_.gateway_id();
+      acked_ = stream_.acked_version();
+      MaybeWriteLocked();
+      StartRead(&request_);
+    }
+    if (first) {
+      services_->core()->RecordSubscriber(gateway_id_, true);
+      services_->Register(this);  // sends the latest table, if any
+    }
+    services_->core()->RecordAck(gateway_id_, acked_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      RequestFinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      return;
+    }
+    if (finishing_) {
+      FinishIfIdleLocked();
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnDone() override {
+    services_->Unregister(this);
+    if (!gateway_id_.empty()) services_->core()->RecordSubscriber(gateway_id_, false);
+    delete this;
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    RequestFinishLocked(grpc::Status::CANCELLED);
+  }
+
+ private:
+  // gRPC's default receive limit is 4 MiB; chunks stay well below it.
+  static constexpr size_t kMaxTableMessageBytes = 3u << 20;
+
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finishing_) return;
+    if (queue_.empty()) {
+      std::vector<v1::TableUpdate> chunks = stream_.TakeUpdate();
+      for (auto& chunk : chunks) queue_.push_back(std::move(chunk));
+    }
+    if (queue_.empty()) return;
+    current_ = std::move(queue_.front());
+    queue_.erase(queue_.begin());
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void RequestFinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!finishing_) {
+      finishing_ = true;
+      finish_status_ = std::move(status);
+    }
+    FinishIfIdleLocked();
+  }
+
+  void FinishIfIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_) return;
+    finished_ = true;
+    Finish(finish_status_);
+  }
+
+  PlannerServices* const services_;
+  absl::Mutex mu_;
+  table::TableStream stream_ ABSL_GUARDED_BY(mu_);
+  v1::StreamTableRequest request_;
+  v1::TableUpdate current_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::TableUpdate> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
+  // Copied out of the lock for the core's bookkeeping; written only on the read path.
+  std::string gateway_id_;
+  table::TableVersion acked_;
+};
+
+grpc::ServerBidiReactor<v1::StreamTableRequest, v1::TableUpdate>* PlannerServices::StreamTable(
+    grpc::CallbackServerContext* context) {
+  return new StreamTableReactor(this, context);
+}
+
+void PlannerServices::Register(StreamTableReactor* reactor) {
+  absl::MutexLock lock(&streams_mu_);
+  streams_.insert(reactor);
+  if (std::shared_ptr<const table::TableSnapshot> latest = core_->Latest()) {
+    reactor->Publish(std::move(latest));
+  }
+}
+
+void PlannerServices::Unregister(StreamTableReactor* reactor) {
+  absl::MutexLock lock(&streams_mu_);
+  streams_.erase(reactor);
+}
+
+void PlannerServices::PublishToStreams(
+    const std::shared_ptr<const table::TableSnapshot>& latest) {
+  absl::MutexLock lock(&streams_mu_);
+  for (StreamTableReactor* reactor : streams_) reactor->Publish(latest);
+}
+
+absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const PlannerConfig& config,
+                                                                    planner::Clock* clock,
+                                                                    bool run_ticker) {
+  std::unique_ptr<PlannerServer> server(new PlannerServer());
+  absl::StatusOr<std::unique_ptr<PlannerCore>> core = PlannerCore::Create(config, clock);
+  if (!core.ok()) return core.status();
+  server->core_ = *std::move(core);
+  server->services_ = std::make_unique<PlannerServices>(config, server->core_.get());
+
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!config.tls.cert_file.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        config.tls.client_ca_file.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    absl::StatusOr<std::string> cert = ReadFile(config.tls.cert_file, "tls.cert_file");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile(config.tls.key_file, "tls.key_file");
+    if (!key.ok()) return key.status();
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!config.tls.client_ca_file.empty()) {
+      absl::StatusOr<std::string> ca = ReadFile(config.tls.client_ca_file, "tls.client_ca_file");
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *ca;
+    }
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, credentials, &server->port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  // Keepalive: gateways may ping every 10 s even without calls; idle streams are probed.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.RegisterService(static_cast<v1::RateService::CallbackService*>(server->services_.get()));
+  builder.RegisterService(
+      static_cast<v1::TableService::CallbackService*>(server->services_.get()));
+  builder.RegisterService(
+      static_cast<v1::AdminService::CallbackService*>(server->services_.get()));
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("listen: cannot bind \"", config.listen, "\" (address in use or invalid?)"));
+  }
+  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (!config.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsServer>> metrics =
+        MetricsServer::Start(config.metrics_listen, server->core_.get(), clock);
+    if (!metrics.ok()) return metrics.status();
+    server->metrics_ = *std::move(metrics);
+  }
+
+  if (run_ticker) {
+    PlannerServer* raw = server.get();
+    const absl::Duration interval = config.control_interval;
+    server->ticker_ = std::thread([raw, interval] {
+      while (!raw->shutdown_.WaitForNotificationWithTimeout(interval)) {
+        absl::StatusOr<PlanOutcome> outcome = raw->core_->Replan();
+        if (!outcome.ok()) {
+          LogEvent("error", "plan_failed", {{"error", std::string(outcome.status().message())}});
+        } else if (outcome->changed) {
+          LogEvent("info", "table_published",
+                   {{"version", outcome->version.ToString()},
+                    {"build_ms", absl::StrCat(outcome->build_seconds * 1e3)}});
+        }
+      }
+    });
+  }
+  return server;
+}
+
+void PlannerServer::Shutdown() {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  shutdown_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+  metrics_.reset();
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+}
+
+void PlannerServer::Wait() { shutdown_.WaitForNotification(); }
+
+PlannerServer::~PlannerServer() {
+  Shutdown();
+  server_.reset();
+  services_.reset();
+}
+
+}  // namespace cacheroute::service

@@ -1,0 +1,58 @@
+// See state_convert.h. Times travel as Unix nanoseconds, so a restore continues exactly.
+#include "planner/service/state_convert.h"
+
+#include "absl/time/time.h"
+
+namespace cacheroute::service {
+
+v1::RateState RateAggregatorToProto(const planner::RateAggregator& rates) {
+  const planner::RateAggregator::State state = rates.Export();
+  v1::RateState out;
+  out.set_last_close_unix_ns(absl::ToUnixNanos(state.last_close));
+  out.set_unkeyed_rate(state.unkeyed_rate);
+  out.set_unkeyed_pending(state.unkeyed_pending);
+  out.mutable_keys()->Reserve(static_cast<int>(state.keys.size()));
+  for (const auto& key : state.keys) {
+    v1::KeyRateState* k = out.add_keys();
+    k->set_key_id(key.key_id);
+    k->set_rate(key.rate);
+    k->set_pending(key.pending);
+    k->set_last_report_unix_ns(absl::ToUnixNanos(key.last_report));
+    k->set_key(key.name);
+  }
+  for (const planner::GatewayInfo& g : state.gateways) {
+    v1::GatewayState* gw = out.add_gateways();
+    gw->set_gateway_id(g.gateway_id);
+    gw->set_last_sequence(g.last_sequence);
+    gw->set_last_report_unix_ns(absl::ToUnixNanos(g.last_report));
+    gw->set_reports(g.reports);
+  }
+  return out;
+}
+
+absl::StatusOr<planner::RateAggregator> RateAggregatorFromProto(
+    const v1::RateState& in, const planner::RateAggregatorOptions& options) {
+  planner::RateAggregator::State state;
+  state.last_close = absl::FromUnixNanos(in.last_close_unix_ns());
+  state.unkeyed_rate = in.unkeyed_rate();
+  state.unkeyed_pending = in.unkeyed_pending();
+  state.keys.reserve(in.keys_size());
+  for (const v1::KeyRateState& k : in.keys()) {
+    state.keys.push_back({.key_id = k.key_id(),
+                          .rate = k.rate(),
+                          .pending = k.pending(),
+                          .last_report = absl::FromUnixNanos(k.last_report_unix_ns()),
+                          .name = k.key()});
+  }
+  for (const v1::GatewayState& g : in.gateways()) {
+    planner::GatewayInfo info;
+    info.gateway_id = g.gateway_id();
+    info.last_sequence = g.last_sequence();
+    info.last_report = absl::FromUnixNanos(g.last_report_unix_ns());
+    info.reports = g.reports();
+    state.gateways.push_back(std::move(info));
+  }
+  return planner::RateAggregator::Restore(state, options);
+}
+
+}  // namespace cacheroute::service
