@@ -7,7 +7,9 @@
 //   fake.Advance(absl::Seconds(5));
 #pragma once
 
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -33,18 +35,18 @@ class ManualClock final : public Clock {
       : now_(start), step_(step_per_read) {}
 
   absl::Time Now() override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     absl::Time t = now_;
     now_ += step_;
     return t;
   }
   void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     now_ += d;
   }
 
  private:
-  absl::Mutex mu_;
+  std::mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_);
   const absl::Duration step_;
 };

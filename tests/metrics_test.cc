@@ -27,8 +27,7 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
   counters.reports_accepted = 9;
   counters.reports_rejected["count"] = 2;
 
-  const std::string text =
-      RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500));
+  const std::string text = RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500));
   for (const std::string line : {
            "# TYPE cacheroute_planner_table_version gauge",
            "cacheroute_planner_table_version{epoch=\"1800000000\"} 12",

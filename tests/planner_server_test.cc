@@ -3,21 +3,19 @@
 // table stream is read with blocking reads, never with sleeps.
 #include "planner/service/planner_server.h"
 
-#include <filesystem>
-#include <memory>
-#include <random>
-#include <string>
-#include <vector>
-
 #include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <fstream>
-
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "cacheroute/v1/admin.grpc.pb.h"
 #include "cacheroute/v1/rates.grpc.pb.h"
@@ -167,7 +165,7 @@ TEST_CASE("gateways report, a version is published and streamed, then a delta") 
   CHECK(first.version().number() == 1);
   const v1::RoutingTable v1_table = f.GetTable();
   CHECK(AdmittedKeys(v1_table) == std::set<std::string>{"a", "b"});
-  CHECK(v1_table.assignments(0).key() == "a");  // hottest first
+  CHECK(v1_table.assignments(0).key() == "a");                         // hottest first
   CHECK(v1_table.assignments(0).rate() == Approx(4.0).epsilon(1e-6));  // 400 counts / 100 s
 
   grpc::ClientContext context;
@@ -511,8 +509,7 @@ TEST_CASE("TLS and mutual TLS with certificates generated at test time") {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = Slurp(certs.ca);
     CHECK(StatusOver(grpc::CreateChannel(target, grpc::SslCredentials(ssl))).ok());
-    CHECK_FALSE(
-        StatusOver(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())).ok());
+    CHECK_FALSE(StatusOver(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())).ok());
   }
   SECTION("mTLS: the client must present a certificate signed by the client CA") {
     PlannerConfig config = TestConfig();
@@ -566,7 +563,8 @@ class PlannerProcess {
       REQUIRE(port != std::string::npos);
       port_ = std::stoi(text.substr(port + 6));
       const size_t restored = text.find("restored_version=");
-      restored_ = text.substr(restored + 17, text.find_first_of(" \n", restored + 17) - restored - 17);
+      restored_ =
+          text.substr(restored + 17, text.find_first_of(" \n", restored + 17) - restored - 17);
       break;
     }
     REQUIRE(port_ > 0);
@@ -591,9 +589,9 @@ class PlannerProcess {
 
 TEST_CASE("the planner process killed with SIGKILL restarts on its state directory") {
   const std::string state = TempDir();
-  const std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "",
-                                         "--destinations", "4", "--state-dir", state,
-                                         "--control-interval", "1h"};
+  const std::vector<std::string> args = {
+      "--listen",    "127.0.0.1:0", "--metrics-listen",   "",  "--destinations", "4",
+      "--state-dir", state,         "--control-interval", "1h"};
   v1::RoutingTable before;
   {
     PlannerProcess planner(args);

@@ -1,11 +1,10 @@
 // Tests for planner/service/state_store: real files in a temporary directory.
 #include "planner/service/state_store.h"
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <random>
-
-#include <catch2/catch.hpp>
 
 namespace cacheroute::service {
 namespace {

@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
   double acc = 0;
   for (size_t i = 0; i < weights.size(); ++i) cumulative[i] = (acc += weights[i]);
   std::vector<uint64_t> key_ids(key_space);
-  for (uint64_t i = 0; i < key_space; ++i) key_ids[i] = cacheroute::KeyId("key-" + std::to_string(i));
+  for (uint64_t i = 0; i < key_space; ++i)
+    key_ids[i] = cacheroute::KeyId("key-" + std::to_string(i));
 
   // --- 1. Ingestion
   std::atomic<uint64_t> reports{0}, key_counts{0}, failures{0};
@@ -276,9 +277,9 @@ int main(int argc, char** argv) {
   }
   std::vector<std::unique_ptr<Subscriber>> streams;
   for (int s = 0; s < subscribers; ++s) {
-    streams.push_back(std::make_unique<Subscriber>(
-        table_stubs[s % table_stubs.size()].get(), absl::StrFormat("bench-sub-%d", s),
-        [&tracker](uint64_t v) { tracker.Applied(v); }));
+    streams.push_back(std::make_unique<Subscriber>(table_stubs[s % table_stubs.size()].get(),
+                                                   absl::StrFormat("bench-sub-%d", s),
+                                                   [&tracker](uint64_t v) { tracker.Applied(v); }));
   }
   std::vector<double> fanout;
   uint64_t sequence = 1;
@@ -335,8 +336,8 @@ int main(int argc, char** argv) {
         "fan-out: %d subscribed streams, %d rounds: Replan -> last ACK median %.1f ms, "
         "max %.1f ms%s\n",
         gateways, keys_per_report, ingest_seconds, reports.load(), failures.load(),
-        reports_per_second, key_counts_per_second, subscribers, f.size(), median * 1e3,
-        max * 1e3, timed_out ? " (TIMED OUT waiting for ACKs)" : "");
+        reports_per_second, key_counts_per_second, subscribers, f.size(), median * 1e3, max * 1e3,
+        timed_out ? " (TIMED OUT waiting for ACKs)" : "");
   }
   if (embedded) embedded->Shutdown();
   return timed_out ? 1 : 0;

@@ -18,9 +18,15 @@ std::string JsonString(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
@@ -43,13 +49,13 @@ std::string TextValue(absl::string_view s) {
 void SetLogFormat(absl::string_view format) { json_format = format == "json"; }
 
 void LogEvent(absl::string_view level, absl::string_view event, const LogFields& fields) {
-  const std::string ts =
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+  const std::string ts = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
   std::string line;
   if (json_format) {
     line = absl::StrCat("{\"ts\":", JsonString(ts), ",\"level\":", JsonString(level),
                         ",\"event\":", JsonString(event));
-    for (const auto& [k, v] : fields) absl::StrAppend(&line, ",", JsonString(k), ":", JsonString(v));
+    for (const auto& [k, v] : fields)
+      absl::StrAppend(&line, ",", JsonString(k), ":", JsonString(v));
     line += "}\n";
   } else {
     line = absl::StrCat(ts, " ", level, " ", event);

@@ -18,10 +18,14 @@ constexpr char kPrefix[] = "cacheroute_planner_";
 std::string LabelValue(absl::string_view v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -86,8 +90,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   w.Counter("key_counts_accepted_total", "Per-key counts applied.", counters.key_counts_accepted);
   w.Family("reports_rejected_total", "counter", "Rate reports rejected, by the field at fault.");
   for (const auto& [reason, count] : counters.reports_rejected) {
-    w.Sample("reports_rejected_total", count,
-             absl::StrCat("reason=\"", LabelValue(reason), "\""));
+    w.Sample("reports_rejected_total", count, absl::StrCat("reason=\"", LabelValue(reason), "\""));
   }
   int subscribers = 0;
   for (const auto& g : status.gateways()) subscribers += g.subscribed() ? 1 : 0;

@@ -36,8 +36,7 @@ absl::Status ValidateDestinationNames(const std::vector<std::string>& names) {
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i].empty() || names[i].size() > kMaxDestinationName) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "destinations[%d]: must be 1 to %d bytes, got \"%s\"", i, kMaxDestinationName,
-          names[i]));
+          "destinations[%d]: must be 1 to %d bytes, got \"%s\"", i, kMaxDestinationName, names[i]));
     }
     if (!seen.insert(names[i]).second) {
       return absl::InvalidArgumentError(
@@ -96,7 +95,7 @@ absl::StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::Create(const PlannerCo
     store.emplace(*std::move(opened));
   }
   std::unique_ptr<PlannerCore> core(new PlannerCore(config, clock, std::move(store)));
-  absl::MutexLock lock(&core->mu_);
+  std::lock_guard<std::mutex> lock(core->mu_);
   if (state.has_value()) {
     if (absl::Status s = core->RestoreLocked(*state); !s.ok()) return s;
   } else {
@@ -116,10 +115,12 @@ absl::Status PlannerCore::RestoreLocked(const v1::PlannerState& state) {
   }
   absl::StatusOr<planner::RateAggregator> rates =
       RateAggregatorFromProto(state.rates(), AggregatorOptions(config_));
-  if (!rates.ok()) return absl::DataLossError(absl::StrCat("state file: ", rates.status().message()));
+  if (!rates.ok())
+    return absl::DataLossError(absl::StrCat("state file: ", rates.status().message()));
   absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> table =
       table::TableSnapshot::FromProto(state.table());
-  if (!table.ok()) return absl::DataLossError(absl::StrCat("state file: ", table.status().message()));
+  if (!table.ok())
+    return absl::DataLossError(absl::StrCat("state file: ", table.status().message()));
   destinations_ = std::move(names);
   drained_.assign(state.drained().begin(), state.drained().end());
   rates_ = *std::move(rates);
@@ -132,9 +133,8 @@ absl::Status PlannerCore::RestoreLocked(const v1::PlannerState& state) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<planner::ReportResult> PlannerCore::ReportRates(
-    const planner::RateReport& report) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<planner::ReportResult> PlannerCore::ReportRates(const planner::RateReport& report) {
+  std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<planner::ReportResult> result = rates_.Apply(report, clock_->Now());
   if (!result.ok()) {
     ++counters_.reports_rejected[RejectReason(result.status())];
@@ -162,11 +162,10 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   const absl::Time now = clock_->Now();
   rates_.CloseInterval(now);
   last_rates_ = rates_.Rates();
-  const planner::PlanConfig plan_config{
-      .destinations = static_cast<uint32_t>(active.size()),
-      .q_cap = config_.q_cap,
-      .slots_per_destination = config_.slots_per_destination,
-      .unkeyed_rate = rates_.UnkeyedRate()};
+  const planner::PlanConfig plan_config{.destinations = static_cast<uint32_t>(active.size()),
+                                        .q_cap = config_.q_cap,
+                                        .slots_per_destination = config_.slots_per_destination,
+                                        .unkeyed_rate = rates_.UnkeyedRate()};
   absl::StatusOr<planner::Plan> plan = builder_.Build(last_rates_, plan_config);
   if (!plan.ok()) return plan.status();
   ++counters_.plans;
@@ -207,22 +206,24 @@ void PlannerCore::PersistLocked() {
   if (!store_->Save(state).ok()) ++counters_.persist_errors;
 }
 
+// Callers hold notify_mu_ from before they publish until this returns, so listeners see versions
+// in publication order.
 void PlannerCore::Notify(std::shared_ptr<const table::TableSnapshot> published) {
   if (published == nullptr) return;
-  absl::MutexLock order(&notify_mu_);
   std::vector<Listener> listeners;
   {
-    absl::MutexLock lock(&listeners_mu_);
+    std::lock_guard<std::mutex> lock(listeners_mu_);
     for (const auto& [id, listener] : listeners_) listeners.push_back(listener);
   }
   for (const Listener& listener : listeners) listener(published);
 }
 
 absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
+  std::lock_guard<std::mutex> order(notify_mu_);
   std::shared_ptr<const table::TableSnapshot> published;
   absl::StatusOr<PlanOutcome> outcome;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     outcome = ReplanLocked(&published);
   }
   Notify(std::move(published));
@@ -231,10 +232,11 @@ absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
 
 absl::StatusOr<PlanOutcome> PlannerCore::SetDestinations(std::vector<std::string> destinations) {
   if (absl::Status s = ValidateDestinationNames(destinations); !s.ok()) return s;
+  std::lock_guard<std::mutex> order(notify_mu_);
   std::shared_ptr<const table::TableSnapshot> published;
   absl::StatusOr<PlanOutcome> outcome;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     // A destination that stays keeps its drained flag.
     std::vector<bool> drained(destinations.size(), false);
     for (size_t i = 0; i < destinations.size(); ++i) {
@@ -253,10 +255,11 @@ absl::StatusOr<PlanOutcome> PlannerCore::SetDestinations(std::vector<std::string
 }
 
 absl::StatusOr<PlanOutcome> PlannerCore::Drain(const std::string& destination, bool undrain) {
+  std::lock_guard<std::mutex> order(notify_mu_);
   std::shared_ptr<const table::TableSnapshot> published;
   absl::StatusOr<PlanOutcome> outcome;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     auto it = std::find(destinations_.begin(), destinations_.end(), destination);
     if (it == destinations_.end()) {
       return absl::InvalidArgumentError(
@@ -280,26 +283,26 @@ absl::StatusOr<PlanOutcome> PlannerCore::Drain(const std::string& destination, b
 }
 
 std::shared_ptr<const table::TableSnapshot> PlannerCore::Latest() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return history_.empty() ? nullptr : history_.back();
 }
 
 absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> PlannerCore::Get(
     table::TableVersion v) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (history_.empty()) return absl::UnavailableError("no table has been planned yet");
   if (v.IsZero()) return history_.back();
   for (const auto& snapshot : history_) {
     if (snapshot->version() == v) return snapshot;
   }
-  return absl::NotFoundError(absl::StrFormat(
-      "version: %s is not kept (the last %d versions are, from %s to %s)", v.ToString(),
-      config_.history, history_.front()->version().ToString(),
-      history_.back()->version().ToString()));
+  return absl::NotFoundError(
+      absl::StrFormat("version: %s is not kept (the last %d versions are, from %s to %s)",
+                      v.ToString(), config_.history, history_.front()->version().ToString(),
+                      history_.back()->version().ToString()));
 }
 
 v1::GetStatusResponse PlannerCore::Status() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   v1::GetStatusResponse out;
   if (!history_.empty()) {
     const table::TableSnapshot& latest = *history_.back();
@@ -339,7 +342,7 @@ v1::GetStatusResponse PlannerCore::Status() const {
 }
 
 v1::ExplainResponse PlannerCore::Explain(uint64_t key_id) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   v1::ExplainResponse out;
   out.set_key_id(key_id);
   out.set_key(std::string(rates_.KeyName(key_id)));
@@ -389,17 +392,17 @@ v1::ExplainResponse PlannerCore::Explain(uint64_t key_id) const {
 }
 
 void PlannerCore::RecordSubscriber(const std::string& gateway_id, bool subscribed) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   streams_[gateway_id].subscribed = subscribed;
 }
 
 void PlannerCore::RecordAck(const std::string& gateway_id, table::TableVersion acked) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   streams_[gateway_id].acked = acked;
 }
 
 uint64_t PlannerCore::AddListener(Listener listener) {
-  absl::MutexLock lock(&listeners_mu_);
+  std::lock_guard<std::mutex> lock(listeners_mu_);
   const uint64_t id = next_listener_++;
   listeners_.emplace(id, std::move(listener));
   return id;
@@ -407,13 +410,13 @@ uint64_t PlannerCore::AddListener(Listener listener) {
 
 void PlannerCore::RemoveListener(uint64_t id) {
   // Waits for a notification in progress, so the listener is not running once this returns.
-  absl::MutexLock order(&notify_mu_);
-  absl::MutexLock lock(&listeners_mu_);
+  std::lock_guard<std::mutex> order(notify_mu_);
+  std::lock_guard<std::mutex> lock(listeners_mu_);
   listeners_.erase(id);
 }
 
 PlannerCore::Counters PlannerCore::counters() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return counters_;
 }
 

@@ -10,7 +10,8 @@
 // - A new version is published only when the routing changed (TableSnapshot::SameRouting).
 // - A rejected report or admin call changes nothing.
 // - All methods are thread-safe. Listeners are called after a publish, outside the lock, in
-//   publication order.
+//   publication order. (std::mutex rather than absl::Mutex: Debian's abseil is not built for
+//   ThreadSanitizer, which could not see absl::Mutex; it sees std::mutex.)
 //
 // Usage:
 //   auto core = PlannerCore::Create(config, &clock);       // restores STATE_DIR if any
@@ -23,13 +24,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "cacheroute/v1/admin.pb.h"
 #include "planner/clock.h"
 #include "planner/plan_builder.h"
@@ -92,14 +93,13 @@ class PlannerCore {
   Counters counters() const;
 
  private:
-  PlannerCore(const PlannerConfig& config, planner::Clock* clock,
-              std::optional<StateStore> store);
+  PlannerCore(const PlannerConfig& config, planner::Clock* clock, std::optional<StateStore> store);
 
   absl::Status RestoreLocked(const v1::PlannerState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans and, if the routing changed, publishes; the new snapshot (if any) goes to *published
   // so the caller can notify listeners after unlocking.
-  absl::StatusOr<PlanOutcome> ReplanLocked(
-      std::shared_ptr<const table::TableSnapshot>* published) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PlanOutcome> ReplanLocked(std::shared_ptr<const table::TableSnapshot>* published)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Notify(std::shared_ptr<const table::TableSnapshot> published);
   std::vector<uint32_t> ActiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -108,7 +108,7 @@ class PlannerCore {
   planner::Clock* const clock_;
   const std::optional<StateStore> store_;
 
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   planner::RateAggregator rates_ ABSL_GUARDED_BY(mu_);
   planner::PlanBuilder builder_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> destinations_ ABSL_GUARDED_BY(mu_);
@@ -129,11 +129,12 @@ class PlannerCore {
   Counters counters_ ABSL_GUARDED_BY(mu_);
 
   // Listeners have their own lock so a listener may call back into the core.
-  mutable absl::Mutex listeners_mu_;
+  mutable std::mutex listeners_mu_;
   std::map<uint64_t, Listener> listeners_ ABSL_GUARDED_BY(listeners_mu_);
   uint64_t next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 1;
-  // Serialises notifications so listeners see versions in order.
-  absl::Mutex notify_mu_;
+  // Held by each planning step from before it publishes until its listeners have run, so
+  // listeners see versions in order. Lock order: notify_mu_, then mu_ or listeners_mu_.
+  std::mutex notify_mu_;
 };
 
 // The readable reason a report was rejected, for the rejected-by-reason counter: the field

@@ -40,8 +40,9 @@ int main(int argc, char** argv) {
   service::SetLogFormat(config->log_format);
   if (config->token.empty()) {
     service::LogEvent("warning", "no_token",
-                      {{"detail", "no bearer token configured: anyone who can reach the port may "
-                                  "report rates and change membership"}});
+                      {{"detail",
+                        "no bearer token configured: anyone who can reach the port may "
+                        "report rates and change membership"}});
   }
 
   cacheroute::planner::RealClock clock;
@@ -52,14 +53,13 @@ int main(int argc, char** argv) {
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   const auto latest = (*server)->core().Latest();
-  service::LogEvent(
-      "info", "started",
-      {{"listen", config->listen},
-       {"port", absl::StrCat((*server)->port())},
-       {"destinations", absl::StrCat(config->destinations.size())},
-       {"state_dir", config->state_dir},
-       {"tls", config->tls.cert_file.empty() ? "off" : "on"},
-       {"restored_version", latest ? latest->version().ToString() : "none"}});
+  service::LogEvent("info", "started",
+                    {{"listen", config->listen},
+                     {"port", absl::StrCat((*server)->port())},
+                     {"destinations", absl::StrCat(config->destinations.size())},
+                     {"state_dir", config->state_dir},
+                     {"tls", config->tls.cert_file.empty() ? "off" : "on"},
+                     {"restored_version", latest ? latest->version().ToString() : "none"}});
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

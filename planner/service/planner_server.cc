@@ -81,8 +81,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
                               public v1::TableService::CallbackService,
                               public v1::AdminService::CallbackService {
  public:
-  PlannerServices(const PlannerConfig& config, PlannerCore* core)
-      : config_(config), core_(core) {
+  PlannerServices(const PlannerConfig& config, PlannerCore* core) : config_(config), core_(core) {
     listener_ = core_->AddListener(
         [this](std::shared_ptr<const table::TableSnapshot> latest) { PublishToStreams(latest); });
   }
@@ -190,8 +189,8 @@ class PlannerServices final : public v1::RateService::CallbackService,
                                             const v1::SetDestinationsRequest* request,
                                             v1::SetDestinationsResponse* response) override {
     return Unary(context, true, [&]() -> absl::Status {
-      absl::StatusOr<PlanOutcome> outcome = core_->SetDestinations(
-          {request->destinations().begin(), request->destinations().end()});
+      absl::StatusOr<PlanOutcome> outcome =
+          core_->SetDestinations({request->destinations().begin(), request->destinations().end()});
       if (!outcome.ok()) return outcome.status();
       *response->mutable_version() = ToProto(outcome->version);
       LogEvent("info", "destinations_set",
@@ -210,8 +209,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
       if (!outcome.ok()) return outcome.status();
       *response->mutable_version() = ToProto(outcome->version);
       LogEvent("info", request->undrain() ? "destination_undrained" : "destination_drained",
-               {{"destination", request->destination()},
-                {"version", outcome->version.ToString()}});
+               {{"destination", request->destination()}, {"version", outcome->version.ToString()}});
       return absl::OkStatus();
     });
   }
@@ -239,8 +237,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
 
  private:
   template <typename Body>
-  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, bool mutating,
-                                  Body body) {
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, bool mutating, Body body) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     grpc::Status status = CheckAuth(context, mutating);
     if (status.ok()) status = ToGrpc(body());
@@ -267,8 +264,7 @@ class PlannerServices::StreamTableReactor final
  public:
   StreamTableReactor(PlannerServices* services, grpc::CallbackServerContext* context)
       : services_(services),
-        stream_(absl::StrCat("s", services->next_stream_.fetch_add(1)),
-                kMaxTableMessageBytes) {
+        stream_(absl::StrCat("s", services->next_stream_.fetch_add(1)), kMaxTableMessageBytes) {
     if (grpc::Status auth = services_->CheckAuth(context, /*mutating=*/false); !auth.ok()) {
       absl::MutexLock lock(&mu_);
       RequestFinishLocked(auth);
@@ -398,8 +394,7 @@ void PlannerServices::Unregister(StreamTableReactor* reactor) {
   streams_.erase(reactor);
 }
 
-void PlannerServices::PublishToStreams(
-    const std::shared_ptr<const table::TableSnapshot>& latest) {
+void PlannerServices::PublishToStreams(const std::shared_ptr<const table::TableSnapshot>& latest) {
   absl::MutexLock lock(&streams_mu_);
   for (StreamTableReactor* reactor : streams_) reactor->Publish(latest);
 }
@@ -443,10 +438,8 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.RegisterService(static_cast<v1::RateService::CallbackService*>(server->services_.get()));
-  builder.RegisterService(
-      static_cast<v1::TableService::CallbackService*>(server->services_.get()));
-  builder.RegisterService(
-      static_cast<v1::AdminService::CallbackService*>(server->services_.get()));
+  builder.RegisterService(static_cast<v1::TableService::CallbackService*>(server->services_.get()));
+  builder.RegisterService(static_cast<v1::AdminService::CallbackService*>(server->services_.get()));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(

@@ -1,0 +1,187 @@
+// Tests for planner/service/planner_core: versioning, history, membership, Explain, and
+// concurrent use (run under ThreadSanitizer in CI). No gRPC here; time is a ManualClock.
+#include "planner/service/planner_core.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <thread>
+#include <vector>
+
+#include "planner/key_id.h"
+
+namespace cacheroute::service {
+namespace {
+
+PlannerConfig Config() {
+  PlannerConfig config;
+  config.destinations = {"d0", "d1", "d2"};
+  config.q_cap = 1000;
+  config.slots_per_destination = 1;  // C = 3
+  config.rate_smoothing = absl::Seconds(1);
+  config.history = 3;
+  return config;
+}
+
+planner::RateReport Report(const std::string& gateway, uint64_t sequence,
+                           const std::vector<std::pair<std::string, double>>& counts) {
+  planner::RateReport report;
+  report.gateway_id = gateway;
+  report.sequence = sequence;
+  report.window_start_unix_ms = 1;
+  report.window_end_unix_ms = 2;
+  for (const auto& [key, count] : counts) {
+    report.counts.push_back({.key_id = KeyId(key), .count = count, .key = key});
+  }
+  return report;
+}
+
+struct Harness {
+  planner::ManualClock clock{absl::FromUnixSeconds(1'800'000'000)};
+  std::unique_ptr<PlannerCore> core;
+  explicit Harness(PlannerConfig config = Config()) {
+    auto created = PlannerCore::Create(config, &clock);
+    REQUIRE(created.ok());
+    core = *std::move(created);
+  }
+  PlanOutcome Replan() {
+    clock.Advance(absl::Seconds(100));
+    absl::StatusOr<PlanOutcome> outcome = core->Replan();
+    REQUIRE(outcome.ok());
+    return *outcome;
+  }
+};
+
+TEST_CASE("the epoch is the start time and numbers grow only when the routing changes") {
+  Harness h;
+  CHECK(h.core->Latest() == nullptr);
+  REQUIRE(h.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 400}, {"c", 300}})).ok());
+  const PlanOutcome first = h.Replan();
+  CHECK(first.changed);
+  CHECK(first.version.epoch == 1'800'000'000);
+  CHECK(first.version.number == 1);
+  REQUIRE(h.core->ReportRates(Report("gw", 2, {{"a", 500}, {"b", 400}, {"c", 300}})).ok());
+  CHECK_FALSE(h.Replan().changed);
+  CHECK(h.core->Latest()->version().number == 1);
+}
+
+TEST_CASE("history keeps the last versions; older ones are NotFound, naming what is kept") {
+  Harness h;
+  for (uint64_t round = 0; round < 5; ++round) {
+    // A new hottest key every round changes the routing.
+    REQUIRE(h.core
+                ->ReportRates(Report("gw", round + 1,
+                                     {{"k" + std::to_string(round), 900}, {"a", 10}, {"b", 5}}))
+                .ok());
+    REQUIRE(h.Replan().changed);
+  }
+  CHECK(h.core->Get({1'800'000'000, 5}).ok());
+  CHECK(h.core->Get({1'800'000'000, 3}).ok());
+  absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> gone =
+      h.core->Get({1'800'000'000, 2});
+  CHECK(gone.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(gone.status().message()), Catch::Contains("1800000000.2"));
+  CHECK((*h.core->Get({}))->version().number == 5);  // zero: the latest
+}
+
+TEST_CASE("Explain says where a key is, or why it is not admitted") {
+  Harness h;
+  REQUIRE(
+      h.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 400}, {"c", 300}, {"d", 200}})).ok());
+  h.Replan();
+  const v1::ExplainResponse a = h.core->Explain(KeyId("a"));
+  CHECK(a.admitted());
+  CHECK(a.rank() == 1);
+  CHECK(a.key() == "a");
+  CHECK(a.k() == 1);
+  CHECK(a.rate() == Approx(5.0).epsilon(1e-3));
+  REQUIRE(a.destinations_size() == 1);
+  CHECK(a.expected_loads_size() == 1);
+  const v1::ExplainResponse d = h.core->Explain(KeyId("d"));
+  CHECK_FALSE(d.admitted());
+  CHECK(d.rank() == 4);
+  CHECK_THAT(d.reason(), Catch::Contains("slots exhausted"));
+  const v1::ExplainResponse unknown = h.core->Explain(KeyId("never-seen"));
+  CHECK_FALSE(unknown.known());
+  CHECK_THAT(unknown.reason(), Catch::Contains("unknown key"));
+}
+
+TEST_CASE("membership: drains keep indices, the last destination cannot be drained") {
+  Harness h;
+  REQUIRE(h.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 400}})).ok());
+  h.Replan();
+  REQUIRE(h.core->Drain("d0", false).ok());
+  REQUIRE(h.core->Drain("d1", false).ok());
+  for (const table::TableEntry& e : h.core->Latest()->entries()) {
+    CHECK(e.destinations == std::vector<uint32_t>{2});
+  }
+  CHECK(h.core->Drain("d2", false).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(h.core->Drain("nope", false).status().code() == absl::StatusCode::kInvalidArgument);
+  // A new membership keeps d1 drained; d3 is new and active.
+  REQUIRE(h.core->SetDestinations({"d1", "d2", "d3"}).ok());
+  const v1::GetStatusResponse status = h.core->Status();
+  REQUIRE(status.destinations_size() == 3);
+  CHECK(status.drained(0));
+  CHECK_FALSE(status.drained(1));
+  CHECK_FALSE(status.drained(2));
+  CHECK(h.core->SetDestinations({"x", "x"}).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(h.core->SetDestinations({}).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("concurrent reports, replans, membership changes and readers") {
+  Harness h;
+  std::atomic<bool> stop{false};
+  std::mutex seen_mu;
+  std::vector<uint64_t> seen;
+  const uint64_t listener = h.core->AddListener([&](std::shared_ptr<const table::TableSnapshot> s) {
+    std::lock_guard<std::mutex> lock(seen_mu);
+    seen.push_back(s->version().number);
+  });
+  // Catch2 assertions are not thread-safe: threads count failures, the test thread checks them.
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int g = 0; g < 3; ++g) {
+    threads.emplace_back([&, g] {
+      for (uint64_t seq = 1; seq <= 300; ++seq) {
+        const std::string hot = "hot-" + std::to_string((seq / 10 + g) % 7);
+        auto result = h.core->ReportRates(
+            Report("gw-" + std::to_string(g), seq, {{hot, 1000.0}, {"warm", 10.0 + g}}));
+        if (!result.ok()) ++failures;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    while (!stop) {
+      h.clock.Advance(absl::Seconds(10));
+      if (!h.core->Replan().ok()) ++failures;
+    }
+  });
+  threads.emplace_back([&] {
+    while (!stop) {
+      h.core->Status();
+      h.core->Explain(KeyId("warm"));
+      if (auto latest = h.core->Latest()) h.core->Get(latest->version()).IgnoreError();
+      h.core->RecordAck("gw-0", {1, 1});
+    }
+  });
+  threads.emplace_back([&] {
+    for (int i = 0; i < 20; ++i) {
+      if (!h.core->Drain("d1", i % 2 == 1).ok()) ++failures;
+    }
+  });
+  for (int i = 0; i < 4; ++i) threads[i == 3 ? 5 : i].join();  // reporters and the drainer
+  stop = true;
+  threads[3].join();
+  threads[4].join();
+  h.core->RemoveListener(listener);
+  CHECK(failures == 0);
+  const PlannerCore::Counters counters = h.core->counters();
+  CHECK(counters.reports_accepted == 900);
+  std::lock_guard<std::mutex> lock(seen_mu);
+  REQUIRE_FALSE(seen.empty());
+  // Listeners saw every published version, in order.
+  for (size_t i = 1; i < seen.size(); ++i) CHECK(seen[i] == seen[i - 1] + 1);
+  CHECK(seen.back() == h.core->Latest()->version().number);
+}
+
+}  // namespace
+}  // namespace cacheroute::service
