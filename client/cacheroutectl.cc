@@ -1,33 +1,32 @@
-// cacheroutectl: the operator's command-line tool. `cacheroutectl plan` builds a routing plan
-// offline from a rates file, for sizing W and q_cap (docs/cacheroutectl.md).
+// cacheroutectl: the operator's command-line tool (docs/cacheroutectl.md). `cacheroutectl plan`
+// builds a routing plan offline from a rates file, for sizing W and q_cap; the online commands
+// (online_commands.h: push-rates, status, show, explain, diff, watch, replan, drain, undrain,
+// destinations) talk to a running planner chosen by the global options before the command.
 //
-// Each subcommand is a Command that declares its flags on a CLI11 subcommand and runs after
-// parsing; to add one, write another Command and append it in Main. CLI11 exceptions stay in
-// Main: everything else reports errors as absl::Status.
+// Each subcommand is a Command (command.h) that declares its flags on a CLI11 subcommand and runs
+// after parsing; to add one, write another Command and append it in Main. CLI11 exceptions stay
+// in Main: everything else reports errors as absl::Status.
 //
-// Exit codes: 0 success, 2 bad input (usage, flag values, unreadable or malformed rates file,
-// inputs the planner rejects), 1 internal error. Errors are one line on stderr, prefixed
+// Exit codes (command.h): 0 success, 2 bad input (usage, flag values, unreadable or malformed
+// rates file, inputs the planner rejects), 3 planner unreachable or not answering, 4 refused by
+// the planner (token), 1 internal error. Errors are one line on stderr, prefixed
 // "cacheroutectl: error: ". Output goes to stdout only once it is complete.
-#include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <limits>
 #include <memory>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "client/command.h"
+#include "client/online_commands.h"
 #include "client/plan_output.h"
 #include "client/rates_csv.h"
 #include "client/text_format.h"
@@ -38,83 +37,8 @@ namespace cacheroute::client {
 namespace {
 
 constexpr absl::string_view kProgram = "cacheroutectl";
-constexpr int kExitOk = 0;
-constexpr int kExitInternal = 1;
-constexpr int kExitBadInput = 2;
 // Beyond this the planner's sums could overflow a double; no real fleet comes near it.
 constexpr double kMaxTotalRate = 1e300;
-
-class Command {
- public:
-  virtual ~Command() = default;
-  // True if this command's subcommand was selected on the command line.
-  virtual bool Selected() const = 0;
-  virtual absl::Status Run() = 0;
-};
-
-absl::Status FlagError(absl::string_view flag, absl::string_view expected,
-                       absl::string_view value) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(flag, ": expected ", expected, ", got ", QuoteForMessage(value)));
-}
-
-template <typename Int>
-absl::StatusOr<Int> ParseIntFlag(absl::string_view flag, absl::string_view value, Int min) {
-  Int parsed = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
-  if (ec != std::errc() || end != value.data() + value.size() || parsed < min) {
-    return FlagError(
-        flag, absl::StrCat("an integer in [", min, ", ", std::numeric_limits<Int>::max(), "]"),
-        value);
-  }
-  return parsed;
-}
-
-absl::StatusOr<double> ParsePositiveFlag(absl::string_view flag, absl::string_view value) {
-  double parsed = 0.0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
-  if (ec != std::errc() || end != value.data() + value.size() || !std::isfinite(parsed) ||
-      parsed <= 0) {
-    return FlagError(flag, "a finite number > 0", value);
-  }
-  return parsed;
-}
-
-absl::StatusOr<std::string> ReadAll(std::FILE* file, absl::string_view name) {
-  std::string text;
-  char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
-  if (std::ferror(file)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--rates: cannot read ", name, ": ",
-                     std::error_code(errno, std::generic_category()).message()));
-  }
-  return text;
-}
-
-// `path` "-" is standard input.
-absl::StatusOr<std::string> ReadRatesFile(const std::string& path) {
-  if (path == "-") return ReadAll(stdin, "standard input");
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--rates: cannot open ", QuoteForMessage(path), ": ",
-                     std::error_code(errno, std::generic_category()).message()));
-  }
-  absl::StatusOr<std::string> text = ReadAll(file, QuoteForMessage(path));
-  std::fclose(file);
-  return text;
-}
-
-absl::Status WriteStdout(absl::string_view text) {
-  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot write to standard output: ",
-                     std::error_code(errno, std::generic_category()).message()));
-  }
-  return absl::OkStatus();
-}
 
 class PlanCommand final : public Command {
  public:
@@ -204,31 +128,21 @@ class PlanCommand final : public Command {
   std::string top_ = "10";
 };
 
-int ExitCode(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
-      return kExitOk;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kPermissionDenied:
-      return kExitBadInput;
-    default:
-      return kExitInternal;
-  }
-}
-
 void PrintError(absl::string_view message) {
   std::fprintf(stderr, "%s: error: %s\n", std::string(kProgram).c_str(),
                absl::StrReplaceAll(message, {{"\n", " "}}).c_str());
 }
 
 int Main(int argc, char** argv) {
-  CLI::App app{"Operator tool for CacheRoute prefix-affinity routing plans.",
-               std::string(kProgram)};
+  CLI::App app{
+      "Operator tool for CacheRoute: plan offline, or inspect and steer a running planner.",
+      std::string(kProgram)};
   app.require_subcommand(1);
+  GlobalOptions global;
+  AddGlobalOptions(app, &global);
   std::vector<std::unique_ptr<Command>> commands;
   commands.push_back(std::make_unique<PlanCommand>(app));
+  AddOnlineCommands(app, global, &commands);
 
   try {
     app.parse(argc, argv);
@@ -242,7 +156,7 @@ int Main(int argc, char** argv) {
     if (!command->Selected()) continue;
     const absl::Status status = command->Run();
     if (!status.ok()) {
-      PrintError(ExitCode(status) == kExitBadInput ? status.message() : status.ToString());
+      PrintError(ExitCode(status) == kExitInternal ? status.ToString() : status.message());
     }
     return ExitCode(status);
   }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "client/load_chart.h"
 #include "client/text_format.h"
 
 namespace cacheroute::client {
@@ -28,7 +29,6 @@ constexpr size_t kHistogramBins = 16;
 constexpr size_t kHistogramBarCells = 30;
 constexpr size_t kMostLoadedListed = 5;
 // Eighth blocks, 1/8 to 8/8 of a cell.
-constexpr const char* kEighths[] = {"▏", "▎", "▍", "▌", "▋", "▊", "▉", "█"};
 
 absl::Status CheckPlan(const Plan& plan, std::span<const std::string> key_names) {
   const auto not_finite = [](absl::string_view what) {
@@ -121,24 +121,6 @@ std::string Num(double v) { return absl::StrFormat("%.6g", v); }
 std::string Percent(double part, double whole) {
   if (whole <= 0) return "n/a";
   return absl::StrFormat("%.1f%%", 100.0 * part / whole);
-}
-
-// `cells` character cells of eighth blocks for value/max, padded with spaces to `cells` columns.
-std::string Bar(double value, double max, size_t cells) {
-  size_t eighths = 0;
-  if (max > 0 && value > 0) {
-    eighths = static_cast<size_t>(std::lround(value / max * static_cast<double>(cells * 8)));
-    eighths = std::clamp<size_t>(eighths, 1, cells * 8);  // a non-zero value is never invisible
-  }
-  std::string out;
-  for (size_t i = 0; i < eighths / 8; ++i) out.append(kEighths[7]);
-  size_t used = eighths / 8;
-  if (eighths % 8 != 0) {
-    out.append(kEighths[eighths % 8 - 1]);
-    ++used;
-  }
-  out.append(cells - used, ' ');
-  return out;
 }
 
 std::string PadLeft(absl::string_view s, size_t columns, size_t width) {
@@ -235,7 +217,7 @@ void AppendLoadBars(std::string* out, std::span<const double> loads, double max_
   for (size_t r = 0; r < loads.size(); ++r) {
     const double deviation = mean_load > 0 ? 100.0 * (loads[r] / mean_load - 1.0) : 0.0;
     absl::StrAppendFormat(out, "  %*d  %s  %s  %+7.2f%%%s\n", dest_w, r,
-                          Bar(loads[r], max_load, kLoadBarCells),
+                          LoadBar(loads[r], max_load, kLoadBarCells),
                           PadLeft(values[r], values[r].size(), value_w), deviation,
                           loads[r] == max_load && max_load > 0 ? "  ◀ max" : "");
   }
@@ -278,7 +260,7 @@ void AppendLoadHistogram(std::string* out, std::span<const double> loads) {
   for (size_t b = 0; b < kHistogramBins; ++b) {
     absl::StrAppendFormat(
         out, "  %s  %s  %*d%s\n", PadRight(labels[b], labels[b].size(), label_w),
-        Bar(static_cast<double>(counts[b]), static_cast<double>(max_count), kHistogramBarCells),
+        LoadBar(static_cast<double>(counts[b]), static_cast<double>(max_count), kHistogramBarCells),
         count_w, counts[b], b + 1 == kHistogramBins ? "  ◀ max" : "");
   }
   std::vector<uint32_t> order(loads.size());

@@ -8,3 +8,10 @@ cacheroute_add_test(NAME cacheroutectl_test SOURCES cacheroutectl_test.cc
 target_compile_definitions(cacheroutectl_test PRIVATE
                            CACHEROUTECTL_PATH="$<TARGET_FILE:cacheroutectl>")
 add_dependencies(cacheroutectl_test cacheroutectl)
+# The online commands end to end: a real planner in the test process on a loopback port, and the
+# real cacheroutectl binary run against it.
+cacheroute_add_test(NAME cacheroutectl_online_test SOURCES cacheroutectl_online_test.cc
+                    LIBS cacheroute::planner_service absl::strings LABELS client)
+target_compile_definitions(cacheroutectl_online_test PRIVATE
+                           CACHEROUTECTL_PATH="$<TARGET_FILE:cacheroutectl>")
+add_dependencies(cacheroutectl_online_test cacheroutectl)

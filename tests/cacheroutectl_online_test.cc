@@ -1,0 +1,625 @@
+// End-to-end tests of cacheroutectl's online commands: a real PlannerServer in this process on a
+// loopback port chosen by the kernel (time is a ManualClock, so rates and versions are exact), and
+// the real cacheroutectl binary run against it as a subprocess, with exit code, stdout and stderr
+// checked. Nothing waits on a fixed sleep: `watch` is synchronised by polling GetStatus until the
+// planner lists its stream, with a bounded number of polls.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cacheroute/v1/admin.grpc.pb.h"
+#include "cacheroute/v1/rates.grpc.pb.h"
+#include "cacheroute/v1/table.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "planner/clock.h"
+#include "planner/key_id.h"
+#include "planner/service/planner_server.h"
+#include "tests/support/json_reader.h"
+
+#ifndef CACHEROUTECTL_PATH
+#error "CACHEROUTECTL_PATH must name the cacheroutectl binary"
+#endif
+
+extern char** environ;
+
+namespace cacheroute::client {
+namespace {
+
+namespace fs = std::filesystem;
+using service::PlannerConfig;
+using service::PlannerServer;
+using testing::JsonValue;
+using testing::ParseJson;
+
+// A directory under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "cacheroutectl_online.XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string Write(const std::string& name, const std::string& content) const {
+    const fs::path file = path_ / name;
+    std::ofstream out(file, std::ios::binary);
+    out << content;
+    REQUIRE(out.good());
+    return file.string();
+  }
+  std::string Read(const std::string& name) const {
+    std::ifstream in(path_ / name, std::ios::binary);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return buffer.str();
+  }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// A cacheroutectl process started with posix_spawn; its stdout and stderr go to files.
+class Process {
+ public:
+  // `env` is added to this process's environment, from which CACHEROUTE_* and proxy settings are
+  // removed so the developer's shell cannot change what is tested.
+  Process(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv_storage = {CACHEROUTECTL_PATH};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    std::vector<std::string> env_storage;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const std::string name = absl::AsciiStrToLower(entry.substr(0, entry.find('=')));
+      if (absl::StartsWith(name, "cacheroute_") || absl::EndsWith(name, "proxy")) continue;
+      env_storage.push_back(entry);
+    }
+    env_storage.insert(env_storage.end(), env.begin(), env.end());
+    std::vector<char*> argv, envp;
+    for (std::string& a : argv_storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (std::string& e : env_storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    REQUIRE(posix_spawn_file_actions_init(&actions) == 0);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, io_.File("stdout").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 2, io_.File("stderr").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int spawned =
+        posix_spawn(&pid_, CACHEROUTECTL_PATH, &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE(spawned == 0);
+  }
+  ~Process() {
+    if (pid_ > 0) {  // a failed REQUIRE left it running
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Waits for the exit. A process still running after `limit` is killed (and the REQUIRE on a
+  // normal exit fails), so a hung command fails the test instead of hanging it.
+  Result Wait(std::chrono::seconds limit = std::chrono::seconds(60)) {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!cv.wait_for(lock, limit, [&] { return done; })) kill(pid_, SIGKILL);
+    });
+    int status = 0;
+    const pid_t waited = waitpid(pid_, &status, 0);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_one();
+    watchdog.join();
+    pid_ = -1;
+    REQUIRE(waited > 0);
+    INFO("stderr: " << io_.Read("stderr"));
+    REQUIRE(WIFEXITED(status));
+    return {WEXITSTATUS(status), io_.Read("stdout"), io_.Read("stderr")};
+  }
+
+ private:
+  TempDir io_;
+  pid_t pid_ = -1;
+};
+
+Result Run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  return Process(args, env).Wait();
+}
+
+PlannerConfig TestConfig() {
+  PlannerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.destinations = {"d0", "d1"};
+  config.q_cap = 100;
+  config.slots_per_destination = 1;  // C = 2: the two hottest keys are admitted, k = 1 each
+  config.control_interval = absl::Hours(1);
+  // Far shorter than the 10 s the tests advance between plans: each plan takes exactly the last
+  // interval's counts, so a rate pushed as `key,rate` comes back unchanged.
+  config.rate_smoothing = absl::Milliseconds(1);
+  config.key_ttl = absl::Hours(10);
+  return config;
+}
+
+// A planner on a loopback port with a manual clock, and stubs for checking its state directly.
+class Planner {
+ public:
+  explicit Planner(PlannerConfig config = TestConfig())
+      : clock_(absl::FromUnixSeconds(1'800'000'000)) {
+    absl::StatusOr<std::unique_ptr<PlannerServer>> server =
+        PlannerServer::Start(config, &clock_, /*run_ticker=*/false);
+    INFO(server.status().ToString());
+    REQUIRE(server.ok());
+    server_ = *std::move(server);
+    address_ = absl::StrCat("127.0.0.1:", server_->port());
+    channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    admin_ = v1::AdminService::NewStub(channel_);
+    tables_ = v1::TableService::NewStub(channel_);
+    token_ = config.token;
+  }
+
+  // cacheroutectl with --planner pointing here, then `args`.
+  Result Ctl(std::vector<std::string> args, const std::vector<std::string>& env = {}) const {
+    args.insert(args.begin(), {"--planner", address_});
+    return Run(args, env);
+  }
+  std::unique_ptr<Process> StartCtl(std::vector<std::string> args) const {
+    args.insert(args.begin(), {"--planner", address_});
+    return std::make_unique<Process>(args);
+  }
+
+  // The planner's intervals follow its clock; the window of a pushed file is 10 s.
+  void Advance() { clock_.Advance(absl::Seconds(10)); }
+
+  v1::GetStatusResponse Status() const {
+    grpc::ClientContext context;
+    v1::GetStatusResponse status;
+    REQUIRE(admin_->GetStatus(&context, {}, &status).ok());
+    return status;
+  }
+  v1::RoutingTable Latest() const {
+    grpc::ClientContext context;
+    v1::RoutingTable table;
+    REQUIRE(tables_->GetTable(&context, {}, &table).ok());
+    return table;
+  }
+  void Replan() {
+    Advance();
+    grpc::ClientContext context;
+    if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
+    v1::ReplanResponse response;
+    REQUIRE(admin_->Replan(&context, {}, &response).ok());
+  }
+
+  const std::string& address() const { return address_; }
+
+ private:
+  planner::ManualClock clock_;
+  std::unique_ptr<PlannerServer> server_;
+  std::string address_;
+  std::string token_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::unique_ptr<v1::TableService::Stub> tables_;
+};
+
+std::string VersionOf(const v1::Version& v) { return absl::StrCat(v.epoch(), ".", v.number()); }
+
+constexpr char kRates[] =
+    "key,rate\n"
+    "alpha,30\n"
+    "beta,20\n"
+    "gamma,5\n";
+
+// Pushes kRates as gw-1 (sequence `sequence`) and plans: alpha and beta admitted, gamma not.
+void PushAndPlan(Planner& planner, const TempDir& dir, const std::string& rates = kRates,
+                 uint64_t sequence = 1) {
+  const Result push =
+      planner.Ctl({"push-rates", "--gateway", "gw-1", "--rates", dir.Write("rates.csv", rates),
+                   "--sequence", absl::StrCat(sequence)});
+  INFO(push.err);
+  REQUIRE(push.exit_code == 0);
+  planner.Advance();
+  const Result replan = planner.Ctl({"replan"});
+  INFO(replan.err);
+  REQUIRE(replan.exit_code == 0);
+}
+
+// One line on stderr with the prefix and every one of `mentions`, nothing on stdout.
+void CheckError(const Result& result, int exit_code, const std::vector<std::string>& mentions) {
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_code == exit_code);
+  CHECK(result.out.empty());
+  CHECK(absl::StartsWith(result.err, "cacheroutectl: error: "));
+  CHECK(result.err.find('\n') == result.err.size() - 1);
+  for (const std::string& mention : mentions) CHECK(absl::StrContains(result.err, mention));
+}
+
+std::map<std::string, const JsonValue*> AssignmentsByKey(const JsonValue& doc) {
+  std::map<std::string, const JsonValue*> out;
+  for (const JsonValue& a : doc.Find("assignments")->array) out[a.Find("key")->string] = &a;
+  return out;
+}
+
+TEST_CASE("push-rates, replan, then show --format json gives the plan schema with a version") {
+  Planner planner;
+  TempDir dir;
+  const Result push = planner.Ctl({"push-rates", "--gateway", "gw-1", "--rates",
+                                   dir.Write("rates.csv", kRates), "--sequence", "7"});
+  INFO(push.err);
+  REQUIRE(push.exit_code == 0);
+  CHECK(absl::StrContains(push.out, "Pushed 3 keys (550 requests in a 10 s window)"));
+  CHECK(absl::StrContains(push.out, "accepted keys   3"));
+  CHECK(planner.Status().keys_known() == 3);
+
+  planner.Advance();
+  const Result replan = planner.Ctl({"replan"});
+  REQUIRE(replan.exit_code == 0);
+  const v1::GetStatusResponse status = planner.Status();
+  CHECK(replan.out ==
+        absl::StrCat("version ", VersionOf(status.version()), ": new table published\n"));
+
+  const Result show = planner.Ctl({"show", "--format", "json"});
+  INFO(show.err);
+  REQUIRE(show.exit_code == 0);
+  const std::optional<JsonValue> doc = ParseJson(show.out);
+  REQUIRE(doc.has_value());
+  const JsonValue* version = doc->Find("version");
+  REQUIRE(version != nullptr);
+  CHECK(version->Find("epoch")->number_text == absl::StrCat(status.version().epoch()));
+  CHECK(version->Find("number")->number == 1);
+  const auto assignments = AssignmentsByKey(*doc);
+  REQUIRE(assignments.size() == 2);  // C = 2: alpha and beta; gamma is the cold tail
+  CHECK(assignments.at("alpha")->Find("rate")->number == 30);
+  CHECK(assignments.at("beta")->Find("rate")->number == 20);
+  CHECK(assignments.at("alpha")->Find("key_id")->number_text == absl::StrCat(KeyId("alpha")));
+  CHECK(assignments.at("alpha")->Find("destinations")->array.size() == 1);
+  const JsonValue* loads = doc->Find("loads");
+  REQUIRE(loads->array.size() == 2);  // R entries
+  CHECK(loads->array[0].number + loads->array[1].number == Approx(55));
+  const JsonValue* stats = doc->Find("stats");
+  CHECK(stats->Find("admitted_keys")->number == 2);
+  CHECK(stats->Find("slots_used")->number == 2);
+  CHECK(stats->Find("cold_tail_rate")->number == Approx(5));
+  CHECK(stats->Find("total_rate")->number == Approx(55));
+  CHECK(stats->Find("imbalance")->number == Approx(32.5 / 27.5));
+  CHECK(stats->Find("destinations")->number == 2);
+
+  // The same version asked for by number, as a table.
+  const Result table = planner.Ctl({"show", "--version", VersionOf(status.version())});
+  REQUIRE(table.exit_code == 0);
+  CHECK(absl::StrContains(table.out, absl::StrCat("Routing table ", VersionOf(status.version()))));
+  CHECK(absl::StrContains(table.out, "Hottest 2 of 2 admitted keys"));
+  CHECK(absl::StrContains(table.out, "alpha"));
+  CHECK(absl::StrContains(table.out, "◀ max"));
+  // An unknown version is the planner's NOT_FOUND: bad input.
+  CheckError(planner.Ctl({"show", "--version", "1.999"}), 2, {"1.999", "not kept"});
+}
+
+TEST_CASE("push-rates sends key,count files as they are, in consecutive reports") {
+  Planner planner;
+  TempDir dir;
+  const std::string counts = dir.Write("counts.csv",
+                                       "key,count\n"
+                                       "alpha,300\n"
+                                       "beta,200\n"
+                                       "gamma,50\n");
+  CheckError(planner.Ctl({"push-rates", "--gateway", "gw-2", "--rates", counts}), 2,
+             {"--window", "key,count"});
+  const Result push =
+      planner.Ctl({"--format", "json", "push-rates", "--gateway", "gw-2", "--rates", counts,
+                   "--window", "10", "--sequence", "100", "--batch-size", "2"});
+  INFO(push.err);
+  REQUIRE(push.exit_code == 0);
+  const std::optional<JsonValue> doc = ParseJson(push.out);
+  REQUIRE(doc.has_value());
+  CHECK(doc->Find("total_count")->number == 550);
+  CHECK(doc->Find("accepted_keys")->number == 3);
+  const JsonValue* reports = doc->Find("reports");
+  REQUIRE(reports->array.size() == 2);
+  CHECK(reports->array[0].Find("sequence")->number == 100);
+  CHECK(reports->array[0].Find("keys")->number == 2);
+  CHECK(reports->array[1].Find("sequence")->number == 101);
+  CHECK(reports->array[1].Find("keys")->number == 1);
+  const v1::GetStatusResponse status = planner.Status();
+  REQUIRE(status.gateways_size() == 1);
+  CHECK(status.gateways(0).last_sequence() == 101);
+
+  planner.Replan();  // 10 s: the counts become 30, 20 and 5 req/s
+  const v1::RoutingTable table = planner.Latest();
+  REQUIRE(table.assignments_size() == 2);
+  CHECK(table.assignments(0).key() == "alpha");
+  CHECK(table.assignments(0).rate() == 30);
+  CHECK(table.assignments(0).key_id() == KeyId("alpha"));
+
+  // The same sequence again is a duplicate: acknowledged, nothing applied.
+  const Result again = planner.Ctl({"push-rates", "--gateway", "gw-2", "--rates", counts,
+                                    "--window", "10", "--sequence", "101"});
+  REQUIRE(again.exit_code == 0);
+  CHECK(absl::StrContains(again.out, "duplicate"));
+}
+
+TEST_CASE("status shows the version, the loads and the gateways") {
+  Planner planner;
+  TempDir dir;
+  PushAndPlan(planner, dir);
+  const std::string version = VersionOf(planner.Status().version());
+
+  const Result table = planner.Ctl({"status"});
+  INFO(table.err);
+  REQUIRE(table.exit_code == 0);
+  CHECK(absl::StartsWith(table.out, absl::StrCat("Planner ", planner.address(), "\n")));
+  CHECK(absl::StrContains(table.out, absl::StrCat("version                ", version)));
+  CHECK(absl::StrContains(table.out, "keys known             3"));
+  CHECK(absl::StrContains(table.out, "slots used             2 / 2  (100.0%)"));
+  CHECK(absl::StrContains(table.out, "Expected load per destination"));
+  CHECK(absl::StrContains(table.out, "◀ max"));
+  CHECK(absl::StrContains(table.out, "gw-1"));
+
+  const Result json = planner.Ctl({"status", "--format", "json"});  // global option after it
+  REQUIRE(json.exit_code == 0);
+  const std::optional<JsonValue> doc = ParseJson(json.out);
+  REQUIRE(doc.has_value());
+  CHECK(doc->Find("keys_admitted")->number == 2);
+  const JsonValue* destinations = doc->Find("destinations");
+  REQUIRE(destinations->array.size() == 2);
+  CHECK(destinations->array[1].Find("name")->string == "d1");
+  CHECK(destinations->array[1].Find("drained")->boolean == false);
+  const JsonValue* gateways = doc->Find("gateways");
+  REQUIRE(gateways->array.size() == 1);
+  CHECK(gateways->array[0].Find("gateway_id")->string == "gw-1");
+  CHECK(gateways->array[0].Find("last_sequence")->number == 1);
+}
+
+TEST_CASE("explain says where an admitted key goes and why another is not admitted") {
+  Planner planner;
+  TempDir dir;
+  PushAndPlan(planner, dir);
+
+  const Result admitted = planner.Ctl({"explain", "alpha"});
+  INFO(admitted.err);
+  REQUIRE(admitted.exit_code == 0);
+  CHECK(absl::StrContains(admitted.out, "Key \"alpha\""));
+  CHECK(absl::StrContains(admitted.out, "rate                   30 req/s"));
+  CHECK(absl::StrContains(admitted.out, "rank                   1"));
+  CHECK(absl::StrContains(admitted.out, "admitted               yes"));
+
+  const Result json =
+      planner.Ctl({"--format", "json", "explain", "--key-id", absl::StrCat(KeyId("alpha"))});
+  REQUIRE(json.exit_code == 0);
+  const std::optional<JsonValue> doc = ParseJson(json.out);
+  REQUIRE(doc.has_value());
+  CHECK(doc->Find("key")->string == "alpha");
+  CHECK(doc->Find("admitted")->boolean);
+  CHECK(doc->Find("k")->number == 1);
+  const JsonValue* destinations = doc->Find("destinations");
+  REQUIRE(destinations->array.size() == 1);
+  CHECK(destinations->array[0].Find("expected_load")->number == Approx(32.5));
+  CHECK(absl::StrContains(destinations->array[0].Find("name")->string, "d"));
+
+  const Result cold = planner.Ctl({"explain", "gamma"});
+  REQUIRE(cold.exit_code == 0);
+  CHECK(absl::StrContains(cold.out, "rank                   3"));
+  CHECK(absl::StrContains(cold.out, "admitted               no: slots exhausted"));
+  const Result cold_json = planner.Ctl({"--format", "json", "explain", "gamma"});
+  const std::optional<JsonValue> cold_doc = ParseJson(cold_json.out);
+  REQUIRE(cold_doc.has_value());
+  CHECK_FALSE(cold_doc->Find("admitted")->boolean);
+  CHECK(cold_doc->Find("destinations")->array.empty());
+
+  CheckError(planner.Ctl({"explain"}), 2, {"KEY", "--key-id"});
+}
+
+TEST_CASE("diff lists the keys that moved, came and went between two versions") {
+  Planner planner;
+  TempDir dir;
+  PushAndPlan(planner, dir);
+  const std::string first = VersionOf(planner.Status().version());
+  // gamma overtakes beta.
+  PushAndPlan(planner, dir, "key,rate\nalpha,30\nbeta,1\ngamma,25\n", 2);
+  const std::string second = VersionOf(planner.Status().version());
+  REQUIRE(first != second);
+
+  const Result json = planner.Ctl({"--format", "json", "diff", first, second});
+  INFO(json.err);
+  REQUIRE(json.exit_code == 0);
+  const std::optional<JsonValue> doc = ParseJson(json.out);
+  REQUIRE(doc.has_value());
+  REQUIRE(doc->Find("added")->array.size() == 1);
+  CHECK(doc->Find("added")->array[0].Find("key")->string == "gamma");
+  REQUIRE(doc->Find("removed")->array.size() == 1);
+  CHECK(doc->Find("removed")->array[0].Find("key")->string == "beta");
+  const double churn = doc->Find("churn")->number;
+  CHECK(churn > 0);
+  CHECK(churn <= 1);
+
+  const Result table = planner.Ctl({"diff", first});  // to the latest
+  REQUIRE(table.exit_code == 0);
+  CHECK(absl::StrContains(table.out, absl::StrCat("Diff ", first, " → ", second)));
+  CHECK(absl::StrContains(table.out, "Added (1)"));
+  CHECK(absl::StrContains(table.out, "Removed (1)"));
+  CHECK(absl::StrContains(table.out, "gamma"));
+  CheckError(planner.Ctl({"diff", "latest"}), 2, {"V1", "\"latest\""});
+}
+
+TEST_CASE("watch applies the full table and then a delta, one line per version") {
+  Planner planner;
+  TempDir dir;
+  PushAndPlan(planner, dir);
+  const v1::Version first = planner.Status().version();
+
+  std::unique_ptr<Process> watch =
+      planner.StartCtl({"--format", "json", "watch", "--gateway-id", "watcher", "--count", "2"});
+  // The stream is registered (and the full table sent) before the planner lists it.
+  bool subscribed = false;
+  for (int poll = 0; poll < 2000 && !subscribed; ++poll) {
+    const v1::GetStatusResponse status = planner.Status();
+    for (const v1::GatewayStatus& g : status.gateways()) {
+      if (g.gateway_id() == "watcher" && g.subscribed()) subscribed = true;
+    }
+    if (!subscribed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(subscribed);
+  PushAndPlan(planner, dir, "key,rate\nalpha,30\nbeta,1\ngamma,25\n", 2);
+  const v1::Version second = planner.Status().version();
+  REQUIRE(second.number() == first.number() + 1);
+
+  const Result result = watch->Wait();
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  const std::vector<std::string> lines = absl::StrSplit(result.out, '\n', absl::SkipEmpty());
+  REQUIRE(lines.size() == 2);
+  const std::optional<JsonValue> full = ParseJson(lines[0]);
+  REQUIRE(full.has_value());
+  CHECK(full->Find("kind")->string == "full");
+  CHECK(full->Find("version")->Find("number")->number == first.number());
+  CHECK(full->Find("keys")->number == 2);
+  const std::optional<JsonValue> delta = ParseJson(lines[1]);
+  REQUIRE(delta.has_value());
+  CHECK(delta->Find("kind")->string == "delta");
+  CHECK(delta->Find("base")->Find("number")->number == first.number());
+  CHECK(delta->Find("version")->Find("number")->number == second.number());
+  CHECK(delta->Find("keys")->number == 2);
+  CHECK(delta->Find("upserts")->number == 1);   // gamma
+  CHECK(delta->Find("removals")->number == 1);  // beta
+}
+
+TEST_CASE("drain, undrain and destinations set change the membership") {
+  Planner planner;
+  TempDir dir;
+  PushAndPlan(planner, dir);
+
+  const Result drain = planner.Ctl({"drain", "d1"});
+  INFO(drain.err);
+  REQUIRE(drain.exit_code == 0);
+  CHECK(absl::StartsWith(drain.out, "drained \"d1\"; the table is now version "));
+  v1::GetStatusResponse status = planner.Status();
+  REQUIRE(status.drained_size() == 2);
+  CHECK(status.drained(1));
+  const v1::RoutingTable drained_table = planner.Latest();
+  for (const v1::Assignment& a : drained_table.assignments()) {
+    for (const uint32_t d : a.destinations()) CHECK(d == 0);
+  }
+  const Result listed = planner.Ctl({"destinations", "list"});
+  REQUIRE(listed.exit_code == 0);
+  CHECK(absl::StrContains(listed.out, "drained"));
+
+  REQUIRE(planner.Ctl({"undrain", "d1"}).exit_code == 0);
+  CHECK_FALSE(planner.Status().drained(1));
+  CheckError(planner.Ctl({"drain", "nope"}), 2, {"Drain", "\"nope\""});
+
+  const Result set = planner.Ctl({"--format", "json", "destinations", "set", "d0", "d1", "d2"});
+  INFO(set.err);
+  REQUIRE(set.exit_code == 0);
+  const std::optional<JsonValue> doc = ParseJson(set.out);
+  REQUIRE(doc.has_value());
+  CHECK(doc->Find("destinations")->array.size() == 3);
+  status = planner.Status();
+  CHECK(status.destinations_size() == 3);
+  CHECK(doc->Find("version")->Find("number")->number == status.version().number());
+  CheckError(planner.Ctl({"destinations", "set", "x", "x"}), 2, {"duplicate"});
+}
+
+TEST_CASE("bad input exits 2 with one line naming the file, line or flag") {
+  Planner planner;
+  TempDir dir;
+  CheckError(planner.Ctl({"push-rates", "--gateway", "gw", "--rates",
+                          dir.Write("bad.csv", "key,rate\nalpha,abc\n")}),
+             2, {"bad.csv", "line 2", "\"abc\" is not a number"});
+  CheckError(planner.Ctl({"push-rates", "--gateway", "gw", "--rates",
+                          dir.Write("header.csv", "name,qps\nalpha,1\n")}),
+             2, {"header.csv", "'key,rate' or 'key,count'"});
+  CheckError(planner.Ctl({"push-rates", "--gateway", "gw", "--rates", dir.File("missing.csv")}), 2,
+             {"--rates", "missing.csv"});
+  CheckError(planner.Ctl({"push-rates", "--gateway", "gw", "--rates", dir.Write("ok.csv", kRates),
+                          "--window", "7200"}),
+             2, {"--window", "7200"});
+  CheckError(planner.Ctl({"show", "--version", "bogus"}), 2, {"--version", "\"bogus\""});
+  CheckError(planner.Ctl({"--format", "xml", "status"}), 2, {"--format", "\"xml\""});
+  CheckError(planner.Ctl({"no-such-command"}), 2, {});
+  CHECK(planner.Status().keys_known() == 0);
+}
+
+TEST_CASE("an address nobody listens on exits 3 and names the address") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t length = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  close(fd);  // nobody listens there now
+
+  CheckError(Run({"--planner", address, "status"}), 3, {address, "unavailable"});
+  CheckError(Run({"--planner", address, "watch", "--count", "1"}), 3, {address});
+  // The address may come from the environment too.
+  CheckError(Run({"replan"}, {absl::StrCat("CACHEROUTE_PLANNER=", address)}), 3, {address});
+}
+
+TEST_CASE("with a token configured, calls without it exit 4") {
+  PlannerConfig config = TestConfig();
+  config.token = "s3cret";
+  Planner planner(config);
+  TempDir dir;
+  const std::string rates = dir.Write("rates.csv", kRates);
+  CheckError(planner.Ctl({"replan"}), 4, {"refused Replan", "--token"});
+  CheckError(planner.Ctl({"push-rates", "--gateway", "gw", "--rates", rates}), 4,
+             {"refused ReportRates"});
+  CheckError(planner.Ctl({"--token", "wrong", "replan"}), 4, {"check --token"});
+  CHECK(planner.Ctl({"--token", "s3cret", "push-rates", "--gateway", "gw", "--rates", rates})
+            .exit_code == 0);
+  CHECK(planner.Ctl({"replan"}, {"CACHEROUTE_TOKEN=s3cret"}).exit_code == 0);
+  // Reads stay open unless the planner requires the token for them.
+  CHECK(planner.Ctl({"status"}).exit_code == 0);
+}
+
+}  // namespace
+}  // namespace cacheroute::client
