@@ -62,6 +62,15 @@ TEST_CASE("the epoch is the start time and numbers grow only when the routing ch
   REQUIRE(h.core->ReportRates(Report("gw", 2, {{"a", 500}, {"b", 400}, {"c", 300}})).ok());
   CHECK_FALSE(h.Replan().changed);
   CHECK(h.core->Latest()->version().number == 1);
+  // Same ranking, same routing, but 3% more traffic: within the 5% load drift, no new version.
+  REQUIRE(h.core->ReportRates(Report("gw", 3, {{"a", 515}, {"b", 412}, {"c", 309}})).ok());
+  CHECK_FALSE(h.Replan().changed);
+  // Twice the traffic: the expected loads moved, so the table is republished.
+  REQUIRE(h.core->ReportRates(Report("gw", 4, {{"a", 1000}, {"b", 800}, {"c", 600}})).ok());
+  const PlanOutcome doubled = h.Replan();
+  CHECK(doubled.changed);
+  CHECK(doubled.version.number == 2);
+  CHECK(h.core->Latest()->SameRouting(**h.core->Get({first.version.epoch, 1})));
 }
 
 TEST_CASE("history keeps the last versions; older ones are NotFound, naming what is kept") {

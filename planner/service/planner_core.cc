@@ -17,6 +17,9 @@ namespace {
 
 constexpr size_t kMaxDestinations = 1u << 20;
 constexpr size_t kMaxDestinationName = 256;
+// A table whose routing is unchanged is republished when a destination's expected load moved by
+// more than this fraction of the mean load.
+constexpr double kLoadDrift = 0.05;
 
 planner::RateAggregatorOptions AggregatorOptions(const PlannerConfig& config) {
   planner::RateAggregatorOptions options;
@@ -51,6 +54,22 @@ v1::Version ToProto(table::TableVersion v) {
   out.set_epoch(v.epoch);
   out.set_number(v.number);
   return out;
+}
+
+// True when some destination's expected load moved by more than kLoadDrift of the new mean
+// load: the routing is the same, but gateways that blend the planner's expected loads into their
+// choices would work from stale numbers.
+bool LoadsDrifted(const table::TableSnapshot& old_table, const table::TableSnapshot& new_table) {
+  const std::vector<double>& before = old_table.expected_loads();
+  const std::vector<double>& after = new_table.expected_loads();
+  if (before.size() != after.size()) return true;
+  double sum = 0;
+  for (double load : after) sum += load;
+  const double mean = after.empty() ? 0 : sum / after.size();
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (std::abs(after[i] - before[i]) > kLoadDrift * mean) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -182,7 +201,8 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
                       .changed = false,
                       .build_seconds = plan->stats().build_seconds};
-  if (latest == nullptr || !latest->SameRouting(*candidate)) {
+  if (latest == nullptr || !latest->SameRouting(*candidate) ||
+      LoadsDrifted(*latest, *candidate)) {
     last_number_ = next.number;
     history_.push_back(candidate);
     if (history_.size() > config_.history) history_.erase(history_.begin());

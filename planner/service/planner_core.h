@@ -7,7 +7,9 @@
 // - Versions are (epoch, number). The epoch is fixed when a state directory is first used (the
 //   Unix time in seconds then); numbers grow by one per published table; a restart on the same
 //   state directory serves the persisted table at once and numbers onward from it.
-// - A new version is published only when the routing changed (TableSnapshot::SameRouting).
+// - A new version is published only when the table changed: its routing
+//   (TableSnapshot::SameRouting), or some destination's expected load by more than 5% of the
+//   mean load (gateways blend those loads into their choices, so they must not go stale).
 // - A rejected report or admin call changes nothing.
 // - All methods are thread-safe. Listeners are called after a publish, outside the lock, in
 //   publication order. (std::mutex rather than absl::Mutex: Debian's abseil is not built for
