@@ -175,6 +175,27 @@ std::string AgeText(int64_t unix_ms, int64_t now_unix_ms) {
 
 // ---- status
 
+namespace {
+
+// One object per destination: index, name, drained, expected load.
+void AppendDestinationsJson(JsonWriter& json, const v1::GetStatusResponse& status,
+                            const std::vector<bool>& drained, const std::vector<double>& loads) {
+  for (int i = 0; i < status.destinations_size(); ++i) {
+    json.BeginObject()
+        .Key("index")
+        .Uint(i)
+        .Key("name")
+        .String(status.destinations(i))
+        .Key("drained")
+        .Bool(drained[i])
+        .Key("expected_load")
+        .Number(loads[i])
+        .EndObject();
+  }
+}
+
+}  // namespace
+
 std::string FormatStatus(const v1::GetStatusResponse& status, absl::string_view address,
                          int64_t now_unix_ms, OnlineFormat format) {
   const std::vector<bool> drained = DrainedFlags(status);
@@ -195,18 +216,7 @@ std::string FormatStatus(const v1::GetStatusResponse& status, absl::string_view 
     json.Key("q_cap").Number(status.q_cap());
     json.Key("slots_per_destination").Uint(status.slots_per_destination());
     json.Key("destinations").BeginArray();
-    for (int i = 0; i < status.destinations_size(); ++i) {
-      json.BeginObject()
-          .Key("index")
-          .Uint(i)
-          .Key("name")
-          .String(status.destinations(i))
-          .Key("drained")
-          .Bool(drained[i])
-          .Key("expected_load")
-          .Number(loads[i])
-          .EndObject();
-    }
+    AppendDestinationsJson(json, status, drained, loads);
     json.EndArray().Key("gateways").BeginArray();
     for (const v1::GatewayStatus& g : status.gateways()) {
       json.BeginObject()
@@ -291,18 +301,7 @@ std::string FormatDestinations(const v1::GetStatusResponse& status, OnlineFormat
     JsonWriter json;
     json.BeginObject().Key("version").Version(status.version());
     json.Key("destinations").BeginArray();
-    for (int i = 0; i < status.destinations_size(); ++i) {
-      json.BeginObject()
-          .Key("index")
-          .Uint(i)
-          .Key("name")
-          .String(status.destinations(i))
-          .Key("drained")
-          .Bool(drained[i])
-          .Key("expected_load")
-          .Number(loads[i])
-          .EndObject();
-    }
+    AppendDestinationsJson(json, status, drained, loads);
     json.EndArray().EndObject();
     return json.Line();
   }
