@@ -4,6 +4,7 @@
 #include "planner/service/planner_server.h"
 
 #include <httplib.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -553,20 +554,30 @@ class PlannerProcess {
       _exit(127);
     }
     close(err[1]);
-    log_ = fdopen(err[0], "r");
-    char line[4096];
-    while (fgets(line, sizeof(line), log_) != nullptr) {
-      const std::string text = line;
-      const size_t at = text.find(" started ");
-      if (at == std::string::npos) continue;
-      const size_t port = text.find(" port=");
-      REQUIRE(port != std::string::npos);
-      port_ = std::stoi(text.substr(port + 6));
-      const size_t restored = text.find("restored_version=");
-      restored_ =
-          text.substr(restored + 17, text.find_first_of(" \n", restored + 17) - restored - 17);
-      break;
+    log_fd_ = err[0];
+    // Read the log until the "started" line; give up (and fail) after 60 s without output.
+    std::string buffer;
+    while (port_ == 0) {
+      pollfd pfd{log_fd_, POLLIN, 0};
+      if (poll(&pfd, 1, 60'000) <= 0) break;
+      char chunk[4096];
+      const ssize_t n = read(log_fd_, chunk, sizeof(chunk));
+      if (n <= 0) break;
+      buffer.append(chunk, static_cast<size_t>(n));
+      size_t newline;
+      while (port_ == 0 && (newline = buffer.find('\n')) != std::string::npos) {
+        const std::string text = buffer.substr(0, newline + 1);
+        buffer.erase(0, newline + 1);
+        if (text.find(" started ") == std::string::npos) continue;
+        const size_t port = text.find(" port=");
+        REQUIRE(port != std::string::npos);
+        port_ = std::stoi(text.substr(port + 6));
+        const size_t restored = text.find("restored_version=");
+        restored_ =
+            text.substr(restored + 17, text.find_first_of(" \n", restored + 17) - restored - 17);
+      }
     }
+    if (port_ == 0) Kill();  // a failed constructor runs no destructor
     REQUIRE(port_ > 0);
   }
   ~PlannerProcess() { Kill(); }
@@ -574,7 +585,7 @@ class PlannerProcess {
     if (pid_ <= 0) return;
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
-    fclose(log_);
+    close(log_fd_);
     pid_ = 0;
   }
   int port() const { return port_; }
@@ -582,7 +593,7 @@ class PlannerProcess {
 
  private:
   pid_t pid_ = 0;
-  FILE* log_ = nullptr;
+  int log_fd_ = -1;
   int port_ = 0;
   std::string restored_;
 };
@@ -636,6 +647,23 @@ TEST_CASE("the planner process killed with SIGKILL restarts on its state directo
   REQUIRE(tables->GetTable(&context, {}, &after).ok());
   CHECK(after.SerializeAsString() == before.SerializeAsString());
   again.Kill();
+  std::filesystem::remove_all(state);
+}
+
+TEST_CASE("the binary starts with the example config of deploy/") {
+  const std::string state = TempDir();
+  // Only what cannot work on a test machine is overridden: addresses and the state directory.
+  PlannerProcess planner({"--config", std::string(CACHEROUTE_SOURCE_DIR) + "/deploy/planner.yaml",
+                          "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                          "--state-dir", state, "--log-format", "text"});
+  auto admin = v1::AdminService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(planner.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::GetStatusResponse status;
+  REQUIRE(admin->GetStatus(&context, {}, &status).ok());
+  CHECK(status.destinations_size() == 30);
+  CHECK(status.destinations(0) == "vllm-0");
+  planner.Kill();
   std::filesystem::remove_all(state);
 }
 
