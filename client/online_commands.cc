@@ -280,8 +280,8 @@ class PushRatesCommand final : public OnlineCommand {
     }
     std::string out =
         absl::StrFormat("Pushed %d keys (%s requests in a %s s window) for gateway %s to %s\n",
-                        csv.keys.size(), ShortestDouble(total_count), ShortestDouble(seconds),
-                        QuoteForMessage(gateway_), (*client)->address());
+                        csv.keys.size(), absl::StrFormat("%.6g", total_count),
+                        ShortestDouble(seconds), QuoteForMessage(gateway_), (*client)->address());
     absl::StrAppendFormat(&out, "  accepted keys   %d\n", accepted);
     for (size_t r = 0; r < sent.size(); ++r) {
       const Sent& s = sent[r];
