@@ -1,0 +1,135 @@
+// The vocabulary shared by the Router and every routing policy: what a policy sees of the fleet
+// (LoadView), what it answers (Decision), and the two load-based primitives all policies fall back
+// on: power of two choices (Mitzenmacher, Richa, Sitaraman 2001; the paper's flat-LB, §3.1) and
+// least-loaded.
+//
+// Invariants: a LoadView is read concurrently by many request threads, so its methods are const,
+// thread-safe and lock-free; loads are non-negative numbers in one unit per view (in-flight
+// requests for the Router). Destinations outside [0, size()) or not Up() are never chosen. A
+// Decision names kNoDestination only when no destination is up.
+//
+// Usage:
+//   Decision d = PowerOfTwoChoices(router.loads(), random);
+//   if (d.destination == kNoDestination) return Unavailable();
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "cacheroute/dataplane/random.h"
+
+namespace cacheroute::dataplane {
+
+inline constexpr uint32_t kNoDestination = std::numeric_limits<uint32_t>::max();
+
+// What a policy may read about the fleet when it picks. Implementations: Router::loads() (local
+// in-flight counts blended with reported load), or the simulator's own view.
+class LoadView {
+ public:
+  virtual ~LoadView() = default;
+  virtual uint32_t size() const = 0;
+  virtual double Load(uint32_t destination) const = 0;
+  virtual bool Up(uint32_t destination) const = 0;
+};
+
+// Why a request went where it went. Every reason but kPlanned is the fallback of the CacheRoute
+// policy; the other policies always answer kPolicy.
+enum class Reason : uint8_t {
+  kPlanned,      // an admitted key, sent to the least-loaded up member of T(b)
+  kNoTable,      // no table installed yet
+  kStale,        // the table was not refreshed within its TTL
+  kSetDown,      // an admitted key whose whole destination set is down
+  kNotAdmitted,  // the key is not in the table
+  kPolicy,       // decided by a non-table policy (flat-LB, sticky, CHWBL, DualMap, Preble)
+};
+inline constexpr int kReasonCount = 6;
+
+inline std::string_view ReasonName(Reason r) {
+  switch (r) {
+    case Reason::kPlanned:
+      return "planned";
+    case Reason::kNoTable:
+      return "no_table";
+    case Reason::kStale:
+      return "stale";
+    case Reason::kSetDown:
+      return "set_down";
+    case Reason::kNotAdmitted:
+      return "not_admitted";
+    case Reason::kPolicy:
+      return "policy";
+  }
+  return "unknown";
+}
+
+struct Decision {
+  uint32_t destination = kNoDestination;
+  bool planned = false;
+  Reason reason = Reason::kPolicy;
+};
+
+inline bool Usable(const LoadView& loads, uint32_t d) { return d < loads.size() && loads.Up(d); }
+
+// A uniformly random up destination other than `exclude`, or kNoDestination. Rejection sampling
+// first (cheap when most of the fleet is up), then a scan from a random start so a mostly-down
+// fleet still terminates.
+inline uint32_t RandomUpDestination(const LoadView& loads, Random& random,
+                                    uint32_t exclude = kNoDestination) {
+  const uint32_t n = loads.size();
+  if (n == 0) return kNoDestination;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    uint32_t d = UniformIndex(random, n);
+    if (d != exclude && loads.Up(d)) return d;
+  }
+  const uint32_t start = UniformIndex(random, n);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t d = (start + i) % n;
+    if (d != exclude && loads.Up(d)) return d;
+  }
+  return kNoDestination;
+}
+
+// Power of two choices: two distinct random up destinations, the lighter one wins (the first on a
+// tie: it is random already). With one up destination, that one.
+inline uint32_t PowerOfTwoChoices(const LoadView& loads, Random& random) {
+  const uint32_t a = RandomUpDestination(loads, random);
+  if (a == kNoDestination) return kNoDestination;
+  const uint32_t b = RandomUpDestination(loads, random, a);
+  if (b == kNoDestination) return a;
+  return loads.Load(b) < loads.Load(a) ? b : a;
+}
+
+// The least-loaded up destination; ties broken by a random starting point so that an idle fleet
+// does not send everything to destination 0.
+inline uint32_t LeastLoaded(const LoadView& loads, Random& random) {
+  const uint32_t n = loads.size();
+  if (n == 0) return kNoDestination;
+  const uint32_t start = UniformIndex(random, n);
+  uint32_t best = kNoDestination;
+  double best_load = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t d = (start + i) % n;
+    if (!loads.Up(d)) continue;
+    const double load = loads.Load(d);
+    if (best == kNoDestination || load < best_load) {
+      best = d;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+// Mean load over up destinations (0 when none is up).
+inline double MeanUpLoad(const LoadView& loads) {
+  double sum = 0;
+  uint32_t up = 0;
+  for (uint32_t d = 0; d < loads.size(); ++d) {
+    if (!loads.Up(d)) continue;
+    sum += loads.Load(d);
+    ++up;
+  }
+  return up == 0 ? 0.0 : sum / up;
+}
+
+}  // namespace cacheroute::dataplane

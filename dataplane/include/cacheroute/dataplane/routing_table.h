@@ -1,0 +1,259 @@
+// RoutingTable: one immutable snapshot of the planner's routing table T(b) (paper §3.1,
+// shared/paper/cacheroute.txt), as the dataplane looks it up on every request.
+//
+// A table holds its version (epoch, number; ordered lexicographically, docs/protocol.md), the
+// destination count R, the planner's expected load per destination, and for each admitted key id
+// its small set of destination indices. Lookup is one hash probe sequence in a flat
+// open-addressing table:
+//   - capacity is a power of two with load factor at most kMaxLoadFactor; a key's home slot is
+//     key_id & (capacity - 1) (key ids are already splitmix64-mixed, docs/protocol.md);
+//   - collisions use linear probing with Robin Hood placement: along a probe run, slots are ordered
+//     by home position, so a lookup for a key that is NOT in the table stops as soon as it meets a
+//     slot closer to its own home than the probe distance. Most requests are for unadmitted keys,
+//     so misses must be as cheap as hits;
+//   - a slot is 16 bytes: the key id, a count, and either up to 3 destinations inline as uint16
+//     (the common case; k_b = 1 for the paper's whole primary distribution) or a 32-bit offset into
+//     an overflow array that stores [size, d0, d1, ...] as uint32 (larger sets, or fleets with more
+//     than 65,535 destinations).
+// Memory: capacity·16 bytes plus the overflow array. For 100,000 keys with k_b = 1 that is
+// 131,072·16/100,000 = 20.97 bytes per key (measured in tests/dataplane_routing_table_test.cc).
+//
+// Invariants of a built table: every set is non-empty, sorted ascending, free of duplicates and
+// holds only indices < destination_count; key ids are unique; expected_loads has
+// destination_count finite non-negative entries. Build() checks all of these and returns an
+// error naming the key and the value otherwise. A table never changes after Build.
+//
+// Usage:
+//   std::vector<TableEntry> entries = {{.key_id = KeyId("tenant-1"), .destinations = {3}},
+//                                      {.key_id = KeyId("tenant-2"), .destinations = {0, 7}}};
+//   Result<RoutingTable> table = RoutingTable::Build({.epoch = 1700000000, .number = 5},
+//                                                    /*destination_count=*/8, loads, entries);
+//   if (!table.ok()) return table.status();          // e.g. "unknown destination 9 for key ..."
+//   for (uint32_t d : table->Find(KeyId("tenant-2"))) Consider(d);   // empty if not admitted
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <compare>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cacheroute/dataplane/status.h"
+
+namespace cacheroute::dataplane {
+
+struct TableVersion {
+  uint64_t epoch = 0;
+  uint64_t number = 0;
+  friend constexpr auto operator<=>(const TableVersion&, const TableVersion&) = default;
+};
+
+inline std::string ToString(const TableVersion& v) {
+  return std::to_string(v.epoch) + "." + std::to_string(v.number);
+}
+
+// One admitted key and its destinations, as Build() takes them. Destinations may come unsorted.
+struct TableEntry {
+  uint64_t key_id = 0;
+  std::vector<uint32_t> destinations;
+};
+
+// A read-only view of one key's destination set: sorted, distinct indices. Points into the table,
+// so it is valid while the table lives. Empty when the key is not admitted.
+class DestinationSet {
+ public:
+  DestinationSet() = default;
+
+  uint32_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  uint32_t operator[](uint32_t i) const { return narrow_ != nullptr ? narrow_[i] : wide_[i]; }
+  std::vector<uint32_t> ToVector() const { return {begin(), end()}; }
+
+  class Iterator {
+   public:
+    using value_type = uint32_t;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Iterator(const DestinationSet* set, uint32_t i) : set_(set), i_(i) {}
+    uint32_t operator*() const { return (*set_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    Iterator operator++(int) {
+      Iterator old = *this;
+      ++i_;
+      return old;
+    }
+    bool operator==(const Iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const DestinationSet* set_ = nullptr;
+    uint32_t i_ = 0;
+  };
+  Iterator begin() const { return {this, 0}; }
+  Iterator end() const { return {this, size_}; }
+
+ private:
+  friend class RoutingTable;
+  DestinationSet(const uint16_t* narrow, uint32_t size) : narrow_(narrow), size_(size) {}
+  DestinationSet(const uint32_t* wide, uint32_t size) : wide_(wide), size_(size) {}
+
+  const uint16_t* narrow_ = nullptr;
+  const uint32_t* wide_ = nullptr;
+  uint32_t size_ = 0;
+};
+
+class RoutingTable {
+ public:
+  static constexpr double kMaxLoadFactor = 0.8;
+  static constexpr uint32_t kMaxInline = 3;
+
+  // Builds and validates a table. Errors (the table is not built): expected_loads of the wrong
+  // size or with a negative/non-finite entry, an empty set, a destination >= destination_count,
+  // a destination repeated within a set, a key id listed twice.
+  static Result<RoutingTable> Build(TableVersion version, uint32_t destination_count,
+                                    std::vector<double> expected_loads,
+                                    std::span<const TableEntry> entries);
+
+  // The destinations of key_id, or an empty set if it is not admitted. Lock-free, no allocation.
+  DestinationSet Find(uint64_t key_id) const {
+    const uint64_t mask = slots_.size() - 1;
+    uint64_t i = key_id & mask;
+    for (uint64_t distance = 0;; ++distance, i = (i + 1) & mask) {
+      const Slot& slot = slots_[i];
+      if (slot.count == kEmpty) return {};
+      if (slot.key_id == key_id) return View(slot);
+      // Robin Hood order: a resident closer to its home than we are to ours means key_id would
+      // have displaced it, so key_id is absent.
+      if (((i - (slot.key_id & mask)) & mask) < distance) return {};
+    }
+  }
+
+  TableVersion version() const { return version_; }
+  uint32_t destination_count() const { return destination_count_; }
+  std::span<const double> expected_loads() const { return expected_loads_; }
+  size_t key_count() const { return key_count_; }
+
+  // Memory accounting, for the bytes-per-key figure.
+  size_t capacity() const { return slots_.size(); }
+  static constexpr size_t slot_size() { return sizeof(Slot); }
+  size_t overflow_bytes() const { return overflow_.size() * sizeof(uint32_t); }
+
+ private:
+  static constexpr uint16_t kEmpty = 0;
+  static constexpr uint16_t kOverflow = 0xFFFF;
+
+  struct Slot {
+    uint64_t key_id = 0;
+    uint16_t count = kEmpty;  // 0: empty; 1..3: inline destinations; kOverflow: see d as offset
+    uint16_t d[3] = {0, 0, 0};
+  };
+  static_assert(sizeof(Slot) == 16);
+
+  DestinationSet View(const Slot& slot) const {
+    if (slot.count != kOverflow) return DestinationSet(slot.d, slot.count);
+    uint32_t offset;
+    std::memcpy(&offset, slot.d, sizeof(offset));
+    return DestinationSet(&overflow_[offset + 1], overflow_[offset]);
+  }
+
+  TableVersion version_;
+  uint32_t destination_count_ = 0;
+  std::vector<double> expected_loads_;
+  size_t key_count_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> overflow_;
+};
+
+inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t destination_count,
+                                                std::vector<double> expected_loads,
+                                                std::span<const TableEntry> entries) {
+  if (expected_loads.size() != destination_count) {
+    return Status::Error("expected_loads has " + std::to_string(expected_loads.size()) +
+                         " entries, want destination_count = " + std::to_string(destination_count));
+  }
+  for (uint32_t d = 0; d < destination_count; ++d) {
+    if (!std::isfinite(expected_loads[d]) || expected_loads[d] < 0) {
+      return Status::Error("expected_loads[" + std::to_string(d) +
+                           "] = " + std::to_string(expected_loads[d]) +
+                           " is not a finite non-negative number");
+    }
+  }
+
+  RoutingTable table;
+  table.version_ = version;
+  table.destination_count_ = destination_count;
+  table.expected_loads_ = std::move(expected_loads);
+  table.key_count_ = entries.size();
+  // Inline uint16 destinations only fit when every index does; kOverflow is reserved.
+  const bool narrow_fits = destination_count <= 0xFFFF;
+
+  size_t capacity = 8;
+  while (static_cast<double>(entries.size()) > kMaxLoadFactor * static_cast<double>(capacity)) {
+    capacity *= 2;
+  }
+  table.slots_.assign(capacity, Slot{});
+  const uint64_t mask = capacity - 1;
+
+  std::vector<uint32_t> set;
+  for (const TableEntry& entry : entries) {
+    // Named only on error, so a good build allocates no strings per key.
+    auto key = [&entry] { return "key " + std::to_string(entry.key_id); };
+    if (entry.destinations.empty()) return Status::Error(key() + " has an empty destination set");
+    if (entry.destinations.size() > destination_count) {
+      return Status::Error(
+          key() + " has " + std::to_string(entry.destinations.size()) +
+          " destinations, more than destination_count = " + std::to_string(destination_count));
+    }
+    set.assign(entry.destinations.begin(), entry.destinations.end());
+    std::sort(set.begin(), set.end());
+    if (set.back() >= destination_count) {
+      return Status::Error("unknown destination " + std::to_string(set.back()) + " for " + key() +
+                           " (destination_count = " + std::to_string(destination_count) + ")");
+    }
+    if (auto dup = std::adjacent_find(set.begin(), set.end()); dup != set.end()) {
+      return Status::Error("destination " + std::to_string(*dup) + " appears twice for " + key());
+    }
+
+    Slot incoming;
+    incoming.key_id = entry.key_id;
+    if (narrow_fits && set.size() <= kMaxInline) {
+      incoming.count = static_cast<uint16_t>(set.size());
+      for (size_t j = 0; j < set.size(); ++j) incoming.d[j] = static_cast<uint16_t>(set[j]);
+    } else {
+      const uint32_t offset = static_cast<uint32_t>(table.overflow_.size());
+      table.overflow_.push_back(static_cast<uint32_t>(set.size()));
+      table.overflow_.insert(table.overflow_.end(), set.begin(), set.end());
+      incoming.count = kOverflow;
+      std::memcpy(incoming.d, &offset, sizeof(offset));
+    }
+
+    // Robin Hood insertion: walk from the home slot; whoever is closer to home yields its slot.
+    uint64_t i = incoming.key_id & mask;
+    uint64_t distance = 0;
+    for (;; i = (i + 1) & mask, ++distance) {
+      Slot& slot = table.slots_[i];
+      if (slot.count == kEmpty) {
+        slot = incoming;
+        break;
+      }
+      if (slot.key_id == incoming.key_id) {
+        // Only the key being inserted can repeat: displaced residents are all distinct.
+        return Status::Error(key() + " is listed twice");
+      }
+      const uint64_t resident_distance = (i - (slot.key_id & mask)) & mask;
+      if (resident_distance < distance) {
+        std::swap(slot, incoming);
+        distance = resident_distance;
+      }
+    }
+  }
+  return table;
+}
+
+}  // namespace cacheroute::dataplane

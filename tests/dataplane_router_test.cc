@@ -1,0 +1,313 @@
+// Router: planned vs fallback dispatch, least-loaded member, in-flight tokens, install validation
+// (version regression, unknown destination, last good table kept), TTL fallback on an injected
+// clock, down destinations, stats, and a concurrency test (label `concurrency`: runs under TSan).
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/random.h"
+#include "cacheroute/dataplane/router.h"
+#include "cacheroute/dataplane/routing_table.h"
+
+namespace cacheroute::dataplane {
+namespace {
+
+using std::chrono::seconds;
+
+std::shared_ptr<const RoutingTable> MakeTable(TableVersion version, uint32_t destinations,
+                                              std::vector<TableEntry> entries) {
+  auto table =
+      RoutingTable::Build(version, destinations, std::vector<double>(destinations, 1.0), entries);
+  REQUIRE(table.ok());
+  return std::make_shared<const RoutingTable>(*std::move(table));
+}
+
+const uint64_t kHot = KeyId("hot");
+const uint64_t kSolo = KeyId("solo");
+const uint64_t kCold = KeyId("cold");
+
+TEST_CASE("Without a table every request falls back to power of two choices", "[router]") {
+  SeededRandom random(1);
+  ManualClock clock;
+  Router router({.destination_count = 4}, random);
+  InFlight r = router.Pick(kHot, clock.Now());
+  REQUIRE(r.ok());
+  CHECK(r.destination() < 4);
+  CHECK_FALSE(r.planned());
+  CHECK(r.reason() == Reason::kNoTable);
+  RouterStats stats = router.Stats(clock.Now());
+  CHECK_FALSE(stats.has_table);
+  CHECK(stats.planned == 0);
+  CHECK(stats.fallback[static_cast<int>(Reason::kNoTable)] == 1);
+  CHECK(stats.fallback_total == 1);
+}
+
+TEST_CASE("Admitted keys are planned, others fall back", "[router]") {
+  SeededRandom random(2);
+  ManualClock clock;
+  Router router({.destination_count = 8}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kSolo, {5}}, {kHot, {1, 2, 3}}}), clock.Now()).ok);
+
+  for (int i = 0; i < 20; ++i) {
+    InFlight r = router.Pick(kSolo, clock.Now());
+    CHECK(r.destination() == 5);
+    CHECK(r.planned());
+    CHECK(r.reason() == Reason::kPlanned);
+  }
+  InFlight cold = router.Pick(kCold, clock.Now());
+  CHECK_FALSE(cold.planned());
+  CHECK(cold.reason() == Reason::kNotAdmitted);
+  CHECK(cold.destination() < 8);
+
+  RouterStats stats = router.Stats(clock.Now());
+  CHECK(stats.planned == 20);
+  CHECK(stats.fallback[static_cast<int>(Reason::kNotAdmitted)] == 1);
+  CHECK(stats.version == TableVersion{1, 1});
+}
+
+TEST_CASE("A planned key goes to the least-loaded member of its set", "[router]") {
+  SeededRandom random(3);
+  ManualClock clock;
+  Router router({.destination_count = 8, .external_load_weight = 2.0}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kHot, {1, 2, 3}}}), clock.Now()).ok);
+
+  // Idle: ties go to the lowest member. Holding tokens loads each member in turn.
+  InFlight a = router.Pick(kHot, clock.Now());
+  CHECK(a.destination() == 1);
+  InFlight b = router.Pick(kHot, clock.Now());
+  CHECK(b.destination() == 2);
+  InFlight c = router.Pick(kHot, clock.Now());
+  CHECK(c.destination() == 3);
+  b.Release();
+  CHECK(router.Pick(kHot, clock.Now()).destination() == 2);
+
+  // load = in_flight + 2 · external: destination 2 reports 1 → load 2, worse than 1 and 3 (1 each).
+  REQUIRE(router.SetLoad(2, 1.0).ok);
+  CHECK(router.loads().Load(2) == Approx(2.0));
+  CHECK(router.Pick(kHot, clock.Now()).destination() == 1);
+  REQUIRE(router.SetLoad(1, 3.0).ok);  // load(1) = 1 + 6 = 7, load(3) = 1
+  CHECK(router.Pick(kHot, clock.Now()).destination() == 3);
+  CHECK_FALSE(router.SetLoad(8, 1.0).ok);
+  CHECK_FALSE(router.SetLoad(1, -1.0).ok);
+}
+
+TEST_CASE("InFlight tokens count requests until destroyed", "[router]") {
+  SeededRandom random(4);
+  ManualClock clock;
+  Router router({.destination_count = 4}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 4, {{kSolo, {2}}}), clock.Now()).ok);
+  auto in_flight = [&] { return router.Stats(clock.Now()).in_flight[2]; };
+  {
+    InFlight a = router.Pick(kSolo, clock.Now());
+    CHECK(in_flight() == 1);
+    {
+      InFlight b = router.Pick(kSolo, clock.Now());
+      CHECK(in_flight() == 2);
+    }
+    CHECK(in_flight() == 1);
+    InFlight moved = std::move(a);
+    CHECK(in_flight() == 1);  // a move transfers, it does not count twice or release
+    InFlight other = router.Pick(kSolo, clock.Now());
+    CHECK(in_flight() == 2);
+    other = std::move(moved);  // assignment releases what `other` held
+    CHECK(in_flight() == 1);
+    other.Release();
+    other.Release();  // idempotent
+    CHECK(in_flight() == 0);
+  }
+  CHECK(in_flight() == 0);
+  std::vector<InFlight> held;
+  for (int i = 0; i < 10; ++i) held.push_back(router.Pick(kSolo, clock.Now()));
+  CHECK(in_flight() == 10);
+  held.clear();
+  CHECK(in_flight() == 0);
+}
+
+TEST_CASE("Install rejects a version regression and keeps the last good table", "[router]") {
+  SeededRandom random(5);
+  ManualClock clock;
+  Router router({.destination_count = 4}, random);
+  REQUIRE(router.Install(MakeTable({7, 5}, 4, {{kSolo, {1}}}), clock.Now()).ok);
+
+  Status older = router.Install(MakeTable({7, 4}, 4, {{kSolo, {3}}}), clock.Now());
+  CHECK_FALSE(older.ok);
+  CHECK(older.message.find("version regression") != std::string::npos);
+  CHECK(older.message.find("7.4") != std::string::npos);
+  Status same = router.Install(MakeTable({7, 5}, 4, {{kSolo, {3}}}), clock.Now());
+  CHECK_FALSE(same.ok);
+  Status older_epoch = router.Install(MakeTable({6, 99}, 4, {{kSolo, {3}}}), clock.Now());
+  CHECK_FALSE(older_epoch.ok);
+
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 1);
+  RouterStats stats = router.Stats(clock.Now());
+  CHECK(stats.version == TableVersion{7, 5});
+  CHECK(stats.installs == 1);
+  CHECK(stats.rejected_installs == 3);
+  CHECK(stats.last_rejection == older_epoch.message);
+
+  // A new epoch with a smaller number is newer.
+  REQUIRE(router.Install(MakeTable({8, 0}, 4, {{kSolo, {3}}}), clock.Now()).ok);
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 3);
+  CHECK(router.table()->version() == TableVersion{8, 0});
+}
+
+TEST_CASE("Install rejects a table over a different destination count", "[router]") {
+  SeededRandom random(6);
+  ManualClock clock;
+  Router router({.destination_count = 4}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 4, {{kSolo, {1}}}), clock.Now()).ok);
+  Status wider = router.Install(MakeTable({1, 2}, 5, {{kSolo, {4}}}), clock.Now());
+  CHECK_FALSE(wider.ok);
+  CHECK(wider.message.find("unknown destination") != std::string::npos);
+  CHECK_FALSE(router.Install(nullptr, clock.Now()).ok);
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 1);
+  CHECK(router.Stats(clock.Now()).version == TableVersion{1, 1});
+}
+
+TEST_CASE("A table older than its TTL falls back until refreshed", "[router]") {
+  SeededRandom random(7);
+  ManualClock clock;
+  Router router({.destination_count = 4, .table_ttl = seconds(10)}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 4, {{kSolo, {2}}}), clock.Now()).ok);
+
+  clock.Advance(seconds(10));
+  CHECK(router.Pick(kSolo, clock.Now()).planned());  // exactly the TTL: still fresh
+  clock.Advance(seconds(1));
+  InFlight stale = router.Pick(kSolo, clock.Now());
+  CHECK_FALSE(stale.planned());
+  CHECK(stale.reason() == Reason::kStale);
+  RouterStats stats = router.Stats(clock.Now());
+  CHECK(stats.stale);
+  CHECK(stats.table_age == seconds(11));
+  CHECK(stats.fallback[static_cast<int>(Reason::kStale)] == 1);
+
+  router.Refresh(clock.Now());
+  CHECK(router.Pick(kSolo, clock.Now()).planned());
+  clock.Advance(seconds(3));
+  stats = router.Stats(clock.Now());
+  CHECK_FALSE(stats.stale);
+  CHECK(stats.table_age == seconds(14));
+  CHECK(stats.since_refresh == seconds(3));
+
+  // A new table restarts the TTL too.
+  clock.Advance(seconds(20));
+  CHECK(router.Pick(kSolo, clock.Now()).reason() == Reason::kStale);
+  REQUIRE(router.Install(MakeTable({1, 2}, 4, {{kSolo, {2}}}), clock.Now()).ok);
+  CHECK(router.Pick(kSolo, clock.Now()).planned());
+}
+
+TEST_CASE("Down destinations are skipped; a fully down set falls back", "[router]") {
+  SeededRandom random(8);
+  ManualClock clock;
+  Router router({.destination_count = 6}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 6, {{kHot, {1, 2}}}), clock.Now()).ok);
+
+  REQUIRE(router.MarkDown(1).ok);
+  CHECK(router.Pick(kHot, clock.Now()).destination() == 2);
+  REQUIRE(router.MarkDown(2).ok);
+  for (int i = 0; i < 200; ++i) {
+    InFlight r = router.Pick(kHot, clock.Now());
+    REQUIRE(r.ok());
+    CHECK_FALSE(r.planned());
+    CHECK(r.reason() == Reason::kSetDown);
+    CHECK(r.destination() != 1);
+    CHECK(r.destination() != 2);
+  }
+  CHECK(router.Stats(clock.Now()).fallback[static_cast<int>(Reason::kSetDown)] == 200);
+  REQUIRE(router.MarkUp(1).ok);
+  CHECK(router.Pick(kHot, clock.Now()).destination() == 1);
+
+  for (uint32_t d = 0; d < 6; ++d) REQUIRE(router.MarkDown(d).ok);
+  InFlight none = router.Pick(kCold, clock.Now());
+  CHECK_FALSE(none.ok());
+  CHECK(none.destination() == kNoDestination);
+  CHECK(router.Stats(clock.Now()).no_destination == 1);
+  CHECK(router.Stats(clock.Now()).in_flight == std::vector<int64_t>(6, 0));
+  CHECK_FALSE(router.MarkDown(6).ok);
+  CHECK_FALSE(router.MarkUp(6).ok);
+}
+
+TEST_CASE("Fallback spreads unadmitted keys by power of two choices", "[router]") {
+  SeededRandom random(9);
+  ManualClock clock;
+  Router router({.destination_count = 2}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 2, {}), clock.Now()).ok);
+  // With two destinations both are always the candidates: the lighter one always wins.
+  InFlight first = router.Pick(kCold, clock.Now());
+  for (int i = 0; i < 20; ++i) {
+    InFlight r = router.Pick(KeyId("cold-" + std::to_string(i)), clock.Now());
+    CHECK(r.destination() != first.destination());
+  }
+}
+
+// Readers pick (and hold tokens) while a writer installs a stream of new tables and flips health.
+// Every table admits every key, so every pick must be planned onto a destination of the key's set;
+// at the end no request is in flight and the counters add up. Run under TSan in CI.
+TEST_CASE("Concurrent picks while tables are installed", "[router][concurrency]") {
+  constexpr uint32_t kDestinations = 16;
+  constexpr int kReaders = 4;
+  constexpr int kPicksPerReader = 20000;
+  constexpr int kKeys = 64;
+  SeededRandom random(10);
+  ManualClock clock;
+  Router router({.destination_count = kDestinations}, random);
+
+  // Table v maps key i to {(i + v) % R, (i + v + 1) % R}: each key's sets share shape, so a
+  // reader can check membership without knowing which version it saw.
+  auto table_for = [&](uint64_t v) {
+    std::vector<TableEntry> entries;
+    for (uint32_t i = 0; i < kKeys; ++i) {
+      entries.push_back({KeyId("k" + std::to_string(i)),
+                         {static_cast<uint32_t>((i + v) % kDestinations),
+                          static_cast<uint32_t>((i + v + 1) % kDestinations)}});
+    }
+    return MakeTable({1, v}, kDestinations, entries);
+  };
+  REQUIRE(router.Install(table_for(0), clock.Now()).ok);
+
+  std::atomic<bool> go{false};
+  std::atomic<int> readers_done{0};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < kReaders; ++t) {
+    readers.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      std::vector<InFlight> held;
+      for (int i = 0; i < kPicksPerReader; ++i) {
+        const uint32_t k = static_cast<uint32_t>((i * 7 + t) % kKeys);
+        InFlight r = router.Pick(KeyId("k" + std::to_string(k)), clock.Now());
+        if (!r.ok() || !r.planned() || r.destination() >= kDestinations) failures.fetch_add(1);
+        held.push_back(std::move(r));
+        if (held.size() > 8) held.erase(held.begin());
+      }
+      readers_done.fetch_add(1);
+    });
+  }
+  go.store(true);
+  uint64_t version = 1;
+  while (readers_done.load() < kReaders) {
+    REQUIRE(router.Install(table_for(version), clock.Now()).ok);
+    CHECK_FALSE(router.Install(table_for(version - 1), clock.Now()).ok);
+    (void)router.Stats(clock.Now());
+    (void)router.SetLoad(static_cast<uint32_t>(version % kDestinations), version % 3);
+    ++version;
+  }
+  for (auto& reader : readers) reader.join();
+
+  CHECK(failures.load() == 0);
+  CHECK(version > 1);
+  RouterStats stats = router.Stats(clock.Now());
+  CHECK(stats.planned == static_cast<uint64_t>(kReaders) * kPicksPerReader);
+  CHECK(stats.fallback_total == 0);
+  CHECK(stats.in_flight == std::vector<int64_t>(kDestinations, 0));
+  CHECK(stats.version == TableVersion{1, version - 1});
+  INFO("tables installed during the run: " << version - 1);
+}
+
+}  // namespace
+}  // namespace cacheroute::dataplane
