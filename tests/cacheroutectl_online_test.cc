@@ -40,6 +40,7 @@
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
 #include "tests/support/json_reader.h"
+#include "tests/support/temp_dir.h"
 
 #ifndef CACHEROUTECTL_PATH
 #error "CACHEROUTECTL_PATH must name the cacheroutectl binary"
@@ -51,44 +52,11 @@ namespace cacheroute::client {
 namespace {
 
 namespace fs = std::filesystem;
+using cacheroute::testing::TempDir;
 using service::PlannerConfig;
 using service::PlannerServer;
 using testing::JsonValue;
 using testing::ParseJson;
-
-// A directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "cacheroutectl_online.XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string Write(const std::string& name, const std::string& content) const {
-    const fs::path file = path_ / name;
-    std::ofstream out(file, std::ios::binary);
-    out << content;
-    REQUIRE(out.good());
-    return file.string();
-  }
-  std::string Read(const std::string& name) const {
-    std::ifstream in(path_ / name, std::ios::binary);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    return buffer.str();
-  }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 struct Result {
   int exit_code = -1;
@@ -163,7 +131,7 @@ class Process {
   }
 
  private:
-  TempDir io_;
+  TempDir io_{"cacheroutectl_online"};
   pid_t pid_ = -1;
 };
 
@@ -288,7 +256,7 @@ std::map<std::string, const JsonValue*> AssignmentsByKey(const JsonValue& doc) {
 
 TEST_CASE("push-rates, replan, then show --format json gives the plan schema with a version") {
   Planner planner;
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   const Result push = planner.Ctl({"push-rates", "--gateway", "gw-1", "--rates",
                                    dir.Write("rates.csv", kRates), "--sequence", "7"});
   INFO(push.err);
@@ -343,7 +311,7 @@ TEST_CASE("push-rates, replan, then show --format json gives the plan schema wit
 
 TEST_CASE("push-rates sends key,count files as they are, in consecutive reports") {
   Planner planner;
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   const std::string counts = dir.Write("counts.csv",
                                        "key,count\n"
                                        "alpha,300\n"
@@ -386,7 +354,7 @@ TEST_CASE("push-rates sends key,count files as they are, in consecutive reports"
 
 TEST_CASE("status shows the version, the loads and the gateways") {
   Planner planner;
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   PushAndPlan(planner, dir);
   const std::string version = VersionOf(planner.Status().version());
 
@@ -418,7 +386,7 @@ TEST_CASE("status shows the version, the loads and the gateways") {
 
 TEST_CASE("explain says where an admitted key goes and why another is not admitted") {
   Planner planner;
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   PushAndPlan(planner, dir);
 
   const Result admitted = planner.Ctl({"explain", "alpha"});
@@ -457,7 +425,7 @@ TEST_CASE("explain says where an admitted key goes and why another is not admitt
 
 TEST_CASE("diff lists the keys that moved, came and went between two versions") {
   Planner planner;
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   PushAndPlan(planner, dir);
   const std::string first = VersionOf(planner.Status().version());
   // gamma overtakes beta.
@@ -489,7 +457,7 @@ TEST_CASE("diff lists the keys that moved, came and went between two versions") 
 
 TEST_CASE("watch applies the full table and then a delta, one line per version") {
   Planner planner;
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   PushAndPlan(planner, dir);
   const v1::Version first = planner.Status().version();
 
@@ -531,7 +499,7 @@ TEST_CASE("watch applies the full table and then a delta, one line per version")
 
 TEST_CASE("drain, undrain and destinations set change the membership") {
   Planner planner;
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   PushAndPlan(planner, dir);
 
   const Result drain = planner.Ctl({"drain", "d1"});
@@ -567,7 +535,7 @@ TEST_CASE("drain, undrain and destinations set change the membership") {
 
 TEST_CASE("bad input exits 2 with one line naming the file, line or flag") {
   Planner planner;
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   CheckError(planner.Ctl({"push-rates", "--gateway", "gw", "--rates",
                           dir.Write("bad.csv", "key,rate\nalpha,abc\n")}),
              2, {"bad.csv", "line 2", "\"abc\" is not a number"});
@@ -608,7 +576,7 @@ TEST_CASE("with a token configured, calls without it exit 4") {
   PlannerConfig config = TestConfig();
   config.token = "s3cret";
   Planner planner(config);
-  TempDir dir;
+  TempDir dir("cacheroutectl_online");
   const std::string rates = dir.Write("rates.csv", kRates);
   CheckError(planner.Ctl({"replan"}), 4, {"refused Replan", "--token"});
   CheckError(planner.Ctl({"push-rates", "--gateway", "gw", "--rates", rates}), 4,

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tests/support/json_reader.h"
+#include "tests/support/temp_dir.h"
 
 #ifndef CACHEROUTECTL_PATH
 #error "CACHEROUTECTL_PATH must name the cacheroutectl binary"
@@ -25,6 +26,7 @@ namespace cacheroute::client {
 namespace {
 
 namespace fs = std::filesystem;
+using cacheroute::testing::TempDir;
 using testing::JsonValue;
 using testing::ParseJson;
 
@@ -35,39 +37,6 @@ constexpr char kFiveKeys[] =
     "gamma,3\n"
     "delta,1\n"
     "epsilon,0.5\n";
-
-// A directory under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "cacheroutectl_test.XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
-  std::string Write(const std::string& name, const std::string& content) const {
-    const fs::path file = path_ / name;
-    std::ofstream out(file, std::ios::binary);
-    out << content;
-    REQUIRE(out.good());
-    return file.string();
-  }
-
-  std::string Read(const std::string& name) const {
-    std::ifstream in(path_ / name, std::ios::binary);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    return buffer.str();
-  }
-
- private:
-  fs::path path_;
-};
 
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
@@ -89,7 +58,7 @@ struct Result {
 
 // Runs cacheroutectl with `args`, standard input from `stdin_text` (empty input if unset).
 Result Run(const std::vector<std::string>& args, const std::string& stdin_text = "") {
-  TempDir io;
+  TempDir io("cacheroutectl_test");
   const std::string in = io.Write("stdin", stdin_text);
   std::vector<std::string> words = {ShellQuote(CACHEROUTECTL_PATH)};
   for (const std::string& arg : args) words.push_back(ShellQuote(arg));
@@ -126,7 +95,7 @@ void CheckBadInput(const Result& result, const std::vector<std::string>& mention
 }
 
 TEST_CASE("table output by default") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const Result result = Run(PlanArgs(dir.Write("rates.csv", kFiveKeys)));
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
@@ -137,7 +106,7 @@ TEST_CASE("table output by default") {
 }
 
 TEST_CASE("json output is one valid object with R loads") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const Result result = Run(PlanArgs(dir.Write("rates.csv", kFiveKeys), {"--format", "json"}));
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
@@ -167,7 +136,7 @@ TEST_CASE("json output is one valid object with R loads") {
 }
 
 TEST_CASE("csv output") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const Result result = Run(PlanArgs(dir.Write("rates.csv", kFiveKeys), {"--format", "csv"}));
   REQUIRE(result.exit_code == 0);
   CHECK(result.out ==
@@ -178,7 +147,7 @@ TEST_CASE("csv output") {
 }
 
 TEST_CASE("--rates - reads standard input") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const Result from_file = Run(PlanArgs(dir.Write("rates.csv", kFiveKeys), {"--format", "csv"}));
   const Result from_stdin = Run(PlanArgs("-", {"--format", "csv"}), kFiveKeys);
   REQUIRE(from_stdin.exit_code == 0);
@@ -197,7 +166,7 @@ TEST_CASE("bad CSV from standard input names <stdin> and the line") {
 }
 
 TEST_CASE("CRLF, BOM and quoted keys in a real file") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const std::string rates =
       dir.Write("rates.csv", "\xEF\xBB\xBFkey,rate\r\n\"a,\"\"b\"\"\",5\r\n\r\nc,1\r\n");
   const Result result = Run(PlanArgs(rates, {"--format", "csv"}));
@@ -207,7 +176,7 @@ TEST_CASE("CRLF, BOM and quoted keys in a real file") {
 }
 
 TEST_CASE("--top limits the table") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const Result result = Run(PlanArgs(dir.Write("rates.csv", kFiveKeys), {"--top", "1"}));
   REQUIRE(result.exit_code == 0);
   CHECK(result.out.find("Hottest 1 of 3 admitted keys") != std::string::npos);
@@ -222,7 +191,7 @@ TEST_CASE("--help succeeds") {
 }
 
 TEST_CASE("usage errors exit 2 with a one-line message") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const std::string rates = dir.Write("rates.csv", kFiveKeys);
   CheckBadInput(Run({}), {"subcommand"});
   CheckBadInput(Run({"frobnicate"}), {});
@@ -236,7 +205,7 @@ TEST_CASE("usage errors exit 2 with a one-line message") {
 }
 
 TEST_CASE("bad flag values exit 2 naming the flag and the value") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const std::string rates = dir.Write("rates.csv", kFiveKeys);
   const auto run = [&](const std::string& destinations, const std::string& q_cap,
                        const std::string& slots, std::vector<std::string> extra = {}) {
@@ -260,14 +229,14 @@ TEST_CASE("bad flag values exit 2 naming the flag and the value") {
 }
 
 TEST_CASE("unreadable rates files exit 2") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const std::string missing = (dir.path() / "missing.csv").string();
   CheckBadInput(Run(PlanArgs(missing)), {"--rates", missing, "No such file or directory"});
   CheckBadInput(Run(PlanArgs(dir.path().string())), {"--rates", "Is a directory"});
 }
 
 TEST_CASE("CSV errors exit 2 and never print a partial document") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const std::string bad = dir.Write("bad.csv", "key,rate\na,1\nb,2\nc,-3\n");
   CheckBadInput(Run(PlanArgs(bad, {"--format", "json"})),
                 {"bad.csv: line 4: field 'rate': -3 is negative"});
@@ -279,13 +248,13 @@ TEST_CASE("CSV errors exit 2 and never print a partial document") {
 }
 
 TEST_CASE("rates whose sum overflows are rejected as bad input") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const std::string huge = dir.Write("huge.csv", "key,rate\na,1e308\nb,1e308\n");
   CheckBadInput(Run(PlanArgs(huge, {"--format", "json"})), {"--rates", "sum"});
 }
 
 TEST_CASE("an empty table plans to nothing") {
-  TempDir dir;
+  TempDir dir("cacheroutectl_test");
   const Result result = Run(PlanArgs(dir.Write("empty.csv", "key,rate\n"), {"--format", "json"}));
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
