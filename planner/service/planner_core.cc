@@ -49,13 +49,6 @@ absl::Status ValidateDestinationNames(const std::vector<std::string>& names) {
   return absl::OkStatus();
 }
 
-v1::Version ToProto(table::TableVersion v) {
-  v1::Version out;
-  out.set_epoch(v.epoch);
-  out.set_number(v.number);
-  return out;
-}
-
 // True when some destination's expected load moved by more than kLoadDrift of the new mean
 // load: the routing is the same, but gateways that blend the planner's expected loads into their
 // choices would work from stale numbers.
@@ -201,8 +194,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
                       .changed = false,
                       .build_seconds = plan->stats().build_seconds};
-  if (latest == nullptr || !latest->SameRouting(*candidate) ||
-      LoadsDrifted(*latest, *candidate)) {
+  if (latest == nullptr || !latest->SameRouting(*candidate) || LoadsDrifted(*latest, *candidate)) {
     last_number_ = next.number;
     history_.push_back(candidate);
     if (history_.size() > config_.history) history_.erase(history_.begin());
@@ -326,7 +318,7 @@ v1::GetStatusResponse PlannerCore::Status() const {
   v1::GetStatusResponse out;
   if (!history_.empty()) {
     const table::TableSnapshot& latest = *history_.back();
-    *out.mutable_version() = ToProto(latest.version());
+    *out.mutable_version() = latest.version().ToProto();
     for (double load : latest.expected_loads()) out.add_expected_loads(load);
   }
   out.set_plan_unix_ms(last_plan_unix_ms_);
@@ -355,7 +347,7 @@ v1::GetStatusResponse PlannerCore::Status() const {
     v1::GatewayStatus& status = gateways[id];
     status.set_gateway_id(id);
     status.set_subscribed(info.subscribed);
-    *status.mutable_acked_version() = ToProto(info.acked);
+    *status.mutable_acked_version() = info.acked.ToProto();
   }
   for (auto& [id, status] : gateways) *out.add_gateways() = std::move(status);
   return out;
@@ -371,7 +363,7 @@ v1::ExplainResponse PlannerCore::Explain(uint64_t key_id) const {
     return out;
   }
   const table::TableSnapshot& latest = *history_.back();
-  *out.mutable_version() = ToProto(latest.version());
+  *out.mutable_version() = latest.version().ToProto();
   // The key's rate as planned: from the inputs of the last planning step.
   const auto it = std::find_if(last_rates_.begin(), last_rates_.end(),
                                [&](const planner::KeyRate& kr) { return kr.key == key_id; });

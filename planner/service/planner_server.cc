@@ -28,15 +28,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-table::TableVersion FromProto(const v1::Version& v) { return {v.epoch(), v.number()}; }
-
-v1::Version ToProto(table::TableVersion v) {
-  v1::Version out;
-  out.set_epoch(v.epoch);
-  out.set_number(v.number);
-  return out;
-}
-
 // Compares in time independent of where the strings first differ.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   if (a.size() != b.size()) return false;
@@ -123,7 +114,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
       return reactor;
     }
     absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> snapshot =
-        core_->Get(FromProto(request->version()));
+        core_->Get(table::TableVersion::FromProto(request->version()));
     if (!snapshot.ok()) {
       reactor->Finish(ToGrpc(snapshot.status()));
       return reactor;
@@ -162,12 +153,12 @@ class PlannerServices final : public v1::RateService::CallbackService,
                                  const v1::DiffRequest* request,
                                  v1::DiffResponse* response) override {
     return Unary(context, false, [&]() -> absl::Status {
-      if (FromProto(request->from()).IsZero()) {
+      if (table::TableVersion::FromProto(request->from()).IsZero()) {
         return absl::InvalidArgumentError("from: a version is required");
       }
-      auto from = core_->Get(FromProto(request->from()));
+      auto from = core_->Get(table::TableVersion::FromProto(request->from()));
       if (!from.ok()) return from.status();
-      auto to = core_->Get(FromProto(request->to()));
+      auto to = core_->Get(table::TableVersion::FromProto(request->to()));
       if (!to.ok()) return to.status();
       *response = table::Diff(**from, **to).ToProto();
       return absl::OkStatus();
@@ -179,7 +170,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
     return Unary(context, true, [&]() -> absl::Status {
       absl::StatusOr<PlanOutcome> outcome = core_->Replan();
       if (!outcome.ok()) return outcome.status();
-      *response->mutable_version() = ToProto(outcome->version);
+      *response->mutable_version() = outcome->version.ToProto();
       response->set_changed(outcome->changed);
       return absl::OkStatus();
     });
@@ -192,7 +183,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
       absl::StatusOr<PlanOutcome> outcome =
           core_->SetDestinations({request->destinations().begin(), request->destinations().end()});
       if (!outcome.ok()) return outcome.status();
-      *response->mutable_version() = ToProto(outcome->version);
+      *response->mutable_version() = outcome->version.ToProto();
       LogEvent("info", "destinations_set",
                {{"count", absl::StrCat(request->destinations_size())},
                 {"version", outcome->version.ToString()}});
@@ -207,7 +198,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
       absl::StatusOr<PlanOutcome> outcome =
           core_->Drain(request->destination(), request->undrain());
       if (!outcome.ok()) return outcome.status();
-      *response->mutable_version() = ToProto(outcome->version);
+      *response->mutable_version() = outcome->version.ToProto();
       LogEvent("info", request->undrain() ? "destination_undrained" : "destination_drained",
                {{"destination", request->destination()}, {"version", outcome->version.ToString()}});
       return absl::OkStatus();
