@@ -1,5 +1,5 @@
-// The dataplane's copy of KeyId must agree with the planner's, bit for bit: gateways report and
-// route by these ids, the planner plans on them.
+// planner/key_id.h re-exports the dataplane's KeyId: both names must give the same ids, bit for
+// bit, since gateways report and route by these ids and the planner plans on them.
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>

@@ -1,9 +1,7 @@
-// KeyId: the 64-bit id of a routing key string, identical to planner/key_id.h and to the
-// definition in proto/cacheroute/v1/common.proto:
+// KeyId: the 64-bit id of a routing key string, as defined in proto/cacheroute/v1/common.proto:
 //   KeyId(s) = Mix64(FNV-1a-64(bytes of s)), Mix64 = the splitmix64 finaliser.
 //
-// The dataplane keeps its own copy because it must not depend on planner/ (gateways embed the
-// dataplane alone); tests/dataplane_key_id_test.cc checks that the two copies agree. The ids are
+// This is the only definition: planner/key_id.h re-exports it as cacheroute::KeyId. The ids are
 // well mixed in every bit, which the routing table's hashing and the policies' hash rings rely on.
 //
 // Usage:
