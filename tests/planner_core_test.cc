@@ -30,7 +30,8 @@ planner::RateReport Report(const std::string& gateway, uint64_t sequence,
   report.window_start_unix_ms = 1;
   report.window_end_unix_ms = 2;
   for (const auto& [key, count] : counts) {
-    report.counts.push_back({.key_id = KeyId(key), .count = count, .key = key});
+    report.counts.push_back(
+        {.key_id = KeyId(key), .count = count, .prompt_tokens = std::nullopt, .key = key});
   }
   return report;
 }

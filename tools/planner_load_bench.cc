@@ -11,7 +11,7 @@
 //
 // Without --planner it starts an embedded planner (the shipped PlannerServer) on 127.0.0.1:0.
 //
-//   cacheroute-planner-load-bench --gateways 4 --keys-per-report 10000 --seconds 5 \
+//   cacheroute-planner-load-bench --gateways 4 --keys-per-report 10000 --seconds 5
 //       --subscribers 200 --rounds 5 [--json]
 #include <algorithm>
 #include <atomic>
