@@ -1,9 +1,11 @@
 // RoutingTable: validation errors, lookups against std::unordered_map over random tables, and the
 // memory bound (bytes per admitted key).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <iostream>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -135,25 +137,98 @@ TEST_CASE("Find agrees with std::unordered_map on random tables", "[routing_tabl
   }
 }
 
+std::vector<TableEntry> SingleDestinationEntries(size_t keys, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<TableEntry> entries;
+  entries.reserve(keys);
+  for (size_t i = 0; i < keys; ++i) {
+    entries.push_back({KeyId("key-" + std::to_string(seed) + "-" + std::to_string(i)),
+                       {static_cast<uint32_t>(rng() % 30)}});
+  }
+  return entries;
+}
+
+double BytesPerKey(const RoutingTable& table) {
+  return static_cast<double>(table.memory_bytes()) / static_cast<double>(table.key_count());
+}
+
 TEST_CASE("Memory: at most 24 bytes per admitted key with k_b = 1 (100k keys)",
           "[routing_table][memory]") {
-  std::mt19937_64 rng(7);
-  std::vector<TableEntry> entries;
-  for (int i = 0; i < 100000; ++i) {
-    entries.push_back({KeyId("key-" + std::to_string(i)), {static_cast<uint32_t>(rng() % 30)}});
-  }
+  const std::vector<TableEntry> entries = SingleDestinationEntries(100000, 7);
   auto t = BuildWith(30, entries);
   REQUIRE(t.ok());
-  const double bytes_per_key =
-      static_cast<double>(t->capacity() * RoutingTable::slot_size() + t->overflow_bytes()) /
-      static_cast<double>(entries.size());
-  std::cout << "routing table: " << entries.size() << " keys, capacity " << t->capacity() << " x "
-            << RoutingTable::slot_size() << " B slots, load factor "
-            << static_cast<double>(entries.size()) / t->capacity() << ", " << bytes_per_key
-            << " bytes/key\n";
+  std::cout << "routing table: " << entries.size() << " keys, " << t->capacity() << " x "
+            << RoutingTable::slot_size() << " B slots (" << t->home_slots()
+            << " home), load factor " << static_cast<double>(entries.size()) / t->capacity() << ", "
+            << BytesPerKey(*t) << " bytes/key\n";
   CHECK(t->overflow_bytes() == 0);
-  CHECK(bytes_per_key <= 24.0);
+  CHECK(t->memory_bytes() == t->capacity() * RoutingTable::slot_size());
+  CHECK(BytesPerKey(*t) <= 24.0);
   for (const TableEntry& e : entries) REQUIRE(t->Find(e.key_id).size() == 1);
+}
+
+// The bound holds at every size, not only where a power-of-two capacity happens to be well
+// filled: sizes from 100 to 300,000 keys, with extra sizes just before and after each power of two
+// (where a doubling capacity would sit at its worst, ~40 bytes/key).
+TEST_CASE("Memory: at most 24 bytes per admitted key at every size", "[routing_table][memory]") {
+  std::vector<size_t> sizes;
+  for (size_t n = 100; n < 1000; n += 37) sizes.push_back(n);
+  for (size_t n = 1000; n <= 300000; n = n * 5 / 4) sizes.push_back(n);
+  for (size_t p = 128; p <= 262144; p *= 2) {
+    for (size_t n : {p * 4 / 5 - 1, p * 4 / 5, p * 4 / 5 + 1, p - 1, p, p + 1, p + p / 10}) {
+      sizes.push_back(n);
+    }
+  }
+  double worst = 0;
+  size_t worst_size = 0;
+  for (size_t n : sizes) {
+    const std::vector<TableEntry> entries = SingleDestinationEntries(n, n);
+    auto t = BuildWith(30, entries);
+    REQUIRE(t.ok());
+    INFO(n << " keys: " << t->capacity() << " slots (" << t->home_slots() << " home), "
+           << BytesPerKey(*t) << " bytes/key");
+    CHECK(BytesPerKey(*t) <= 24.0);
+    // Spot-check lookups: the first and last keys and a few between.
+    for (size_t i = 0; i < n; i += std::max<size_t>(1, n / 16)) {
+      REQUIRE(t->Find(entries[i].key_id).ToVector() == entries[i].destinations);
+    }
+    if (BytesPerKey(*t) > worst) {
+      worst = BytesPerKey(*t);
+      worst_size = n;
+    }
+  }
+  std::cout << "routing table: " << sizes.size() << " sizes from 100 to 300,000 keys, worst "
+            << worst << " bytes/key at " << worst_size << " keys\n";
+}
+
+// Tiny tables have a fixed floor of a few slots and still look up correctly.
+TEST_CASE("Tiny tables: every key found, absent keys not", "[routing_table]") {
+  for (size_t n = 0; n < 40; ++n) {
+    const std::vector<TableEntry> entries = SingleDestinationEntries(n, 1000 + n);
+    auto t = BuildWith(30, entries);
+    REQUIRE(t.ok());
+    CHECK(t->memory_bytes() <= 16 * (n + n / 4 + 10));
+    for (const TableEntry& e : entries) REQUIRE(t->Find(e.key_id).ToVector() == e.destinations);
+    CHECK(t->Find(KeyId("absent")).empty());
+  }
+}
+
+// Ids at both ends of the 64-bit range: the largest id is also the empty-slot marker, and the
+// smallest ids all share home slot 0.
+TEST_CASE("Extreme key ids", "[routing_table]") {
+  const uint64_t max = ~uint64_t{0};
+  std::vector<TableEntry> entries = {{max, {1}}, {max - 1, {2}}, {0, {3}}, {1, {4}}, {2, {5}}};
+  auto t = BuildWith(8, entries);
+  REQUIRE(t.ok());
+  for (const TableEntry& e : entries) CHECK(t->Find(e.key_id).ToVector() == e.destinations);
+  CHECK(t->Find(3).empty());
+  CHECK(t->Find(max - 2).empty());
+  auto without_max = BuildWith(8, {{max - 1, {2}}, {0, {3}}});
+  REQUIRE(without_max.ok());
+  CHECK(without_max->Find(max).empty());
+  auto twice = BuildWith(8, {{max, {1}}, {max, {2}}});
+  REQUIRE_FALSE(twice.ok());
+  CHECK(Contains(twice.status().message, "listed twice"));
 }
 
 }  // namespace

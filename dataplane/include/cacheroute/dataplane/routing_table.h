@@ -3,20 +3,32 @@
 //
 // A table holds its version (epoch, number; ordered lexicographically, docs/protocol.md), the
 // destination count R, the planner's expected load per destination, and for each admitted key id
-// its small set of destination indices. Lookup is one hash probe sequence in a flat
-// open-addressing table:
-//   - capacity is a power of two with load factor at most kMaxLoadFactor; a key's home slot is
-//     key_id & (capacity - 1) (key ids are already splitmix64-mixed, docs/protocol.md);
-//   - collisions use linear probing with Robin Hood placement: along a probe run, slots are ordered
-//     by home position, so a lookup for a key that is NOT in the table stops as soon as it meets a
-//     slot closer to its own home than the probe distance. Most requests are for unadmitted keys,
-//     so misses must be as cheap as hits;
+// its small set of destination indices. Lookup is one probe sequence in a flat open-addressing
+// table with ordered linear probing (Robin Hood hashing whose order is the key order):
+//   - n keys get H = max(1, ⌈n / kMaxLoadFactor⌉) home slots, any H (not a power of two); a key's
+//     home is the multiply-high range reduction ⌊key_id · H / 2^64⌋ (key ids are already
+//     splitmix64-mixed, docs/protocol.md). Home is monotone in key_id, so the Robin Hood rule
+//     "along a probe run, slots are ordered by home" becomes "occupied slots are sorted by key id";
+//   - a key sits at or after its home, with every slot in between occupied. Probes run forward
+//     and never wrap: keys pushed past the last home slot spill into a short tail, and one empty
+//     slot always ends the array. Empty slots hold key id 2^64 - 1, so the lookup loop is a single
+//     comparison per slot: skip while slot key < key_id, then the key is present exactly when the
+//     slot it stopped at holds it. A key that is NOT in the table stops at the first larger key or
+//     empty slot, after about as many slots as a hit; most requests are for unadmitted keys, so
+//     misses must be as cheap as hits;
 //   - a slot is 16 bytes: the key id, a count, and either up to 3 destinations inline as uint16
 //     (the common case; k_b = 1 for the paper's whole primary distribution) or a 32-bit offset into
 //     an overflow array that stores [size, d0, d1, ...] as uint32 (larger sets, or fleets with more
 //     than 65,535 destinations).
-// Memory: capacity·16 bytes plus the overflow array. For 100,000 keys with k_b = 1 that is
-// 131,072·16/100,000 = 20.97 bytes per key (measured in tests/dataplane_routing_table_test.cc).
+// Memory (memory_bytes()): (H + spare)·16 bytes plus the overflow array, where the spare slots
+// (8 + ⌊H/512⌋, grown only if the tail outruns them) hold the tail and the end slot. With k_b = 1
+// that is at most 16·(n/0.8 + 1) + 16·(8 + H/512) ≈ 20.04·n + 144 bytes: 20.04 bytes/key at
+// 100,000 and at 128,824 keys, at most 21.5 bytes/key from 100 keys up, so ≤ 24 at every size
+// from 100 keys (the old power-of-two capacity reached 40 bytes/key just past a doubling).
+// tests/dataplane_routing_table_test.cc checks sizes from 100 to 300,000, including around each
+// power of two. Smaller tables have a floor of 9 slots (144 bytes). The tail is a few slots for
+// mixed ids (KeyId output); ids crowded into one home can make it as long as the run, up to n
+// slots, which costs memory and probes but not correctness.
 //
 // Invariants of a built table: every set is non-empty, sorted ascending, free of duplicates and
 // holds only indices < destination_count; key ids are unique; expected_loads has
@@ -33,7 +45,6 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <compare>
 #include <cstdint>
@@ -122,25 +133,24 @@ class RoutingTable {
 
   // The destinations of key_id, or an empty set if it is not admitted. Lock-free, no allocation.
   DestinationSet Find(uint64_t key_id) const {
-    const uint64_t mask = slots_.size() - 1;
-    uint64_t i = key_id & mask;
-    for (uint64_t distance = 0;; ++distance, i = (i + 1) & mask) {
-      const Slot& slot = slots_[i];
-      if (slot.count == kEmpty) return {};
-      if (slot.key_id == key_id) return View(slot);
-      // Robin Hood order: a resident closer to its home than we are to ours means key_id would
-      // have displaced it, so key_id is absent.
-      if (((i - (slot.key_id & mask)) & mask) < distance) return {};
-    }
+    // Sorted slots from the home on: every slot passed holds a smaller key, and the first one that
+    // does not (an empty slot at the latest, which holds the largest id) decides. The array always
+    // ends with an empty slot, so the loop needs no bounds check.
+    const Slot* slot = &slots_[Home(key_id)];
+    while (slot->key_id < key_id) ++slot;
+    if (slot->key_id != key_id || slot->count == kEmpty) return {};
+    return View(*slot);
   }
-
   TableVersion version() const { return version_; }
   uint32_t destination_count() const { return destination_count_; }
   std::span<const double> expected_loads() const { return expected_loads_; }
   size_t key_count() const { return key_count_; }
 
-  // Memory accounting, for the bytes-per-key figure.
-  size_t capacity() const { return slots_.size(); }
+  // Memory accounting, for the bytes-per-key figure: the slot array (home slots, tail and end
+  // slot) plus the overflow array. The expected loads (8 bytes per destination) are not per key.
+  size_t memory_bytes() const { return capacity() * slot_size() + overflow_bytes(); }
+  size_t capacity() const { return slots_.size(); }  // all slots: home, tail and spare
+  size_t home_slots() const { return home_slots_; }
   static constexpr size_t slot_size() { return sizeof(Slot); }
   size_t overflow_bytes() const { return overflow_.size() * sizeof(uint32_t); }
 
@@ -148,12 +158,19 @@ class RoutingTable {
   static constexpr uint16_t kEmpty = 0;
   static constexpr uint16_t kOverflow = 0xFFFF;
 
+  static constexpr uint64_t kEmptyKey = ~uint64_t{0};
+
   struct Slot {
-    uint64_t key_id = 0;
-    uint16_t count = kEmpty;  // 0: empty; 1..3: inline destinations; kOverflow: see d as offset
+    uint64_t key_id = kEmptyKey;  // kEmptyKey in empty slots, so that they end every probe
+    uint16_t count = kEmpty;      // 0: empty; 1..3: inline destinations; kOverflow: see d as offset
     uint16_t d[3] = {0, 0, 0};
   };
   static_assert(sizeof(Slot) == 16);
+
+  // ⌊key_id · H / 2^64⌋: uniform over [0, H) for mixed ids, and monotone in key_id.
+  size_t Home(uint64_t key_id) const {
+    return static_cast<size_t>((static_cast<unsigned __int128>(key_id) * home_slots_) >> 64);
+  }
 
   DestinationSet View(const Slot& slot) const {
     if (slot.count != kOverflow) return DestinationSet(slot.d, slot.count);
@@ -166,6 +183,7 @@ class RoutingTable {
   uint32_t destination_count_ = 0;
   std::vector<double> expected_loads_;
   size_t key_count_ = 0;
+  size_t home_slots_ = 1;
   std::vector<Slot> slots_;
   std::vector<uint32_t> overflow_;
 };
@@ -193,12 +211,11 @@ inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t d
   // Inline uint16 destinations only fit when every index does; kOverflow is reserved.
   const bool narrow_fits = destination_count <= 0xFFFF;
 
-  size_t capacity = 8;
-  while (static_cast<double>(entries.size()) > kMaxLoadFactor * static_cast<double>(capacity)) {
-    capacity *= 2;
-  }
-  table.slots_.assign(capacity, Slot{});
-  const uint64_t mask = capacity - 1;
+  table.home_slots_ = std::max<size_t>(
+      1, static_cast<size_t>(std::ceil(static_cast<double>(entries.size()) / kMaxLoadFactor)));
+  // The home slots, then spare empty slots for the tail (a few slots for mixed ids), at least one
+  // of which stays empty to end every probe. A longer tail grows the array.
+  table.slots_.assign(table.home_slots_ + 8 + table.home_slots_ / 512, Slot{});
 
   std::vector<uint32_t> set;
   for (const TableEntry& entry : entries) {
@@ -233,26 +250,26 @@ inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t d
       std::memcpy(incoming.d, &offset, sizeof(offset));
     }
 
-    // Robin Hood insertion: walk from the home slot; whoever is closer to home yields its slot.
-    uint64_t i = incoming.key_id & mask;
-    uint64_t distance = 0;
-    for (;; i = (i + 1) & mask, ++distance) {
-      Slot& slot = table.slots_[i];
-      if (slot.count == kEmpty) {
-        slot = incoming;
-        break;
-      }
-      if (slot.key_id == incoming.key_id) {
-        // Only the key being inserted can repeat: displaced residents are all distinct.
-        return Status::Error(key() + " is listed twice");
-      }
-      const uint64_t resident_distance = (i - (slot.key_id & mask)) & mask;
-      if (resident_distance < distance) {
-        std::swap(slot, incoming);
-        distance = resident_distance;
-      }
+    // Ordered insertion: skip the smaller keys from the home on; the key goes where the first
+    // larger key or empty slot is, and the run from there to the next empty slot moves up by one
+    // (the Robin Hood displacement, in key order).
+    std::vector<Slot>& slots = table.slots_;
+    size_t i = table.Home(incoming.key_id);
+    while (slots[i].key_id < incoming.key_id) ++i;
+    if (slots[i].key_id == incoming.key_id && slots[i].count != kEmpty) {
+      return Status::Error(key() + " is listed twice");
     }
+    size_t empty = i;
+    while (slots[empty].count != kEmpty) ++empty;
+    if (empty == slots.size() - 1) slots.emplace_back();  // keep an empty slot at the end
+    std::move_backward(slots.begin() + static_cast<std::ptrdiff_t>(i),
+                       slots.begin() + static_cast<std::ptrdiff_t>(empty),
+                       slots.begin() + static_cast<std::ptrdiff_t>(empty + 1));
+    slots[i] = incoming;
   }
+  // A grown tail or overflow array may have left spare capacity behind.
+  if (table.slots_.capacity() != table.slots_.size()) table.slots_.shrink_to_fit();
+  if (table.overflow_.capacity() != table.overflow_.size()) table.overflow_.shrink_to_fit();
   return table;
 }
 
