@@ -1,2 +1,4 @@
 # Tests for sim: the prefix cache, engine profiles, the engine model and the fleet simulator.
 cacheroute_add_test(NAME sim_prefix_cache_test SOURCES sim_prefix_cache_test.cc LIBS cacheroute::sim)
+cacheroute_add_test(NAME sim_engine_profile_test SOURCES sim_engine_profile_test.cc
+                    LIBS cacheroute::sim)
