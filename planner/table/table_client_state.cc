@@ -38,6 +38,9 @@ absl::StatusOr<std::optional<v1::StreamTableRequest>> TableClientState::OnUpdate
   if (whole.ok() && !whole->has_value()) return std::optional<v1::StreamTableRequest>();
   absl::StatusOr<std::shared_ptr<const TableSnapshot>> table =
       whole.ok() ? Apply(**whole) : whole.status();
+  if (table.ok() && acceptor_) {
+    if (absl::Status accepted = acceptor_(**table); !accepted.ok()) table = accepted;
+  }
   if (!table.ok()) {
     ++nacks_sent_;
     last_error_ = table.status();

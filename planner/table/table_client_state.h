@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,13 @@ class TableClientState {
   // The first request of a (new) stream: the gateway id and the version applied. Drops any
   // partly received update, since nonces do not survive a reconnect.
   v1::StreamTableRequest OnConnect();
+
+  // An extra check run on every table that passed validation, just before it would become
+  // current(): an error NACKs it (with that error) and keeps the last good table. The dataplane's
+  // subscriber uses it to install the table in its Router, so a table the gateway cannot route by
+  // (e.g. naming a destination it does not know) is refused on the wire, not silently ignored.
+  using Acceptor = std::function<absl::Status(const TableSnapshot&)>;
+  void SetAcceptor(Acceptor acceptor) { acceptor_ = std::move(acceptor); }
 
   // Takes one received chunk. Returns nullopt while chunks are missing, else the request to send:
   // an ACK (response_nonce, applied_version = the new version) or a NACK (response_nonce,
@@ -62,6 +70,7 @@ class TableClientState {
   std::string gateway_id_;
   std::shared_ptr<const TableSnapshot> current_;
   ChunkAssembler assembler_;
+  Acceptor acceptor_;
   uint64_t acks_sent_ = 0;
   uint64_t nacks_sent_ = 0;
   absl::Status last_error_;

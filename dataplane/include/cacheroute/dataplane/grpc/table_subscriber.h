@@ -1,0 +1,360 @@
+// TableSubscriber: keeps a gateway's Router on the planner's latest routing table. A background
+// thread holds TableService.StreamTable open (docs/protocol.md, shared PROTOCOL.md lessons):
+//   - on every (re)connect it sends the gateway id and the version it has applied;
+//   - it applies full tables and deltas through table::TableClientState (chunk reassembly,
+//     validation, "keep the last good table") and answers each update with an ACK or a NACK;
+//   - a table is ACKed only after Router::Install accepted it, so a table the gateway cannot route
+//     by (a destination it does not know, a version regression) is NACKed with the reason;
+//   - while the stream is up, it refreshes the Router's table TTL every `refresh_period`: the
+//     planner sends nothing while routing is unchanged, so a live stream is what says "still
+//     current". When the stream is down the TTL runs, and after it the Router falls back to power
+//     of two choices on its own;
+//   - it reconnects with jittered exponential backoff (1 s, ×1.6, ±20%, capped at 120 s, reset
+//     after any update received), as gRPC's xDS client does;
+//   - with `cache_path`, every applied table is also written to disk (write to a temporary file,
+//     then rename), and Start() installs the cached table at once, so a restarting gateway routes
+//     by plan before the planner answers. The cached table gets a full TTL from Start().
+// Pick never waits for any of this: the subscriber only calls Router::Install and Refresh.
+//
+// The table's destinations are matched to the Router's indices by name: `destinations[i]` in the
+// options is the name of Router destination i. Unknown names NACK the table; destinations the
+// gateway knows but the table does not name get no planned keys and expected load 0.
+//
+// Invariants: Start at most once; Stop is idempotent, ends the stream (TryCancel) and joins the
+// threads; the destructor calls Stop. Stats() is safe from any thread.
+//
+// Usage:
+//   auto channel = grpc::CreateChannel("planner:50051", grpc::InsecureChannelCredentials());
+//   TableSubscriber subscriber(channel, router, {.gateway_id = "gw-1",
+//                                                .destinations = {"engine-0", "engine-1"},
+//                                                .cache_path = "/var/lib/gw/table.pb"});
+//   if (Status s = subscriber.Start(); !s.ok) Log(s.message);   // a bad cache file is only logged
+//   ...
+//   subscriber.Stop();
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/random.h"
+#include "cacheroute/dataplane/router.h"
+#include "cacheroute/dataplane/routing_table.h"
+#include "cacheroute/dataplane/status.h"
+#include "cacheroute/v1/table.grpc.pb.h"
+#include "planner/table/table_client_state.h"
+
+namespace cacheroute::dataplane {
+
+// Jittered exponential backoff: initial × multiplier^attempt, capped, then scaled by a uniform
+// factor in [1 − jitter, 1 + jitter]. Pure; the randomness is injected.
+struct Backoff {
+  Duration initial = std::chrono::seconds(1);
+  double multiplier = 1.6;
+  double jitter = 0.2;
+  Duration max = std::chrono::seconds(120);
+
+  // The delay before reconnect attempt `attempt` (0 for the first retry).
+  Duration Delay(uint32_t attempt, Random& random) const {
+    double base = std::chrono::duration<double>(initial).count();
+    const double cap = std::chrono::duration<double>(max).count();
+    for (uint32_t i = 0; i < attempt && base < cap; ++i) base *= multiplier;
+    base = std::min(base, cap);
+    const double unit = static_cast<double>(random.Next() >> 11) * 0x1.0p-53;  // [0, 1)
+    const double factor = 1.0 - jitter + 2.0 * jitter * unit;
+    return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(base * factor));
+  }
+};
+
+struct TableSubscriberOptions {
+  std::string gateway_id;
+  // Router destination i is named destinations[i]; must have Router's destination_count entries.
+  std::vector<std::string> destinations;
+  // Where to keep the last applied table across restarts; empty: no disk cache.
+  std::string cache_path;
+  Backoff backoff;
+  // How often a live stream restarts the Router's table TTL.
+  Duration refresh_period = std::chrono::seconds(1);
+  // Sent as "authorization: Bearer <token>" when non-empty (the planner's auth.token_file).
+  std::string bearer_token;
+};
+
+struct TableSubscriberStats {
+  bool connected = false;    // a stream is open (the planner took our first request)
+  uint64_t connects = 0;     // streams opened
+  uint64_t disconnects = 0;  // streams that ended (error or planner shutdown)
+  uint64_t updates = 0;      // whole updates answered (ACK + NACK)
+  uint64_t acks = 0;
+  uint64_t nacks = 0;
+  bool loaded_from_cache = false;
+  std::string last_error;  // of the last NACK, stream end or cache problem
+  TableVersion version;    // applied (0.0 before the first table)
+};
+
+class TableSubscriber {
+ public:
+  TableSubscriber(std::shared_ptr<grpc::ChannelInterface> channel, Router& router,
+                  TableSubscriberOptions options, Clock& clock = DefaultClock(),
+                  Random& random = DefaultRandom())
+      : stub_(v1::TableService::NewStub(std::move(channel))),
+        router_(router),
+        options_(std::move(options)),
+        clock_(clock),
+        random_(random),
+        state_(options_.gateway_id) {
+    for (uint32_t i = 0; i < options_.destinations.size(); ++i) {
+      index_by_name_.emplace(options_.destinations[i], i);
+    }
+    state_.SetAcceptor([this](const table::TableSnapshot& table) { return Accept(table); });
+  }
+  TableSubscriber(const TableSubscriber&) = delete;
+  TableSubscriber& operator=(const TableSubscriber&) = delete;
+  ~TableSubscriber() { Stop(); }
+
+  // Installs the cached table (if any) and starts the stream thread. An error means the options
+  // are unusable; a missing or unreadable cache file only shows in Stats().last_error.
+  Status Start() {
+    if (options_.gateway_id.empty()) return Status::Error("gateway_id: empty");
+    if (options_.destinations.size() != index_by_name_.size()) {
+      return Status::Error("destinations: names must be distinct");
+    }
+    if (options_.destinations.empty()) return Status::Error("destinations: empty");
+    if (!(options_.refresh_period > Duration::zero())) {
+      return Status::Error("refresh_period: must be positive");
+    }
+    LoadCache();
+    stream_thread_ = std::thread([this] { RunStream(); });
+    refresh_thread_ = std::thread([this] { RunRefresh(); });
+    return Status::Ok();
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+      if (context_ != nullptr) context_->TryCancel();
+    }
+    wake_.notify_all();
+    if (stream_thread_.joinable()) stream_thread_.join();
+    if (refresh_thread_.joinable()) refresh_thread_.join();
+  }
+
+  TableSubscriberStats Stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  // The table's name → Router index mapping, applied to a planner table (exposed for tests and
+  // for gateways that fetch tables another way, e.g. TableService.GetTable).
+  Result<RoutingTable> Convert(const table::TableSnapshot& table) const {
+    std::vector<uint32_t> index(table.destinations().size());
+    for (size_t i = 0; i < index.size(); ++i) {
+      auto it = index_by_name_.find(table.destinations()[i]);
+      if (it == index_by_name_.end()) {
+        return Status::Error("destinations[" + std::to_string(i) + "]: '" +
+                             table.destinations()[i] + "' is not a destination of this gateway");
+      }
+      index[i] = it->second;
+    }
+    std::vector<double> loads(options_.destinations.size(), 0.0);
+    for (size_t i = 0; i < index.size(); ++i) loads[index[i]] = table.expected_loads()[i];
+    std::vector<TableEntry> entries;
+    entries.reserve(table.entries().size());
+    for (const table::TableEntry& e : table.entries()) {
+      TableEntry& out = entries.emplace_back();
+      out.key_id = e.key_id;
+      out.destinations.reserve(e.destinations.size());
+      for (uint32_t d : e.destinations) out.destinations.push_back(index[d]);
+    }
+    const table::TableVersion v = table.version();
+    return RoutingTable::Build({.epoch = v.epoch, .number = v.number},
+                               static_cast<uint32_t>(options_.destinations.size()),
+                               std::move(loads), entries);
+  }
+
+  static Clock& DefaultClock() {
+    static SteadyClock clock;
+    return clock;
+  }
+  static Random& DefaultRandom() {
+    static SeededRandom random(
+        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    return random;
+  }
+
+ private:
+  // Runs inside TableClientState::OnUpdate on the stream thread: install or refuse.
+  absl::Status Accept(const table::TableSnapshot& table) {
+    const table::TableVersion v = table.version();
+    std::shared_ptr<const RoutingTable> installed = router_.table();
+    if (installed != nullptr && installed->version() == TableVersion{v.epoch, v.number}) {
+      // The same version again (e.g. after a reconnect): nothing to install, but it is current.
+      router_.Refresh(clock_.Now());
+      return absl::OkStatus();
+    }
+    Result<RoutingTable> converted = Convert(table);
+    if (!converted.ok()) return absl::InvalidArgumentError(converted.status().message);
+    Status s =
+        router_.Install(std::make_shared<const RoutingTable>(*std::move(converted)), clock_.Now());
+    if (!s.ok) return absl::FailedPreconditionError(s.message);
+    return absl::OkStatus();
+  }
+
+  void LoadCache() {
+    if (options_.cache_path.empty()) return;
+    std::ifstream in(options_.cache_path, std::ios::binary);
+    if (!in) return;  // no cache yet: the normal first start
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    v1::RoutingTable proto;
+    std::string error;
+    if (!proto.ParseFromString(bytes.str())) {
+      error = "cache " + options_.cache_path + ": not a RoutingTable";
+    } else {
+      absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> snapshot =
+          table::TableSnapshot::FromProto(proto);
+      if (!snapshot.ok()) {
+        error = "cache " + options_.cache_path + ": " + std::string(snapshot.status().message());
+      } else if (absl::Status accepted = Accept(**snapshot); !accepted.ok()) {
+        error = "cache " + options_.cache_path + ": " + std::string(accepted.message());
+      } else {
+        state_ = table::TableClientState(options_.gateway_id, *snapshot);
+        state_.SetAcceptor([this](const table::TableSnapshot& t) { return Accept(t); });
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error.empty()) {
+      stats_.loaded_from_cache = true;
+      stats_.version = router_.table()->version();
+    } else {
+      stats_.last_error = error;
+    }
+  }
+
+  void SaveCache(const table::TableSnapshot& table) {
+    if (options_.cache_path.empty()) return;
+    const std::string temp = options_.cache_path + ".tmp";
+    std::string error;
+    {
+      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+      if (!out || !table.ToProto().SerializeToOstream(&out) || !out.flush()) {
+        error = "cache " + temp + ": write failed";
+      }
+    }
+    if (error.empty() && std::rename(temp.c_str(), options_.cache_path.c_str()) != 0) {
+      error = "cache " + options_.cache_path + ": rename failed";
+    }
+    if (!error.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.last_error = error;
+    }
+  }
+
+  void RunStream() {
+    uint32_t attempt = 0;
+    for (;;) {
+      grpc::ClientContext context;
+      if (!options_.bearer_token.empty()) {
+        context.AddMetadata("authorization", "Bearer " + options_.bearer_token);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+        context_ = &context;
+        ++stats_.connects;
+      }
+      std::unique_ptr<grpc::ClientReaderWriter<v1::StreamTableRequest, v1::TableUpdate>> stream =
+          stub_->StreamTable(&context);
+      if (stream->Write(state_.OnConnect())) {
+        // The planner took the stream. It sends nothing if we already have its latest version,
+        // so an open stream is itself the sign that our table is current.
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.connected = true;
+      }
+      v1::TableUpdate update;
+      while (stream->Read(&update)) {
+        attempt = 0;  // any response resets the backoff
+        const uint64_t nacks_before = state_.nacks_sent();
+        absl::StatusOr<std::optional<v1::StreamTableRequest>> answer = state_.OnUpdate(update);
+        if (!answer.ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.last_error = std::string(answer.status().message());
+          continue;
+        }
+        if (!answer->has_value()) continue;  // more chunks to come
+        const bool nacked = state_.nacks_sent() != nacks_before;
+        if (!nacked) SaveCache(*state_.current());
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.updates;
+          ++(nacked ? stats_.nacks : stats_.acks);
+          if (nacked) stats_.last_error = std::string(state_.last_error().message());
+          stats_.version = router_.table() ? router_.table()->version() : TableVersion{};
+        }
+        if (!stream->Write(**answer)) break;
+      }
+      grpc::Status status = stream->Finish();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        context_ = nullptr;
+        stats_.connected = false;
+        ++stats_.disconnects;
+        if (stopping_) return;
+        stats_.last_error =
+            "stream ended: " + std::to_string(status.error_code()) + " " + status.error_message();
+      }
+      WaitFor(options_.backoff.Delay(attempt++, random_));
+    }
+  }
+
+  void RunRefresh() {
+    for (;;) {
+      bool connected;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (wake_.wait_for(lock, options_.refresh_period, [this] { return stopping_; })) return;
+        connected = stats_.connected;
+      }
+      if (connected && router_.table() != nullptr) router_.Refresh(clock_.Now());
+    }
+  }
+
+  // Sleeps for `delay` of real time or until Stop.
+  void WaitFor(Duration delay) {
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_for(lock, delay, [this] { return stopping_; });
+  }
+
+  std::unique_ptr<v1::TableService::Stub> stub_;
+  Router& router_;
+  const TableSubscriberOptions options_;
+  Clock& clock_;
+  Random& random_;
+  std::unordered_map<std::string, uint32_t> index_by_name_;
+  table::TableClientState state_;  // stream thread only (and Start, before the thread exists)
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;                   // guarded by mu_
+  grpc::ClientContext* context_ = nullptr;  // guarded by mu_; the open stream's, for TryCancel
+  TableSubscriberStats stats_;              // guarded by mu_
+  std::thread stream_thread_;
+  std::thread refresh_thread_;
+};
+
+}  // namespace cacheroute::dataplane

@@ -1,0 +1,172 @@
+// RateReporter against the real planner (PlannerServer on a loopback port, real gRPC): reports
+// reach the planner's rate estimates with their cold-tail aggregate, sequences go up by one, a
+// failed report is retried with the same sequence after the planner comes back, the pending queue
+// is bounded, and the background thread reports on its own.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "cacheroute/dataplane/grpc/rate_reporter.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "support/planner_fixture.h"
+#include "support/temp_dir.h"
+
+namespace cacheroute::dataplane {
+namespace {
+
+using testing::Eventually;
+using testing::InProcessPlanner;
+using testing::TempDir;
+
+service::PlannerConfig PlannerConfig(std::string state_dir = "") {
+  service::PlannerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.destinations = {"d0", "d1"};
+  config.q_cap = 100;
+  config.slots_per_destination = 1;
+  config.control_interval = absl::Hours(1);
+  config.rate_smoothing = absl::Seconds(1);
+  config.key_ttl = absl::Hours(10);
+  config.state_dir = std::move(state_dir);
+  return config;
+}
+
+uint64_t LastSequence(InProcessPlanner& planner, const std::string& gateway) {
+  const v1::GetStatusResponse status = planner.Status();
+  for (const auto& g : status.gateways()) {
+    if (g.gateway_id() == gateway) return g.last_sequence();
+  }
+  return 0;
+}
+
+RateReporterOptions Options(int64_t* now_ms) {
+  RateReporterOptions options;
+  options.gateway_id = "gw-r";
+  options.interval = std::chrono::milliseconds(10);
+  options.rpc_timeout = std::chrono::milliseconds(2000);
+  options.now_unix_ms = [now_ms] { return *now_ms; };
+  return options;
+}
+
+TEST_CASE("a report carries the hot keys and the cold tail, and the planner plans from it") {
+  InProcessPlanner planner(PlannerConfig());
+  RateRecorder recorder({.max_keys = 64, .max_report_keys = 2});
+  int64_t now_ms = 1'800'000'000'000;
+  RateReporter reporter(planner.NewChannel(), recorder, Options(&now_ms));
+
+  for (int i = 0; i < 3000; ++i) recorder.Record(KeyId("hot-a"));
+  for (int i = 0; i < 2000; ++i) recorder.Record(KeyId("hot-b"));
+  for (int i = 0; i < 40; ++i) recorder.Record(KeyId("cold-" + std::to_string(i)));
+  now_ms += 10'000;
+  Status s = reporter.ReportOnce();
+  INFO(s.message);
+  REQUIRE(s.ok);
+  RateReporterStats stats = reporter.Stats();
+  CHECK(stats.reports_sent == 1);
+  CHECK(stats.requests_reported == 5040);
+  CHECK(stats.pending == 0);
+  CHECK(LastSequence(planner, "gw-r") == stats.last_sequence);
+  CHECK(stats.last_sequence == 1'800'000'000'000);  // starts at the wall clock in ms
+
+  planner.Replan();
+  const v1::GetStatusResponse status = planner.Status();
+  CHECK(status.keys_admitted() == 2);
+  // The 40 cold keys were folded into other_count, which the planner counts as cold tail.
+  CHECK(status.cold_tail_rate() > 0);
+  CHECK(status.total_rate() > status.cold_tail_rate());
+}
+
+TEST_CASE("sequences go up by one per report") {
+  InProcessPlanner planner(PlannerConfig());
+  RateRecorder recorder({.max_keys = 64});
+  int64_t now_ms = 1'800'000'000'000;
+  RateReporter reporter(planner.NewChannel(), recorder, Options(&now_ms));
+  for (int round = 0; round < 3; ++round) {
+    recorder.Record(KeyId("k"));
+    now_ms += 1000;
+    REQUIRE(reporter.ReportOnce().ok);
+  }
+  CHECK(LastSequence(planner, "gw-r") == 1'800'000'000'002);
+  CHECK(reporter.Stats().duplicates == 0);
+}
+
+TEST_CASE("a failed report is retried with the same sequence once the planner is back") {
+  TempDir state("reporter-retry");
+  InProcessPlanner planner(PlannerConfig(state.path().string()));
+  RateRecorder recorder({.max_keys = 64});
+  int64_t now_ms = 1'800'000'000'000;
+  RateReporter reporter(planner.NewChannel(), recorder, Options(&now_ms));
+  recorder.Record(KeyId("k"));
+  REQUIRE(reporter.ReportOnce().ok);
+  const uint64_t first = reporter.Stats().last_sequence;
+
+  planner.Stop();
+  for (int i = 0; i < 5; ++i) recorder.Record(KeyId("k"));
+  now_ms += 1000;
+  Status failed = reporter.ReportOnce();
+  CHECK_FALSE(failed.ok);
+  CHECK(failed.message.find(std::to_string(first + 1)) != std::string::npos);
+  CHECK(reporter.Stats().pending == 1);
+  CHECK(reporter.Stats().failed_attempts == 1);
+
+  planner.Start();
+  for (int i = 0; i < 7; ++i) recorder.Record(KeyId("k"));
+  now_ms += 1000;
+  // The planner's channel may need a moment to reconnect; each attempt keeps the order.
+  REQUIRE(Eventually([&] { return reporter.ReportOnce().ok; }));
+  RateReporterStats stats = reporter.Stats();
+  CHECK(stats.pending == 0);
+  CHECK(stats.requests_reported == 13);  // 1 + 5 + 7: nothing lost, nothing twice
+  CHECK(LastSequence(planner, "gw-r") == stats.last_sequence);
+  CHECK(stats.duplicates == 0);
+}
+
+TEST_CASE("the pending queue is bounded: the oldest reports are dropped and counted") {
+  InProcessPlanner planner(PlannerConfig());
+  RateRecorder recorder({.max_keys = 64});
+  int64_t now_ms = 1'800'000'000'000;
+  RateReporterOptions options = Options(&now_ms);
+  options.max_pending = 3;
+  RateReporter reporter(planner.NewChannel(), recorder, options);
+  planner.Stop();
+  for (int i = 0; i < 5; ++i) {
+    recorder.Record(KeyId("k"));
+    CHECK_FALSE(reporter.ReportOnce().ok);
+  }
+  RateReporterStats stats = reporter.Stats();
+  CHECK(stats.pending == 3);
+  CHECK(stats.dropped_reports == 2);
+}
+
+TEST_CASE("the background thread reports every interval, and Stop sends the rest") {
+  InProcessPlanner planner(PlannerConfig());
+  RateRecorder recorder({.max_keys = 64});
+  RateReporterOptions options;
+  options.gateway_id = "gw-bg";
+  options.interval = std::chrono::milliseconds(20);
+  RateReporter reporter(planner.NewChannel(), recorder, options);
+  REQUIRE(reporter.Start().ok);
+  CHECK_FALSE(reporter.Start().ok);  // once only
+  recorder.Record(KeyId("x"));
+  REQUIRE(Eventually([&] { return reporter.Stats().requests_reported == 1; }));
+  recorder.Record(KeyId("y"));
+  reporter.Stop();
+  CHECK(reporter.Stats().requests_reported == 2);
+}
+
+TEST_CASE("bad reporter options are refused, naming the field") {
+  RateRecorder recorder({.max_keys = 64});
+  auto channel = grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
+  RateReporterOptions options;
+  options.gateway_id = "";
+  RateReporter no_id(channel, recorder, options);
+  CHECK(no_id.Start().message.find("gateway_id") != std::string::npos);
+  options.gateway_id = "g";
+  options.interval = std::chrono::milliseconds(0);
+  RateReporter no_interval(channel, recorder, options);
+  CHECK(no_interval.Start().message.find("interval") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace cacheroute::dataplane

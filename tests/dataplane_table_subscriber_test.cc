@@ -1,0 +1,270 @@
+// TableSubscriber against the real planner (PlannerServer on a loopback port, real gRPC): the
+// first full table, deltas, a NACKed table, a planner killed and restarted, TTL expiry and the
+// on-disk cache. Routing time is a dataplane::ManualClock so that TTL expiry needs no sleeping;
+// waiting for the subscriber's thread uses Eventually (polling), never a fixed sleep.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cacheroute/dataplane/grpc/table_subscriber.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "support/planner_fixture.h"
+#include "support/temp_dir.h"
+
+namespace cacheroute::dataplane {
+namespace {
+
+using testing::Eventually;
+using testing::InProcessPlanner;
+using testing::TempDir;
+
+service::PlannerConfig PlannerWith(std::vector<std::string> destinations,
+                                   std::string state_dir = "") {
+  service::PlannerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.destinations = std::move(destinations);
+  config.q_cap = 100;
+  config.slots_per_destination = 1;  // C = R: the R hottest keys are admitted
+  config.control_interval = absl::Hours(1);
+  config.rate_smoothing = absl::Seconds(1);
+  config.key_ttl = absl::Hours(10);
+  config.state_dir = std::move(state_dir);
+  return config;
+}
+
+TableSubscriberOptions SubscriberOptions(std::vector<std::string> destinations) {
+  TableSubscriberOptions options;
+  options.gateway_id = "gw-test";
+  options.destinations = std::move(destinations);
+  options.backoff = {.initial = std::chrono::milliseconds(20),
+                     .multiplier = 1.6,
+                     .jitter = 0.2,
+                     .max = std::chrono::milliseconds(200)};
+  options.refresh_period = std::chrono::milliseconds(20);
+  return options;
+}
+
+const std::vector<std::string> kNames = {"d0", "d1", "d2"};
+
+struct Gateway {
+  explicit Gateway(InProcessPlanner& planner,
+                   TableSubscriberOptions options = SubscriberOptions(kNames))
+      : random(11),
+        router({.destination_count = static_cast<uint32_t>(options.destinations.size()),
+                .table_ttl = std::chrono::seconds(30)},
+               random),
+        subscriber(planner.NewChannel(), router, std::move(options), clock, random) {}
+
+  uint64_t VersionNumber() const {
+    auto table = router.table();
+    return table ? table->version().number : 0;
+  }
+  bool WaitForVersion(uint64_t number) {
+    return Eventually([&] { return VersionNumber() == number; });
+  }
+  std::set<uint32_t> TableSet(const std::string& key) const {
+    auto table = router.table();
+    std::vector<uint32_t> set = table->Find(KeyId(key)).ToVector();
+    return {set.begin(), set.end()};
+  }
+
+  ManualClock clock;
+  SeededRandom random;
+  Router router;
+  TableSubscriber subscriber;
+};
+
+TEST_CASE("backoff grows by the multiplier with jitter, up to the cap") {
+  Backoff backoff;  // 1 s, ×1.6, ±20%, 120 s
+  SeededRandom random(3);
+  for (uint32_t attempt = 0; attempt < 30; ++attempt) {
+    const double base = std::min(std::pow(1.6, attempt), 120.0);
+    for (int i = 0; i < 50; ++i) {
+      const double s = std::chrono::duration<double>(backoff.Delay(attempt, random)).count();
+      REQUIRE(s >= 0.8 * base - 1e-9);
+      REQUIRE(s <= 1.2 * base + 1e-9);
+    }
+  }
+  // The jitter really spreads the delays.
+  std::set<int64_t> distinct;
+  for (int i = 0; i < 20; ++i) distinct.insert(backoff.Delay(0, random).count());
+  CHECK(distinct.size() > 10);
+}
+
+TEST_CASE("bad subscriber options are refused, naming the field") {
+  InProcessPlanner planner(PlannerWith(kNames));
+  TableSubscriberOptions options = SubscriberOptions({"d0", "d0", "d1"});
+  Gateway gateway(planner, options);
+  Status s = gateway.subscriber.Start();
+  CHECK_FALSE(s.ok);
+  CHECK(s.message.find("destinations") != std::string::npos);
+}
+
+TEST_CASE("the first full table, then deltas, are applied and ACKed") {
+  InProcessPlanner planner(PlannerWith(kNames));
+  planner.Report("gw-rates", 1, {{"a", 3000}, {"b", 2000}, {"c", 500}, {"d", 10}});
+  REQUIRE(planner.Replan().version().number() == 1);
+
+  Gateway gateway(planner);
+  REQUIRE(gateway.subscriber.Start().ok);
+  REQUIRE(gateway.WaitForVersion(1));
+  // a, b and c are admitted (C = 3); d is not.
+  InFlight a = gateway.router.Pick(KeyId("a"), gateway.clock.Now());
+  CHECK(a.planned());
+  CHECK(gateway.TableSet("a").count(a.destination()) == 1);
+  CHECK_FALSE(gateway.router.Pick(KeyId("d"), gateway.clock.Now()).planned());
+
+  // A delta: d becomes hot and c cold.
+  planner.Report("gw-rates", 2, {{"a", 3000}, {"b", 2000}, {"c", 1}, {"d", 5000}});
+  REQUIRE(planner.Replan().changed());
+  REQUIRE(gateway.WaitForVersion(2));
+  CHECK(gateway.router.Pick(KeyId("d"), gateway.clock.Now()).planned());
+  CHECK_FALSE(gateway.router.Pick(KeyId("c"), gateway.clock.Now()).planned());
+  REQUIRE(Eventually([&] { return gateway.subscriber.Stats().acks == 2; }));
+  TableSubscriberStats stats = gateway.subscriber.Stats();
+  CHECK(stats.nacks == 0);
+  CHECK(stats.connected);
+  CHECK(stats.version.number == 2);
+  // The planner saw the ACK of version 2 from this gateway.
+  REQUIRE(Eventually([&] {
+    const v1::GetStatusResponse status = planner.Status();
+    for (const auto& g : status.gateways()) {
+      if (g.gateway_id() == "gw-test") return g.acked_version().number() == 2;
+    }
+    return false;
+  }));
+}
+
+TEST_CASE("a table naming a destination the gateway does not know is NACKed") {
+  // The planner has a fourth destination the gateway was not configured with.
+  InProcessPlanner planner(PlannerWith({"d0", "d1", "d2", "d9"}));
+  planner.Report("gw-rates", 1, {{"a", 3000}, {"b", 2000}});
+  REQUIRE(planner.Replan().version().number() == 1);
+
+  Gateway gateway(planner);
+  REQUIRE(gateway.subscriber.Start().ok);
+  REQUIRE(Eventually([&] { return gateway.subscriber.Stats().nacks == 1; }));
+  TableSubscriberStats stats = gateway.subscriber.Stats();
+  CHECK(stats.acks == 0);
+  CHECK(stats.last_error.find("'d9'") != std::string::npos);
+  CHECK(gateway.router.table() == nullptr);  // nothing installed
+  InFlight pick = gateway.router.Pick(KeyId("a"), gateway.clock.Now());
+  CHECK(pick.reason() == Reason::kNoTable);
+  CHECK(pick.ok());
+}
+
+TEST_CASE("planner killed and restarted: routing continues on the last table, then resumes") {
+  TempDir state("subscriber-restart");
+  InProcessPlanner planner(PlannerWith(kNames, state.path().string()));
+  planner.Report("gw-rates", 1, {{"a", 3000}, {"b", 2000}, {"c", 500}});
+  planner.Replan();
+  Gateway gateway(planner);
+  REQUIRE(gateway.subscriber.Start().ok);
+  REQUIRE(gateway.WaitForVersion(1));
+
+  planner.Stop();
+  REQUIRE(Eventually([&] { return !gateway.subscriber.Stats().connected; }));
+  for (int i = 0; i < 100; ++i) {
+    InFlight pick = gateway.router.Pick(KeyId("a"), gateway.clock.Now());
+    REQUIRE(pick.planned());
+  }
+  const uint64_t connects_while_down = gateway.subscriber.Stats().connects;
+  // It keeps trying (backoff is 20 ms growing to 200 ms here).
+  REQUIRE(
+      Eventually([&] { return gateway.subscriber.Stats().connects > connects_while_down + 1; }));
+
+  planner.Start();  // same port and state directory: same epoch, version 1 restored
+  REQUIRE(Eventually([&] { return gateway.subscriber.Stats().connected; }));
+  planner.Report("gw-rates", 2, {{"a", 3000}, {"b", 1}, {"c", 1}, {"e", 9000}});
+  REQUIRE(planner.Replan().changed());
+  REQUIRE(gateway.WaitForVersion(2));
+  CHECK(gateway.router.Pick(KeyId("e"), gateway.clock.Now()).planned());
+}
+
+TEST_CASE("with the planner away past the TTL, traffic falls back, then recovers") {
+  TempDir state("subscriber-ttl");
+  InProcessPlanner planner(PlannerWith(kNames, state.path().string()));
+  planner.Report("gw-rates", 1, {{"a", 3000}});
+  planner.Replan();
+  Gateway gateway(planner);
+  REQUIRE(gateway.subscriber.Start().ok);
+  REQUIRE(gateway.WaitForVersion(1));
+
+  // Connected: the subscriber keeps refreshing, so time passing does not make the table stale.
+  gateway.clock.Advance(std::chrono::seconds(29));
+  REQUIRE(Eventually([&] {
+    return gateway.router.Stats(gateway.clock.Now()).since_refresh < std::chrono::seconds(1);
+  }));
+  gateway.clock.Advance(std::chrono::seconds(29));
+  REQUIRE(
+      Eventually([&] { return gateway.router.Pick(KeyId("a"), gateway.clock.Now()).planned(); }));
+
+  planner.Stop();
+  REQUIRE(Eventually([&] { return !gateway.subscriber.Stats().connected; }));
+  gateway.clock.Advance(std::chrono::seconds(31));
+  InFlight pick = gateway.router.Pick(KeyId("a"), gateway.clock.Now());
+  CHECK_FALSE(pick.planned());
+  CHECK(pick.reason() == Reason::kStale);
+  CHECK(pick.ok());
+  RouterStats stats = gateway.router.Stats(gateway.clock.Now());
+  CHECK(stats.stale);
+  CHECK(stats.fallback[static_cast<int>(Reason::kStale)] >= 1);
+
+  // The planner comes back with the same version: the reconnect alone makes the table current.
+  planner.Start();
+  REQUIRE(
+      Eventually([&] { return gateway.router.Pick(KeyId("a"), gateway.clock.Now()).planned(); }));
+}
+
+TEST_CASE("a restarting gateway routes by its cached table before the planner answers") {
+  TempDir dir("subscriber-cache");
+  const std::string cache = dir.File("table.pb");
+  InProcessPlanner planner(PlannerWith(kNames));
+  planner.Report("gw-rates", 1, {{"a", 3000}, {"b", 2000}});
+  planner.Replan();
+  std::set<uint32_t> set_a;
+  {
+    TableSubscriberOptions options = SubscriberOptions(kNames);
+    options.cache_path = cache;
+    Gateway first(planner, options);
+    REQUIRE(first.subscriber.Start().ok);
+    REQUIRE(first.WaitForVersion(1));
+    REQUIRE(Eventually([&] { return std::filesystem::exists(cache); }));
+    set_a = first.TableSet("a");
+  }
+  planner.Stop();
+
+  TableSubscriberOptions options = SubscriberOptions(kNames);
+  options.cache_path = cache;
+  Gateway second(planner, options);
+  REQUIRE(second.subscriber.Start().ok);
+  // Installed by Start itself, with no planner to talk to.
+  REQUIRE(second.VersionNumber() == 1);
+  CHECK(second.subscriber.Stats().loaded_from_cache);
+  InFlight pick = second.router.Pick(KeyId("a"), second.clock.Now());
+  CHECK(pick.planned());
+  CHECK(set_a.count(pick.destination()) == 1);
+}
+
+TEST_CASE("a corrupt cache file is reported and ignored") {
+  TempDir dir("subscriber-corrupt");
+  const std::string cache = dir.File("table.pb");
+  {
+    std::ofstream out(cache);
+    out << "this is not a protobuf table";
+  }
+  InProcessPlanner planner(PlannerWith(kNames));
+  TableSubscriberOptions options = SubscriberOptions(kNames);
+  options.cache_path = cache;
+  Gateway gateway(planner, options);
+  REQUIRE(gateway.subscriber.Start().ok);
+  CHECK(gateway.router.table() == nullptr);
+  CHECK_FALSE(gateway.subscriber.Stats().loaded_from_cache);
+  CHECK(gateway.subscriber.Stats().last_error.find(cache) != std::string::npos);
+}
+
+}  // namespace
+}  // namespace cacheroute::dataplane

@@ -1,0 +1,123 @@
+// InProcessPlanner: the real PlannerServer on a loopback port, for tests of gRPC clients (the
+// dataplane's subscriber and reporter, the gateway). Time is a planner::ManualClock and plans
+// happen only through Replan(), so what the planner publishes is exact. Stop() and Start() restart
+// it on the same port and state directory, as a crashed and restarted planner would come back.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cacheroute/v1/admin.grpc.pb.h"
+#include "cacheroute/v1/rates.grpc.pb.h"
+#include "planner/clock.h"
+#include "planner/key_id.h"
+#include "planner/service/planner_server.h"
+
+namespace cacheroute::testing {
+
+class InProcessPlanner {
+ public:
+  explicit InProcessPlanner(service::PlannerConfig config)
+      : config_(std::move(config)), clock_(absl::FromUnixSeconds(1'800'000'000)) {
+    Start();
+  }
+
+  // Starts (or restarts) the planner; after the first start it keeps the same port.
+  void Start() {
+    absl::StatusOr<std::unique_ptr<service::PlannerServer>> server =
+        service::PlannerServer::Start(config_, &clock_, /*run_ticker=*/false);
+    INFO(server.status().ToString());
+    REQUIRE(server.ok());
+    server_ = *std::move(server);
+    if (port_ == 0) {
+      port_ = server_->port();
+      config_.listen = absl::StrCat("127.0.0.1:", port_);
+    }
+    auto channel = grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
+    rates_ = v1::RateService::NewStub(channel);
+    admin_ = v1::AdminService::NewStub(channel);
+  }
+  void Stop() { server_.reset(); }
+  bool running() const { return server_ != nullptr; }
+
+  std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
+  std::shared_ptr<grpc::Channel> NewChannel() const {
+    return grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
+  }
+
+  // Reports `counts` (key → requests in the last 10 s) as gateway `gateway`.
+  void Report(const std::string& gateway, uint64_t sequence,
+              const std::vector<std::pair<std::string, double>>& counts) {
+    v1::ReportRatesRequest request;
+    request.set_gateway_id(gateway);
+    request.set_sequence(sequence);
+    const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
+    request.set_window_start_unix_ms(now_ms - 10'000);
+    request.set_window_end_unix_ms(now_ms);
+    for (const auto& [key, count] : counts) {
+      v1::KeyCount* kc = request.add_counts();
+      kc->set_key_id(KeyId(key));
+      kc->set_key(key);
+      kc->set_count(count);
+    }
+    grpc::ClientContext context;
+    v1::ReportRatesResponse response;
+    grpc::Status status = rates_->ReportRates(&context, request, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+  }
+
+  // Lets 100 s of planner time pass, then plans.
+  v1::ReplanResponse Replan() {
+    clock_.Advance(absl::Seconds(100));
+    grpc::ClientContext context;
+    v1::ReplanResponse response;
+    grpc::Status status = admin_->Replan(&context, {}, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    return response;
+  }
+
+  v1::GetStatusResponse Status() {
+    grpc::ClientContext context;
+    v1::GetStatusResponse status;
+    grpc::Status s = admin_->GetStatus(&context, {}, &status);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+    return status;
+  }
+
+  planner::ManualClock& clock() { return clock_; }
+
+ private:
+  service::PlannerConfig config_;
+  planner::ManualClock clock_;
+  int port_ = 0;
+  std::unique_ptr<service::PlannerServer> server_;
+  std::unique_ptr<v1::RateService::Stub> rates_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+};
+
+// Polls `done` every few milliseconds until it holds or `timeout` passes; returns whether it held.
+// For waiting on another process's or thread's progress, never as a timing assertion.
+inline bool Eventually(const std::function<bool()>& done,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace cacheroute::testing
