@@ -2,3 +2,4 @@
 cacheroute_add_test(NAME sim_prefix_cache_test SOURCES sim_prefix_cache_test.cc LIBS cacheroute::sim)
 cacheroute_add_test(NAME sim_engine_profile_test SOURCES sim_engine_profile_test.cc
                     LIBS cacheroute::sim)
+cacheroute_add_test(NAME sim_engine_test SOURCES sim_engine_test.cc LIBS cacheroute::sim)
