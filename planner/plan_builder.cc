@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "cacheroute/dataplane/key_id.h"
 
 namespace cacheroute::planner {
 namespace {
@@ -203,6 +204,39 @@ class LoadTournament {
   std::vector<uint32_t> tree_;   // 1-based; leaves at [leaves_, 2·leaves_)
 };
 
+// The kHashed placement: key i's k_b distinct destinations are the first distinct values of
+// Reduce(Mix64(key, seed, j)) for j = 0, 1, ..., ignoring load; loads still get λ_b/k_b each.
+void PlaceHashed(const PlanConfig& config, std::span<const KeyRate> admitted,
+                 std::vector<uint32_t>& offsets, std::vector<uint32_t>& destination_ids,
+                 std::vector<double>& loads) {
+  const uint32_t r_count = config.destinations;
+  const uint64_t seed = config.placement_seed * 0x9e3779b97f4a7c15ULL + 0x2545f4914f6cdd1dULL;
+  std::vector<bool> taken(r_count, false);
+  uint32_t offset = 0;
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    offsets[i] = offset;
+    const double rate = admitted[i].rate;
+    const uint32_t k = config.replicate ? AssignmentCount(rate, config.q_cap, r_count) : 1;
+    const double share = rate / k;
+    uint32_t* chosen = destination_ids.data() + offset;
+    uint64_t h = admitted[i].key ^ seed;
+    for (uint32_t j = 0; j < k;) {
+      h = dataplane::Mix64(h + 0x9e3779b97f4a7c15ULL);
+      const auto d = static_cast<uint32_t>((static_cast<unsigned __int128>(h) * r_count) >> 64);
+      if (taken[d]) continue;
+      taken[d] = true;
+      chosen[j++] = d;
+    }
+    for (uint32_t j = 0; j < k; ++j) {
+      taken[chosen[j]] = false;
+      loads[chosen[j]] += share;
+    }
+    std::sort(chosen, chosen + k);
+    offset += k;
+  }
+  offsets[admitted.size()] = offset;
+}
+
 }  // namespace
 
 uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped) {
@@ -328,7 +362,8 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
     const double rate = sorted[admitted].rate;
     if (rate == 0) break;
     bool capped = false;
-    const uint32_t k = AssignmentCount(rate, config.q_cap, config.destinations, &capped);
+    const uint32_t k =
+        config.replicate ? AssignmentCount(rate, config.q_cap, config.destinations, &capped) : 1;
     if (slots + k > stats.slot_capacity) break;
     if (slots + k > std::numeric_limits<uint32_t>::max()) {
       return absl::OutOfRangeError(
@@ -357,38 +392,42 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
     plan.admitted_.assign(sorted, sorted + admitted);
   }
 
-  // LPT over the admitted keys, on top of the cold-tail share.
+  // LPT (or the hashed ablation) over the admitted keys, on top of the cold-tail share.
   const uint32_t r_count = config.destinations;
   plan.loads_.assign(r_count, cold_tail / r_count);
   plan.offsets_.resize(admitted + 1);
   plan.destination_ids_.resize(slots);
-  LoadTournament tournament(plan.loads_);
-  uint32_t offset = 0;
-  for (size_t i = 0; i < admitted; ++i) {
-    plan.offsets_[i] = offset;
-    const double rate = plan.admitted_[i].rate;
-    const uint32_t k = AssignmentCount(rate, config.q_cap, r_count);
-    if (k == 1) {
-      const uint32_t r = tournament.Min();
-      plan.destination_ids_[offset++] = r;
-      plan.loads_[r] += rate;
-      tournament.Set(r, plan.loads_[r]);
-      continue;
+  if (config.placement == Placement::kHashed) {
+    PlaceHashed(config, plan.admitted_, plan.offsets_, plan.destination_ids_, plan.loads_);
+  } else {
+    LoadTournament tournament(plan.loads_);
+    uint32_t offset = 0;
+    for (size_t i = 0; i < admitted; ++i) {
+      plan.offsets_[i] = offset;
+      const double rate = plan.admitted_[i].rate;
+      const uint32_t k = config.replicate ? AssignmentCount(rate, config.q_cap, r_count) : 1;
+      if (k == 1) {
+        const uint32_t r = tournament.Min();
+        plan.destination_ids_[offset++] = r;
+        plan.loads_[r] += rate;
+        tournament.Set(r, plan.loads_[r]);
+        continue;
+      }
+      const double share = rate / k;
+      uint32_t* chosen = plan.destination_ids_.data() + offset;
+      for (uint32_t j = 0; j < k; ++j) {
+        chosen[j] = tournament.Min();
+        tournament.Exclude(chosen[j]);
+      }
+      for (uint32_t j = 0; j < k; ++j) {
+        plan.loads_[chosen[j]] += share;
+        tournament.Set(chosen[j], plan.loads_[chosen[j]]);
+      }
+      std::sort(chosen, chosen + k);
+      offset += k;
     }
-    const double share = rate / k;
-    uint32_t* chosen = plan.destination_ids_.data() + offset;
-    for (uint32_t j = 0; j < k; ++j) {
-      chosen[j] = tournament.Min();
-      tournament.Exclude(chosen[j]);
-    }
-    for (uint32_t j = 0; j < k; ++j) {
-      plan.loads_[chosen[j]] += share;
-      tournament.Set(chosen[j], plan.loads_[chosen[j]]);
-    }
-    std::sort(chosen, chosen + k);
-    offset += k;
+    plan.offsets_[admitted] = offset;
   }
-  plan.offsets_[admitted] = offset;
 
   stats.max_load = *std::max_element(plan.loads_.begin(), plan.loads_.end());
   stats.mean_load = stats.total_rate / r_count;

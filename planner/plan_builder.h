@@ -11,9 +11,10 @@
 //      smallest expected load (ties: lowest index), each receiving λ_b/k_b (LPT, Graham 1969).
 //
 // Invariants of a returned Plan: Σk_b ≤ C; the admitted keys are a prefix of the rate order; each
-// key's destinations are distinct and sorted; λ_b/k_b ≤ q_cap unless k_b was capped at R; the
-// expected loads sum to the total rate. The result depends only on the multiset of (key, rate)
-// pairs, not on their order in the input, and is bit-for-bit reproducible.
+// key's destinations are distinct and sorted; λ_b/k_b ≤ q_cap unless k_b was capped at R (or
+// replication is switched off, below); the expected loads sum to the total rate. The result
+// depends only on the multiset of (key, rate) pairs, not on their order in the input, and is
+// bit-for-bit reproducible.
 //
 // No I/O, no clock, no randomness: time is read only through an injected Clock, if one is given.
 //
@@ -44,6 +45,11 @@ struct KeyRate {
   double rate = 0.0;  // requests per second (any unit, as long as q_cap uses the same one)
 };
 
+// Where admitted keys' assignments go. kLpt is Algorithm 1; kHashed, for the component ablation
+// (paper §5.2, Table 4: "+affinity", "+replication" with random placement), puts a key's k_b
+// assignments on distinct destinations drawn from a hash of (key, placement_seed), blind to load.
+enum class Placement : uint8_t { kLpt, kHashed };
+
 struct PlanConfig {
   uint32_t destinations = 0;           // R ≥ 1
   double q_cap = 0.0;                  // > 0, finite: the per-assignment load cap
@@ -51,6 +57,11 @@ struct PlanConfig {
   // Traffic not attributed to any listed key (gateways fold their lightest keys together); finite,
   // ≥ 0. It is part of the cold tail: it loads every destination equally and is never admitted.
   double unkeyed_rate = 0.0;
+  // Ablations; the defaults are Algorithm 1. With replicate = false every admitted key gets
+  // k_b = 1 (so λ_b/k_b may exceed q_cap); admission still counts slots with that k_b.
+  bool replicate = true;
+  Placement placement = Placement::kLpt;
+  uint64_t placement_seed = 0;  // kHashed only
 };
 
 struct PlanStats {

@@ -186,6 +186,49 @@ TEST_CASE("k_b is capped at R and the capped keys are counted") {
   CHECK(plan.stats().slots_used == 4);
 }
 
+TEST_CASE("ablation: without replication every admitted key gets one destination") {
+  // Key 1 (9 / 4 would give k = 3) takes one slot, so all three keys fit in 4 slots.
+  Plan plan =
+      MustBuild({{1, 9.0}, {2, 3.5}, {3, 1.0}},
+                {.destinations = 4, .q_cap = 4.0, .slots_per_destination = 1, .replicate = false});
+  CHECK(TableOf(plan) == Table{{1, {0}}, {2, {1}}, {3, {2}}});  // still LPT
+  CHECK(Loads(plan) == std::vector<double>{9, 3.5, 1, 0});
+  CHECK(plan.stats().slots_used == 3);
+}
+
+TEST_CASE("ablation: hashed placement is blind to load and depends only on (key, seed)") {
+  std::vector<KeyRate> rates;
+  for (uint64_t key = 1; key <= 200; ++key) rates.push_back({key * 7919, 1.0 + key % 5});
+  rates.push_back({42, 30.0});  // k = ceil(30 / 8) = 4 with replication
+  PlanConfig config{.destinations = 10,
+                    .q_cap = 8.0,
+                    .slots_per_destination = 100,
+                    .placement = Placement::kHashed,
+                    .placement_seed = 3};
+  const Plan plan = MustBuild(rates, config);
+  REQUIRE(plan.size() == rates.size());
+  REQUIRE(plan.key(0) == 42);
+  CHECK(plan.destinations(0).size() == 4);
+  CHECK(std::set<uint32_t>(plan.destinations(0).begin(), plan.destinations(0).end()).size() == 4);
+  CHECK(std::accumulate(plan.loads().begin(), plan.loads().end(), 0.0) ==
+        Approx(plan.stats().total_rate));
+  // A key's set does not depend on the other keys (no load feedback) ...
+  const Plan alone = MustBuild({{42, 30.0}}, config);
+  CHECK(TableOf(alone)[0] == TableOf(plan)[0]);
+  // ... nor on anything but the seed, which moves it.
+  CHECK(TableOf(MustBuild(rates, config)) == TableOf(plan));
+  config.placement_seed = 4;
+  CHECK(TableOf(MustBuild(rates, config)) != TableOf(plan));
+  // Without replication the hot key keeps one destination.
+  config.replicate = false;
+  CHECK(MustBuild(rates, config).destinations(0).size() == 1);
+  // Every destination gets some of 201 keys, unlike LPT the loads are uneven.
+  CHECK(plan.stats().imbalance >
+        MustBuild(rates, {.destinations = 10, .q_cap = 8.0, .slots_per_destination = 100})
+            .stats()
+            .imbalance);
+}
+
 TEST_CASE("an empty input gives an empty plan with zero loads") {
   Plan plan = MustBuild({}, {.destinations = 4, .q_cap = 1, .slots_per_destination = 1});
   CHECK(plan.size() == 0);
