@@ -1,6 +1,7 @@
 // Router: planned vs fallback dispatch, least-loaded member, in-flight tokens, install validation
 // (version regression, unknown destination, last good table kept), TTL fallback on an injected
-// clock, down destinations, stats, and a concurrency test (label `concurrency`: runs under TSan).
+// clock, down destinations, stats, and concurrency tests (label `concurrency`: run under TSan),
+// including more request threads than the Router has per-thread shards.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -307,6 +308,60 @@ TEST_CASE("Concurrent picks while tables are installed", "[router][concurrency]"
   CHECK(stats.in_flight == std::vector<int64_t>(kDestinations, 0));
   CHECK(stats.version == TableVersion{1, version - 1});
   INFO("tables installed during the run: " << version - 1);
+}
+
+// More request threads than per-thread shards (router_internal::kShards): the threads that find no
+// free shard share the last one. All run at once, against concurrent installs; every pick is
+// counted exactly once, by reason, and a thread that exits returns its shard.
+TEST_CASE("Stats add up across more threads than shards", "[router][concurrency]") {
+  constexpr uint32_t kDestinations = 8;
+  constexpr int kThreads = static_cast<int>(router_internal::kShards) + 16;
+  constexpr int kPicksPerThread = 200;
+  SeededRandom random(11);
+  ManualClock clock;
+  Router router({.destination_count = kDestinations}, random);
+  auto table_for = [&](uint64_t v) {
+    return MakeTable({2, v}, kDestinations, {{kHot, {static_cast<uint32_t>(v % kDestinations)}}});
+  };
+  REQUIRE(router.Install(table_for(0), clock.Now()).ok);
+
+  std::atomic<int> started{0};
+  std::atomic<int> done{0};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      // The first pick claims a shard; then wait until every thread holds one (or shares).
+      if (!router.Pick(kHot, clock.Now()).planned()) failures.fetch_add(1);
+      started.fetch_add(1);
+      while (started.load() < kThreads) std::this_thread::yield();
+      for (int i = 1; i < kPicksPerThread; ++i) {
+        InFlight r = router.Pick(i % 2 == 0 ? kHot : kCold, clock.Now());
+        if (!r.ok() || r.planned() != (i % 2 == 0)) failures.fetch_add(1);
+      }
+      done.fetch_add(1);
+    });
+  }
+  uint64_t version = 1;
+  while (done.load() < kThreads) {
+    REQUIRE(router.Install(table_for(version++), clock.Now()).ok);
+    std::this_thread::yield();
+  }
+  for (auto& thread : threads) thread.join();
+
+  CHECK(failures.load() == 0);
+  const RouterStats stats = router.Stats(clock.Now());
+  const uint64_t cold_per_thread = kPicksPerThread / 2;
+  CHECK(stats.planned == static_cast<uint64_t>(kThreads) * (kPicksPerThread - cold_per_thread));
+  CHECK(stats.fallback[static_cast<int>(Reason::kNotAdmitted)] ==
+        static_cast<uint64_t>(kThreads) * cold_per_thread);
+  CHECK(stats.fallback_total == static_cast<uint64_t>(kThreads) * cold_per_thread);
+  CHECK(stats.in_flight == std::vector<int64_t>(kDestinations, 0));
+
+  // Every thread above has exited and returned its shard, so a new thread owns one again.
+  bool owned = false;
+  std::thread([&] { owned = router_internal::CurrentThreadShard().owned(); }).join();
+  CHECK(owned);
 }
 
 }  // namespace

@@ -9,14 +9,24 @@
 //
 // Why not std::atomic<std::shared_ptr>: libstdc++ 12 implements it, and std::atomic_load on a
 // shared_ptr, with a lock, so request threads would contend on it. Instead the Router keeps
-// kTableSlots slots, each a shared_ptr plus an atomic reader count, and an atomic index of the
-// current slot. A reader increments the current slot's count, re-reads the index, and backs off
-// if it moved; the writer fills a slot that is neither current nor read, then publishes its index.
-// Both sides use sequentially consistent operations, so either the reader sees the new index or
-// the writer sees the reader's count (the Dekker pattern): a reader never reads a slot the writer
-// is overwriting. Readers never block and retry only when the writer made progress, so the read
-// side is lock-free; only the writer may wait (for a reader to leave an old slot, a few
-// nanoseconds of lookup). Old tables are destroyed on the writer's thread, never on a request.
+// kTableSlots slots, each a shared_ptr, an atomic index of the current slot, and reader counts.
+// A reader increments its count for the current slot, re-reads the index, and backs off if it
+// moved; the writer fills a slot that is neither current nor read, then publishes its index. Both
+// sides use sequentially consistent operations, so either the reader sees the new index or the
+// writer sees the reader's count (the Dekker pattern): a reader never reads a slot the writer is
+// overwriting. Readers never block and retry only when the writer made progress, so the read side
+// is lock-free; only the writer may wait (for a reader to leave an old slot, a few nanoseconds of
+// lookup). Old tables are destroyed on the writer's thread, never on a request.
+//
+// Per-thread shards. One reader count per slot, shared by all request threads, would bounce its
+// cache line between cores on every Pick, and so would shared stats counters. So the reader
+// counts and the stats counters live in kShards shards, one cache line pair each: a thread claims
+// a shard of its own on its first Pick (process-wide, so the same index in every Router) and
+// returns it when it exits. In its own shard a thread is the only writer, so it leaves a slot and
+// counts stats with plain stores; only entering a slot needs a locked instruction (the Dekker
+// store). Threads beyond the first kShards - 1 share the last shard with atomic read-modify-write
+// operations: still correct, merely contended. Install reads every shard's count of a slot;
+// Stats() adds the shards up.
 //
 // Load signal. load(d) = in_flight(d) + external_load_weight · external(d), where in_flight(d) is
 // this Router's count of outstanding requests (InFlight tokens alive) and external(d) the last
@@ -40,6 +50,7 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -57,6 +68,64 @@
 #include "cacheroute/dataplane/status.h"
 
 namespace cacheroute::dataplane {
+
+namespace router_internal {
+
+// Shard indices for request threads: [0, kShards - 1) are owned by one thread each, the last is
+// shared by every thread that found none free.
+inline constexpr uint32_t kShards = 64;
+inline constexpr uint32_t kSharedShard = kShards - 1;
+
+inline std::atomic<uint64_t>& ClaimedShards() {
+  static std::atomic<uint64_t> claimed{uint64_t{1} << kSharedShard};  // the shared one: never owned
+  return claimed;
+}
+
+// This thread's claim on a shard: taken on first use, returned when the thread exits.
+class ThreadShard {
+ public:
+  ThreadShard() {
+    uint64_t claimed = ClaimedShards().load(std::memory_order_relaxed);
+    while (~claimed != 0) {
+      const uint32_t free = static_cast<uint32_t>(std::countr_zero(~claimed));
+      if (ClaimedShards().compare_exchange_weak(claimed, claimed | uint64_t{1} << free,
+                                                std::memory_order_acq_rel)) {
+        index_ = free;
+        return;
+      }
+    }
+  }
+  ~ThreadShard() {
+    if (owned()) ClaimedShards().fetch_and(~(uint64_t{1} << index_), std::memory_order_acq_rel);
+  }
+  ThreadShard(const ThreadShard&) = delete;
+  ThreadShard& operator=(const ThreadShard&) = delete;
+
+  uint32_t index() const { return index_; }
+  bool owned() const { return index_ != kSharedShard; }
+
+ private:
+  uint32_t index_ = kSharedShard;
+};
+
+inline const ThreadShard& CurrentThreadShard() {
+  thread_local const ThreadShard shard;
+  return shard;
+}
+
+// Adds `delta` to a counter of a shard: a plain store in the thread's own shard, an atomic
+// read-modify-write in the shared one.
+template <typename T>
+void ShardAdd(std::atomic<T>& counter, T delta, bool owned, std::memory_order order) {
+  if (owned) {
+    counter.store(counter.load(std::memory_order_relaxed) + delta, order);
+  } else {
+    counter.fetch_add(delta, order == std::memory_order_release ? std::memory_order_acq_rel
+                                                                : std::memory_order_relaxed);
+  }
+}
+
+}  // namespace router_internal
 
 struct RouterOptions {
   uint32_t destination_count = 0;
@@ -155,7 +224,7 @@ class Router {
     int target = -1;
     while (target < 0) {
       for (int s = 0; s < kTableSlots; ++s) {
-        if (s != current && slots_[s].readers.load(std::memory_order_seq_cst) == 0) {
+        if (s != current && !HasReadersLocked(s)) {
           target = s;
           break;
         }
@@ -164,8 +233,8 @@ class Router {
       // leaves after one lookup.
       if (target < 0) std::this_thread::yield();
     }
-    slots_[target].table = std::move(table);  // drops an old table here, off the request path
-    installed_version_ = slots_[target].table->version();
+    tables_[target] = std::move(table);  // drops an old table here, off the request path
+    installed_version_ = tables_[target]->version();
     installed_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     refreshed_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     current_.store(target, std::memory_order_seq_cst);
@@ -191,14 +260,19 @@ class Router {
   // The routing decision alone, against any LoadView (CacheRoutePolicy, the simulator); counts
   // stats but tracks nothing in flight.
   Decision Decide(uint64_t key_id, const LoadView& loads, Time now) {
-    Decision decision = DecideUncounted(key_id, loads, now);
+    const router_internal::ThreadShard& thread_shard = router_internal::CurrentThreadShard();
+    Shard& shard = shards_[thread_shard.index()];
+    const bool owned = thread_shard.owned();
+    const Decision decision = DecideUncounted(key_id, loads, now, shard, owned);
+    constexpr auto kRelaxed = std::memory_order_relaxed;
     if (decision.planned) {
-      planned_.fetch_add(1, std::memory_order_relaxed);
+      router_internal::ShardAdd<uint64_t>(shard.planned, 1, owned, kRelaxed);
     } else {
-      fallback_[static_cast<int>(decision.reason)].fetch_add(1, std::memory_order_relaxed);
+      router_internal::ShardAdd<uint64_t>(shard.fallback[static_cast<int>(decision.reason)], 1,
+                                          owned, kRelaxed);
     }
     if (decision.destination == kNoDestination) {
-      no_destination_.fetch_add(1, std::memory_order_relaxed);
+      router_internal::ShardAdd<uint64_t>(shard.no_destination, 1, owned, kRelaxed);
     }
     return decision;
   }
@@ -224,19 +298,21 @@ class Router {
   std::shared_ptr<const RoutingTable> table() const {
     std::lock_guard<std::mutex> lock(install_mu_);
     const int current = current_.load(std::memory_order_seq_cst);
-    return current < 0 ? nullptr : slots_[current].table;
+    return current < 0 ? nullptr : tables_[current];
   }
 
   // A snapshot of the counters. Reads only atomics on the request side; takes the install lock,
   // which request threads never take.
   RouterStats Stats(Time now) const {
     RouterStats stats;
-    stats.planned = planned_.load(std::memory_order_relaxed);
-    for (int r = 0; r < kReasonCount; ++r) {
-      stats.fallback[r] = fallback_[r].load(std::memory_order_relaxed);
-      stats.fallback_total += stats.fallback[r];
+    for (const Shard& shard : shards_) {
+      stats.planned += shard.planned.load(std::memory_order_relaxed);
+      for (int r = 0; r < kReasonCount; ++r) {
+        stats.fallback[r] += shard.fallback[r].load(std::memory_order_relaxed);
+      }
+      stats.no_destination += shard.no_destination.load(std::memory_order_relaxed);
     }
-    stats.no_destination = no_destination_.load(std::memory_order_relaxed);
+    for (int r = 0; r < kReasonCount; ++r) stats.fallback_total += stats.fallback[r];
     for (uint32_t d = 0; d < options_.destination_count; ++d) {
       stats.in_flight.push_back(destinations_[d].in_flight.load(std::memory_order_relaxed));
       stats.up.push_back(destinations_[d].up.load(std::memory_order_relaxed));
@@ -262,10 +338,13 @@ class Router {
     std::atomic<bool> up{true};
   };
 
-  struct alignas(64) TableSlot {
-    // Written only by Install, while this slot is not current and has no reader.
-    std::shared_ptr<const RoutingTable> table;
-    mutable std::atomic<uint32_t> readers{0};
+  // One thread's (or, for the shared shard, many threads') reader counts and stats counters, on
+  // cache lines of their own.
+  struct alignas(64) Shard {
+    std::array<std::atomic<uint32_t>, kTableSlots> readers{};  // readers in each table slot
+    alignas(64) std::atomic<uint64_t> planned{0};
+    std::array<std::atomic<uint64_t>, kReasonCount> fallback{};  // by Reason
+    std::atomic<uint64_t> no_destination{0};
   };
 
   class Loads final : public LoadView {
@@ -288,29 +367,47 @@ class Router {
   // Holds the current table slot for the duration of one lookup (see the header comment).
   class ReadGuard {
    public:
-    explicit ReadGuard(const Router& router) {
+    ReadGuard(const Router& router, Shard& shard, bool owned) : owned_(owned) {
       for (;;) {
         const int s = router.current_.load(std::memory_order_seq_cst);
         if (s < 0) return;
-        const TableSlot& slot = router.slots_[s];
-        slot.readers.fetch_add(1, std::memory_order_seq_cst);
+        std::atomic<uint32_t>& readers = shard.readers[s];
+        // The Dekker store: ordered before the re-read of current_ below. A read-modify-write
+        // even in an owned shard, because a plain seq_cst store would cost the same fence.
+        readers.fetch_add(1, std::memory_order_seq_cst);
         if (router.current_.load(std::memory_order_seq_cst) == s) {
-          slot_ = &slot;
+          readers_ = &readers;
+          table_ = router.tables_[s].get();
           return;
         }
-        slot.readers.fetch_sub(1, std::memory_order_seq_cst);  // replaced meanwhile; retry
+        Leave(readers);  // replaced meanwhile; retry
       }
     }
     ~ReadGuard() {
-      if (slot_ != nullptr) slot_->readers.fetch_sub(1, std::memory_order_seq_cst);
+      if (readers_ != nullptr) Leave(*readers_);
     }
     ReadGuard(const ReadGuard&) = delete;
     ReadGuard& operator=(const ReadGuard&) = delete;
-    const RoutingTable* table() const { return slot_ == nullptr ? nullptr : slot_->table.get(); }
+    const RoutingTable* table() const { return table_; }
 
    private:
-    const TableSlot* slot_ = nullptr;
+    // Release: the lookup's reads happen before the writer, seeing the count drop, reuses the slot.
+    void Leave(std::atomic<uint32_t>& readers) {
+      router_internal::ShardAdd<uint32_t>(readers, ~uint32_t{0}, owned_, std::memory_order_release);
+    }
+
+    const bool owned_;
+    std::atomic<uint32_t>* readers_ = nullptr;
+    const RoutingTable* table_ = nullptr;
   };
+
+  // Whether any thread is reading table slot `s` (Install only; see the header comment).
+  bool HasReadersLocked(int s) const {
+    for (const Shard& shard : shards_) {
+      if (shard.readers[s].load(std::memory_order_seq_cst) != 0) return true;
+    }
+    return false;
+  }
 
   bool IsStale(Time now) const {
     if (options_.table_ttl == Duration::zero()) return false;
@@ -322,8 +419,9 @@ class Router {
     return {PowerOfTwoChoices(loads, random_), false, reason};
   }
 
-  Decision DecideUncounted(uint64_t key_id, const LoadView& loads, Time now) {
-    const ReadGuard guard(*this);
+  Decision DecideUncounted(uint64_t key_id, const LoadView& loads, Time now, Shard& shard,
+                           bool owned) {
+    const ReadGuard guard(*this, shard, owned);
     const RoutingTable* table = guard.table();
     if (table == nullptr) return Fallback(loads, Reason::kNoTable);
     if (IsStale(now)) return Fallback(loads, Reason::kStale);
@@ -377,14 +475,13 @@ class Router {
   std::unique_ptr<PerDestination[]> destinations_;
   Loads loads_;
 
-  std::array<TableSlot, kTableSlots> slots_;
-  std::atomic<int> current_{-1};  // index into slots_, -1 before the first Install
+  // tables_[s] is written only by Install, while slot s is not current and has no reader.
+  std::array<std::shared_ptr<const RoutingTable>, kTableSlots> tables_;
+  std::atomic<int> current_{-1};  // index into tables_, -1 before the first Install
   std::atomic<Duration::rep> installed_at_{0};
   std::atomic<Duration::rep> refreshed_at_{0};
 
-  alignas(64) std::atomic<uint64_t> planned_{0};
-  std::array<std::atomic<uint64_t>, kReasonCount> fallback_{};
-  std::atomic<uint64_t> no_destination_{0};
+  std::array<Shard, router_internal::kShards> shards_;
 
   mutable std::mutex install_mu_;   // serialises Install; never taken by Pick
   TableVersion installed_version_;  // guarded by install_mu_
