@@ -201,6 +201,21 @@ TEST_CASE("Keys with quotes and large ids are written as valid JSON and read bac
   CHECK(back->requests[0].turn == 2);
 }
 
+TEST_CASE("Dense remapping keeps the prefix structure") {
+  Workload w;
+  for (const std::vector<uint64_t>& ids :
+       {std::vector<uint64_t>{900, 17, 5}, {900, 17, 1ULL << 63}, {42}}) {
+    w.requests.emplace_back().hash_ids = ids;
+    w.requests.back().input_length = static_cast<uint32_t>(16 * ids.size());
+  }
+  const WorkloadStats before = MeasureWorkload(w);
+  RemapHashIdsDense(w);
+  CHECK(w.requests[0].hash_ids == std::vector<uint64_t>{0, 1, 2});
+  CHECK(w.requests[1].hash_ids == std::vector<uint64_t>{0, 1, 3});
+  CHECK(w.requests[2].hash_ids == std::vector<uint64_t>{4});
+  CHECK(MeasureWorkload(w).prefix_reuse == before.prefix_reuse);
+}
+
 TEST_CASE("The JSON reader is strict and bounded") {
   absl::StatusOr<JsonValue> v = ParseJson(R"( {"a": "x\u00e9\ud83d\ude00\n", "b": [1.5e2, -0]} )");
   REQUIRE(v.ok());

@@ -7,6 +7,7 @@
 #include <istream>
 #include <ostream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tools/workload/json_line.h"
@@ -229,6 +230,13 @@ absl::Status WriteMooncakeTraceFile(const Workload& workload, const std::string&
     return absl::DataLossError(absl::StrFormat("writing \"%s\" failed", path));
   }
   return absl::OkStatus();
+}
+
+void RemapHashIdsDense(Workload& workload) {
+  absl::flat_hash_map<uint64_t, uint64_t> dense;
+  for (Request& r : workload.requests) {
+    for (uint64_t& id : r.hash_ids) id = dense.try_emplace(id, dense.size()).first->second;
+  }
 }
 
 absl::Status ScaleArrivalTimes(Workload& workload, double factor) {

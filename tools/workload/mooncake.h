@@ -49,6 +49,11 @@ absl::StatusOr<Workload> ReadMooncakeTraceFile(const std::string& path,
 absl::Status WriteMooncakeTrace(const Workload& workload, std::ostream& out);
 absl::Status WriteMooncakeTraceFile(const Workload& workload, const std::string& path);
 
+// Replaces hash ids by 0, 1, 2, … in order of first appearance, as the Mooncake release does:
+// equal ids stay equal and distinct ones distinct, so prefix structure is kept, and the ids fit
+// tools that read them as signed 64-bit (or smaller) integers.
+void RemapHashIdsDense(Workload& workload);
+
 // Multiplies every arrival time by `factor` (> 0): 0.5 doubles the request rate.
 absl::Status ScaleArrivalTimes(Workload& workload, double factor);
 // Scales arrival times so that requests / (last arrival - first arrival) becomes target_qps.

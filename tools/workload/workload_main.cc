@@ -76,7 +76,9 @@ struct Output {
   }
 };
 
-int WriteWorkload(const Workload& w, const std::string& path) {
+// Writes `w` as JSONL; hash ids are first remapped to dense ones unless `raw_ids`.
+int WriteWorkload(Workload& w, const std::string& path, bool raw_ids) {
+  if (!raw_ids) RemapHashIdsDense(w);
   Output out;
   if (!out.Open(path)) return Fail(1, absl::StrFormat("--out: cannot create \"%s\"", path));
   if (!WriteMooncakeTrace(w, *out.stream).ok()) {
@@ -91,6 +93,7 @@ struct GenerateFlags {
   std::string gaps_file;
   std::string out;
   std::string rates_out;
+  bool raw_ids = false;
   uint32_t min_cv_requests = 20;
 };
 
@@ -120,7 +123,7 @@ int RunGenerate(GenerateFlags& flags) {
   if (!g.ok()) return Fail(2, AsFlags(std::string(g.status().message())));
 
   if (!flags.out.empty()) {
-    if (int rc = WriteWorkload(g->workload, flags.out); rc != 0) return rc;
+    if (int rc = WriteWorkload(g->workload, flags.out, flags.raw_ids); rc != 0) return rc;
   }
   if (!flags.rates_out.empty()) {
     Output out;
@@ -196,6 +199,7 @@ struct TraceFlags {
   std::optional<double> speedup;
   std::optional<double> target_qps;
   std::string out;
+  bool raw_ids = false;
   uint32_t min_cv_requests = 20;
 };
 
@@ -214,7 +218,7 @@ int RunTrace(const TraceFlags& flags) {
     }
   }
   if (!flags.out.empty()) {
-    if (int rc = WriteWorkload(*w, flags.out); rc != 0) return rc;
+    if (int rc = WriteWorkload(*w, flags.out, flags.raw_ids); rc != 0) return rc;
   }
   const WorkloadStats s = MeasureWorkload(*w, {.min_cv_requests = flags.min_cv_requests});
   std::string t;
@@ -335,6 +339,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 3.0))
       ->capture_default_str();
   generate->add_option("--out,-o", gen.out, "write the requests as JSONL (- for stdout)");
+  generate->add_flag("--raw-ids", gen.raw_ids,
+                     "write the 64-bit block hashes instead of dense ids 0, 1, 2, ...");
   generate->add_option("--rates-out", gen.rates_out,
                        "write the active set's key,rate CSV (for cacheroutectl plan)");
   generate
@@ -360,6 +366,7 @@ int Main(int argc, char** argv) {
         ->excludes(speed);
     CLI::Option* out = cmd->add_option("--out,-o", f.out, "write JSONL (- for stdout)");
     if (out_required) out->required();
+    cmd->add_flag("--raw-ids", f.raw_ids, "keep the hash ids as read instead of dense ids");
     cmd->add_option("--min-cv-requests", f.min_cv_requests,
                     "keys with fewer requests are left out of the median CV")
         ->check(CLI::Range(3u, 1u << 30))
