@@ -3,3 +3,4 @@ cacheroute_add_test(NAME sim_prefix_cache_test SOURCES sim_prefix_cache_test.cc 
 cacheroute_add_test(NAME sim_engine_profile_test SOURCES sim_engine_profile_test.cc
                     LIBS cacheroute::sim)
 cacheroute_add_test(NAME sim_engine_test SOURCES sim_engine_test.cc LIBS cacheroute::sim)
+cacheroute_add_test(NAME sim_fleet_test SOURCES sim_fleet_test.cc LIBS cacheroute::sim)

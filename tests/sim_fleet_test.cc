@@ -1,0 +1,333 @@
+// Tests for tools/sim/fleet: determinism, each policy's routing as seen in the dispatch records
+// (Sticky pins keys; CacheRoute routes admitted keys into their planned sets once a plan exists),
+// metric accounting against the engines' own counters, failures, ablations and config errors.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cacheroute/dataplane/key_id.h"
+#include "tools/sim/fleet.h"
+
+namespace cacheroute::sim {
+namespace {
+
+struct WorkloadShape {
+  uint32_t keys = 200;
+  double qps = 40;
+  double duration_s = 60;
+  uint64_t seed = 11;
+  uint32_t hot_keys = 0;  // this many keys get half of all traffic
+  uint32_t max_output = 100;
+};
+
+// Poisson arrivals over Zipf-like key popularity. A prompt is 8 template blocks shared by all
+// keys, 40 blocks of per-key context and 16 blocks unique to the request, plus 5 tokens.
+std::vector<SimRequest> MakeRequests(const WorkloadShape& shape) {
+  std::mt19937_64 rng(shape.seed);
+  std::vector<double> weights(shape.keys);
+  for (uint32_t k = 0; k < shape.keys; ++k) weights[k] = 1.0 / (k + 1);
+  std::discrete_distribution<uint32_t> key_of(weights.begin(), weights.end());
+  std::uniform_int_distribution<uint32_t> hot_of(0, std::max<uint32_t>(1, shape.hot_keys) - 1);
+  std::exponential_distribution<double> gap(shape.qps);
+  std::vector<SimRequest> requests;
+  for (double t = gap(rng); t < shape.duration_s; t += gap(rng)) {
+    const uint32_t key = shape.hot_keys > 0 && rng() % 2 == 0 ? hot_of(rng) : key_of(rng);
+    SimRequest r{.arrival_s = t,
+                 .key_id = dataplane::KeyId("key-" + std::to_string(key)),
+                 .input_length = 64 * 16 + 5,
+                 .output_length = 20 + static_cast<uint32_t>(rng() % (shape.max_output - 19)),
+                 .block_size = 16,
+                 .hash_ids = {}};
+    for (uint64_t i = 0; i < 8; ++i) r.hash_ids.push_back(1 + i);
+    for (uint64_t i = 0; i < 40; ++i) r.hash_ids.push_back((key + 1) * 1000 + i);
+    for (uint64_t i = 0; i < 16; ++i) r.hash_ids.push_back(rng());
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+FleetConfig Config(PolicyKind policy) {
+  FleetConfig config;
+  config.policy = policy;
+  config.engines = 8;
+  config.gateways = 2;
+  config.profile = *FindEngineProfile("llama-8b-h100");
+  config.seed = 3;
+  config.control_interval_s = 5;
+  config.slots_per_destination = 8;
+  return config;
+}
+
+RunResult MustRun(const FleetConfig& config, const std::vector<SimRequest>& requests) {
+  absl::StatusOr<RunResult> result = RunFleet(config, requests);
+  INFO(result.status().ToString());
+  REQUIRE(result.ok());
+  return *std::move(result);
+}
+
+TEST_CASE("the same config and requests give the same result, for every policy") {
+  const std::vector<SimRequest> requests = MakeRequests({});
+  for (PolicyKind policy : AllPolicies()) {
+    INFO(PolicyName(policy));
+    FleetConfig config = Config(policy);
+    config.gateway_assignment = GatewayAssignment::kRandom;
+    config.record_dispatches = true;
+    const RunResult a = MustRun(config, requests);
+    const RunResult b = MustRun(config, requests);
+    CHECK(a.policy == PolicyName(policy));
+    CHECK(a.requests == requests.size());
+    CHECK(a.completed == b.completed);
+    CHECK(a.ttft_p50_s == b.ttft_p50_s);
+    CHECK(a.ttft_p99_s == b.ttft_p99_s);
+    CHECK(a.e2e_p99_s == b.e2e_p99_s);
+    CHECK(a.kv_hit == b.kv_hit);
+    CHECK(a.imbalance == b.imbalance);
+    CHECK(a.simulated_s == b.simulated_s);
+    CHECK(a.plans == b.plans);
+    REQUIRE(a.dispatches.size() == b.dispatches.size());
+    for (size_t i = 0; i < a.dispatches.size(); ++i) {
+      REQUIRE(a.dispatches[i].destination == b.dispatches[i].destination);
+    }
+    for (uint32_t d = 0; d < config.engines; ++d) {
+      CHECK(a.engines[d].stats.iterations == b.engines[d].stats.iterations);
+    }
+    // A different seed changes the randomised policies' choices.
+    if (policy == PolicyKind::kFlatLb) {
+      config.seed = 4;
+      const RunResult c = MustRun(config, requests);
+      size_t moved = 0;
+      for (size_t i = 0; i < a.dispatches.size(); ++i) {
+        moved += a.dispatches[i].destination != c.dispatches[i].destination;
+      }
+      CHECK(moved > 0);
+    }
+  }
+}
+
+TEST_CASE("Sticky sends every request of a key to one engine") {
+  const std::vector<SimRequest> requests = MakeRequests({});
+  FleetConfig config = Config(PolicyKind::kSticky);
+  config.record_dispatches = true;
+  const RunResult result = MustRun(config, requests);
+  std::map<uint64_t, std::set<uint32_t>> destinations;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    destinations[requests[i].key_id].insert(result.dispatches[i].destination);
+  }
+  for (const auto& [key, set] : destinations) CHECK(set.size() == 1);
+  CHECK(destinations.size() > 20);
+}
+
+TEST_CASE("CacheRoute falls back to P2C until the first plan, then follows the table") {
+  const std::vector<SimRequest> requests = MakeRequests({});
+  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  config.record_dispatches = true;
+  const RunResult result = MustRun(config, requests);
+  REQUIRE(result.plans >= 10);  // every 5 s over 60 s of arrivals
+  REQUIRE(result.plan_records.size() == result.plans);
+  CHECK(result.plan_records[0].time == 5.0);
+
+  size_t planned = 0, checked_plan = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const DispatchRecord& d = result.dispatches[i];
+    // The plan in force: the last one made at or before the arrival.
+    const PlanRecord* plan = nullptr;
+    for (const PlanRecord& p : result.plan_records) {
+      if (p.time <= d.time) plan = &p;
+    }
+    if (plan == nullptr) {
+      CHECK(d.reason == dataplane::Reason::kNoTable);
+      continue;
+    }
+    const dataplane::TableEntry* entry = nullptr;
+    for (const dataplane::TableEntry& e : plan->entries) {
+      if (e.key_id == requests[i].key_id) entry = &e;
+    }
+    if (entry == nullptr) {
+      CHECK(d.reason == dataplane::Reason::kNotAdmitted);
+      continue;
+    }
+    ++checked_plan;
+    CHECK(d.reason == dataplane::Reason::kPlanned);
+    CHECK(std::count(entry->destinations.begin(), entry->destinations.end(), d.destination) == 1);
+    planned += d.reason == dataplane::Reason::kPlanned;
+  }
+  CHECK(checked_plan > requests.size() / 2);
+  CHECK(result.planned == planned);
+  // Slot capacity R·W = 64 keys of k_b = 1.
+  CHECK(result.plan_records.back().entries.size() == 64);
+}
+
+TEST_CASE("the served KV hit equals the engines' own prefix-cache counters") {
+  const std::vector<SimRequest> requests = MakeRequests({});
+  for (PolicyKind policy : {PolicyKind::kFlatLb, PolicyKind::kCacheRoute}) {
+    INFO(PolicyName(policy));
+    FleetConfig config = Config(policy);
+    config.engine.timeout_s = kForever;
+    const RunResult result = MustRun(config, requests);
+    REQUIRE(result.completed == requests.size());
+    uint64_t hits = 0, queries = 0, admitted = 0, work = 0, prefill = 0;
+    for (const EngineResult& e : result.engines) {
+      hits += e.cache.hit_tokens;
+      queries += e.cache.query_tokens;
+      admitted += e.stats.admitted;
+      work += e.prefill_work_tokens;
+      prefill += e.stats.prefill_tokens;
+    }
+    CHECK(admitted == requests.size());
+    CHECK(queries == requests.size() * (64 * 16 + 5));
+    CHECK(result.kv_hit == Approx(static_cast<double>(hits) / queries).epsilon(1e-12));
+    CHECK(work == queries - hits);  // prefill work: the uncached prompt tokens
+    CHECK(prefill == work);
+    CHECK(result.kv_hit > 0.1);  // the shared template alone is 8 of 64 blocks
+    CHECK(result.failed == 0);
+    CHECK(result.imbalance >= 1.0);
+  }
+}
+
+TEST_CASE("affinity raises the KV hit over flat load balancing") {
+  const std::vector<SimRequest> requests = MakeRequests({.keys = 400, .qps = 60});
+  FleetConfig flat = Config(PolicyKind::kFlatLb), planned = Config(PolicyKind::kCacheRoute);
+  flat.warmup_s = planned.warmup_s = 20;
+  // A small cache (2,000 blocks; 400 keys × 40 context blocks = 16,000) so spreading keys hurts.
+  flat.profile.kv_blocks = planned.profile.kv_blocks = 2000;
+  const RunResult a = MustRun(flat, requests);
+  const RunResult b = MustRun(planned, requests);
+  CHECK(b.kv_hit > a.kv_hit);
+  CHECK(b.requests == a.requests);
+  CHECK(b.requests < requests.size());  // the warm-up is excluded
+}
+
+TEST_CASE("overload shows up as failures: rejections at the queue cap and timeouts") {
+  const std::vector<SimRequest> requests = MakeRequests({.qps = 400, .duration_s = 20});
+  FleetConfig config = Config(PolicyKind::kFlatLb);
+  config.engines = 2;
+  config.engine = {.max_waiting = 50, .timeout_s = 5};
+  const RunResult result = MustRun(config, requests);
+  CHECK(result.rejected > 0);
+  CHECK(result.timed_out > 0);
+  CHECK(result.failed == result.rejected + result.timed_out);
+  CHECK(result.completed + result.failed == result.requests);
+  CHECK(result.failure_rate == Approx(static_cast<double>(result.failed) / result.requests));
+  CHECK(result.e2e_p99_s <= 5.0 + 0.5);  // nobody completes long after the timeout
+}
+
+TEST_CASE("ablations: affinity-only plans one destination per key, replication more for hot keys") {
+  const std::vector<SimRequest> requests = MakeRequests({.hot_keys = 2});
+  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  config.record_dispatches = true;
+  config.q_cap = 4;  // each hot key carries ≈ 10 QPS
+  config.rate_smoothing_s = 0.001;
+
+  config.ablation = PlanAblation::kAffinityOnly;
+  const RunResult affinity = MustRun(config, requests);
+  CHECK(affinity.policy == "cacheroute+affinity");
+  for (const dataplane::TableEntry& e : affinity.plan_records.back().entries) {
+    CHECK(e.destinations.size() == 1);
+  }
+
+  config.ablation = PlanAblation::kReplication;
+  const RunResult replication = MustRun(config, requests);
+  CHECK(replication.policy == "cacheroute+replication");
+  CHECK(replication.plan_records.back().entries[0].destinations.size() >= 2);
+
+  config.ablation = PlanAblation::kFull;
+  const RunResult full = MustRun(config, requests);
+  CHECK(full.policy == "cacheroute");
+  CHECK(full.plan_records.back().entries[0].destinations.size() >= 2);
+  CHECK(full.q_cap == 4);
+}
+
+TEST_CASE("q_cap is calibrated from the profile when not given") {
+  const std::vector<SimRequest> requests = MakeRequests({});
+  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  const RunResult result = MustRun(config, requests);
+  double prompt = 0, output = 0;
+  for (const SimRequest& r : requests) {
+    prompt += r.input_length;
+    output += r.output_length;
+  }
+  const double n = static_cast<double>(requests.size());
+  CHECK(result.q_cap == Approx(CalibrateQCap(config.profile, prompt / n, prompt / n, output / n)));
+}
+
+TEST_CASE("hash ids of larger blocks become 16-token blocks; partial blocks are not cached") {
+  const SimRequest a{
+      .input_length = 150, .output_length = 1, .block_size = 64, .hash_ids = {7, 8, 9}};
+  std::vector<uint64_t> ha, hb;
+  AppendSimRequestBlockHashes(a, ha);
+  CHECK(ha.size() == 9);  // 150 / 16 = 9 full blocks: ids 7 (4 blocks), 8 (4), 9 (1 of 4)
+  const SimRequest b{.input_length = 500, .output_length = 1, .block_size = 64, .hash_ids = {7, 5}};
+  AppendSimRequestBlockHashes(b, hb);
+  CHECK(hb.size() == 8);                                      // the hash ids cover 128 tokens
+  CHECK(std::equal(ha.begin(), ha.begin() + 4, hb.begin()));  // same first id: same 4 blocks
+  CHECK(ha[4] != hb[4]);
+  CHECK(ha[0] != ha[1]);  // blocks within one id differ
+}
+
+TEST_CASE("bad configs and requests are rejected with the field and the value named") {
+  const std::vector<SimRequest> requests = MakeRequests({.duration_s = 2});
+  auto message = [&](const FleetConfig& config, const std::vector<SimRequest>& rs) {
+    absl::StatusOr<RunResult> r = RunFleet(config, rs);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  FleetConfig config = Config(PolicyKind::kFlatLb);
+  config.engines = 0;
+  CHECK(message(config, requests) == "fleet config engines must be >= 1, got 0");
+  config = Config(PolicyKind::kCacheRoute);
+  config.control_interval_s = 0;
+  CHECK(message(config, requests).find("control_interval_s") != std::string::npos);
+  config = Config(PolicyKind::kFlatLb);
+  config.profile.kv_blocks = 0;
+  CHECK(message(config, requests).find("kv_blocks") != std::string::npos);
+  config = Config(PolicyKind::kFlatLb);
+  config.engine.timeout_s = -1;
+  CHECK(message(config, requests).find("timeout_s") != std::string::npos);
+
+  std::vector<SimRequest> bad = requests;
+  bad[3].block_size = 20;
+  CHECK(message(Config(PolicyKind::kFlatLb), bad) ==
+        "requests[3].block_size must be a positive multiple of 16, got 20");
+  bad = requests;
+  bad[2].arrival_s = -1;
+  CHECK(message(Config(PolicyKind::kFlatLb), bad).find("requests[2].arrival_s") !=
+        std::string::npos);
+  bad = requests;
+  bad[1].output_length = 0;
+  CHECK(message(Config(PolicyKind::kFlatLb), bad).find("requests[1].output_length") !=
+        std::string::npos);
+  CHECK(ParsePolicyKind("cacheroute").value() == PolicyKind::kCacheRoute);
+  CHECK_FALSE(ParsePolicyKind("round-robin").ok());
+}
+
+// Not a test: prints the simulator's speed at the primary study's scale (30 engines of the 70B
+// profile, 120 QPS for 300 s). Run with: sim_fleet_test "[.benchmark]"
+TEST_CASE("simulated requests per second at the study's scale", "[.benchmark]") {
+  const std::vector<SimRequest> requests =
+      MakeRequests({.keys = 128824, .qps = 120, .duration_s = 300, .max_output = 280});
+  for (PolicyKind policy : AllPolicies()) {
+    FleetConfig config = Config(policy);
+    config.engines = 30;
+    config.gateways = 4;
+    config.profile = *FindEngineProfile("llama-70b-fp8-tp2-h100");
+    config.control_interval_s = 10;
+    config.slots_per_destination = 64;
+    config.warmup_s = 60;
+    const RunResult r = MustRun(config, requests);
+    std::printf(
+        "%-11s %6zu requests  wall %.2f s  %8.0f simulated requests/s  simulated %.0f s  "
+        "ttft p50 %.3f p99 %.3f s  kv hit %.3f  imbalance %.2f  failed %.4f  planned %.3f\n",
+        r.policy.c_str(), requests.size(), r.wall_s, r.sim_requests_per_s, r.simulated_s,
+        r.ttft_p50_s, r.ttft_p99_s, r.kv_hit, r.imbalance, r.failure_rate,
+        static_cast<double>(r.planned) / r.requests);
+  }
+}
+
+}  // namespace
+}  // namespace cacheroute::sim
