@@ -129,6 +129,37 @@ TEST_CASE("InFlight tokens count requests until destroyed", "[router]") {
   CHECK(in_flight() == 0);
 }
 
+TEST_CASE("Track counts another policy's decision in flight", "[router]") {
+  SeededRandom random(14);
+  ManualClock clock;
+  Router router({.destination_count = 4}, random);
+  auto in_flight = [&] { return router.Stats(clock.Now()).in_flight; };
+  {
+    InFlight a = router.Track({3, false, Reason::kPolicy});
+    REQUIRE(a.ok());
+    CHECK(a.destination() == 3);
+    CHECK(a.reason() == Reason::kPolicy);
+    CHECK_FALSE(a.planned());
+    InFlight b = router.Track({3, false, Reason::kPolicy});
+    CHECK(in_flight() == std::vector<int64_t>{0, 0, 0, 2});
+    CHECK(router.loads().Load(3) == 2.0);  // what the next policy decision sees
+    b.Release();
+    CHECK(in_flight()[3] == 1);
+  }
+  CHECK(in_flight()[3] == 0);
+  // No destination, or one the Router does not have: a token that counts nothing.
+  InFlight none = router.Track({kNoDestination, false, Reason::kPolicy});
+  CHECK_FALSE(none.ok());
+  CHECK(none.destination() == kNoDestination);
+  InFlight outside = router.Track({4, false, Reason::kPolicy});
+  CHECK_FALSE(outside.ok());
+  CHECK(in_flight() == std::vector<int64_t>{0, 0, 0, 0});
+  // Tracking is not a pick: the stats count the Router's own decisions only.
+  const RouterStats stats = router.Stats(clock.Now());
+  CHECK(stats.planned == 0);
+  CHECK(stats.fallback_total == 0);
+}
+
 TEST_CASE("Install rejects a version regression and keeps the last good table", "[router]") {
   SeededRandom random(5);
   ManualClock clock;

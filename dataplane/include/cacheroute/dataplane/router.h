@@ -249,9 +249,16 @@ class Router {
   }
 
   // Routes one request and counts it in flight until the returned token is destroyed.
-  InFlight Pick(uint64_t key_id, Time now) {
-    const Decision decision = Decide(key_id, loads_, now);
-    if (decision.destination == kNoDestination) return InFlight({}, decision);
+  InFlight Pick(uint64_t key_id, Time now) { return Track(Decide(key_id, loads_, now)); }
+
+  // Counts a decision made elsewhere (another Policy over loads(), a gateway's own fallback) in
+  // flight at its destination, so that every policy's requests show in the load signal. A
+  // decision for kNoDestination (or a destination this Router does not have) gives a token that
+  // counts nothing and whose ok() is false. Never throws, allocates or locks.
+  InFlight Track(const Decision& decision) {
+    if (decision.destination >= options_.destination_count) {
+      return InFlight({}, {kNoDestination, decision.planned, decision.reason});
+    }
     std::atomic<int64_t>* counter = &destinations_[decision.destination].in_flight;
     counter->fetch_add(1, std::memory_order_relaxed);
     return InFlight(counter, decision);
