@@ -20,3 +20,16 @@ if(planned EQUAL -1 OR fallback EQUAL -1)
   message(FATAL_ERROR "unexpected output of example_gateway:\n${last_output}")
 endif()
 message(STATUS "example_gateway:\n${last_output}")
+
+# The gRPC pieces from the same installed tree: find_package(cacheroute COMPONENTS grpc). With no
+# planner listening, every request falls back ("no_table") and the program still ends cleanly.
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/dataplane/examples/gateway_grpc -B ${WORK_DIR}/gateway_grpc
+    -G Ninja -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/gateway_grpc)
+run(${WORK_DIR}/gateway_grpc/example_gateway_grpc 127.0.0.1:1)
+string(FIND "${last_output}" "tenant-7 -> engine-" routed)
+string(FIND "${last_output}" "(no_table)" no_table)
+if(routed EQUAL -1 OR no_table EQUAL -1)
+  message(FATAL_ERROR "unexpected output of example_gateway_grpc:\n${last_output}")
+endif()
+message(STATUS "example_gateway_grpc:\n${last_output}")
