@@ -1,0 +1,90 @@
+// See metrics.h.
+#include "tools/engine_emu/metrics.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace cacheroute::engine_emu {
+namespace {
+
+std::string LabelValue(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string Number(double v) { return absl::StrFormat("%.17g", v); }
+
+class Page {
+ public:
+  explicit Page(std::string labels) : labels_(std::move(labels)) {}
+  void Family(absl::string_view name, absl::string_view type, absl::string_view help) {
+    absl::StrAppend(&text_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  }
+  void Sample(absl::string_view name, double value, absl::string_view extra_labels = "") {
+    absl::StrAppend(&text_, name, "{", labels_, extra_labels.empty() ? "" : ",", extra_labels, "} ",
+                    Number(value), "\n");
+  }
+  std::string Take() { return std::move(text_); }
+
+ private:
+  const std::string labels_;
+  std::string text_;
+};
+
+}  // namespace
+
+std::string RenderMetrics(const EngineMetrics& m, std::string_view model_name,
+                          std::string_view engine) {
+  Page page("model_name=\"" + LabelValue(model_name) + "\",engine=\"" + LabelValue(engine) + "\"");
+  auto counter = [&](absl::string_view name, absl::string_view help, double value) {
+    page.Family(name, "counter", help);
+    page.Sample(name, value);
+  };
+  auto gauge = [&](absl::string_view name, absl::string_view help, double value) {
+    page.Family(name, "gauge", help);
+    page.Sample(name, value);
+  };
+  counter("vllm:prefix_cache_queries_total",
+          "Prefix cache queries, in terms of number of queried tokens.",
+          static_cast<double>(m.prefix_queries));
+  counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+          static_cast<double>(m.prefix_hits));
+  counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+          static_cast<double>(m.prompt_tokens));
+  counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+          static_cast<double>(m.generation_tokens));
+  page.Family("vllm:request_success_total", "counter", "Count of successfully processed requests.");
+  page.Sample("vllm:request_success_total", static_cast<double>(m.finished),
+              "finished_reason=\"length\"");
+  gauge("vllm:num_requests_running", "Number of requests in model execution batches.", m.running);
+  gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", m.waiting);
+  gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", m.kv_usage);
+
+  constexpr absl::string_view kTtft = "vllm:time_to_first_token_seconds";
+  page.Family(kTtft, "histogram", "Histogram of time to first token in seconds.");
+  const std::string bucket = absl::StrCat(kTtft, "_bucket");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
+    cumulative += m.ttft_buckets[i];
+    page.Sample(bucket, static_cast<double>(cumulative),
+                absl::StrFormat("le=\"%g\"", kTtftBuckets[i]));
+  }
+  cumulative += m.ttft_buckets.back();
+  page.Sample(bucket, static_cast<double>(cumulative), "le=\"+Inf\"");
+  page.Sample(absl::StrCat(kTtft, "_sum"), m.ttft_sum);
+  page.Sample(absl::StrCat(kTtft, "_count"), static_cast<double>(m.ttft_count));
+  return page.Take();
+}
+
+}  // namespace cacheroute::engine_emu
