@@ -203,7 +203,8 @@ class Router {
   Router(RouterOptions options, Random& random)
       : options_(options),
         random_(random),
-        destinations_(new PerDestination[options.destination_count]),
+        in_flight_(new InFlightCount[options.destination_count]),
+        health_(new Health[options.destination_count]),
         loads_(*this) {}
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -259,7 +260,7 @@ class Router {
     if (decision.destination >= options_.destination_count) {
       return InFlight({}, {kNoDestination, decision.planned, decision.reason});
     }
-    std::atomic<int64_t>* counter = &destinations_[decision.destination].in_flight;
+    std::atomic<int64_t>* counter = &in_flight_[decision.destination].count;
     counter->fetch_add(1, std::memory_order_relaxed);
     return InFlight(counter, decision);
   }
@@ -294,7 +295,7 @@ class Router {
       return Status::Error("load " + std::to_string(value) + " for destination " +
                            std::to_string(destination) + " is not a finite non-negative number");
     }
-    destinations_[destination].external.store(value, std::memory_order_relaxed);
+    health_[destination].external.store(value, std::memory_order_relaxed);
     return Status::Ok();
   }
 
@@ -321,8 +322,8 @@ class Router {
     }
     for (int r = 0; r < kReasonCount; ++r) stats.fallback_total += stats.fallback[r];
     for (uint32_t d = 0; d < options_.destination_count; ++d) {
-      stats.in_flight.push_back(destinations_[d].in_flight.load(std::memory_order_relaxed));
-      stats.up.push_back(destinations_[d].up.load(std::memory_order_relaxed));
+      stats.in_flight.push_back(in_flight_[d].count.load(std::memory_order_relaxed));
+      stats.up.push_back(health_[d].up.load(std::memory_order_relaxed));
     }
     std::lock_guard<std::mutex> lock(install_mu_);
     stats.installs = installs_;
@@ -339,8 +340,13 @@ class Router {
   }
 
  private:
-  struct alignas(64) PerDestination {
-    std::atomic<int64_t> in_flight{0};
+  // A destination's in-flight count, written on every Pick and every release, has a cache line of
+  // its own; what is only read on the request path (health, external load) is packed apart from
+  // it, so that checking whether a candidate is up does not pull a line other threads write.
+  struct alignas(64) InFlightCount {
+    std::atomic<int64_t> count{0};
+  };
+  struct Health {
     std::atomic<double> external{0.0};
     std::atomic<bool> up{true};
   };
@@ -359,12 +365,12 @@ class Router {
     explicit Loads(const Router& router) : router_(router) {}
     uint32_t size() const override { return router_.options_.destination_count; }
     double Load(uint32_t d) const override {
-      const PerDestination& p = router_.destinations_[d];
-      return static_cast<double>(p.in_flight.load(std::memory_order_relaxed)) +
-             router_.options_.external_load_weight * p.external.load(std::memory_order_relaxed);
+      return static_cast<double>(router_.in_flight_[d].count.load(std::memory_order_relaxed)) +
+             router_.options_.external_load_weight *
+                 router_.health_[d].external.load(std::memory_order_relaxed);
     }
     bool Up(uint32_t d) const override {
-      return router_.destinations_[d].up.load(std::memory_order_relaxed);
+      return router_.health_[d].up.load(std::memory_order_relaxed);
     }
 
    private:
@@ -435,13 +441,22 @@ class Router {
     const DestinationSet set = table->Find(key_id);
     if (set.empty()) return Fallback(loads, Reason::kNotAdmitted);
     // Least-loaded up member; ties go to the lowest index, which keeps a lightly loaded key on
-    // one warm destination.
+    // one warm destination. Loads are read only when two members compete (most sets have one).
     uint32_t best = kNoDestination;
     double best_load = 0;
+    bool best_load_read = false;
     for (uint32_t d : set) {
       if (!Usable(loads, d)) continue;
+      if (best == kNoDestination) {
+        best = d;
+        continue;
+      }
+      if (!best_load_read) {
+        best_load = loads.Load(best);
+        best_load_read = true;
+      }
       const double load = loads.Load(d);
-      if (best == kNoDestination || load < best_load) {
+      if (load < best_load) {
         best = d;
         best_load = load;
       }
@@ -467,7 +482,7 @@ class Router {
 
   Status SetUp(uint32_t destination, bool up) {
     if (destination >= options_.destination_count) return UnknownDestination(destination);
-    destinations_[destination].up.store(up, std::memory_order_relaxed);
+    health_[destination].up.store(up, std::memory_order_relaxed);
     return Status::Ok();
   }
 
@@ -479,7 +494,8 @@ class Router {
 
   const RouterOptions options_;
   Random& random_;
-  std::unique_ptr<PerDestination[]> destinations_;
+  std::unique_ptr<InFlightCount[]> in_flight_;
+  std::unique_ptr<Health[]> health_;
   Loads loads_;
 
   // tables_[s] is written only by Install, while slot s is not current and has no reader.
