@@ -1,0 +1,213 @@
+// cacheroute-replay as a real process against three in-process engine emulators at time scale 0,
+// over real HTTP on loopback: its served KV hit equals the engines' own prefix-cache counters, its
+// per-destination counts equal what each engine served, failures are counted when an engine is
+// down, and routing decisions are a function of the seed.
+#include <httplib.h>
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/temp_dir.h"
+#include "tools/engine_emu/server.h"
+#include "tools/workload/json_line.h"
+#include "tools/workload/mooncake.h"
+#include "tools/workload/workload.h"
+
+namespace cacheroute::replay {
+namespace {
+
+using workload::JsonValue;
+
+std::unique_ptr<engine_emu::EmuServer> StartEmu(int index) {
+  engine_emu::EmuOptions options;
+  options.engine_label = std::to_string(index);
+  options.http_threads = 64;
+  options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
+  options.runner.profile.kv_blocks = 600;  // small, so placement matters to the hit rate
+  options.runner.time_scale = 0;
+  absl::StatusOr<std::unique_ptr<engine_emu::EmuServer>> server =
+      engine_emu::EmuServer::Start(options);
+  REQUIRE(server.ok());
+  return *std::move(server);
+}
+
+// A small semi-synthetic workload: 32 keys, 150 QPS for 2 s.
+std::string WriteWorkload(const testing::TempDir& dir) {
+  workload::WorkloadProfile profile = workload::PaperPrimaryProfile();
+  profile.keys = 1000;
+  profile.top_k = 32;
+  profile.qps = 150;
+  profile.duration_s = 2;
+  profile.seed = 5;
+  absl::StatusOr<workload::GeneratedWorkload> g = workload::GenerateWorkload(profile);
+  REQUIRE(g.ok());
+  REQUIRE(g->workload.requests.size() > 100);
+  const std::string path = dir.File("workload.jsonl");
+  REQUIRE(workload::WriteMooncakeTraceFile(g->workload, path).ok());
+  return path;
+}
+
+struct Run {
+  int exit_code = -1;
+  std::string output;
+  JsonValue report;
+};
+
+Run Replay(const std::vector<std::string>& args, const std::string& json_path) {
+  std::string command = CACHEROUTE_REPLAY_PATH;
+  for (const std::string& a : args) command += " '" + a + "'";
+  command += " --json '" + json_path + "' 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  Run run;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  INFO(command << "\n" << run.output);
+  REQUIRE(run.exit_code == 0);
+  std::ifstream in(json_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<JsonValue> v = workload::ParseJson(text.str());
+  REQUIRE(v.ok());
+  run.report = *v;
+  return run;
+}
+
+uint64_t U(const JsonValue& v, const char* name) {
+  const JsonValue* f = v.Find(name);
+  REQUIRE(f != nullptr);
+  REQUIRE(f->AsUint64().has_value());
+  return *f->AsUint64();
+}
+
+std::string Url(const engine_emu::EmuServer& s) {
+  return "http://127.0.0.1:" + std::to_string(s.port());
+}
+
+TEST_CASE("the replay's served KV hit equals the engines' own prefix-cache counters") {
+  testing::TempDir dir("replay_test");
+  const std::string workload = WriteWorkload(dir);
+  for (const char* policy : {"flatlb", "cacheroute"}) {
+    INFO(policy);
+    std::vector<std::unique_ptr<engine_emu::EmuServer>> engines;
+    std::string urls;
+    for (int i = 0; i < 3; ++i) {
+      engines.push_back(StartEmu(i));
+      urls += (i ? "," : "") + Url(*engines.back());
+    }
+    std::vector<std::string> args = {"--workload", workload,    "--engines", urls,       "--policy",
+                                     policy,       "--speedup", "4",         "--prompt", "stub"};
+    if (std::string(policy) == "cacheroute") args.push_back("--plan-from-workload");
+    Run run = Replay(args, dir.File(std::string(policy) + ".json"));
+    const JsonValue& r = run.report;
+    CHECK(U(r, "failed") == 0);
+    CHECK(U(r, "succeeded") == U(r, "requests"));
+    // Scrape what the engines counted (the same counters /metrics shows).
+    uint64_t hits = 0, queries = 0;
+    const JsonValue& destinations = *r.Find("destinations");
+    REQUIRE(destinations.items.size() == 3);
+    for (int i = 0; i < 3; ++i) {
+      httplib::Client client("127.0.0.1", engines[i]->port());
+      httplib::Result page = client.Get("/metrics");
+      REQUIRE(page);
+      const engine_emu::EngineMetrics m = engines[i]->runner().Metrics();
+      const std::string labels =
+          "{model_name=\"cacheroute-emu\",engine=\"" + std::to_string(i) + "\"} ";
+      CHECK(page->body.find("vllm:prefix_cache_hits_total" + labels +
+                            std::to_string(m.prefix_hits) + "\n") != std::string::npos);
+      hits += m.prefix_hits;
+      queries += m.prefix_queries;
+      // Each destination in the report is the engine that served it.
+      CHECK(U(destinations.items[i], "requests") == m.finished);
+      CHECK(U(destinations.items[i], "cached_tokens") == m.prefix_hits);
+      CHECK(U(destinations.items[i], "prompt_tokens") == m.prefix_queries);
+    }
+    CHECK(hits > 0);
+    CHECK(U(r, "cached_tokens") == hits);
+    CHECK(U(r, "prompt_tokens") == queries);  // queries count every prompt token
+    CHECK(r.Find("kv_hit")->AsDouble().value() ==
+          Approx(static_cast<double>(hits) / static_cast<double>(queries)).epsilon(1e-5));
+    if (std::string(policy) == "cacheroute") CHECK(r.Find("plan") != nullptr);
+  }
+}
+
+TEST_CASE("requests to an engine that is down count as failures") {
+  testing::TempDir dir("replay_test");
+  const std::string workload = WriteWorkload(dir);
+  auto up0 = StartEmu(0);
+  auto up1 = StartEmu(1);
+  int down_port;
+  {
+    auto gone = StartEmu(2);
+    down_port = gone->port();
+  }  // stopped: nothing listens there now
+  const std::string urls =
+      Url(*up0) + "," + Url(*up1) + ",http://127.0.0.1:" + std::to_string(down_port);
+  Run run = Replay({"--workload", workload, "--engines", urls, "--policy", "sticky", "--speedup",
+                    "4", "--timeout", "5", "--no-stream"},
+                   dir.File("down.json"));
+  const JsonValue& r = run.report;
+  const JsonValue& down = r.Find("destinations")->items.at(2);
+  CHECK(U(down, "requests") > 0);
+  CHECK(U(down, "succeeded") == 0);
+  CHECK(U(*r.Find("failures"), "connect_error") == U(down, "requests"));
+  CHECK(U(r, "failed") == U(down, "requests"));
+  CHECK(U(r, "succeeded") + U(r, "failed") == U(r, "requests"));
+  CHECK(U(r, "succeeded") == up0->runner().Metrics().finished + up1->runner().Metrics().finished);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST_CASE("routing decisions are a function of the seed") {
+  testing::TempDir dir("replay_test");
+  const std::string workload = WriteWorkload(dir);
+  const std::string urls = "http://127.0.0.1:1,http://127.0.0.1:2,http://127.0.0.1:3";
+  auto assignments = [&](const char* policy, const char* seed, const std::string& name) {
+    std::vector<std::string> args = {"--workload", workload,        "--engines",   urls,
+                                     "--policy",   policy,          "--seed",      seed,
+                                     "--dry-run",  "--assignments", dir.File(name)};
+    if (std::string(policy) == "cacheroute") args.push_back("--plan-from-workload");
+    Replay(args, dir.File(name + ".json"));
+    return ReadFile(dir.File(name));
+  };
+  for (const char* policy : {"flatlb", "chwbl", "dualmap", "preble", "cacheroute"}) {
+    INFO(policy);
+    const std::string a = assignments(policy, "7", "a.csv");
+    CHECK(a.size() > 100);
+    CHECK(a == assignments(policy, "7", "b.csv"));
+  }
+  CHECK(assignments("flatlb", "7", "c.csv") != assignments("flatlb", "8", "d.csv"));
+
+  // A live run of a load-blind policy sends each engine the same requests every time.
+  std::vector<std::string> counts;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<engine_emu::EmuServer>> engines;
+    std::string live;
+    for (int i = 0; i < 3; ++i) {
+      engines.push_back(StartEmu(i));
+      live += (i ? "," : "") + Url(*engines.back());
+    }
+    Run run = Replay({"--workload", workload, "--engines", live, "--policy", "sticky", "--speedup",
+                      "4", "--prompt", "stub", "--assignments", dir.File("live.csv")},
+                     dir.File("live.json"));
+    counts.push_back(ReadFile(dir.File("live.csv")));
+  }
+  CHECK(counts[0] == counts[1]);
+}
+
+}  // namespace
+}  // namespace cacheroute::replay
