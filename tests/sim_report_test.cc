@@ -1,0 +1,194 @@
+// The study report (tools/sim/study/report.h) on hand-made results: every file is written,
+// summary.json parses and holds the numbers worked out by hand, the SVGs are balanced XML with one
+// polyline per policy, the CSV has a header and one row per run, and the Markdown table marks
+// censoring.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "catch2/catch.hpp"
+#include "tests/support/json_reader.h"
+#include "tests/support/temp_dir.h"
+#include "tools/sim/study/report.h"
+
+namespace cacheroute::sim::study {
+namespace {
+
+using client::testing::JsonValue;
+using client::testing::ParseJson;
+
+// Two policies × loads {30, 60, 100} × seeds {2, 3, 4}.
+//   alpha: p99 per seed {1,2,4}, {1,3,5}, {1,2,3} → knees 60, 60, 100 (the last right-censored):
+//          mean 73.333, s = 23.094, half-width 4.303 · 23.094 / √3 = 57.373. KV hit at 60 QPS
+//          0.90, 0.92, 0.94; imbalance 1.1.
+//   beta:  p99 {4,5,6} for every seed → left-censored everywhere. KV hit 0.5, imbalance 2.
+StudyResult MakeResult() {
+  StudyResult r;
+  r.config.name = "toy";
+  r.config.description = "A hand-made study with \"quotes\" & <angles>.";
+  r.config.policies = {"alpha", "beta"};
+  r.config.loads = {30, 60, 100};
+  r.config.seeds = {2, 3, 4};
+  r.config.common_load_qps = 60;
+  const std::vector<std::vector<double>> alpha_p99 = {{1, 2, 4}, {1, 3, 5}, {1, 2, 3}};
+  const std::vector<double> alpha_hit = {0.90, 0.92, 0.94};
+  for (size_t p = 0; p < 2; ++p) {
+    for (size_t l = 0; l < 3; ++l) {
+      for (size_t s = 0; s < 3; ++s) {
+        RunRecord x;
+        x.study = "toy";
+        x.policy = r.config.policies[p];
+        x.offered_qps = r.config.loads[l];
+        x.seed = r.config.seeds[s];
+        x.ttft_p99_s = p == 0 ? alpha_p99[s][l] : 4.0 + l;
+        x.kv_hit = p == 0 ? alpha_hit[s] : 0.5;
+        x.imbalance = p == 0 ? 1.1 : 2.0;
+        x.requests = 1000;
+        x.completed = 1000;
+        r.runs.push_back(x);
+      }
+    }
+  }
+  return r;
+}
+
+// True when every element opened is closed in order (self-closing ones too), ignoring the XML
+// declaration; counts elements named `name` in `*count`.
+bool BalancedXml(const std::string& text, const std::string& name, int* count) {
+  std::vector<std::string> open;
+  *count = 0;
+  size_t pos = 0;
+  while ((pos = text.find('<', pos)) != std::string::npos) {
+    const size_t end = text.find('>', pos);
+    if (end == std::string::npos) return false;
+    std::string tag = text.substr(pos + 1, end - pos - 1);
+    pos = end + 1;
+    if (tag.starts_with("?")) continue;
+    if (tag.starts_with("/")) {
+      if (open.empty() || open.back() != tag.substr(1)) return false;
+      open.pop_back();
+      continue;
+    }
+    const bool self_closing = tag.ends_with("/");
+    const std::string element = tag.substr(0, tag.find_first_of(" /"));
+    if (element == name) ++*count;
+    if (!self_closing) open.push_back(element);
+  }
+  return open.empty();
+}
+
+TEST_CASE("the report writes every file", "[report]") {
+  testing::TempDir dir("sim_report_test");
+  const std::vector<StudyResult> studies = {MakeResult()};
+  const std::string out = (dir.path() / "out").string();
+  REQUIRE(WriteReport(studies, out).ok());
+  for (const char* name : {"runs.csv", "report.md", "summary.json", "toy-p99.svg",
+                           "toy-capacity.svg", "toy-kv-hit.svg"}) {
+    INFO(name);
+    CHECK(std::filesystem::file_size(std::filesystem::path(out) / name) > 0);
+  }
+}
+
+TEST_CASE("summary.json holds the aggregated numbers", "[report]") {
+  const std::vector<StudyResult> studies = {MakeResult()};
+  const std::optional<JsonValue> doc = ParseJson(SummaryJson(studies));
+  REQUIRE(doc.has_value());
+  const JsonValue* toy = doc->Find("studies")->Find("toy");
+  REQUIRE(toy != nullptr);
+  CHECK(toy->Find("description")->string == "A hand-made study with \"quotes\" & <angles>.");
+  CHECK(toy->Find("common_load_qps")->number == 60);
+  const JsonValue* policies = toy->Find("policies");
+  REQUIRE(policies->object.size() == 2);
+  CHECK(policies->object[0].first == "alpha");  // in the study's order
+
+  const JsonValue* alpha = policies->Find("alpha");
+  CHECK(alpha->Find("capacity_qps")->number == Approx(73.3333).epsilon(1e-4));
+  CHECK(alpha->Find("capacity_ci")->number == Approx(57.373).epsilon(1e-4));
+  CHECK(alpha->Find("capacity_right_censored_runs")->number == 1);
+  CHECK(alpha->Find("capacity_left_censored_runs")->number == 0);
+  CHECK(alpha->Find("kv_hit")->number == Approx(0.92));
+  CHECK(alpha->Find("imbalance")->number == Approx(1.1));
+  const JsonValue* p99 = alpha->Find("p99_ttft_s");
+  REQUIRE(p99->object.size() == 3);
+  CHECK(p99->Find("30")->number == Approx(1.0));
+  CHECK(p99->Find("60")->number == Approx(7.0 / 3));  // mean of 2, 3, 2
+  CHECK(p99->Find("100")->number == Approx(4.0));     // mean of 4, 5, 3
+  // Capacity at the other SLOs: at 2 s the knees are 60, 30, 60; at 5 s every seed passes 100.
+  const JsonValue* by_slo = alpha->Find("capacity_by_slo");
+  CHECK(by_slo->Find("2")->Find("mean")->number == Approx(50));
+  CHECK(by_slo->Find("5")->Find("mean")->number == Approx(100));
+  CHECK(by_slo->Find("5")->Find("right_censored_runs")->number == 3);
+
+  const JsonValue* beta = policies->Find("beta");
+  CHECK(beta->Find("capacity_qps")->number == 0);
+  CHECK(beta->Find("capacity_left_censored_runs")->number == 3);
+  CHECK(beta->Find("kv_hit")->number == Approx(0.5));
+  CHECK(beta->Find("imbalance")->number == Approx(2.0));
+}
+
+TEST_CASE("one seed gives a null interval", "[report]") {
+  StudyResult r = MakeResult();
+  r.config.seeds = {2};
+  std::erase_if(r.runs, [](const RunRecord& x) { return x.seed != 2; });
+  const std::vector<StudyResult> studies = {r};
+  const std::optional<JsonValue> doc = ParseJson(SummaryJson(studies));
+  REQUIRE(doc.has_value());
+  const JsonValue* alpha = doc->Find("studies")->Find("toy")->Find("policies")->Find("alpha");
+  CHECK(alpha->Find("capacity_qps")->number == 60);
+  CHECK(alpha->Find("capacity_ci")->type == JsonValue::Type::kNull);
+}
+
+TEST_CASE("the SVGs are balanced with one polyline per policy", "[report]") {
+  const StudyResult r = MakeResult();
+  int polylines = 0;
+  const std::string p99 = P99Svg(r);
+  CHECK(BalancedXml(p99, "polyline", &polylines));
+  CHECK(polylines == 2);
+  CHECK(p99.find("SLO 3.5s") != std::string::npos);
+  CHECK(p99.find(">alpha</text>") != std::string::npos);  // the legend
+  int rects = 0;
+  CHECK(BalancedXml(CapacitySvg(r), "rect", &rects));
+  CHECK(rects >= 3);  // the background, the frame, alpha's bar (beta's capacity is 0)
+  CHECK(BalancedXml(KvHitSvg(r), "rect", &rects));
+}
+
+TEST_CASE("runs.csv has a header and one row per run", "[report]") {
+  const std::vector<StudyResult> studies = {MakeResult()};
+  const std::string csv = RunsCsv(studies);
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t end; (end = csv.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(csv.substr(start, end - start));
+  }
+  REQUIRE(lines.size() == 1 + 18);
+  CHECK(lines[0].starts_with("study,policy,offered_qps,seed,ttft_p50_s"));
+  const auto columns = std::count(lines[0].begin(), lines[0].end(), ',');
+  for (const std::string& line : lines) CHECK(std::count(line.begin(), line.end(), ',') == columns);
+  CHECK(lines[1].starts_with("toy,alpha,30,2,"));
+}
+
+TEST_CASE("the Markdown table marks censoring", "[report]") {
+  const std::vector<StudyResult> studies = {MakeResult()};
+  const std::string md = ReportMarkdown(studies);
+  CHECK(md.find("| Policy | KV hit | Cap.@3.5s | Cap.@2s | Cap.@5s | p99@60 |") !=
+        std::string::npos);
+  CHECK(md.find("| alpha | 92.0±5.0% | 73±57+ | 50±43 | ≥100 |") != std::string::npos);
+  CHECK(md.find("| beta | 50.0±0.0% | <30 | <30 | 60±0 |") != std::string::npos);
+}
+
+TEST_CASE("capacity labels", "[report]") {
+  Capacity c;
+  c.knee = {.mean = 176, .half_width = 11.4, .n = 5, .has_interval = true};
+  CHECK(FormatCapacity(c, 30, 300) == "176±11");
+  c.right_censored = 5;
+  CHECK(FormatCapacity(c, 30, 300) == "≥300");
+  c.right_censored = 0;
+  c.left_censored = 5;
+  CHECK(FormatCapacity(c, 30, 300) == "<30");
+  c.knee = {.mean = 42, .half_width = 0, .n = 1, .has_interval = false};
+  c.left_censored = 0;
+  CHECK(FormatCapacity(c, 30, 300) == "42");
+}
+
+}  // namespace
+}  // namespace cacheroute::sim::study

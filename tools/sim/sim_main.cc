@@ -1,0 +1,168 @@
+// cacheroute-sim: the fleet simulator's command line (issue 5). Runs the paper's studies over
+// their policies × load ladder × seeds and writes the report (tools/sim/study/report.h), or one
+// run and prints its metrics. docs/simulator.md, "Studies", has the commands and what they show.
+//
+//   cacheroute-sim --study primary|ablation|negative|drift[,…] [--seeds 2,3,4] [--duration S]
+//                  [--loads 30,60,…] [--out DIR] [--jobs N] [--config FILE]
+//   cacheroute-sim run --policy P --qps Q [--study NAME | --config FILE] [--seed S] [--duration S]
+//
+// Exit codes: 0 ok, 1 a run or the report failed, 2 bad flags or a bad study file.
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "tools/sim/study/fleet_runner.h"
+#include "tools/sim/study/report.h"
+#include "tools/sim/study/study.h"
+
+namespace {
+
+namespace study = cacheroute::sim::study;
+
+int Fail(int code, absl::string_view message) {
+  std::cerr << "cacheroute-sim: error: " << message << "\n";
+  return code;
+}
+
+// The study named by --study (or --config), with the command-line overrides applied.
+struct Overrides {
+  std::string seeds, loads;
+  double duration_s = 0;  // 0: the study's
+};
+
+absl::StatusOr<study::StudyConfig> Configure(const std::string& name, const std::string& config,
+                                             const Overrides& o) {
+  absl::StatusOr<study::StudyConfig> c =
+      config.empty() ? study::FindStudy(name) : study::LoadStudyFile(config);
+  if (!c.ok()) return c.status();
+  if (!o.seeds.empty()) {
+    absl::StatusOr<std::vector<uint64_t>> seeds = study::ParseSeedList(o.seeds, "--seeds");
+    if (!seeds.ok()) return seeds.status();
+    c->seeds = *seeds;
+  }
+  if (!o.loads.empty()) {
+    absl::StatusOr<std::vector<double>> loads = study::ParseNumberList(o.loads, "--loads");
+    if (!loads.ok()) return loads.status();
+    c->loads = *loads;
+  }
+  if (o.duration_s > 0) c->duration_s = o.duration_s;
+  if (absl::Status s = study::ValidateStudy(*c); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        !o.seeds.empty() || !o.loads.empty() ? "after the command-line overrides: " : "",
+        s.message()));
+  }
+  return c;
+}
+
+int RunOne(const std::string& study_name, const std::string& config, const std::string& policy,
+           double qps, uint64_t seed, const Overrides& overrides) {
+  absl::StatusOr<study::StudyConfig> c = Configure(study_name, config, overrides);
+  if (!c.ok()) return Fail(2, c.status().message());
+  c->policies = {policy};
+  c->loads = {qps};
+  c->seeds = {seed};
+  if (absl::Status s = study::ValidateStudy(*c); !s.ok()) {
+    return Fail(2, absl::StrCat("--policy/--qps: ", s.message()));
+  }
+  absl::StatusOr<study::StudyResult> r =
+      study::RunStudy(*c, study::MakeFleetRunner(), {.jobs = 1, .progress = nullptr});
+  if (!r.ok()) return Fail(1, r.status().message());
+  const study::RunRecord& x = r->runs.front();
+  std::cout << absl::StrFormat(
+      "study           %s (profile %s, R = %d, top-K %d)\n"
+      "policy          %s\noffered_qps     %g\nseed            %d\n"
+      "ttft_p50_s      %.4f\nttft_p90_s      %.4f\nttft_p99_s      %.4f\n"
+      "e2e_p50_s       %.4f\ne2e_p99_s       %.4f\nkv_hit          %.4f\nimbalance       %.4f\n"
+      "requests        %d\ncompleted       %d\nfailed          %d\nfailure_rate    %.4f\n"
+      "throughput_rps  %.3f\nsimulated_s     %.1f\nwall_s          %.2f\n"
+      "sim_requests/s  %.0f\n",
+      c->name, c->profile, c->destinations, c->workload.top_k, x.policy, x.offered_qps, x.seed,
+      x.ttft_p50_s, x.ttft_p90_s, x.ttft_p99_s, x.e2e_p50_s, x.e2e_p99_s, x.kv_hit, x.imbalance,
+      x.requests, x.completed, x.failed, x.failure_rate, x.throughput_rps, x.simulated_s, x.wall_s,
+      x.wall_s > 0 ? x.simulated_requests / x.wall_s : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "cacheroute-sim: a deterministic fleet simulator comparing routing policies the way the "
+      "CacheRoute paper does (SLO capacity over a load ladder and seeds)."};
+  std::string studies;
+  std::string config;
+  std::string out = "cacheroute-sim-out";
+  Overrides overrides;
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  app.add_option("--study", studies,
+                 "study or comma-separated studies: primary, ablation, negative, drift");
+  app.add_option("--config", config, "a YAML study file (instead of --study)");
+  app.add_option("--seeds", overrides.seeds, "comma-separated seeds, e.g. 2,3,4");
+  app.add_option("--duration", overrides.duration_s,
+                 "measured simulated seconds per run (after the warm-up)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--loads", overrides.loads, "comma-separated offered loads (QPS), ascending");
+  app.add_option("--out", out, "output directory for runs.csv, report.md, summary.json, SVGs");
+  app.add_option("--jobs", jobs, "runs in parallel (default: hardware concurrency)")
+      ->check(CLI::Range(1u, 256u));
+
+  CLI::App* run = app.add_subcommand("run", "one run: print its metrics");
+  std::string policy;
+  double qps = 0;
+  uint64_t seed = 2;
+  std::string run_study = "primary";
+  run->add_option("--policy", policy,
+                  "flat-lb, sticky, chwbl, dualmap, preble, cacheroute (or an ablation step: flat, "
+                  "affinity, replication, lpt)")
+      ->required();
+  run->add_option("--qps", qps, "offered load")->required()->check(CLI::PositiveNumber);
+  run->add_option("--seed", seed, "seed");
+  run->add_option("--study", run_study, "the study whose setup to use (default primary)");
+  run->add_option("--config", config, "a YAML study file whose setup to use");
+  run->add_option("--duration", overrides.duration_s, "measured simulated seconds")
+      ->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (run->parsed()) return RunOne(run_study, config, policy, qps, seed, overrides);
+
+  if (studies.empty() == config.empty()) {
+    return Fail(2, studies.empty() ? "give --study NAME or --config FILE"
+                                   : "--study and --config: give one, not both");
+  }
+  std::vector<std::string> names;
+  if (config.empty()) {
+    names = absl::StrSplit(studies, ',');
+  } else {
+    names = {""};
+  }
+  std::vector<study::StudyConfig> configs;
+  for (const std::string& name : names) {
+    absl::StatusOr<study::StudyConfig> c = Configure(name, config, overrides);
+    if (!c.ok()) return Fail(2, c.status().message());
+    configs.push_back(*std::move(c));
+  }
+  const study::RunFunction runner = study::MakeFleetRunner();
+  std::vector<study::StudyResult> results;
+  for (const study::StudyConfig& c : configs) {
+    std::cerr << absl::StrFormat(
+        "study %s: %d policies × %d loads × %d seeds, %g simulated seconds each (+%g warm-up), "
+        "%d jobs\n",
+        c.name, c.policies.size(), c.loads.size(), c.seeds.size(), c.duration_s, c.fleet.warmup_s,
+        jobs);
+    absl::StatusOr<study::StudyResult> r =
+        study::RunStudy(c, runner, {.jobs = jobs, .progress = &std::cerr});
+    if (!r.ok()) return Fail(1, r.status().message());
+    results.push_back(*std::move(r));
+  }
+  if (absl::Status s = study::WriteReport(results, out); !s.ok()) return Fail(1, s.message());
+  std::cerr << "report written to " << out << "/ (report.md, summary.json, runs.csv, *.svg)\n";
+  return 0;
+}
