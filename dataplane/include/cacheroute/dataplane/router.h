@@ -32,13 +32,16 @@
 // this Router's count of outstanding requests (InFlight tokens alive) and external(d) the last
 // value given to SetLoad(d) (e.g. a shared queue-depth report, so gateways that each see only
 // their own traffic do not drift; shared/design/PROTOCOL.md, "Load signals"). Both are atomics.
+// in_flight(d) is the one counter every request thread writes by design (it is the signal), so it
+// has a cache line of its own, apart from the read-mostly health and external load.
 //
 // Fallback. With no table, with a table not refreshed within table_ttl (Install or Refresh), for
 // an unadmitted key, or for an admitted key whose whole set is down, the request uses power of two
 // choices over up destinations. Stats() counts each reason separately.
 //
-// Invariants: Pick never throws, allocates or locks; an InFlight token decrements exactly the
-// counter it incremented, once; tokens must not outlive their Router.
+// Invariants: Pick never throws, allocates or locks (except that a thread's very first Pick
+// registers its shard claim for release at thread exit, once); an InFlight token decrements
+// exactly the counter it incremented, once; tokens must not outlive their Router.
 //
 // Usage:
 //   SeededRandom random(1);
