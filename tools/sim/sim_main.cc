@@ -7,6 +7,7 @@
 //   cacheroute-sim run --policy P --qps Q [--study NAME | --config FILE] [--seed S] [--duration S]
 //
 // Exit codes: 0 ok, 1 a run or the report failed, 2 bad flags or a bad study file.
+#include <cmath>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -102,9 +103,8 @@ int main(int argc, char** argv) {
                  "study or comma-separated studies: primary, ablation, negative, drift");
   app.add_option("--config", config, "a YAML study file (instead of --study)");
   app.add_option("--seeds", overrides.seeds, "comma-separated seeds, e.g. 2,3,4");
-  app.add_option("--duration", overrides.duration_s,
-                 "measured simulated seconds per run (after the warm-up)")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* duration = app.add_option("--duration", overrides.duration_s,
+                                         "measured simulated seconds per run (after the warm-up)");
   app.add_option("--loads", overrides.loads, "comma-separated offered loads (QPS), ascending");
   app.add_option("--out", out, "output directory for runs.csv, report.md, summary.json, SVGs");
   app.add_option("--jobs", jobs, "runs in parallel (default: hardware concurrency)")
@@ -119,18 +119,28 @@ int main(int argc, char** argv) {
                   "flat-lb, sticky, chwbl, dualmap, preble, cacheroute (or an ablation step: flat, "
                   "affinity, replication, lpt)")
       ->required();
-  run->add_option("--qps", qps, "offered load")->required()->check(CLI::PositiveNumber);
+  run->add_option("--qps", qps, "offered load")->required();
   run->add_option("--seed", seed, "seed");
   run->add_option("--study", run_study, "the study whose setup to use (default primary)");
   run->add_option("--config", config, "a YAML study file whose setup to use");
-  run->add_option("--duration", overrides.duration_s, "measured simulated seconds")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* run_duration =
+      run->add_option("--duration", overrides.duration_s, "measured simulated seconds");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  // Positive numbers, checked here so the message names the flag and the value plainly.
+  for (CLI::Option* o : {duration, run_duration}) {
+    if (o->count() > 0 && !(overrides.duration_s > 0 && std::isfinite(overrides.duration_s))) {
+      return Fail(
+          2, absl::StrFormat("--duration: must be a number > 0, got %g", overrides.duration_s));
+    }
+  }
+  if (run->parsed() && !(qps > 0 && std::isfinite(qps))) {
+    return Fail(2, absl::StrFormat("--qps: must be a number > 0, got %g", qps));
+  }
   if (run->parsed()) return RunOne(run_study, config, policy, qps, seed, overrides);
 
   if (studies.empty() == config.empty()) {

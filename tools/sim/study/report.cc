@@ -195,6 +195,8 @@ std::string BarChart(const StudyResult& study, std::string_view title, std::stri
                      const std::vector<MeanCi>& values, const std::vector<std::string>& labels,
                      double scale, double y_floor_max) {
   Frame f;
+  f.width = 600;
+  f.right = 24;  // no legend: the policies label the bars
   std::string out = SvgOpen(f, title);
   double y_max = y_floor_max;
   for (const MeanCi& v : values) {
@@ -208,7 +210,7 @@ std::string BarChart(const StudyResult& study, std::string_view title, std::stri
     step = m * magnitude;
     if (step >= raw_step) break;
   }
-  y_max = step * std::ceil(y_max / step * 1.0001);
+  y_max = step * std::ceil(y_max / step - 1e-9);
   if (y_max <= 0) y_max = 1;
   auto Y = [&](double v) { return f.top + f.plot_h() * (1 - v / y_max); };
   for (double v = 0; v <= y_max * 1.0001; v += step)
@@ -277,14 +279,16 @@ std::vector<PolicySummary> Summarize(const StudyResult& result) {
       std::vector<LoadPoint> sweep;
       for (const RunRecord& r : result.runs) {
         if (r.policy != policy || r.seed != seed) continue;
-        sweep.push_back({r.offered_qps, r.ttft_p99_s, r.failure_rate});
-        p99_by_load[r.offered_qps].push_back(r.ttft_p99_s);
+        // With no completed request there is no latency to report (the fleet gives 0).
+        const double p99 = r.completed > 0 ? r.ttft_p99_s : kNaN;
+        sweep.push_back({r.offered_qps, p99, r.failure_rate});
+        p99_by_load[r.offered_qps].push_back(p99);
         hit_by_load[r.offered_qps].push_back(r.kv_hit);
         failure_by_load[r.offered_qps].push_back(r.failure_rate);
         if (r.offered_qps == common) {
           hits.push_back(r.kv_hit);
           imbalances.push_back(r.imbalance);
-          p99s.push_back(r.ttft_p99_s);
+          p99s.push_back(p99);
         }
       }
       if (!sweep.empty()) sweeps.push_back(std::move(sweep));
@@ -412,6 +416,12 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
       }
       absl::StrAppendFormat(&out, "| mean | %.1f%% | %.1f%% | | | |\n", 100 * d.mean_cache_churn,
                             100 * d.mean_count_churn);
+      out +=
+          "\nCache churn: admitted keys (in both plans) whose destination set changed; count "
+          "churn: whose number of destinations changed; 1 − Jaccard over (key, destination) "
+          "pairs. The expected imbalance is max/mean expected load per destination under the "
+          "interval's walked rates, for the plan built from them and for the plan of interval 0 "
+          "kept ever since (the planner-level stale plan).\n";
       // The stale plan's loss against the fresh one, paired by seed, at the common load.
       const PolicySummary* fresh = nullptr;
       const PolicySummary* stale = nullptr;
@@ -422,10 +432,11 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
       if (fresh != nullptr && stale != nullptr) {
         absl::StrAppendFormat(
             &out,
-            "\nStale plan (built at interval 0) against fresh plans at %s QPS: KV hit %.1f%% vs "
-            "%.1f%% (loss %.1f points), p99 TTFT %s vs %s.\n",
+            "\nIn the fleet at %s QPS, `stale` (one plan per drift interval, from the previous "
+            "interval's rates) against `fresh` (a plan every control interval): KV hit %.1f%% vs "
+            "%.1f%% (stale − fresh = %+.1f points), p99 TTFT %s vs %s.\n",
             common, 100 * stale->kv_hit.mean, 100 * fresh->kv_hit.mean,
-            100 * (fresh->kv_hit.mean - stale->kv_hit.mean), Seconds(stale->p99_at_common_s.mean),
+            100 * (stale->kv_hit.mean - fresh->kv_hit.mean), Seconds(stale->p99_at_common_s.mean),
             Seconds(fresh->p99_at_common_s.mean));
       }
     }
