@@ -1,0 +1,197 @@
+// GatewayConfig loading: YAML keys and flags, the errors that name the field and the value, the
+// shipped example (deploy/gateway.yaml), and the binary's exit code 2 on bad configuration.
+#include "tools/gateway/gateway_config.h"
+
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace cacheroute::gateway {
+namespace {
+
+constexpr char kMinimal[] = R"(
+upstreams:
+  - {name: engine-0, url: "http://127.0.0.1:8001"}
+  - {name: engine-1, url: "http://127.0.0.1:8002/"}
+)";
+
+std::string ErrorOf(const std::string& yaml) {
+  absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(yaml);
+  if (config.ok()) {
+    absl::Status s = ValidateGatewayConfig(*config);
+    return s.ok() ? "" : std::string(s.message());
+  }
+  CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(config.status().message());
+}
+
+absl::StatusOr<GatewayConfig> Load(std::vector<std::string> args) {
+  args.insert(args.begin(), "cacheroute-gateway");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return LoadGatewayConfig(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST_CASE("a minimal YAML file gets the documented defaults") {
+  absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(kMinimal);
+  REQUIRE(config.ok());
+  REQUIRE(ValidateGatewayConfig(*config).ok());
+  REQUIRE(config->upstreams.size() == 2);
+  CHECK(config->upstreams[1].name == "engine-1");
+  CHECK(config->policy == "cacheroute");
+  CHECK(config->key_header == "X-CacheRoute-Key");
+  CHECK(config->planner.empty());
+  CHECK(config->failure_threshold == 3);
+  CHECK(config->report_interval == absl::Seconds(10));
+  CHECK(config->table_ttl == absl::Seconds(60));
+}
+
+TEST_CASE("every key is read") {
+  absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(std::string(kMinimal) + R"(
+listen: "[::1]:0"
+policy: chwbl
+key_header: X-Tenant
+planner: planner.internal:50051
+gateway_id: gw-7
+report_interval: 500ms
+table_ttl: 2m
+table_cache: /var/lib/gw/table.pb
+connect_timeout: 250ms
+read_timeout: 30s
+write_timeout: 5s
+failure_threshold: 5
+probe_interval: 1s
+server_threads: 8
+)");
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  REQUIRE(ValidateGatewayConfig(*config).ok());
+  CHECK(config->listen == "[::1]:0");
+  CHECK(config->policy == "chwbl");
+  CHECK(config->key_header == "X-Tenant");
+  CHECK(config->planner == "planner.internal:50051");
+  CHECK(config->gateway_id == "gw-7");
+  CHECK(config->report_interval == absl::Milliseconds(500));
+  CHECK(config->table_ttl == absl::Minutes(2));
+  CHECK(config->table_cache == "/var/lib/gw/table.pb");
+  CHECK(config->connect_timeout == absl::Milliseconds(250));
+  CHECK(config->read_timeout == absl::Seconds(30));
+  CHECK(config->write_timeout == absl::Seconds(5));
+  CHECK(config->failure_threshold == 5);
+  CHECK(config->probe_interval == absl::Seconds(1));
+  CHECK(config->server_threads == 8);
+}
+
+TEST_CASE("bad values are errors that name the field and the value") {
+  const std::string base = kMinimal;
+  struct Case {
+    std::string yaml;
+    std::vector<std::string> expected;  // substrings of the message
+  };
+  const std::vector<Case> cases = {
+      {base + "policy: roundrobin\n", {"policy", "\"roundrobin\"", "cacheroute"}},
+      {base + "listen: localhost\n", {"listen", "HOST:PORT", "\"localhost\""}},
+      {base + "listen: 127.0.0.1:70000\n", {"listen", "port", "70000"}},
+      {base + "planner: nohost\n", {"planner", "\"nohost\""}},
+      {base + "planner: 127.0.0.1:50051\n", {"gateway_id", "planner", "127.0.0.1:50051"}},
+      {base + "report_interval: soon\n", {"report_interval", "\"soon\"", "duration"}},
+      {base + "probe_interval: 0s\n", {"probe_interval", "0"}},
+      {base + "failure_threshold: 0\n", {"failure_threshold", "0"}},
+      {base + "failure_threshold: -2\n", {"failure_threshold", "-2"}},
+      {base + "failure_threshold: \"3\"\n", {"failure_threshold", "\"3\""}},
+      {base + "key_header: \"X Key\"\n", {"key_header", "\"X Key\""}},
+      {base + "polcy: sticky\n", {"polcy", "unknown key"}},
+      {base + "policy: sticky\npolicy: chwbl\n", {"policy", "more than once"}},
+      {"upstreams: []\n", {"upstreams", "at least one"}},
+      {"upstreams: engine-0\n", {"upstreams", "\"engine-0\""}},
+      {"upstreams:\n  - {name: a, url: \"https://x:1\"}\n", {"upstreams[0].url", "https://x:1"}},
+      {"upstreams:\n  - {name: a, url: \"http://x\"}\n", {"upstreams[0].url", "http://x"}},
+      {"upstreams:\n  - {name: a, url: \"http://x:1/v1\"}\n", {"upstreams[0].url", "path"}},
+      {"upstreams:\n  - {name: a, url: \"http://x:0\"}\n", {"upstreams[0].url", "http://x:0"}},
+      {"upstreams:\n  - {name: a}\n", {"upstreams[0].url", "missing"}},
+      {"upstreams:\n  - {name: a, url: \"http://x:1\", weight: 2}\n",
+       {"upstreams[0].weight", "unknown key"}},
+      {"upstreams:\n  - {name: a, url: \"http://x:1\"}\n  - {name: a, url: \"http://y:1\"}\n",
+       {"upstreams[1].name", "duplicate", "\"a\""}},
+      {"listen: [1, 2\n", {"line"}},
+      {"- a\n- b\n", {"mapping"}},
+      {"", {"upstreams", "at least one"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.yaml);
+    const std::string message = ErrorOf(c.yaml);
+    INFO(message);
+    REQUIRE_FALSE(message.empty());
+    for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
+  }
+}
+
+TEST_CASE("flags override the file") {
+  const std::string path = "gateway_config_test.yaml";
+  {
+    std::ofstream out(path);
+    out << kMinimal << "policy: sticky\nlisten: 127.0.0.1:9000\n";
+  }
+  absl::StatusOr<GatewayConfig> config =
+      Load({"--config", path, "--policy", "preble", "--planner", "127.0.0.1:50051", "--gateway-id",
+            "gw-1", "--listen", "127.0.0.1:0"});
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  CHECK(config->policy == "preble");
+  CHECK(config->listen == "127.0.0.1:0");
+  CHECK(config->planner == "127.0.0.1:50051");
+  CHECK(config->gateway_id == "gw-1");
+  CHECK(config->upstreams.size() == 2);
+
+  config = Load({"--config", path, "--upstream", "x=http://127.0.0.1:7001", "--upstream",
+                 "y=http://127.0.0.1:7002"});
+  REQUIRE(config.ok());
+  REQUIRE(config->upstreams.size() == 2);
+  CHECK(config->upstreams[0].name == "x");
+  CHECK(config->upstreams[1].url == "http://127.0.0.1:7002");
+
+  CHECK(Load({"--config", path, "--policy", "random"}).status().message().find("--policy") !=
+        absl::string_view::npos);
+  CHECK(Load({"--upstream", "nourl"}).status().message().find("NAME=URL") !=
+        absl::string_view::npos);
+  CHECK(Load({"--config", "/nonexistent/gw.yaml"}).status().message().find("/nonexistent") !=
+        absl::string_view::npos);
+  CHECK(Load({"--config", path, "--no-such-flag"}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(Load({"--help"}).status().code() == absl::StatusCode::kNotFound);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("deploy/gateway.yaml is valid") {
+  std::ifstream in(std::string(CACHEROUTE_SOURCE_DIR) + "/deploy/gateway.yaml");
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(text.str());
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  CHECK(ValidateGatewayConfig(*config).ok());
+}
+
+int ExitCode(const std::string& args) {
+  const std::string command =
+      std::string(CACHEROUTE_GATEWAY_PATH) + " " + args + " >/dev/null 2>&1";
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST_CASE("the binary exits with code 2 on a bad configuration or flag") {
+  CHECK(ExitCode("--policy nope --upstream a=http://127.0.0.1:1") == 2);
+  CHECK(ExitCode("--upstream a=ftp://127.0.0.1:1") == 2);
+  CHECK(ExitCode("--listen 127.0.0.1:0") == 2);  // no upstream
+  CHECK(ExitCode("--bogus") == 2);
+  CHECK(ExitCode("--help") == 0);
+}
+
+}  // namespace
+}  // namespace cacheroute::gateway

@@ -1,0 +1,500 @@
+// Loading GatewayConfig from YAML and flags (gateway_config.h).
+//
+// The same per-value checks serve YAML keys and flags, so a bad policy reads the same wherever it
+// came from; only the name in front differs (`policy`, `--policy`). yaml-cpp and CLI11 throw; both
+// are caught here and turned into InvalidArgument (bad input) or Internal (anything else).
+#include "tools/gateway/gateway_config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "yaml-cpp/yaml.h"
+
+namespace cacheroute::gateway {
+namespace {
+
+std::string Quote(absl::string_view text) {
+  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
+}
+
+absl::Status Invalid(absl::string_view name, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(name, ": ", problem));
+}
+
+// ---- Per-value checks; `name` is the YAML key or the flag. ----
+
+absl::StatusOr<int> ParsePort(absl::string_view name, absl::string_view value,
+                              absl::string_view port) {
+  int number = 0;
+  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(port, &number) || number > 65535) {
+    return Invalid(name,
+                   absl::StrCat("port must be an integer between 0 and 65535, got ", Quote(value)));
+  }
+  return number;
+}
+
+// HOST:PORT; an IPv6 host goes in brackets. Returns the host without brackets and the port.
+absl::StatusOr<UpstreamAddress> SplitHostPort(absl::string_view name, absl::string_view value) {
+  const size_t colon = value.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return Invalid(name, absl::StrCat("must be HOST:PORT, got ", Quote(value)));
+  }
+  absl::string_view host = value.substr(0, colon);
+  if (host.empty() || (host.front() == '[') != (host.back() == ']') ||
+      (host.front() == '[' && host.size() < 3)) {
+    return Invalid(name,
+                   absl::StrCat("must be HOST:PORT with a non-empty host, got ", Quote(value)));
+  }
+  if (host.front() != '[' && absl::StrContains(host, ':')) {
+    return Invalid(
+        name, absl::StrCat("an IPv6 host goes in brackets, e.g. [::1]:8000, got ", Quote(value)));
+  }
+  if (host.front() == '[') host = host.substr(1, host.size() - 2);
+  absl::StatusOr<int> port = ParsePort(name, value, value.substr(colon + 1));
+  if (!port.ok()) return port.status();
+  return UpstreamAddress{std::string(host), *port};
+}
+
+absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
+  if (value.empty() && allow_empty) return absl::OkStatus();
+  return SplitHostPort(name, value).status();
+}
+
+absl::Status CheckPolicy(absl::string_view name, absl::string_view value) {
+  for (absl::string_view known : kPolicyNames) {
+    if (value == known) return absl::OkStatus();
+  }
+  return Invalid(name, absl::StrCat("must be one of ", absl::StrJoin(kPolicyNames, ", "), "; got ",
+                                    Quote(value)));
+}
+
+// RFC 9110 token characters.
+absl::Status CheckHeaderName(absl::string_view name, absl::string_view value) {
+  static constexpr absl::string_view kSpecials = "!#$%&'*+-.^_`|~";
+  const bool ok = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+    return absl::ascii_isalnum(c) || kSpecials.find(c) != absl::string_view::npos;
+  });
+  if (ok) return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be a non-empty HTTP header name, got ", Quote(value)));
+}
+
+absl::Status CheckPositiveDuration(absl::string_view name, absl::Duration value) {
+  if (value > absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
+  return Invalid(name,
+                 absl::StrCat("must be a finite duration > 0, got ", absl::FormatDuration(value)));
+}
+
+absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view name, absl::string_view text) {
+  absl::Duration value;
+  if (!absl::ParseDuration(absl::StripAsciiWhitespace(text), &value)) {
+    return Invalid(
+        name,
+        absl::StrCat(Quote(text), " is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")"));
+  }
+  if (absl::Status s = CheckPositiveDuration(name, value); !s.ok()) return s;
+  return value;
+}
+
+absl::Status CheckUpstreams(absl::string_view name, const std::vector<Upstream>& upstreams) {
+  if (upstreams.empty()) return Invalid(name, "must list at least one upstream, got none");
+  std::set<std::string> names;
+  for (size_t i = 0; i < upstreams.size(); ++i) {
+    const std::string indexed = absl::StrCat(name, "[", i, "]");
+    if (upstreams[i].name.empty()) {
+      return Invalid(absl::StrCat(indexed, ".name"), "must be non-empty, got \"\"");
+    }
+    if (!names.insert(upstreams[i].name).second) {
+      return Invalid(absl::StrCat(indexed, ".name"),
+                     absl::StrCat("duplicate name ", Quote(upstreams[i].name)));
+    }
+    absl::StatusOr<UpstreamAddress> address =
+        ParseUpstreamUrl(absl::StrCat(indexed, ".url"), upstreams[i].url);
+    if (!address.ok()) return address.status();
+  }
+  return absl::OkStatus();
+}
+
+// ---- YAML. ----
+
+std::string DescribeNode(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      return Quote(node.Scalar());
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+absl::StatusOr<std::string> YamlString(absl::string_view name, const YAML::Node& node) {
+  if (!node.IsScalar()) {
+    return Invalid(name, absl::StrCat("expected a string, got ", DescribeNode(node)));
+  }
+  return node.Scalar();
+}
+
+absl::StatusOr<uint64_t> YamlInteger(absl::string_view name, const YAML::Node& node, uint64_t min,
+                                     uint64_t max) {
+  if (!node.IsScalar() || node.Tag() == "!") {
+    return Invalid(name, absl::StrCat("expected an integer, got ", DescribeNode(node)));
+  }
+  const std::string& text = node.Scalar();
+  int64_t signed_value = 0;
+  uint64_t value = 0;
+  if (absl::StartsWith(text, "-") && absl::SimpleAtoi(text, &signed_value)) {
+    return Invalid(name, absl::StrCat("must be an integer between ", min, " and ", max, ", got ",
+                                      signed_value));
+  }
+  if (!absl::SimpleAtoi(text, &value)) {
+    return Invalid(name, absl::StrCat("expected an integer, got ", Quote(text)));
+  }
+  if (value < min || value > max) {
+    return Invalid(name,
+                   absl::StrCat("must be an integer between ", min, " and ", max, ", got ", value));
+  }
+  return value;
+}
+
+using Apply =
+    std::function<absl::Status(absl::string_view name, const YAML::Node&, GatewayConfig&)>;
+struct YamlField {
+  absl::string_view key;
+  Apply apply;
+};
+
+YamlField StringField(absl::string_view key, std::string GatewayConfig::*member,
+                      std::function<absl::Status(absl::string_view, absl::string_view)> check) {
+  return {key,
+          [member, check](absl::string_view name, const YAML::Node& node,
+                          GatewayConfig& config) -> absl::Status {
+            absl::StatusOr<std::string> value = YamlString(name, node);
+            if (!value.ok()) return value.status();
+            if (check) {
+              if (absl::Status s = check(name, *value); !s.ok()) return s;
+            }
+            config.*member = *std::move(value);
+            return absl::OkStatus();
+          }};
+}
+
+YamlField DurationField(absl::string_view key, absl::Duration GatewayConfig::*member) {
+  return {key,
+          [member](absl::string_view name, const YAML::Node& node,
+                   GatewayConfig& config) -> absl::Status {
+            if (!node.IsScalar()) {
+              return Invalid(name, absl::StrCat("expected a duration such as \"10s\", got ",
+                                                DescribeNode(node)));
+            }
+            absl::StatusOr<absl::Duration> value = ParseDurationText(name, node.Scalar());
+            if (!value.ok()) return value.status();
+            config.*member = *value;
+            return absl::OkStatus();
+          }};
+}
+
+YamlField CountField(absl::string_view key, uint32_t GatewayConfig::*member, uint64_t max) {
+  return {key,
+          [member, max](absl::string_view name, const YAML::Node& node,
+                        GatewayConfig& config) -> absl::Status {
+            absl::StatusOr<uint64_t> value = YamlInteger(name, node, 1, max);
+            if (!value.ok()) return value.status();
+            config.*member = static_cast<uint32_t>(*value);
+            return absl::OkStatus();
+          }};
+}
+
+absl::StatusOr<std::vector<Upstream>> YamlUpstreams(absl::string_view name,
+                                                    const YAML::Node& node) {
+  if (!node.IsSequence()) {
+    return Invalid(name, absl::StrCat("expected a list of {name, url}, got ", DescribeNode(node)));
+  }
+  std::vector<Upstream> upstreams;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string indexed = absl::StrCat(name, "[", i, "]");
+    const YAML::Node& item = node[i];
+    if (!item.IsMap()) {
+      return Invalid(
+          indexed, absl::StrCat("expected a mapping with name and url, got ", DescribeNode(item)));
+    }
+    Upstream upstream;
+    std::set<std::string> seen;
+    for (const auto& entry : item) {
+      const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+      const std::string field = absl::StrCat(indexed, ".", absl::CHexEscape(key));
+      if (key != "name" && key != "url")
+        return Invalid(field, "unknown key; known keys: name, url");
+      if (!seen.insert(key).second) return Invalid(field, "given more than once");
+      absl::StatusOr<std::string> value = YamlString(field, entry.second);
+      if (!value.ok()) return value.status();
+      (key == "name" ? upstream.name : upstream.url) = *std::move(value);
+    }
+    if (seen.count("name") == 0) return Invalid(absl::StrCat(indexed, ".name"), "missing");
+    if (seen.count("url") == 0) return Invalid(absl::StrCat(indexed, ".url"), "missing");
+    upstreams.push_back(std::move(upstream));
+  }
+  if (absl::Status s = CheckUpstreams(name, upstreams); !s.ok()) return s;
+  return upstreams;
+}
+
+const std::vector<YamlField>& Fields() {
+  static const auto* const fields = new std::vector<YamlField>{
+      StringField(
+          "listen", &GatewayConfig::listen,
+          [](absl::string_view n, absl::string_view v) { return CheckHostPort(n, v, false); }),
+      {"upstreams",
+       [](absl::string_view name, const YAML::Node& node, GatewayConfig& config) -> absl::Status {
+         absl::StatusOr<std::vector<Upstream>> value = YamlUpstreams(name, node);
+         if (!value.ok()) return value.status();
+         config.upstreams = *std::move(value);
+         return absl::OkStatus();
+       }},
+      StringField("policy", &GatewayConfig::policy, CheckPolicy),
+      StringField("key_header", &GatewayConfig::key_header, CheckHeaderName),
+      StringField(
+          "planner", &GatewayConfig::planner,
+          [](absl::string_view n, absl::string_view v) { return CheckHostPort(n, v, true); }),
+      StringField("gateway_id", &GatewayConfig::gateway_id, nullptr),
+      DurationField("report_interval", &GatewayConfig::report_interval),
+      DurationField("table_ttl", &GatewayConfig::table_ttl),
+      StringField("table_cache", &GatewayConfig::table_cache, nullptr),
+      DurationField("connect_timeout", &GatewayConfig::connect_timeout),
+      DurationField("read_timeout", &GatewayConfig::read_timeout),
+      DurationField("write_timeout", &GatewayConfig::write_timeout),
+      CountField("failure_threshold", &GatewayConfig::failure_threshold, 1'000'000),
+      DurationField("probe_interval", &GatewayConfig::probe_interval),
+      CountField("server_threads", &GatewayConfig::server_threads, 4096),
+  };
+  return *fields;
+}
+
+absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayConfig config) {
+  const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+  if (documents.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected one YAML document, got ", documents.size(), " (separated by ---)"));
+  }
+  if (documents.empty() || documents[0].IsNull()) return config;
+  const YAML::Node& root = documents[0];
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the document must be a mapping of keys (e.g. \"policy: cacheroute\"), got ",
+                     DescribeNode(root)));
+  }
+  std::set<std::string> seen;
+  for (const auto& entry : root) {
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("keys must be strings, got ", DescribeNode(entry.first), " as a key"));
+    }
+    const std::string& key = entry.first.Scalar();
+    const auto field = std::find_if(Fields().begin(), Fields().end(),
+                                    [&](const YamlField& f) { return f.key == key; });
+    if (field == Fields().end()) {
+      std::vector<absl::string_view> known;
+      for (const YamlField& f : Fields()) known.push_back(f.key);
+      return Invalid(absl::CHexEscape(key),
+                     absl::StrCat("unknown key; known keys: ", absl::StrJoin(known, ", ")));
+    }
+    if (!seen.insert(key).second) return Invalid(key, "given more than once");
+    if (absl::Status s = field->apply(key, entry.second, config); !s.ok()) return s;
+  }
+  return config;
+}
+
+absl::StatusOr<std::string> ReadFile(absl::string_view name, const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return Invalid(name, absl::StrCat("cannot open ", Quote(path), ": ",
+                                      std::error_code(errno, std::generic_category()).message()));
+  }
+  std::string text;
+  char buffer[1 << 14];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed) return Invalid(name, absl::StrCat("cannot read ", Quote(path)));
+  return text;
+}
+
+// ---- Flags. ----
+
+struct Flags {
+  std::string config;
+  std::string listen;
+  std::string planner;
+  std::string gateway_id;
+  std::string policy;
+  std::vector<std::string> upstreams;
+};
+
+absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, GatewayConfig& config) {
+  const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
+  if (given("--listen")) {
+    if (absl::Status s = CheckHostPort("--listen", flags.listen, false); !s.ok()) return s;
+    config.listen = flags.listen;
+  }
+  if (given("--planner")) {
+    if (absl::Status s = CheckHostPort("--planner", flags.planner, true); !s.ok()) return s;
+    config.planner = flags.planner;
+  }
+  if (given("--gateway-id")) config.gateway_id = flags.gateway_id;
+  if (given("--policy")) {
+    if (absl::Status s = CheckPolicy("--policy", flags.policy); !s.ok()) return s;
+    config.policy = flags.policy;
+  }
+  if (given("--upstream")) {
+    std::vector<Upstream> upstreams;
+    for (const std::string& flag : flags.upstreams) {
+      const size_t eq = flag.find('=');
+      if (eq == std::string::npos) {
+        return Invalid("--upstream", absl::StrCat("expected NAME=URL, got ", Quote(flag)));
+      }
+      upstreams.push_back({flag.substr(0, eq), flag.substr(eq + 1)});
+    }
+    if (absl::Status s = CheckUpstreams("--upstream", upstreams); !s.ok()) return s;
+    config.upstreams = std::move(upstreams);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
+  CLI::App app{
+      "CacheRoute gateway: an OpenAI-compatible HTTP proxy that routes each request to a model "
+      "server by the planner's table.",
+      "cacheroute-gateway"};
+  Flags flags;
+  app.add_option("--config", flags.config, "YAML configuration (see deploy/gateway.yaml)")
+      ->type_name("FILE");
+  app.add_option("--listen", flags.listen, "HTTP address; port 0 picks a free one")
+      ->type_name("HOST:PORT");
+  app.add_option("--planner", flags.planner, "Planner gRPC address; \"\" for none")
+      ->type_name("HOST:PORT");
+  app.add_option("--gateway-id", flags.gateway_id, "This gateway's id at the planner")
+      ->type_name("ID");
+  app.add_option("--policy", flags.policy,
+                 absl::StrCat("Routing policy: ", absl::StrJoin(kPolicyNames, ", ")))
+      ->type_name("NAME");
+  app.add_option("--upstream", flags.upstreams,
+                 "Upstream model server, repeatable; replaces the file's list")
+      ->type_name("NAME=URL");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return absl::NotFoundError(app.help());
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  GatewayConfig config;
+  if (app.count("--config") > 0) {
+    absl::StatusOr<std::string> text = ReadFile("--config", flags.config);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<GatewayConfig> parsed = ParseGatewayConfigYaml(*text, config);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flags.config, ": ", parsed.status().message()));
+    }
+    config = *std::move(parsed);
+  }
+  if (absl::Status s = ApplyFlags(app, flags, config); !s.ok()) return s;
+  if (absl::Status s = ValidateGatewayConfig(config); !s.ok()) return s;
+  return config;
+}
+
+}  // namespace
+
+absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::string_view url) {
+  absl::string_view rest = url;
+  if (!absl::ConsumePrefix(&rest, "http://")) {
+    return Invalid(name, absl::StrCat("must be http://HOST:PORT, got ", Quote(url)));
+  }
+  absl::ConsumeSuffix(&rest, "/");
+  if (absl::StrContains(rest, '/')) {
+    return Invalid(name, absl::StrCat("must be http://HOST:PORT without a path, got ", Quote(url)));
+  }
+  absl::StatusOr<UpstreamAddress> address = SplitHostPort(name, rest);
+  if (!address.ok()) {
+    return Invalid(name, absl::StrCat("must be http://HOST:PORT with a port from 1 to 65535, got ",
+                                      Quote(url)));
+  }
+  if (address->port == 0) {
+    return Invalid(name, absl::StrCat("port must be between 1 and 65535, got ", Quote(url)));
+  }
+  return address;
+}
+
+absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml, GatewayConfig base) {
+  try {
+    return ParseYamlOrThrow(yaml, std::move(base));
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat("YAML: ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("parsing the YAML configuration: ", e.what()));
+  }
+}
+
+absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* argv) {
+  try {
+    return LoadOrThrow(argc, argv);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("loading the configuration: ", e.what()));
+  }
+}
+
+absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
+  for (absl::Status s : {
+           CheckHostPort("listen", config.listen, false),
+           CheckUpstreams("upstreams", config.upstreams),
+           CheckPolicy("policy", config.policy),
+           CheckHeaderName("key_header", config.key_header),
+           CheckHostPort("planner", config.planner, true),
+           CheckPositiveDuration("report_interval", config.report_interval),
+           CheckPositiveDuration("table_ttl", config.table_ttl),
+           CheckPositiveDuration("connect_timeout", config.connect_timeout),
+           CheckPositiveDuration("read_timeout", config.read_timeout),
+           CheckPositiveDuration("write_timeout", config.write_timeout),
+           CheckPositiveDuration("probe_interval", config.probe_interval),
+       }) {
+    if (!s.ok()) return s;
+  }
+  if (!config.planner.empty() && config.gateway_id.empty()) {
+    return Invalid("gateway_id", absl::StrCat("must be set when planner is set (planner = ",
+                                              Quote(config.planner), "), got \"\""));
+  }
+  if (config.failure_threshold < 1) {
+    return Invalid("failure_threshold",
+                   absl::StrCat("must be >= 1, got ", config.failure_threshold));
+  }
+  if (config.server_threads < 1) {
+    return Invalid("server_threads", absl::StrCat("must be >= 1, got ", config.server_threads));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cacheroute::gateway

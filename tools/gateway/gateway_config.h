@@ -1,0 +1,91 @@
+// GatewayConfig: everything `cacheroute-gateway` is configured with, and how it is loaded: a YAML
+// file (deploy/gateway.yaml documents every key) overridden by a few command-line flags.
+//
+// Usage:
+//   absl::StatusOr<GatewayConfig> config = LoadGatewayConfig(argc, argv);
+//   if (absl::IsNotFound(config.status())) { std::cout << config.status().message(); return 0; }
+//   if (!config.ok()) { std::cerr << config.status().message(); return 2; }
+//
+// Every error is InvalidArgument and names the YAML key (`upstreams[2].url`, `policy`) or the
+// flag (`--policy`) and the offending value. yaml-cpp and CLI11 exceptions never leave these
+// functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace cacheroute::gateway {
+
+// The routing policies of cacheroute/dataplane/policies.h, by their configuration name.
+inline constexpr absl::string_view kPolicyNames[] = {"flatlb",  "sticky", "chwbl",
+                                                     "dualmap", "preble", "cacheroute"};
+
+struct Upstream {
+  std::string name;  // the planner's destination name for this model server
+  std::string url;   // http://HOST:PORT (no path; plain HTTP)
+};
+
+struct GatewayConfig {
+  // HTTP address of the gateway, HOST:PORT (port 0: pick a free one, logged at start).
+  std::string listen = "127.0.0.1:8080";
+  std::vector<Upstream> upstreams;
+  std::string policy = "cacheroute";
+  // The request header that carries the routing key; without it the JSON body's `user` field is
+  // the key; without either the request has no key (power of two choices, not counted in rates).
+  std::string key_header = "X-CacheRoute-Key";
+
+  // Planner (gRPC HOST:PORT). Empty: no rate reports and no table, so `cacheroute` routes every
+  // request by power of two choices.
+  std::string planner;
+  std::string gateway_id;  // required with a planner; unique per gateway
+  absl::Duration report_interval = absl::Seconds(10);
+  absl::Duration table_ttl = absl::Seconds(60);  // a table older than this is not routed by
+  std::string table_cache;                       // file for the last table ("" = none)
+
+  // Upstream HTTP.
+  absl::Duration connect_timeout = absl::Seconds(2);
+  absl::Duration read_timeout = absl::Seconds(600);  // between bytes: long generations stream
+  absl::Duration write_timeout = absl::Seconds(30);
+  // Consecutive connection failures or timeouts after which a destination is marked down.
+  uint32_t failure_threshold = 3;
+  // How often a down destination's GET /health is tried; a 200 marks it up again.
+  absl::Duration probe_interval = absl::Seconds(2);
+
+  // HTTP worker threads (each serves one connection at a time; streams hold theirs throughout).
+  uint32_t server_threads = 64;
+};
+
+// Parses YAML text (the format of deploy/gateway.yaml) over `base`. Keys mirror the fields above;
+// `upstreams` is a list of {name, url} mappings; durations are strings such as "10s", "500ms".
+// Keys absent from the document keep their value in `base`. Unknown or repeated keys, wrong types
+// and out-of-range values are InvalidArgument naming the key and the value. Pure: reads no files.
+absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml,
+                                                     GatewayConfig base = {});
+
+// Full loading: defaults, then `--config FILE`, then the flags:
+//   --config FILE --listen HOST:PORT --planner HOST:PORT --gateway-id ID --policy NAME
+//   --upstream NAME=URL (repeatable; replaces the file's list)
+// `--help` is reported as a NotFound status whose message is the help text. The result is
+// validated (ValidateGatewayConfig).
+absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* argv);
+
+// Checks consistency: at least one upstream, names distinct and non-empty, URLs http://HOST:PORT;
+// listen and planner HOST:PORT (planner may be empty); a policy from kPolicyNames; a gateway_id
+// when a planner is set; positive durations; failure_threshold and server_threads >= 1; a
+// non-empty key_header made of header-name characters.
+absl::Status ValidateGatewayConfig(const GatewayConfig& config);
+
+// http://HOST:PORT split into its parts ("[::1]" keeps its brackets off in `host`).
+struct UpstreamAddress {
+  std::string host;
+  int port = 0;
+};
+absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::string_view url);
+
+}  // namespace cacheroute::gateway
