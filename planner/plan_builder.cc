@@ -30,6 +30,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "cacheroute/dataplane/key_id.h"
@@ -204,6 +205,61 @@ class LoadTournament {
   std::vector<uint32_t> tree_;   // 1-based; leaves at [leaves_, 2·leaves_)
 };
 
+// LPT with placement hysteresis (PlanConfig::stickiness): like the LPT loop in Build, except that
+// a job first tries the key's previous destinations not yet chosen for it, and stays on the least
+// loaded of them if that keeps it at or under (1 + stickiness) × mean_load. Returns the number of
+// jobs that ended on a previous destination.
+uint64_t PlaceSticky(const PlanConfig& config, const Plan& previous, double mean_load,
+                     std::span<const KeyRate> admitted, std::span<uint32_t> offsets,
+                     std::span<uint32_t> destination_ids, std::span<double> loads) {
+  absl::flat_hash_map<uint64_t, uint32_t> previous_index;
+  previous_index.reserve(previous.size());
+  for (size_t i = 0; i < previous.size(); ++i) {
+    previous_index.emplace(previous.key(i), static_cast<uint32_t>(i));
+  }
+  const double cap = (1.0 + config.stickiness) * mean_load;
+  const uint32_t r_count = config.destinations;
+  LoadTournament tournament(loads);
+  uint64_t kept = 0;
+  uint32_t offset = 0;
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    offsets[i] = offset;
+    const double rate = admitted[i].rate;
+    const uint32_t k = config.replicate ? AssignmentCount(rate, config.q_cap, r_count) : 1;
+    const double share = rate / k;
+    std::span<const uint32_t> before;
+    if (auto it = previous_index.find(admitted[i].key); it != previous_index.end()) {
+      before = previous.destinations(it->second);
+    }
+    uint32_t* chosen = destination_ids.data() + offset;
+    for (uint32_t j = 0; j < k; ++j) {
+      // The least loaded previous destination still free for this key that stays under the cap
+      // (ties: lowest index, as `before` is sorted); else where LPT puts it.
+      uint32_t pick = r_count;
+      for (uint32_t d : before) {
+        if (d >= r_count || std::find(chosen, chosen + j, d) != chosen + j) continue;
+        if (loads[d] + share <= cap && (pick == r_count || loads[d] < loads[pick])) pick = d;
+      }
+      if (pick == r_count) {
+        pick = tournament.Min();
+        if (std::find(before.begin(), before.end(), pick) != before.end()) ++kept;
+      } else {
+        ++kept;
+      }
+      chosen[j] = pick;
+      tournament.Exclude(pick);
+    }
+    for (uint32_t j = 0; j < k; ++j) {
+      loads[chosen[j]] += share;
+      tournament.Set(chosen[j], loads[chosen[j]]);
+    }
+    std::sort(chosen, chosen + k);
+    offset += k;
+  }
+  offsets[admitted.size()] = offset;
+  return kept;
+}
+
 // The kHashed placement: key i's k_b distinct destinations are the first distinct values of
 // Reduce(Mix64(key, seed, j)) for j = 0, 1, ..., ignoring load; loads still get λ_b/k_b each.
 void PlaceHashed(const PlanConfig& config, std::span<const KeyRate> admitted,
@@ -277,12 +333,21 @@ absl::Status ValidatePlanConfig(const PlanConfig& config) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "unkeyed_rate must be a finite number >= 0, got %s", FormatRate(config.unkeyed_rate)));
   }
+  if (!(config.stickiness >= 0) || std::isinf(config.stickiness)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "stickiness must be a finite number >= 0, got %s", FormatRate(config.stickiness)));
+  }
   return absl::OkStatus();
 }
 
 PlanBuilder::PlanBuilder(Clock* clock) : clock_(clock) {}
 
 absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const PlanConfig& config) {
+  return Build(rates, config, nullptr);
+}
+
+absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const PlanConfig& config,
+                                        const Plan* previous) {
   const absl::Time start = clock_ != nullptr ? clock_->Now() : absl::InfinitePast();
   if (absl::Status status = ValidatePlanConfig(config); !status.ok()) return status;
   const size_t n = rates.size();
@@ -399,6 +464,10 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   plan.destination_ids_.resize(slots);
   if (config.placement == Placement::kHashed) {
     PlaceHashed(config, plan.admitted_, plan.offsets_, plan.destination_ids_, plan.loads_);
+  } else if (previous != nullptr && config.stickiness > 0 && previous->size() > 0) {
+    stats.kept_assignments =
+        PlaceSticky(config, *previous, (cold_tail + admitted_rate) / r_count, plan.admitted_,
+                    plan.offsets_, plan.destination_ids_, plan.loads_);
   } else {
     LoadTournament tournament(plan.loads_);
     uint32_t offset = 0;
@@ -437,8 +506,8 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
 }
 
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
-                               Clock* clock) {
-  return PlanBuilder(clock).Build(rates, config);
+                               Clock* clock, const Plan* previous) {
+  return PlanBuilder(clock).Build(rates, config, previous);
 }
 
 }  // namespace cacheroute::planner

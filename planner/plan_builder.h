@@ -62,21 +62,30 @@ struct PlanConfig {
   bool replicate = true;
   Placement placement = Placement::kLpt;
   uint64_t placement_seed = 0;  // kHashed only
+  // Placement hysteresis (the paper's §5.4 and Appendix E: recomputing LPT from scratch moves
+  // most keys to another, equally loaded destination, and each move starts that key cold). Only
+  // used when Build is given the previous plan. Keys are still visited in decreasing rate; each
+  // job stays on one of the key's previous destinations (the least loaded of them) if its load
+  // after the job is at most (1 + stickiness) × (total rate / R); otherwise it goes where LPT puts
+  // it. So a destination ends above (1 + stickiness) × the mean only through LPT's own choices.
+  // Finite, ≥ 0; 0 is Algorithm 1 exactly.
+  double stickiness = 0.0;
 };
 
 struct PlanStats {
-  uint64_t input_keys = 0;      // keys given, including zero-rate ones
-  uint64_t admitted_keys = 0;   // keys in the table
-  uint64_t slots_used = 0;      // Σk_b over admitted keys
-  uint64_t slot_capacity = 0;   // C = R·W, saturated at UINT64_MAX
-  uint64_t capped_keys = 0;     // admitted keys whose ⌈λ/q_cap⌉ exceeded R (so k_b = R)
-  double total_rate = 0.0;      // Σλ over all keys, plus the unkeyed rate
-  double admitted_rate = 0.0;   // Σλ over admitted keys
-  double cold_tail_rate = 0.0;  // Σλ over keys not admitted, plus the unkeyed rate
-  double max_load = 0.0;        // max expected load over destinations
-  double mean_load = 0.0;       // total_rate / R
-  double imbalance = 1.0;       // max_load / mean_load; 1 when the total rate is 0
-  double build_seconds = 0.0;   // planning time as read from the injected clock; 0 without one
+  uint64_t input_keys = 0;        // keys given, including zero-rate ones
+  uint64_t admitted_keys = 0;     // keys in the table
+  uint64_t slots_used = 0;        // Σk_b over admitted keys
+  uint64_t slot_capacity = 0;     // C = R·W, saturated at UINT64_MAX
+  uint64_t capped_keys = 0;       // admitted keys whose ⌈λ/q_cap⌉ exceeded R (so k_b = R)
+  double total_rate = 0.0;        // Σλ over all keys, plus the unkeyed rate
+  double admitted_rate = 0.0;     // Σλ over admitted keys
+  double cold_tail_rate = 0.0;    // Σλ over keys not admitted, plus the unkeyed rate
+  double max_load = 0.0;          // max expected load over destinations
+  double mean_load = 0.0;         // total_rate / R
+  double imbalance = 1.0;         // max_load / mean_load; 1 when the total rate is 0
+  double build_seconds = 0.0;     // planning time as read from the injected clock; 0 without one
+  uint64_t kept_assignments = 0;  // assignments kept on a previous destination by stickiness
 };
 
 // The result of one planning step: admitted keys in decreasing-rate order, each with its sorted
@@ -129,6 +138,11 @@ class PlanBuilder {
   // Returns InvalidArgument, naming the field and value, for a bad config, a NaN, infinite or
   // negative rate, or a duplicate key; OutOfRange if Σk_b would not fit 32 bits.
   absl::StatusOr<Plan> Build(std::span<const KeyRate> rates, const PlanConfig& config);
+  // The same, with placement hysteresis against `previous` (see PlanConfig::stickiness; with
+  // stickiness 0 or previous == nullptr it is the plain Build). `previous` must have been built
+  // for the same destination indices; destinations ≥ config.destinations in it are ignored.
+  absl::StatusOr<Plan> Build(std::span<const KeyRate> rates, const PlanConfig& config,
+                             const Plan* previous);
 
  private:
   Clock* clock_;
@@ -141,6 +155,6 @@ class PlanBuilder {
 
 // A one-off build with a fresh PlanBuilder; same results and errors as PlanBuilder::Build.
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
-                               Clock* clock = nullptr);
+                               Clock* clock = nullptr, const Plan* previous = nullptr);
 
 }  // namespace cacheroute::planner

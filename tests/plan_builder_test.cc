@@ -533,3 +533,176 @@ TEST_CASE("LPT stays within Graham's 4/3 bound of the brute-force optimum") {
 
 }  // namespace
 }  // namespace cacheroute::planner
+
+namespace cacheroute::planner {
+namespace {
+
+// Placement hysteresis written the obvious way (see PlanConfig::stickiness): each job stays on the
+// least loaded of the key's free previous destinations that remains under (1 + stickiness) × the
+// mean load, else takes the least-loaded free destination (ties lowest index).
+Table ReferenceSticky(std::vector<KeyRate> rates, const PlanConfig& config, const Table& previous) {
+  std::sort(rates.begin(), rates.end(), [](const KeyRate& a, const KeyRate& b) {
+    return a.rate > b.rate || (a.rate == b.rate && a.key < b.key);
+  });
+  const uint64_t capacity = uint64_t{config.destinations} * config.slots_per_destination;
+  uint64_t slots = 0;
+  double admitted_rate = 0;
+  size_t admitted = 0;
+  for (; admitted < rates.size() && rates[admitted].rate > 0; ++admitted) {
+    uint32_t k = AssignmentCount(rates[admitted].rate, config.q_cap, config.destinations);
+    if (slots + k > capacity) break;
+    slots += k;
+    admitted_rate += rates[admitted].rate;
+  }
+  double cold = 0;
+  for (size_t i = admitted; i < rates.size(); ++i) cold += rates[i].rate;
+  const double cap = (1 + config.stickiness) * ((cold + admitted_rate) / config.destinations);
+  std::vector<double> loads(config.destinations, cold / config.destinations);
+  Table table;
+  for (size_t i = 0; i < admitted; ++i) {
+    const uint32_t k = AssignmentCount(rates[i].rate, config.q_cap, config.destinations);
+    std::vector<uint32_t> before;
+    for (const auto& [key, set] : previous) {
+      if (key == rates[i].key) before = set;
+    }
+    std::vector<uint32_t> chosen;
+    for (uint32_t j = 0; j < k; ++j) {
+      auto free = [&](uint32_t d) {
+        return std::find(chosen.begin(), chosen.end(), d) == chosen.end();
+      };
+      const double share = rates[i].rate / k;
+      uint32_t pick = config.destinations;
+      for (uint32_t d : before) {
+        if (d < config.destinations && free(d) && loads[d] + share <= cap &&
+            (pick == config.destinations || loads[d] < loads[pick])) {
+          pick = d;
+        }
+      }
+      if (pick == config.destinations) {
+        for (uint32_t d = 0; d < config.destinations; ++d) {
+          if (free(d) && (pick == config.destinations || loads[d] < loads[pick])) pick = d;
+        }
+      }
+      chosen.push_back(pick);
+    }
+    const double share = rates[i].rate / k;
+    for (uint32_t d : chosen) loads[d] += share;
+    std::sort(chosen.begin(), chosen.end());
+    table.emplace_back(rates[i].key, chosen);
+  }
+  return table;
+}
+
+double Churn(const Table& a, const Table& b) {
+  size_t moved = 0;
+  for (const auto& [key, set] : b) {
+    auto it = std::find_if(a.begin(), a.end(), [&](const auto& e) { return e.first == key; });
+    if (it == a.end() || it->second != set) ++moved;
+  }
+  return b.empty() ? 0 : static_cast<double>(moved) / b.size();
+}
+
+}  // namespace
+
+TEST_CASE("stickiness must be finite and non-negative") {
+  for (double bad :
+       {-0.1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    const std::vector<KeyRate> one = {{1, 1.0}};
+    absl::StatusOr<Plan> plan = BuildPlan(
+        one, {.destinations = 2, .q_cap = 1, .slots_per_destination = 1, .stickiness = bad});
+    REQUIRE_FALSE(plan.ok());
+    CHECK(plan.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(plan.status().message()).find("stickiness") != std::string::npos);
+  }
+}
+
+TEST_CASE("without a previous plan, or with stickiness 0, placement is plain LPT") {
+  std::mt19937_64 rng(5);
+  std::lognormal_distribution<double> rate(0, 1.65);
+  std::vector<KeyRate> rates;
+  for (uint64_t k = 1; k <= 500; ++k) rates.push_back({k, rate(rng)});
+  PlanConfig config{.destinations = 7, .q_cap = 3, .slots_per_destination = 40};
+  const Plan plain = MustBuild(rates, config);
+  const Plan previous =
+      MustBuild(rates, {.destinations = 7, .q_cap = 1, .slots_per_destination = 9});
+  config.stickiness = 0.5;
+  PlanBuilder builder;
+  absl::StatusOr<Plan> no_previous = builder.Build(rates, config, nullptr);
+  REQUIRE(no_previous.ok());
+  CHECK(TableOf(*no_previous) == TableOf(plain));
+  CHECK(no_previous->stats().kept_assignments == 0);
+  config.stickiness = 0;
+  absl::StatusOr<Plan> zero = builder.Build(rates, config, &previous);
+  REQUIRE(zero.ok());
+  CHECK(TableOf(*zero) == TableOf(plain));
+  CHECK(Loads(*zero) == Loads(plain));
+}
+
+TEST_CASE("with unchanged rates a sticky replan keeps every assignment") {
+  std::mt19937_64 rng(6);
+  std::lognormal_distribution<double> rate(0, 1.65);
+  std::vector<KeyRate> rates;
+  for (uint64_t k = 1; k <= 2000; ++k) rates.push_back({k * 7919, rate(rng)});
+  PlanConfig config{
+      .destinations = 30, .q_cap = 2, .slots_per_destination = 20, .stickiness = 0.05};
+  const Plan first = MustBuild(rates, config);
+  PlanBuilder builder;
+  absl::StatusOr<Plan> again = builder.Build(rates, config, &first);
+  REQUIRE(again.ok());
+  CHECK(TableOf(*again) == TableOf(first));
+  CHECK(again->stats().kept_assignments == again->stats().slots_used);
+}
+
+TEST_CASE("sticky placement matches the reference and cuts churn under noisy rates") {
+  std::mt19937_64 rng(7);
+  std::lognormal_distribution<double> base(0, 1.65);
+  std::normal_distribution<double> noise(0, 0.3);
+  double plain_churn = 0, sticky_churn = 0;
+  constexpr int kInstances = 40;
+  for (int instance = 0; instance < kInstances; ++instance) {
+    // Tiny fleets too, where the hottest keys are capped at k_b = R.
+    const uint32_t r = instance < 8 ? 2 + instance : 10 + instance % 21;
+    std::vector<KeyRate> rates;
+    double total = 0;
+    for (uint64_t k = 1; k <= 500; ++k) {
+      rates.push_back({k, base(rng)});
+      total += rates.back().rate;
+    }
+    PlanConfig config{.destinations = r,
+                      .q_cap = 0.8 * total / r,
+                      .slots_per_destination = instance % 2 == 0 ? 64u : 8u,
+                      .stickiness = 0.1};
+    const Plan first = MustBuild(rates, config);
+    for (KeyRate& kr : rates) kr.rate *= std::exp(noise(rng));  // a lognormal step, σ = 0.3
+    PlanBuilder builder;
+    absl::StatusOr<Plan> sticky = builder.Build(rates, config, &first);
+    REQUIRE(sticky.ok());
+    CHECK(TableOf(*sticky) == ReferenceSticky(rates, config, TableOf(first)));
+    // Algorithm 1's invariants still hold.
+    CHECK(sticky->stats().slots_used <= uint64_t{r} * config.slots_per_destination);
+    double sum = 0;
+    for (double load : sticky->loads()) sum += load;
+    CHECK(sum == Approx(sticky->stats().total_rate));
+    double largest_job = 0;
+    for (size_t i = 0; i < sticky->size(); ++i) {
+      const size_t k = sticky->destinations(i).size();
+      if (k < r) CHECK(sticky->rate(i) / k <= config.q_cap * (1 + 1e-12));
+      largest_job = std::max(largest_job, sticky->rate(i) / k);
+    }
+    // Loads above (1 + stickiness) × mean come only from LPT's own choices: at most one job
+    // above the least-loaded destination's load, which is at most the mean.
+    const double mean = sticky->stats().mean_load;
+    CHECK(sticky->stats().max_load <=
+          std::max((1 + config.stickiness) * mean, mean + largest_job) * (1 + 1e-9));
+    config.stickiness = 0;
+    const Plan plain = MustBuild(rates, config);
+    plain_churn += Churn(TableOf(first), TableOf(plain));
+    sticky_churn += Churn(TableOf(first), TableOf(*sticky));
+  }
+  INFO("mean churn: plain " << plain_churn / kInstances << ", sticky "
+                            << sticky_churn / kInstances);
+  CHECK(plain_churn / kInstances > 0.5);
+  CHECK(sticky_churn < 0.5 * plain_churn);
+}
+
+}  // namespace cacheroute::planner

@@ -280,6 +280,10 @@ TEST_CASE("out-of-range values name the key and the value") {
   CHECK(ParseError("slots_per_destination: -64") ==
         "slots_per_destination: must be an integer >= 1, got -64");
   CHECK(ParseError("history: 0") == "history: must be an integer >= 1, got 0");
+  CHECK(ParseError("placement_stickiness: -0.5") ==
+        "placement_stickiness: must be a finite number >= 0, got -0.5");
+  CHECK(ParseOk("placement_stickiness: 0").placement_stickiness == 0);
+  CHECK(ParseOk("placement_stickiness: 0.25").placement_stickiness == 0.25);
   CHECK(ParseError("max_keys_per_report: 0") ==
         "max_keys_per_report: must be an integer >= 1, got 0");
   CHECK(ParseError("max_message_bytes: 2147483648") ==
@@ -519,6 +523,8 @@ TEST_CASE("bad flag values name the flag and the value") {
         "--q-cap: must be a finite number > 0, got -1");
   CHECK(LoadError({"--destinations", "3", "--q-cap", "lots"}) ==
         "--q-cap: expected a number, got \"lots\"");
+  CHECK(LoadError({"--destinations", "3", "--placement-stickiness", "-1"}) ==
+        "--placement-stickiness: must be a finite number >= 0, got -1");
   CHECK(LoadError({"--destinations", "3", "--slots-per-destination", "0"}) ==
         "--slots-per-destination: must be an integer >= 1, got 0");
   CHECK(LoadError({"--destinations", "3", "--control-interval", "10x"}) ==

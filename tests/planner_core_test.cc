@@ -193,5 +193,42 @@ TEST_CASE("concurrent reports, replans, membership changes and readers") {
   CHECK(seen.back() == h.core->Latest()->version().number);
 }
 
+TEST_CASE("placement hysteresis keeps keys where they were when rates wobble") {
+  // 60 keys on 6 destinations, every key admitted with k_b = 1. The second interval changes every
+  // rate by up to ±20%, which reshuffles from-scratch LPT; with stickiness the keys stay put.
+  auto run = [](double stickiness) {
+    PlannerConfig config = Config();
+    config.destinations = {"d0", "d1", "d2", "d3", "d4", "d5"};
+    config.slots_per_destination = 10;
+    config.placement_stickiness = stickiness;
+    Harness h(config);
+    std::vector<std::pair<std::string, double>> counts;
+    for (int k = 0; k < 60; ++k) counts.emplace_back("key-" + std::to_string(k), 100.0 + 7 * k);
+    REQUIRE(h.core->ReportRates(Report("gw", 1, counts)).ok());
+    h.Replan();
+    const auto first = h.core->Latest();
+    for (size_t k = 0; k < counts.size(); ++k) counts[k].second *= k % 2 == 0 ? 1.2 : 0.8;
+    REQUIRE(h.core->ReportRates(Report("gw", 2, counts)).ok());
+    h.Replan();
+    const auto second = h.core->Latest();
+    size_t moved = 0;
+    for (const auto& [key, count] : counts) {
+      const table::TableEntry* a = first->Find(KeyId(key));
+      const table::TableEntry* b = second->Find(KeyId(key));
+      REQUIRE(a != nullptr);
+      REQUIRE(b != nullptr);
+      if (a->destinations != b->destinations) ++moved;
+    }
+    return std::pair<size_t, double>(moved, h.core->Status().imbalance());
+  };
+  const auto [moved_from_scratch, imbalance_from_scratch] = run(0.0);
+  const auto [moved_sticky, imbalance_sticky] = run(0.1);
+  INFO("moved from scratch " << moved_from_scratch << ", sticky " << moved_sticky);
+  CHECK(moved_from_scratch > 20);
+  CHECK(moved_sticky < moved_from_scratch / 2);
+  CHECK(imbalance_sticky <= 1.1 + 0.05);
+  CHECK(imbalance_from_scratch <= imbalance_sticky + 1e-9);
+}
+
 }  // namespace
 }  // namespace cacheroute::service

@@ -56,6 +56,11 @@ absl::Status CheckPositiveFinite(absl::string_view name, double value) {
   return Invalid(name, absl::StrCat("must be a finite number > 0, got ", value));
 }
 
+absl::Status CheckNonNegativeFinite(absl::string_view name, double value) {
+  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be a finite number >= 0, got ", value));
+}
+
 absl::Status CheckPositiveDuration(absl::string_view name, absl::Duration value) {
   if (value > absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
   return Invalid(name,
@@ -237,6 +242,15 @@ absl::StatusOr<double> YamlPositiveNumber(absl::string_view name, const YAML::No
   absl::StatusOr<double> value = ParseNumber(name, *text);
   if (!value.ok()) return value.status();
   if (absl::Status status = CheckPositiveFinite(name, *value); !status.ok()) return status;
+  return value;
+}
+
+absl::StatusOr<double> YamlNonNegativeNumber(absl::string_view name, const YAML::Node& node) {
+  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "a number");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<double> value = ParseNumber(name, *text);
+  if (!value.ok()) return value.status();
+  if (absl::Status status = CheckNonNegativeFinite(name, *value); !status.ok()) return status;
   return value;
 }
 
@@ -424,6 +438,17 @@ YamlField PositiveNumberField(absl::string_view key, double PlannerConfig::*memb
           }};
 }
 
+YamlField NonNegativeNumberField(absl::string_view key, double PlannerConfig::*member) {
+  return {key,
+          [member](absl::string_view name, const YAML::Node& node,
+                   PlannerConfig& config) -> absl::Status {
+            absl::StatusOr<double> value = YamlNonNegativeNumber(name, node);
+            if (!value.ok()) return value.status();
+            config.*member = *value;
+            return absl::OkStatus();
+          }};
+}
+
 const std::vector<YamlField>& TlsFields() {
   static const auto* const fields = new std::vector<YamlField>{
       TlsStringField("cert_file", &TlsConfig::cert_file),
@@ -490,6 +515,7 @@ const std::vector<YamlField>& TopLevelFields() {
        }},
       PositiveNumberField("q_cap", &PlannerConfig::q_cap),
       IntegerField("slots_per_destination", &PlannerConfig::slots_per_destination, 1, kNoMax),
+      NonNegativeNumberField("placement_stickiness", &PlannerConfig::placement_stickiness),
       DurationField("control_interval", &PlannerConfig::control_interval),
       PositiveNumberField("table_ttl_seconds", &PlannerConfig::table_ttl_seconds),
       IntegerField("history", &PlannerConfig::history, 1, kNoMax),
@@ -556,6 +582,7 @@ struct Flags {
   std::string destination_names;
   std::string q_cap;
   std::string slots_per_destination;
+  std::string placement_stickiness;
   std::string control_interval;
   std::string token;
   std::string token_file;
@@ -595,6 +622,15 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& 
     if (!q_cap.ok()) return q_cap.status();
     if (absl::Status s = CheckPositiveFinite("--q-cap", *q_cap); !s.ok()) return s;
     config.q_cap = *q_cap;
+  }
+  if (given("--placement-stickiness")) {
+    absl::StatusOr<double> value =
+        ParseNumber("--placement-stickiness", flags.placement_stickiness);
+    if (!value.ok()) return value.status();
+    if (absl::Status s = CheckNonNegativeFinite("--placement-stickiness", *value); !s.ok()) {
+      return s;
+    }
+    config.placement_stickiness = *value;
   }
   if (given("--slots-per-destination")) {
     absl::StatusOr<uint64_t> slots =
@@ -658,6 +694,11 @@ void DeclareFlags(CLI::App& app, Flags& flags) {
                  absl::StrCat("Warm prefix slots per destination W (default ",
                               defaults.slots_per_destination, ")"))
       ->type_name("W");
+  app.add_option("--placement-stickiness", flags.placement_stickiness,
+                 absl::StrCat("Keep keys on their previous destinations while at most this "
+                              "fraction above the mean load; 0 replans from scratch (default ",
+                              defaults.placement_stickiness, ")"))
+      ->type_name("S");
   app.add_option("--control-interval", flags.control_interval,
                  absl::StrCat("Time between plans, e.g. 10s, 500ms, 2m (default ",
                               absl::FormatDuration(defaults.control_interval), ")"))
@@ -766,6 +807,7 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
           CheckDestinations("destinations", config.destinations),
           CheckPositiveFinite("q_cap", config.q_cap),
           CheckIntegerRange("slots_per_destination", config.slots_per_destination, 1, kNoMax),
+          CheckNonNegativeFinite("placement_stickiness", config.placement_stickiness),
           CheckPositiveDuration("control_interval", config.control_interval),
           CheckPositiveFinite("table_ttl_seconds", config.table_ttl_seconds),
           CheckIntegerRange("history", config.history, 1, kNoMax),

@@ -56,6 +56,10 @@ struct PlannerConfig {
   std::vector<std::string> destinations;  // names; `--destinations N` means "0" … "N-1"
   double q_cap = 8.0;                     // requests/s per assignment
   uint64_t slots_per_destination = 64;    // W
+  // Placement hysteresis (planner::PlanConfig::stickiness): a key keeps its previous destinations
+  // while that leaves them at most this fraction above the mean load; 0 replans from scratch
+  // (Algorithm 1 exactly), which moves most keys every interval under noisy rates.
+  double placement_stickiness = 0.1;
   absl::Duration control_interval = absl::Seconds(10);
   double table_ttl_seconds = 60;  // gateways fall back to power of two past this age
   size_t history = 32;            // versions kept for GetTable and Diff

@@ -177,8 +177,13 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   const planner::PlanConfig plan_config{.destinations = static_cast<uint32_t>(active.size()),
                                         .q_cap = config_.q_cap,
                                         .slots_per_destination = config_.slots_per_destination,
-                                        .unkeyed_rate = rates_.UnkeyedRate()};
-  absl::StatusOr<planner::Plan> plan = builder_.Build(last_rates_, plan_config);
+                                        .unkeyed_rate = rates_.UnkeyedRate(),
+                                        .stickiness = config_.placement_stickiness};
+  // Hysteresis needs the previous plan in the same destination indices: none after a drain or
+  // undrain changed the active set (or after a restart), so such a plan is placed from scratch.
+  const planner::Plan* previous =
+      last_plan_.has_value() && last_plan_active_ == active ? &*last_plan_ : nullptr;
+  absl::StatusOr<planner::Plan> plan = builder_.Build(last_rates_, plan_config, previous);
   if (!plan.ok()) return plan.status();
   ++counters_.plans;
   last_stats_ = plan->stats();
@@ -203,6 +208,8 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
     outcome.changed = true;
     *published = std::move(candidate);
   }
+  last_plan_ = *std::move(plan);
+  last_plan_active_ = active;
   PersistLocked();
   return outcome;
 }

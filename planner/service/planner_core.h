@@ -122,6 +122,9 @@ class PlannerCore {
   // The inputs and stats of the last planning step, for Explain and Status.
   std::vector<planner::KeyRate> last_rates_ ABSL_GUARDED_BY(mu_);
   planner::PlanStats last_stats_ ABSL_GUARDED_BY(mu_);
+  // The last plan built and the active destinations it was built over (for placement hysteresis).
+  std::optional<planner::Plan> last_plan_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> last_plan_active_ ABSL_GUARDED_BY(mu_);
   int64_t last_plan_unix_ms_ ABSL_GUARDED_BY(mu_) = 0;
   struct StreamInfo {
     bool subscribed = false;
