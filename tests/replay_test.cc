@@ -15,6 +15,7 @@
 
 #include "tests/support/temp_dir.h"
 #include "tools/engine_emu/server.h"
+#include "tools/replay/replay.h"
 #include "tools/workload/json_line.h"
 #include "tools/workload/mooncake.h"
 #include "tools/workload/workload.h"
@@ -207,6 +208,35 @@ TEST_CASE("routing decisions are a function of the seed") {
     counts.push_back(ReadFile(dir.File("live.csv")));
   }
   CHECK(counts[0] == counts[1]);
+}
+
+TEST_CASE("through a gateway, destinations come from its X-CacheRoute-Destination header") {
+  auto ok = [](const std::string& via, bool planned, uint64_t prompt, uint64_t cached) {
+    Outcome o;
+    o.via = via;
+    o.planned = planned;
+    o.prompt_tokens = prompt;
+    o.cached_tokens = cached;
+    return o;
+  };
+  Outcome failed;
+  failed.kind = OutcomeKind::kHttpError;
+  failed.via = "engine-1";
+  const std::vector<Outcome> outcomes = {
+      ok("engine-1", true, 100, 60), ok("engine-0", false, 50, 0), ok("engine-1", true, 100, 100),
+      failed, ok("", false, 10, 0)};
+  const ReplayReport report = BuildReport(outcomes, {}, 1.0);
+  REQUIRE(report.destinations.size() == 2);
+  CHECK(report.destinations[0].name == "engine-0");
+  CHECK(report.destinations[0].requests == 1);
+  CHECK(report.destinations[0].prefill_tokens == 50);
+  CHECK(report.destinations[1].name == "engine-1");
+  CHECK(report.destinations[1].requests == 3);
+  CHECK(report.destinations[1].succeeded == 2);
+  CHECK(report.destinations[1].prefill_tokens == 40);
+  CHECK(report.planned == 2);
+  CHECK(report.succeeded == 4);
+  CHECK(report.prefill_imbalance == Approx(50.0 / 45.0));
 }
 
 }  // namespace

@@ -177,6 +177,8 @@ Outcome Send(httplib::Client& client, const std::string& body, const std::string
     return out;
   }
   out.http_status = res.status;
+  out.via = res.get_header_value("X-CacheRoute-Destination");
+  out.planned = res.get_header_value("X-CacheRoute-Planned") == "1";
   if (res.status < 200 || res.status >= 300) {
     out.kind = OutcomeKind::kHttpError;
     return out;

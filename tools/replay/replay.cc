@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
@@ -188,20 +189,37 @@ ReplayReport BuildReport(const std::vector<Outcome>& outcomes,
                          const std::vector<std::string>& destinations, double wall_s) {
   ReplayReport report;
   report.wall_s = wall_s;
-  report.destinations.resize(destinations.size());
-  for (size_t d = 0; d < destinations.size(); ++d) report.destinations[d].name = destinations[d];
+  // Through a gateway the destinations are the names it reported.
+  std::vector<std::string> names = destinations;
+  std::map<std::string, size_t> index_by_via;
+  if (names.empty()) {
+    for (const Outcome& o : outcomes) {
+      if (!o.via.empty()) index_by_via.emplace(o.via, 0);
+    }
+    for (auto& [name, index] : index_by_via) {
+      index = names.size();
+      names.push_back(name);
+    }
+  }
+  report.destinations.resize(names.size());
+  for (size_t d = 0; d < names.size(); ++d) report.destinations[d].name = names[d];
   std::vector<double> ttft, latency;
   for (const Outcome& o : outcomes) {
     ++report.requests;
     ++report.by_kind[static_cast<int>(o.kind)];
-    DestinationReport* dest =
-        o.destination < report.destinations.size() ? &report.destinations[o.destination] : nullptr;
+    size_t d = o.destination;
+    if (destinations.empty()) {
+      auto it = o.via.empty() ? index_by_via.end() : index_by_via.find(o.via);
+      d = it == index_by_via.end() ? report.destinations.size() : it->second;
+    }
+    DestinationReport* dest = d < report.destinations.size() ? &report.destinations[d] : nullptr;
     if (dest != nullptr) ++dest->requests;
     if (o.kind != OutcomeKind::kOk) {
       ++report.failed;
       continue;
     }
     ++report.succeeded;
+    if (o.planned) ++report.planned;
     ttft.push_back(o.ttft_s);
     latency.push_back(o.latency_s);
     report.prompt_tokens += o.prompt_tokens;
@@ -251,6 +269,12 @@ std::string FormatReportTable(const ReplayReport& r) {
                         r.latency_p99_s);
   absl::StrAppendFormat(&out, "  served KV hit       %.2f%%  (%d cached of %d prompt tokens)\n",
                         100 * r.kv_hit, r.cached_tokens, r.prompt_tokens);
+  if (r.policy == "gateway") {
+    absl::StrAppendFormat(
+        &out, "  planned (gateway)   %.2f%% of successes routed by the table\n",
+        r.succeeded > 0 ? 100.0 * static_cast<double>(r.planned) / static_cast<double>(r.succeeded)
+                        : 0.0);
+  }
   if (r.plan) {
     absl::StrAppendFormat(&out,
                           "  offline plan        %d of %d keys admitted (%.1f%% of the rate), "
@@ -286,10 +310,10 @@ std::string FormatReportJson(const ReplayReport& r) {
       "{\"policy\":%s,\"requests\":%d,\"succeeded\":%d,\"failed\":%d,\"failures\":{%s},"
       "\"wall_seconds\":%.6f,\"ttft_p50_seconds\":%.6f,\"ttft_p99_seconds\":%.6f,"
       "\"latency_p50_seconds\":%.6f,\"latency_p99_seconds\":%.6f,\"prompt_tokens\":%d,"
-      "\"cached_tokens\":%d,\"kv_hit\":%.6f",
+      "\"cached_tokens\":%d,\"kv_hit\":%.6f,\"planned\":%d",
       r.policy.empty() ? "null" : JsonQuote(r.policy), r.requests, r.succeeded, r.failed, failures,
       r.wall_s, r.ttft_p50_s, r.ttft_p99_s, r.latency_p50_s, r.latency_p99_s, r.prompt_tokens,
-      r.cached_tokens, r.kv_hit);
+      r.cached_tokens, r.kv_hit, r.planned);
   if (r.plan) {
     absl::StrAppendFormat(&out,
                           ",\"plan\":{\"keys\":%d,\"admitted_keys\":%d,\"q_cap\":%.6g,"

@@ -129,6 +129,9 @@ struct Outcome {
   uint64_t prompt_tokens = 0;
   uint64_t cached_tokens = 0;
   uint64_t completion_tokens = 0;
+  // Through a gateway: its X-CacheRoute-Destination and X-CacheRoute-Planned response headers.
+  std::string via;
+  bool planned = false;
 };
 
 struct DestinationReport {
@@ -150,10 +153,13 @@ struct ReplayReport {
   double latency_p50_s = 0, latency_p99_s = 0;
   uint64_t prompt_tokens = 0;
   uint64_t cached_tokens = 0;
-  double kv_hit = 0;                            // cached / prompt over successes
-  std::vector<DestinationReport> destinations;  // empty unless the replay routed itself
-  double request_imbalance = 0;                 // max/mean requests over destinations
-  double prefill_imbalance = 0;                 // max/mean prefill tokens
+  double kv_hit = 0;  // cached / prompt over successes
+  // When the replay routed itself, its targets; through a gateway, the destinations the gateway
+  // named in X-CacheRoute-Destination (sorted by name); else empty.
+  std::vector<DestinationReport> destinations;
+  uint64_t planned = 0;          // successes the gateway said were routed by its table
+  double request_imbalance = 0;  // max/mean requests over destinations
+  double prefill_imbalance = 0;  // max/mean prefill tokens
   std::string policy;
   std::optional<PlanSummary> plan;
 };
