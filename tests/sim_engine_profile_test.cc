@@ -16,11 +16,21 @@ EngineProfile Must(std::string_view name) {
   return *p;
 }
 
-TEST_CASE("the 70B profile reproduces the NIM benchmark it was fitted to") {
+TEST_CASE("the 70B profile's prefill line and limits come from the NIM benchmark and the paper") {
+  // Its decode line is checked against the simulated benchmark in sim_calibration_test.
   const EngineProfile p = Must("llama-70b-fp8-tp2-h100");
   CHECK(p.IterationSeconds(5000, 0, 0) == Approx(0.4068).margin(0.002));  // TTFT at 5,000 tokens
   CHECK(p.IterationSeconds(1000, 0, 0) == Approx(0.008 + 0.080));
   CHECK(p.IterationSeconds(0, 1, 0) == Approx(0.0186).margin(0.0001));  // ITL at concurrency 1
+  CHECK(p.kv_blocks == 40071);
+  CHECK(p.token_budget == 8192);
+  CHECK(p.max_running == 1024);
+}
+
+TEST_CASE("the itl-as-decode profile is the NIM ITL line read as decode-step times") {
+  const EngineProfile p = Must("llama-70b-fp8-tp2-h100-itl-as-decode");
+  CHECK(p.IterationSeconds(5000, 0, 0) == Approx(0.4068).margin(0.002));
+  CHECK(p.IterationSeconds(0, 1, 0) == Approx(0.0186).margin(0.0001));
   CHECK(p.IterationSeconds(0, 25, 0) == Approx(0.0388).margin(0.0001));
   CHECK(p.IterationSeconds(0, 50, 0) == Approx(0.0597).margin(0.0001));
   CHECK(p.kv_blocks == 40071);
@@ -76,7 +86,7 @@ TEST_CASE("bad profiles are rejected with the field and the value named") {
 }
 
 TEST_CASE("saturation rate: one over the work a request brings") {
-  const EngineProfile p = Must("llama-70b-fp8-tp2-h100");
+  const EngineProfile p = Must("llama-70b-fp8-tp2-h100-itl-as-decode");
   // 1,200-token prompts with 400 uncached, 100 output tokens: 0.080·400 + 100·0.8388 ms.
   const double work = 400 * 0.080e-3 + 100 * 0.8388e-3;
   CHECK(SaturationQps(p, 1200, 400, 100) == Approx(1 / work));

@@ -4,3 +4,4 @@ cacheroute_add_test(NAME sim_engine_profile_test SOURCES sim_engine_profile_test
                     LIBS cacheroute::sim)
 cacheroute_add_test(NAME sim_engine_test SOURCES sim_engine_test.cc LIBS cacheroute::sim)
 cacheroute_add_test(NAME sim_fleet_test SOURCES sim_fleet_test.cc LIBS cacheroute::sim)
+cacheroute_add_test(NAME sim_calibration_test SOURCES sim_calibration_test.cc LIBS cacheroute::sim)

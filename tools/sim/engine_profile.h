@@ -13,8 +13,9 @@
 //          it is empty.
 // The two intercepts are separate because the 70B source measures them separately: TTFT at
 // concurrency 1 gives prefill_base and prefill_per_token, inter-token latency against concurrency
-// gives decode_base and decode_per_seq. A lone request's TTFT is therefore exactly
-// prefill_base + prefill_per_token·(uncached prompt tokens) when its prompt fits one iteration.
+// gives decode_base and decode_per_seq (fitted by simulating the benchmark, calibration.h). A lone
+// request's TTFT is therefore exactly prefill_base + prefill_per_token·(uncached prompt tokens)
+// when its prompt fits one iteration.
 //
 // Usage:
 //   absl::StatusOr<EngineProfile> profile = FindEngineProfile("llama-70b-fp8-tp2-h100");
@@ -61,6 +62,9 @@ absl::Status ValidateEngineProfile(const EngineProfile& profile);
 // The calibrated profiles, by name.
 //   llama-70b-fp8-tp2-h100  Llama-3.3-70B fp8 on a tensor-parallel-2 pair of H100s (the paper's
 //                           flagship destination)
+//   llama-70b-fp8-tp2-h100-itl-as-decode
+//                           the same with the previous decode line (benchmark inter-token
+//                           latencies read as decode-step times), for sensitivity
 //   llama-8b-h100           Llama-3.1-8B bf16 on one H100 (the paper's mechanism testbed)
 absl::StatusOr<EngineProfile> FindEngineProfile(std::string_view name);
 std::vector<std::string> EngineProfileNames();

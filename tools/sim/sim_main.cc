@@ -5,6 +5,7 @@
 //   cacheroute-sim --study primary|ablation|negative|drift[,…] [--seeds 2,3,4] [--duration S]
 //                  [--loads 30,60,…] [--out DIR] [--jobs N] [--config FILE]
 //   cacheroute-sim run --policy P --qps Q [--study NAME | --config FILE] [--seed S] [--duration S]
+//   cacheroute-sim calibrate [--profile NAME] [--isl N] [--osl N[,N…]]
 //
 // Exit codes: 0 ok, 1 a run or the report failed, 2 bad flags or a bad study file.
 #include <cmath>
@@ -16,6 +17,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "tools/sim/calibration.h"
+#include "tools/sim/engine_profile.h"
 #include "tools/sim/study/fleet_runner.h"
 #include "tools/sim/study/report.h"
 #include "tools/sim/study/study.h"
@@ -88,6 +91,60 @@ int RunOne(const std::string& study_name, const std::string& config, const std::
   return 0;
 }
 
+// The NIM benchmark the 70B profile's decode line is fitted to (EVALUATION.md, "Engines"): mean
+// inter-token latency at concurrency 1, 25 and 50 with 5,000-token prompts.
+constexpr cacheroute::sim::ItlPoint kNimItl[] = {{1, 0.0186}, {25, 0.0388}, {50, 0.0597}};
+constexpr double kNimTtftC1At5000 = 0.4068;
+
+// Simulates NIM's closed-loop benchmark with `profile_name`, then refits its decode line to NIM's
+// ITLs for each OSL (docs/simulator.md, "Engine profiles").
+int Calibrate(const std::string& profile_name, uint32_t isl, const std::string& osl_list,
+              const cacheroute::sim::ClosedLoopBenchmark& window) {
+  namespace sim = cacheroute::sim;
+  absl::StatusOr<sim::EngineProfile> profile = sim::FindEngineProfile(profile_name);
+  if (!profile.ok()) return Fail(2, absl::StrCat("--profile: ", profile.status().message()));
+  absl::StatusOr<std::vector<double>> osls = study::ParseNumberList(osl_list, "--osl");
+  if (!osls.ok()) return Fail(2, osls.status().message());
+  for (double osl : *osls) {
+    if (!(osl >= 2 && osl <= 100000 && osl == std::floor(osl))) {
+      return Fail(2, absl::StrFormat("--osl: must be whole numbers in [2, 100000], got %g", osl));
+    }
+  }
+  std::cout << absl::StrFormat(
+      "profile %s: decode %.3f ms + %.4f ms/seq, prefill %.3f ms + %.4f ms/token\n"
+      "NIM closed-loop benchmark, ISL %d, unique prompts; measured ITL 18.6 / 38.8 / 59.7 ms at "
+      "c = 1 / 25 / 50, TTFT %.1f ms at c = 1\n\n",
+      profile->name, 1e3 * profile->decode_base_s, 1e3 * profile->decode_per_seq_s,
+      1e3 * profile->prefill_base_s, 1e3 * profile->prefill_per_token_s, isl,
+      1e3 * kNimTtftC1At5000);
+  for (double osl : *osls) {
+    sim::ClosedLoopBenchmark shape = window;
+    shape.input_tokens = isl;
+    shape.output_tokens = static_cast<uint32_t>(osl);
+    std::cout << absl::StrFormat("OSL %g\n  this profile:", osl);
+    for (const sim::ItlPoint& p : kNimItl) {
+      sim::ClosedLoopBenchmark b = shape;
+      b.concurrency = p.concurrency;
+      absl::StatusOr<sim::ClosedLoopResult> r = sim::RunClosedLoopBenchmark(*profile, b);
+      if (!r.ok()) return Fail(2, r.status().message());
+      std::cout << absl::StrFormat("  c=%d ITL %.1f ms TTFT %.0f ms", p.concurrency,
+                                   1e3 * r->mean_itl_s, 1e3 * r->mean_ttft_s);
+    }
+    absl::StatusOr<sim::DecodeFit> fit = sim::FitDecodeLine(*profile, kNimItl, shape);
+    if (!fit.ok()) return Fail(1, fit.status().message());
+    std::cout << absl::StrFormat("\n  fit: decode %.3f ms + %.4f ms/seq%s, RMS error %.2f ms;",
+                                 1e3 * fit->decode_base_s, 1e3 * fit->decode_per_seq_s,
+                                 fit->per_seq_at_zero ? " (clamped at 0)" : "",
+                                 1e3 * fit->rms_error_s);
+    for (size_t i = 0; i < fit->itl_s.size(); ++i) {
+      std::cout << absl::StrFormat("  c=%d ITL %.1f ms TTFT %.0f ms", kNimItl[i].concurrency,
+                                   1e3 * fit->itl_s[i], 1e3 * fit->ttft_s[i]);
+    }
+    std::cout << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,6 +182,26 @@ int main(int argc, char** argv) {
   run->add_option("--config", config, "a YAML study file whose setup to use");
   CLI::Option* run_duration =
       run->add_option("--duration", overrides.duration_s, "measured simulated seconds");
+
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate",
+      "simulate NIM's closed-loop benchmark with a profile and refit its decode line to NIM's "
+      "inter-token latencies");
+  std::string calibrate_profile = "llama-70b-fp8-tp2-h100";
+  uint32_t isl = 5000;
+  std::string osl = "200,500,1000";
+  calibrate->add_option("--profile", calibrate_profile, "engine profile");
+  calibrate->add_option("--isl", isl, "input tokens per request")->check(CLI::Range(1u, 100000u));
+  calibrate->add_option("--osl", osl, "output tokens per request; comma-separated for several");
+  cacheroute::sim::ClosedLoopBenchmark window;
+  calibrate->add_option("--warmup-requests", window.warmup_requests,
+                        "requests per client left out of the means");
+  calibrate
+      ->add_option("--measured-requests", window.measured_requests, "requests per client averaged")
+      ->check(CLI::Range(1u, 100000u));
+  bool together = false;
+  calibrate->add_flag("--start-together", together,
+                      "start every client at 0 (default: spread over one request cycle)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -141,6 +218,8 @@ int main(int argc, char** argv) {
   if (run->parsed() && !(qps > 0 && std::isfinite(qps))) {
     return Fail(2, absl::StrFormat("--qps: must be a number > 0, got %g", qps));
   }
+  if (together) window.start = cacheroute::sim::ClientStart::kTogether;
+  if (calibrate->parsed()) return Calibrate(calibrate_profile, isl, osl, window);
   if (run->parsed()) return RunOne(run_study, config, policy, qps, seed, overrides);
 
   if (studies.empty() == config.empty()) {
