@@ -1,0 +1,656 @@
+// The gateway end to end over real HTTP: upstreams are httplib servers on loopback ports that
+// answer like vLLM and say which of them answered; the gateway runs in-process (Gateway) or as
+// the real binary; the planner is the real one in-process (support/planner_fixture.h). Waiting is
+// polling with a deadline (Eventually), never a fixed sleep; nothing asserts on wall-clock time.
+#include "tools/gateway/gateway.h"
+
+#include <fcntl.h>
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "support/planner_fixture.h"
+
+namespace cacheroute::gateway {
+namespace {
+
+using testing::Eventually;
+using testing::InProcessPlanner;
+
+// A vLLM look-alike: /v1/completions and /v1/chat/completions answer JSON with `usage` and the
+// upstream's name ("served_by"), or with "stream": true a few SSE events; /v1/models; /health.
+// Stop() and Start() restart it on the same port, as a crashed and restarted engine would.
+class FakeUpstream {
+ public:
+  explicit FakeUpstream(std::string name) : name_(std::move(name)) { Start(); }
+  ~FakeUpstream() { Stop(); }
+
+  void Start() {
+    server_ = std::make_unique<httplib::Server>();
+    server_->set_keep_alive_timeout(1);  // Stop() waits for idle keep-alive connections
+    server_->set_tcp_nodelay(true);
+    const auto answer = [this](const httplib::Request& req, httplib::Response& res) {
+      ++requests_;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_body_ = req.body;
+        last_authorization_ = req.get_header_value("Authorization");
+      }
+      if (ScanRequestFields(req.body).stream) {
+        res.set_chunked_content_provider(
+            "text/event-stream", [this](size_t, httplib::DataSink& sink) {
+              for (size_t i = 0; i < SseEvents().size(); ++i) {
+                const std::string& event = SseEvents()[i];
+                if (!sink.write(event.data(), event.size())) return false;
+                // Hold the rest back until the client has seen the first event: a gateway that
+                // buffered the stream would deadlock here and the test would see it (the wait is
+                // bounded so that a failing test still ends).
+                if (i == 0) {
+                  std::unique_lock<std::mutex> lock(mu_);
+                  first_event_seen_cv_.wait_for(lock, std::chrono::seconds(20),
+                                                [this] { return first_event_seen_; });
+                  held_back_until_seen_ = first_event_seen_;
+                }
+              }
+              sink.done();
+              return true;
+            });
+        return;
+      }
+      res.set_content(absl::StrCat(R"({"id":"cmpl-1","object":"text_completion","model":"fake",)",
+                                   R"("served_by":")", name_, R"(","choices":[{"index":0,)",
+                                   R"("text":"hi","finish_reason":"stop"}],"usage":{)",
+                                   R"("prompt_tokens":5,"completion_tokens":1,"total_tokens":6,)",
+                                   R"("prompt_tokens_details":{"cached_tokens":0}}})"),
+                      "application/json");
+    };
+    server_->Post("/v1/completions", answer);
+    server_->Post("/v1/chat/completions", answer);
+    server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(
+          absl::StrCat(R"({"object":"list","data":[{"id":"fake","owned_by":")", name_, R"("}]})"),
+          "application/json");
+    });
+    server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("", "text/plain");
+    });
+    if (port_ == 0) {
+      port_ = server_->bind_to_any_port("127.0.0.1");
+    } else {
+      REQUIRE(Eventually([&] { return server_->bind_to_port("127.0.0.1", port_); }));
+    }
+    REQUIRE(port_ > 0);
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    REQUIRE(Eventually([&] { return server_->is_running(); }));
+  }
+
+  void Stop() {
+    if (server_ == nullptr) return;
+    server_->stop();
+    thread_.join();
+    server_.reset();
+  }
+
+  static const std::vector<std::string>& SseEvents() {
+    static const std::vector<std::string> events = {
+        "data: {\"choices\":[{\"index\":0,\"text\":\"Hel\"}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"text\":\"lo\"}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"text\":\"!\",\"finish_reason\":\"stop\"}],"
+        "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\n",
+        "data: [DONE]\n\n"};
+    return events;
+  }
+  void SawFirstEvent() {
+    std::lock_guard<std::mutex> lock(mu_);
+    first_event_seen_ = true;
+    first_event_seen_cv_.notify_all();
+  }
+  bool held_back_until_seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_back_until_seen_;
+  }
+
+  const std::string& name() const { return name_; }
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  int requests() const { return requests_.load(); }
+  std::string last_body() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_body_;
+  }
+  std::string last_authorization() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_authorization_;
+  }
+
+ private:
+  const std::string name_;
+  int port_ = 0;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::atomic<int> requests_{0};
+  std::mutex mu_;
+  std::condition_variable first_event_seen_cv_;
+  bool first_event_seen_ = false;      // guarded by mu_
+  bool held_back_until_seen_ = false;  // guarded by mu_
+  std::string last_body_;              // guarded by mu_
+  std::string last_authorization_;     // guarded by mu_
+};
+
+struct Fleet {
+  explicit Fleet(int n) {
+    for (int i = 0; i < n; ++i) upstreams.push_back(std::make_unique<FakeUpstream>(Name(i)));
+  }
+  static std::string Name(int i) { return absl::StrCat("u", i); }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    for (const auto& u : upstreams) names.push_back(u->name());
+    return names;
+  }
+  std::vector<Upstream> Config() const {
+    std::vector<Upstream> config;
+    for (const auto& u : upstreams) config.push_back({u->name(), u->url()});
+    return config;
+  }
+  std::vector<std::unique_ptr<FakeUpstream>> upstreams;
+};
+
+GatewayConfig ConfigFor(const Fleet& fleet, std::string policy = "cacheroute") {
+  GatewayConfig config;
+  config.listen = "127.0.0.1:0";
+  config.upstreams = fleet.Config();
+  config.policy = std::move(policy);
+  config.report_interval = absl::Milliseconds(50);
+  config.probe_interval = absl::Milliseconds(20);
+  config.connect_timeout = absl::Seconds(1);
+  config.read_timeout = absl::Seconds(30);
+  config.failure_threshold = 2;
+  config.server_threads = 16;
+  return config;
+}
+
+std::unique_ptr<Gateway> StartGateway(const GatewayConfig& config) {
+  absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(config);
+  INFO(gateway.status().ToString());
+  REQUIRE(gateway.ok());
+  return *std::move(gateway);
+}
+
+service::PlannerConfig PlannerFor(std::vector<std::string> destinations) {
+  service::PlannerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.destinations = std::move(destinations);
+  config.q_cap = 1e9;                // every admitted key gets one destination
+  config.slots_per_destination = 1;  // C = R: the R hottest keys are admitted
+  config.control_interval = absl::Hours(1);
+  config.rate_smoothing = absl::Seconds(1);
+  config.key_ttl = absl::Hours(10);
+  return config;
+}
+
+struct Reply {
+  int status = 0;  // 0: no HTTP answer at all
+  std::string destination;
+  std::string planned;
+  std::string body;
+};
+
+Reply Send(httplib::Client& client, const std::string& key,
+           const std::string& path = "/v1/completions", bool key_in_header = true) {
+  httplib::Headers headers;
+  std::string body = R"({"model":"fake","prompt":"Hello","max_tokens":1)";
+  if (!key.empty()) {
+    if (key_in_header) {
+      headers.emplace("X-CacheRoute-Key", key);
+    } else {
+      absl::StrAppend(&body, R"(,"user":")", key, "\"");
+    }
+  }
+  body += "}";
+  httplib::Result result = client.Post(path.c_str(), headers, body, "application/json");
+  Reply reply;
+  if (!result) return reply;
+  reply.status = result->status;
+  reply.destination = result->get_header_value("X-CacheRoute-Destination");
+  reply.planned = result->get_header_value("X-CacheRoute-Planned");
+  reply.body = result->body;
+  return reply;
+}
+
+httplib::Client ClientFor(const Gateway& gateway) {
+  httplib::Client client("127.0.0.1", gateway.port());
+  client.set_keep_alive(true);
+  client.set_tcp_nodelay(true);
+  client.set_read_timeout(30, 0);
+  return client;
+}
+
+std::string TableDestination(const Gateway& gateway, const std::string& key) {
+  auto table = gateway.table();
+  if (table == nullptr) return "";
+  std::vector<uint32_t> set = table->Find(dataplane::KeyId(key)).ToVector();
+  if (set.size() != 1) return "";
+  return gateway.config().upstreams[set[0]].name;
+}
+
+uint64_t TableNumber(const Gateway& gateway) {
+  auto table = gateway.table();
+  return table ? table->version().number : 0;
+}
+
+// Sends `per_key` requests for each hot key and one for each of `cold` cold keys, waits until
+// the gateway has reported all of them to the planner, plans, and waits for the new table.
+void PlanFromTraffic(InProcessPlanner& planner, Gateway& gateway,
+                     const std::vector<std::string>& hot, int per_key, int cold) {
+  httplib::Client client = ClientFor(gateway);
+  uint64_t sent = 0;
+  for (int i = 0; i < per_key; ++i) {
+    for (const std::string& key : hot) {
+      REQUIRE(Send(client, key).status == 200);
+      ++sent;
+    }
+  }
+  for (int i = 0; i < cold; ++i) {
+    REQUIRE(Send(client, absl::StrCat("cold-", i)).status == 200);
+    ++sent;
+  }
+  REQUIRE(Eventually([&] {
+    return gateway.ReporterStats()->requests_reported >= sent &&
+           gateway.ReporterStats()->pending == 0;
+  }));
+  const uint64_t number = planner.Replan().version().number();
+  const bool arrived = Eventually([&] { return TableNumber(gateway) >= number; });
+  const dataplane::TableSubscriberStats stats = *gateway.SubscriberStats();
+  INFO("want " << number << ", have " << TableNumber(gateway) << "; acks " << stats.acks
+               << ", nacks " << stats.nacks << ", connects " << stats.connects << ", last error "
+               << stats.last_error);
+  REQUIRE(arrived);
+}
+
+const std::vector<std::string> kHot = {"tenant-a", "tenant-b", "tenant-c", "tenant-d"};
+
+TEST_CASE("request fields: user and stream are read from the top level only") {
+  RequestFields f = ScanRequestFields(R"({"model":"m","user":"t-1","stream":true})");
+  CHECK(f.user == "t-1");
+  CHECK(f.stream);
+  f = ScanRequestFields(
+      R"({"messages":[{"role":"user","content":"{\"user\":\"x\"}"}],"stream":false})");
+  CHECK_FALSE(f.user.has_value());
+  CHECK_FALSE(f.stream);
+  f = ScanRequestFields(R"( { "user" : "caf\u00e9 \ud83d\ude00" , "n": [1, {"a": "]"}] } )");
+  CHECK(f.user == "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  CHECK_FALSE(ScanRequestFields(R"({"user": 7})").user.has_value());
+  CHECK_FALSE(ScanRequestFields(R"({"user":"a")").user.has_value());  // truncated
+  CHECK_FALSE(ScanRequestFields("not json").user.has_value());
+  CHECK_FALSE(ScanRequestFields(R"(["user","a"])").user.has_value());
+}
+
+TEST_CASE("planned keys go to their table destination, other keys spread by P2C") {
+  Fleet fleet(4);
+  InProcessPlanner planner(PlannerFor(fleet.Names()));
+  GatewayConfig config = ConfigFor(fleet);
+  config.planner = planner.target();
+  config.gateway_id = "gw-test";
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  REQUIRE(Eventually([&] { return gateway->SubscriberStats()->connected; }));
+
+  // Before any table: P2C, not planned.
+  httplib::Client client = ClientFor(*gateway);
+  Reply first = Send(client, "tenant-a");
+  CHECK(first.status == 200);
+  CHECK(first.planned == "0");
+  CHECK(first.body.find(absl::StrCat("\"served_by\":\"", first.destination, "\"")) !=
+        std::string::npos);
+
+  PlanFromTraffic(planner, *gateway, kHot, 20, 40);
+  for (const std::string& key : kHot) {
+    const std::string expected = TableDestination(*gateway, key);
+    REQUIRE_FALSE(expected.empty());
+    for (int i = 0; i < 5; ++i) {
+      // The key in the header or in the body's `user` field routes the same.
+      Reply reply = Send(client, key, i % 2 ? "/v1/chat/completions" : "/v1/completions",
+                         /*key_in_header=*/i % 3 != 0);
+      CHECK(reply.status == 200);
+      CHECK(reply.planned == "1");
+      CHECK(reply.destination == expected);
+      CHECK(reply.body.find(absl::StrCat("\"served_by\":\"", expected, "\"")) != std::string::npos);
+    }
+  }
+  std::map<std::string, int> cold;
+  for (int i = 0; i < 200; ++i) {
+    Reply reply = Send(client, absl::StrCat("other-", i));
+    CHECK(reply.status == 200);
+    CHECK(reply.planned == "0");
+    ++cold[reply.destination];
+  }
+  CHECK(cold.size() == 4);  // P2C over an idle fleet is uniform: each gets about 50
+  // Keyless requests are routed too (P2C), and not counted in the rates.
+  Reply keyless = Send(client, "");
+  CHECK(keyless.status == 200);
+  CHECK(keyless.planned == "0");
+
+  const std::string metrics = gateway->RenderMetrics();
+  CHECK(metrics.find("cacheroute_gateway_picks_total{reason=\"planned\"} 20") != std::string::npos);
+  CHECK(metrics.find("cacheroute_gateway_picks_total{reason=\"no_key\"} 1") != std::string::npos);
+  CHECK(metrics.find(absl::StrCat("cacheroute_gateway_table_version{epoch=\"",
+                                  gateway->table()->version().epoch, "\"} ",
+                                  gateway->table()->version().number)) != std::string::npos);
+}
+
+TEST_CASE("a table update arrives while traffic flows and no request fails") {
+  Fleet fleet(3);
+  InProcessPlanner planner(PlannerFor(fleet.Names()));
+  GatewayConfig config = ConfigFor(fleet);
+  config.planner = planner.target();
+  config.gateway_id = "gw-flow";
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  PlanFromTraffic(planner, *gateway, {"k0", "k1", "k2"}, 10, 0);
+  const uint64_t before = TableNumber(*gateway);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0}, after_update{0};
+  std::vector<std::thread> senders;
+  for (int t = 0; t < 4; ++t) {
+    senders.emplace_back([&, t] {
+      httplib::Client client = ClientFor(*gateway);
+      for (int i = 0; !stop.load(); ++i) {
+        const bool updated = TableNumber(*gateway) > before;
+        Reply reply = Send(client, absl::StrCat("k", (i + t) % 6));
+        (reply.status == 200 ? ok : failed).fetch_add(1);
+        if (updated && reply.status == 200) after_update.fetch_add(1);
+      }
+    });
+  }
+  REQUIRE(Eventually([&] { return ok.load() > 50; }));
+  // Another gateway's traffic makes k3 … k5 the hot keys: a new table with other assignments.
+  planner.Report("gw-other", 1, {{"k3", 1e6}, {"k4", 1e6}, {"k5", 1e6}});
+  const uint64_t number = planner.Replan().version().number();
+  REQUIRE(number > before);
+  REQUIRE(Eventually([&] { return TableNumber(*gateway) >= number; }));
+  const int at_update = ok.load();
+  REQUIRE(Eventually([&] { return ok.load() > at_update + 50 && after_update.load() > 50; }));
+  stop = true;
+  for (std::thread& t : senders) t.join();
+  CHECK(failed.load() == 0);
+  CHECK(TableDestination(*gateway, "k3") != "");
+  for (const dataplane::RouterStats stats = gateway->RouterStats(); int64_t n : stats.in_flight) {
+    CHECK(n == 0);
+  }
+}
+
+TEST_CASE("an upstream killed mid-run: 502 only for its requests, marked down, then back") {
+  Fleet fleet(3);
+  GatewayConfig config = ConfigFor(fleet, "flatlb");
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  httplib::Client client = ClientFor(*gateway);
+  for (int i = 0; i < 30; ++i) REQUIRE(Send(client, absl::StrCat("t", i)).status == 200);
+
+  const uint32_t killed = gateway->DestinationIndex("u1");
+  fleet.upstreams[killed]->Stop();
+  int bad_gateway = 0;
+  int i = 0;
+  const bool marked_down = Eventually([&] {
+    Reply reply = Send(client, absl::StrCat("t", i++));
+    if (reply.destination == "u1") {
+      CHECK(reply.status == 502);
+      CHECK(reply.body.find("\"error\"") != std::string::npos);
+      CHECK(reply.body.find("upstream u1 (" + fleet.upstreams[killed]->url() + ")") !=
+            std::string::npos);
+      ++bad_gateway;
+    } else {
+      CHECK(reply.status == 200);
+    }
+    return !gateway->RouterStats().up[killed];
+  });
+  REQUIRE(marked_down);
+  CHECK(bad_gateway == 2);  // exactly failure_threshold requests paid for the outage
+
+  std::map<std::string, int> after;
+  for (int j = 0; j < 60; ++j) {
+    Reply reply = Send(client, absl::StrCat("t", j));
+    CHECK(reply.status == 200);
+    ++after[reply.destination];
+  }
+  CHECK(after.count("u1") == 0);
+  CHECK(after.size() == 2);
+  const std::string metrics = gateway->RenderMetrics();
+  CHECK(metrics.find("cacheroute_gateway_destination_up{destination=\"u1\"} 0") !=
+        std::string::npos);
+  CHECK(metrics.find("cacheroute_gateway_upstream_errors_total{destination=\"u1\"} 2") !=
+        std::string::npos);
+
+  fleet.upstreams[killed]->Start();  // same port; the prober's GET /health brings it back
+  // -> bool: up[killed] is a vector<bool> proxy into a temporary.
+  REQUIRE(Eventually([&]() -> bool { return gateway->RouterStats().up[killed]; }));
+  REQUIRE(Eventually([&] {
+    Reply reply = Send(client, "back");
+    CHECK(reply.status == 200);
+    return reply.destination == "u1";
+  }));
+}
+
+TEST_CASE("the planner stopped mid-run leaves the gateway routing on its last table") {
+  Fleet fleet(3);
+  InProcessPlanner planner(PlannerFor(fleet.Names()));
+  GatewayConfig config = ConfigFor(fleet);
+  config.planner = planner.target();
+  config.gateway_id = "gw-orphan";
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  PlanFromTraffic(planner, *gateway, {"x", "y", "z"}, 10, 0);
+  std::map<std::string, std::string> planned;
+  for (const char* key : {"x", "y", "z"}) planned[key] = TableDestination(*gateway, key);
+
+  planner.Stop();
+  REQUIRE(Eventually([&] { return !gateway->SubscriberStats()->connected; }));
+  httplib::Client client = ClientFor(*gateway);
+  for (int i = 0; i < 10; ++i) {
+    for (const auto& [key, destination] : planned) {
+      Reply reply = Send(client, key);
+      CHECK(reply.status == 200);
+      CHECK(reply.planned == "1");
+      CHECK(reply.destination == destination);
+    }
+  }
+  // Rates queue up for the planner meanwhile; reports fail without affecting requests.
+  REQUIRE(Eventually([&] { return gateway->ReporterStats()->failed_attempts > 0; }));
+}
+
+TEST_CASE("stream: true passes the SSE chunks through as they arrive, unchanged") {
+  Fleet fleet(1);
+  std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet, "sticky"));
+  FakeUpstream& upstream = *fleet.upstreams[0];
+
+  httplib::Client client("127.0.0.1", gateway->port());
+  client.set_read_timeout(30, 0);
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  request.headers = {{"Content-Type", "application/json"},
+                     {"Authorization", "Bearer sk-test"},
+                     {"X-CacheRoute-Key", "thread-9"}};
+  request.body = R"({"model":"fake","messages":[{"role":"user","content":"Hi"}],"stream":true})";
+  std::string received;
+  int status = 0;
+  std::string content_type, destination;
+  request.response_handler = [&](const httplib::Response& response) {
+    status = response.status;
+    content_type = response.get_header_value("Content-Type");
+    destination = response.get_header_value("X-CacheRoute-Destination");
+    return true;
+  };
+  request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    received.append(data, size);
+    if (received.size() >= FakeUpstream::SseEvents()[0].size()) upstream.SawFirstEvent();
+    return true;
+  };
+  httplib::Response response;
+  httplib::Error error = httplib::Error::Success;
+  REQUIRE(client.send(request, response, error));
+  CHECK(status == 200);
+  CHECK(content_type == "text/event-stream");
+  CHECK(destination == "u0");
+  std::string expected;
+  for (const std::string& event : FakeUpstream::SseEvents()) expected += event;
+  CHECK(received == expected);
+  CHECK(upstream.held_back_until_seen());  // the first event reached us before the rest was sent
+  CHECK(upstream.last_body() == request.body);
+  CHECK(upstream.last_authorization() == "Bearer sk-test");
+  REQUIRE(Eventually([&] { return gateway->RouterStats().in_flight[0] == 0; }));
+
+  // A stream towards a dead upstream is a 502 like any other request.
+  upstream.Stop();
+  std::string body;
+  request.response_handler = nullptr;
+  request.content_receiver = nullptr;
+  httplib::Response failed;
+  REQUIRE(client.send(request, failed, error));
+  CHECK(failed.status == 502);
+  CHECK(failed.body.find("upstream u0") != std::string::npos);
+  CHECK(gateway->RouterStats().in_flight[0] == 0);
+}
+
+TEST_CASE("/v1/models, /healthz and /metrics") {
+  Fleet fleet(2);
+  std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet, "chwbl"));
+  httplib::Client client = ClientFor(*gateway);
+  httplib::Result models = client.Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 200);
+  CHECK(
+      models->body.find("\"owned_by\":\"" + models->get_header_value("X-CacheRoute-Destination")) !=
+      std::string::npos);
+  httplib::Result health = client.Get("/healthz");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  REQUIRE(Send(client, "m").status == 200);
+  httplib::Result metrics = client.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->status == 200);
+  for (const char* line : {
+           "cacheroute_gateway_requests_total{endpoint=\"models\",code=\"2xx\"} 1",
+           "cacheroute_gateway_requests_total{endpoint=\"completions\",code=\"2xx\"} 1",
+           "cacheroute_gateway_picks_total{reason=\"policy\"} 1",
+           "cacheroute_gateway_in_flight{destination=\"u0\"} 0",
+           "cacheroute_gateway_destination_up{destination=\"u1\"} 1",
+           "cacheroute_gateway_request_duration_seconds_bucket{le=\"+Inf\"} 2",
+           "cacheroute_gateway_request_duration_seconds_count 2",
+           "cacheroute_gateway_table_version{epoch=\"0\"} 0",
+       }) {
+    INFO(line);
+    CHECK(metrics->body.find(line) != std::string::npos);
+  }
+  // Every family has HELP and TYPE.
+  size_t families = 0;
+  for (size_t pos = 0; (pos = metrics->body.find("# TYPE ", pos)) != std::string::npos; ++pos) {
+    ++families;
+  }
+  size_t helps = 0;
+  for (size_t pos = 0; (pos = metrics->body.find("# HELP ", pos)) != std::string::npos; ++pos) {
+    ++helps;
+  }
+  CHECK(families == helps);
+  CHECK(families >= 10);
+  // Prometheus' own linter, where installed (Debian package `prometheus`).
+  if (access("/usr/bin/promtool", X_OK) == 0) {
+    const std::string path = "gateway_test_metrics.txt";
+    {
+      std::ofstream out(path);
+      out << metrics->body;
+    }
+    const int status = std::system(("/usr/bin/promtool check metrics < " + path).c_str());
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    std::remove(path.c_str());
+  } else {
+    WARN("promtool not installed: skipping `promtool check metrics`");
+  }
+
+  fleet.upstreams[0]->Stop();
+  fleet.upstreams[1]->Stop();
+  for (int i = 0; i < 4; ++i) Send(client, absl::StrCat("k", i));  // 2 failures each: both down
+  REQUIRE(Eventually([&] {
+    Send(client, "k");
+    auto up = gateway->RouterStats().up;
+    return !up[0] && !up[1];
+  }));
+  Reply none = Send(client, "k");
+  CHECK(none.status == 503);
+  CHECK(none.body.find("no upstream is up") != std::string::npos);
+  health = client.Get("/healthz");
+  REQUIRE(health);
+  CHECK(health->status == 503);
+}
+
+// The real binary: started with port 0, its port read from the "started gateway" log line.
+TEST_CASE("the cacheroute-gateway binary serves on the port it logs") {
+  Fleet fleet(2);
+  int err[2];
+  REQUIRE(pipe(err) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(err[1], 2);
+    close(err[0]);
+    std::vector<std::string> args = {CACHEROUTE_GATEWAY_PATH, "--listen", "127.0.0.1:0", "--policy",
+                                     "cacheroute"};
+    for (const Upstream& u : fleet.Config()) {
+      args.push_back("--upstream");
+      args.push_back(u.name + "=" + u.url);
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(err[1]);
+  int port = 0;
+  std::string log;
+  while (port == 0) {
+    pollfd pfd{err[0], POLLIN, 0};
+    if (poll(&pfd, 1, 60'000) <= 0) break;
+    char chunk[4096];
+    const ssize_t n = read(err[0], chunk, sizeof(chunk));
+    if (n <= 0) break;
+    log.append(chunk, static_cast<size_t>(n));
+    const size_t at = log.find("started gateway port=");
+    if (at != std::string::npos && log.find('\n', at) != std::string::npos) {
+      port = std::stoi(log.substr(at + 21));
+    }
+  }
+  INFO(log);
+  CHECK(log.find("no_planner") != std::string::npos);  // cacheroute without a planner says so
+  if (port > 0) {
+    httplib::Client client("127.0.0.1", port);
+    Reply reply = Send(client, "tenant-1");
+    CHECK(reply.status == 200);
+    CHECK((reply.destination == "u0" || reply.destination == "u1"));
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(err[0]);
+  REQUIRE(port > 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+}  // namespace cacheroute::gateway
