@@ -11,3 +11,8 @@ cacheroute_add_test(NAME replay_test SOURCES replay_test.cc
 target_compile_definitions(replay_test PRIVATE
                            CACHEROUTE_REPLAY_PATH="$<TARGET_FILE:cacheroute-replay>")
 add_dependencies(replay_test cacheroute-replay)
+cacheroute_add_test(NAME replay_compare_test SOURCES replay_compare_test.cc LIBS cacheroute::replay)
+target_include_directories(replay_compare_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(replay_compare_test PRIVATE
+                           CACHEROUTE_REPLAY_COMPARE_PATH="$<TARGET_FILE:cacheroute-replay-compare>")
+add_dependencies(replay_compare_test cacheroute-replay-compare)

@@ -1,0 +1,99 @@
+// Tests for tools/replay/compare: reading replay reports back, the side-by-side table, the
+// Markdown report and the SVG charts, and the real cacheroute-replay-compare binary's exit codes.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "support/run_command.h"
+#include "support/temp_dir.h"
+#include "tools/replay/compare.h"
+#include "tools/replay/replay.h"
+
+namespace cacheroute::replay {
+namespace {
+
+std::string ReportJson(uint64_t cached, const std::string& via_a, const std::string& via_b) {
+  std::vector<Outcome> outcomes(2);
+  outcomes[0].via = via_a;
+  outcomes[0].prompt_tokens = 100;
+  outcomes[0].cached_tokens = cached;
+  outcomes[0].ttft_s = 0.5;
+  outcomes[0].planned = true;
+  outcomes[1].via = via_b;
+  outcomes[1].prompt_tokens = 100;
+  outcomes[1].ttft_s = 1.5;
+  ReplayReport report = BuildReport(outcomes, {}, 2.0);
+  report.policy = "gateway";
+  return FormatReportJson(report);
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST_CASE("a replay report reads back with its destinations") {
+  absl::StatusOr<ReplayRun> run = ReadRun("cacheroute", ReportJson(80, "e0", "e1"));
+  INFO(run.status().ToString());
+  REQUIRE(run.ok());
+  CHECK(run->label == "cacheroute");
+  CHECK(run->requests == 2);
+  CHECK(run->kv_hit == Approx(0.4));
+  CHECK(run->planned == 1);
+  REQUIRE(run->destinations.size() == 2);
+  CHECK(run->destinations[0].name == "e0");
+  CHECK(run->destinations[0].prefill_tokens == 20);
+  CHECK(run->destinations[0].kv_hit == Approx(0.8));
+  CHECK(run->destinations[1].prefill_tokens == 100);
+}
+
+TEST_CASE("a file that is not a replay report is refused, naming the field") {
+  CHECK_FALSE(ReadRun("x", "not json").ok());
+  absl::StatusOr<ReplayRun> missing = ReadRun("x", R"({"requests": 1})");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(std::string(missing.status().message()).find("succeeded") != std::string::npos);
+}
+
+TEST_CASE("the table, the Markdown and the charts show every run") {
+  std::vector<ReplayRun> runs = {*ReadRun("flatlb", ReportJson(10, "e0", "e1")),
+                                 *ReadRun("cacheroute", ReportJson(90, "e0", "e1"))};
+  const std::string table = CompareTable(runs);
+  CHECK(table.find("flatlb") != std::string::npos);
+  CHECK(table.find("5.0%") != std::string::npos);   // 10 of 200 prompt tokens
+  CHECK(table.find("45.0%") != std::string::npos);  // 90 of 200
+  const std::string md = CompareMarkdown(runs, "Demo");
+  CHECK(md.rfind("# Demo", 0) == 0);
+  CHECK(Count(md, ": per destination") == 2);
+  const std::string bars = BarChartSvg("KV", {"flatlb", "cacheroute"}, {5, 45}, "%");
+  CHECK(Count(bars, "<svg") == 1);
+  CHECK(Count(bars, "</svg>") == 1);
+  CHECK(Count(bars, "width=\"70\"") == 2);  // one bar per run
+  const std::string load = DestinationLoadSvg(runs);
+  CHECK(Count(load, "width=\"26\"") == 4);  // 2 destinations × 2 runs
+  CHECK(Count(load, "<text") == Count(load, "</text>"));
+}
+
+TEST_CASE("cacheroute-replay-compare writes the report; bad arguments exit 2") {
+  testing::TempDir dir("replay_compare_test");
+  const std::string a = dir.Write("a.json", ReportJson(10, "e0", "e1"));
+  const std::string b = dir.Write("b.json", ReportJson(90, "e0", "e1"));
+  testing::CommandResult ok = testing::RunCommand(
+      CACHEROUTE_REPLAY_COMPARE_PATH, {"flatlb=" + a, "cacheroute=" + b, "--out", dir.path()});
+  INFO(ok.err);
+  REQUIRE(ok.exit_code == 0);
+  CHECK(ok.out.find("served KV hit") != std::string::npos);
+  CHECK(dir.Read("report.md").find("cacheroute") != std::string::npos);
+  CHECK(dir.Read("kv-hit.svg").find("</svg>") != std::string::npos);
+
+  testing::CommandResult bad = testing::RunCommand(CACHEROUTE_REPLAY_COMPARE_PATH, {"nolabel"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("nolabel") != std::string::npos);
+  testing::CommandResult missing =
+      testing::RunCommand(CACHEROUTE_REPLAY_COMPARE_PATH, {"x=" + dir.File("none.json")});
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err.find("none.json") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace cacheroute::replay

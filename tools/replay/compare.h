@@ -1,0 +1,49 @@
+// Side-by-side comparison of cacheroute-replay runs (their --json reports): the shadow-replay
+// gate of the paper's §5.3 (the same trace, plan vs Flat-LB) and the local demo's report.
+//
+// ReadRun parses one report. CompareTable prints the runs as columns (served KV hit, TTFT p50 and
+// p99, latency p99, failures, prefill imbalance, planned share); CompareMarkdown adds per-run
+// destination tables; BarChartSvg draws one metric per run as a labelled bar chart, and
+// DestinationLoadSvg the prefill work per destination of every run, grouped. The SVG is plain
+// text with no dependencies, meant to be opened in a browser.
+//
+// Usage:
+//   absl::StatusOr<ReplayRun> a = ReadRun("flatlb", json_text);
+//   std::cout << CompareTable(runs);
+//   WriteFile(dir + "/kv-hit.svg", BarChartSvg("Served KV hit (%)", labels, values));
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cacheroute::replay {
+
+struct ReplayRunDestination {
+  std::string name;
+  double requests = 0;
+  double prefill_tokens = 0;
+  double kv_hit = 0;  // 0..1
+};
+
+struct ReplayRun {
+  std::string label;
+  double requests = 0, succeeded = 0, failed = 0;
+  double ttft_p50_s = 0, ttft_p99_s = 0, latency_p50_s = 0, latency_p99_s = 0;
+  double kv_hit = 0;  // 0..1
+  double planned = 0;
+  double request_imbalance = 0, prefill_imbalance = 0;
+  std::vector<ReplayRunDestination> destinations;
+};
+
+// InvalidArgument naming the field when `json` is not a replay report.
+absl::StatusOr<ReplayRun> ReadRun(const std::string& label, const std::string& json);
+
+std::string CompareTable(const std::vector<ReplayRun>& runs);
+std::string CompareMarkdown(const std::vector<ReplayRun>& runs, const std::string& title);
+std::string BarChartSvg(const std::string& title, const std::vector<std::string>& labels,
+                        const std::vector<double>& values, const std::string& unit);
+std::string DestinationLoadSvg(const std::vector<ReplayRun>& runs);
+
+}  // namespace cacheroute::replay
