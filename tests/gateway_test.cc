@@ -526,6 +526,33 @@ TEST_CASE("stream: true passes the SSE chunks through as they arrive, unchanged"
   CHECK(gateway->RouterStats().in_flight[0] == 0);
 }
 
+TEST_CASE("a client that hangs up mid-stream ends the request without blaming the upstream") {
+  Fleet fleet(1);
+  std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet, "flatlb"));
+  FakeUpstream& upstream = *fleet.upstreams[0];
+  httplib::Client client("127.0.0.1", gateway->port());
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/completions";
+  request.headers = {{"Content-Type", "application/json"}};
+  request.body = R"({"model":"fake","prompt":"Hi","stream":true,"user":"t"})";
+  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    upstream.SawFirstEvent();
+    return false;  // hang up after the first chunk
+  };
+  httplib::Response response;
+  httplib::Error error = httplib::Error::Success;
+  CHECK_FALSE(client.send(request, response, error));
+  REQUIRE(Eventually([&] { return gateway->RouterStats().in_flight[0] == 0; }));
+  const std::string metrics = gateway->RenderMetrics();
+  CHECK(metrics.find("cacheroute_gateway_upstream_errors_total{destination=\"u0\"} 0") !=
+        std::string::npos);
+  CHECK(gateway->RouterStats().up[0]);
+  // The gateway and the upstream serve the next request as usual.
+  httplib::Client next = ClientFor(*gateway);
+  CHECK(Send(next, "t").status == 200);
+}
+
 TEST_CASE("/v1/models, /healthz and /metrics") {
   Fleet fleet(2);
   std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet, "chwbl"));

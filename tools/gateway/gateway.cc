@@ -326,6 +326,24 @@ std::string LabelValue(absl::string_view v) {
   return out;
 }
 
+// What went wrong, in words a client can act on (httplib's own names are terse: "Read").
+std::string DescribeError(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "could not connect";
+    case httplib::Error::ConnectionTimeout:
+      return "connect timed out";
+    case httplib::Error::Read:
+      return "no complete answer (connection closed or read timed out)";
+    case httplib::Error::Write:
+      return "sending the request failed (connection closed or write timed out)";
+    case httplib::Error::Canceled:
+      return "request canceled";
+    default:
+      return httplib::to_string(error);
+  }
+}
+
 constexpr absl::string_view kEndpointNames[] = {"completions", "chat_completions", "models"};
 
 }  // namespace
@@ -589,11 +607,11 @@ bool Gateway::ForwardUnary(uint32_t d, const httplib::Request& request,
   httplib::Response answer;
   httplib::Error error = httplib::Error::Success;
   if (!client->send(upstream, answer, error)) {
-    RecordFailure(d, httplib::to_string(error));
+    RecordFailure(d, DescribeError(error));
     response.status = 502;
     response.set_content(
         ErrorBody(absl::StrCat("upstream ", config_.upstreams[d].name, " (",
-                               config_.upstreams[d].url, ") failed: ", httplib::to_string(error)),
+                               config_.upstreams[d].url, ") failed: ", DescribeError(error)),
                   "upstream_error", 502),
         "application/json");
     return false;  // the client's connection is in an unknown state: dropped with it
@@ -647,7 +665,7 @@ void Gateway::ForwardStream(uint32_t d, const httplib::Request& request,
   }
   if (!headers_ready) {  // never reached the upstream, or it closed without answering
     stream->reader.join();
-    const std::string error = httplib::to_string(stream->error);
+    const std::string error = DescribeError(stream->error);
     RecordFailure(d, error);
     response.status = 502;
     response.set_content(ErrorBody(absl::StrCat("upstream ", config_.upstreams[d].name, " (",
@@ -704,7 +722,7 @@ void Gateway::ForwardStream(uint32_t d, const httplib::Request& request,
     if (ok) {
       RecordSuccess(d);
     } else {
-      RecordFailure(d, httplib::to_string(stream->error));
+      RecordFailure(d, DescribeError(stream->error));
     }
     if (stream->ok) ReleaseClient(d, std::move(stream->client));
     in_flight_holder->Release();
@@ -761,7 +779,7 @@ void Gateway::RecordFailure(uint32_t d, absl::string_view error) {
         {{"destination", config_.upstreams[d].name},
          {"url", config_.upstreams[d].url},
          {"consecutive_failures", absl::StrCat(failures)},
-         {"error", std::string(error)}});
+         {"error", absl::StrCat("\"", error, "\"")}});
   }
 }
 
