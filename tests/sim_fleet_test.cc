@@ -329,5 +329,44 @@ TEST_CASE("simulated requests per second at the study's scale", "[.benchmark]") 
   }
 }
 
+TEST_CASE("max_plans holds the last plan; stickiness cuts the churn between plans") {
+  const std::vector<SimRequest> requests = MakeRequests({.duration_s = 60});
+  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  config.record_dispatches = true;
+  const RunResult every = MustRun(config, requests);
+  CHECK(every.plans >= 10);  // every 5 s for 60 s
+  CHECK(every.plan_churn > 0);
+
+  config.max_plans = 1;
+  const RunResult held = MustRun(config, requests);
+  CHECK(held.plans == 1);
+  CHECK(held.plan_churn == 0);
+  REQUIRE(held.plan_records.size() == 1);
+  CHECK(held.plan_records[0].time == config.control_interval_s);
+  // Every planned request after the plan went into its key's planned set.
+  std::map<uint64_t, std::set<uint32_t>> planned;
+  for (const dataplane::TableEntry& e : held.plan_records[0].entries) {
+    planned[e.key_id].insert(e.destinations.begin(), e.destinations.end());
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].arrival_s < config.control_interval_s) continue;
+    auto it = planned.find(requests[i].key_id);
+    if (it == planned.end()) continue;
+    CHECK(held.dispatches[i].reason == dataplane::Reason::kPlanned);
+    CHECK(it->second.contains(held.dispatches[i].destination));
+  }
+
+  config.max_plans = 0;
+  config.stickiness = 0.5;
+  const RunResult sticky = MustRun(config, requests);
+  CHECK(sticky.plans == every.plans);
+  CHECK(sticky.plan_churn < every.plan_churn);
+
+  config.stickiness = -1;
+  absl::StatusOr<RunResult> bad = RunFleet(config, requests);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("stickiness") != std::string_view::npos);
+}
+
 }  // namespace
 }  // namespace cacheroute::sim

@@ -12,9 +12,11 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/clock.h"
@@ -232,6 +234,9 @@ absl::Status ValidateFleetConfig(const FleetConfig& config) {
   if (!(config.rate_smoothing_s > 0) || std::isinf(config.rate_smoothing_s)) {
     return Invalid("rate_smoothing_s", "finite and > 0", config.rate_smoothing_s);
   }
+  if (!(config.stickiness >= 0) || std::isinf(config.stickiness)) {
+    return Invalid("stickiness", "finite and >= 0", config.stickiness);
+  }
   if (config.recorder_max_keys == 0 ||
       config.recorder_max_keys > dataplane::RateRecorder::kMaxKeys) {
     return Invalid("recorder_max_keys", "in [1, 2^24]", config.recorder_max_keys);
@@ -294,8 +299,12 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
                                   .placement = config.ablation == PlanAblation::kFull
                                                    ? planner::Placement::kLpt
                                                    : planner::Placement::kHashed,
-                                  .placement_seed = config.seed};
+                                  .placement_seed = config.seed,
+                                  .stickiness = config.stickiness};
   uint64_t control_tick = 0;
+  std::optional<planner::Plan> previous_plan;
+  double churn_sum = 0;
+  uint32_t churn_transitions = 0;
   auto replan = [&](double now) -> absl::Status {
     ++control_tick;
     const absl::Time at = epoch + absl::Seconds(now);
@@ -322,8 +331,26 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
     aggregator.CloseInterval(at);
     const std::vector<planner::KeyRate> rates = aggregator.Rates();
     plan_config.unkeyed_rate = aggregator.UnkeyedRate();
-    absl::StatusOr<planner::Plan> plan = builder.Build(rates, plan_config);
+    absl::StatusOr<planner::Plan> plan =
+        builder.Build(rates, plan_config, previous_plan.has_value() ? &*previous_plan : nullptr);
     if (!plan.ok()) return plan.status();
+    if (previous_plan.has_value()) {
+      absl::flat_hash_map<uint64_t, size_t> before;
+      for (size_t i = 0; i < previous_plan->size(); ++i) before[previous_plan->key(i)] = i;
+      uint64_t common = 0, moved = 0;
+      for (size_t i = 0; i < plan->size(); ++i) {
+        auto it = before.find(plan->key(i));
+        if (it == before.end()) continue;
+        ++common;
+        const std::span<const uint32_t> a = previous_plan->destinations(it->second);
+        const std::span<const uint32_t> b = plan->destinations(i);
+        moved += !std::equal(a.begin(), a.end(), b.begin(), b.end());
+      }
+      if (common > 0) {
+        churn_sum += static_cast<double>(moved) / common;
+        ++churn_transitions;
+      }
+    }
     std::vector<dataplane::TableEntry> entries(plan->size());
     for (size_t i = 0; i < plan->size(); ++i) {
       entries[i].key_id = plan->key(i);
@@ -340,6 +367,7 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
       }
     }
     ++result.plans;
+    previous_plan = *std::move(plan);
     if (config.record_dispatches) {
       result.plan_records.push_back(
           {.time = now, .entries = std::move(entries), .expected_loads = std::move(loads)});
@@ -405,6 +433,7 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
       clock.now_s = t_control;
       if (absl::Status s = replan(t_control); !s.ok()) return s;
       next_control += config.control_interval_s;
+      if (config.max_plans > 0 && result.plans >= config.max_plans) next_control = kForever;
       continue;
     }
     if (t_arrival <= t_engine) {
@@ -477,6 +506,7 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
         break;  // unreachable: the loop runs until every engine is idle
     }
   }
+  result.plan_churn = churn_transitions > 0 ? churn_sum / churn_transitions : 0;
   result.failed = result.rejected + result.timed_out;
   result.failure_rate =
       result.requests > 0 ? static_cast<double>(result.failed) / result.requests : 0;

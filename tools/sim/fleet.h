@@ -16,6 +16,10 @@
 // Routers have no table and route by power of two choices, as a freshly started deployment would.
 // The ablation switch reproduces the paper's component study (§5.2, Table 4): kAffinityOnly
 // (k_b = 1, hashed placement), kReplication (k_b = ⌈λ_b/q_cap⌉, hashed placement), kFull (LPT).
+// max_plans stops replanning after that many plans, so one plan can be held for the rest of the
+// run ("the table remains fixed for a control interval", §1, §3.2). stickiness > 0 gives the
+// planner the previous plan (placement hysteresis, planner/plan_builder.h): keys keep their
+// destinations while that keeps each within (1 + stickiness) × the mean expected load.
 //
 // Request content. A SimRequest carries one hash id per block of block_size prompt tokens (the
 // workload generator's and the Mooncake trace's format). Each is expanded into block_size/16
@@ -106,6 +110,8 @@ struct FleetConfig {
   double rate_smoothing_s = 10;         // the RateAggregator's τ
   uint32_t recorder_max_keys = 4096;    // RateRecorder sketch size per gateway
   PlanAblation ablation = PlanAblation::kFull;
+  uint32_t max_plans = 0;  // stop replanning after this many plans; 0: replan all run long
+  double stickiness = 0;   // PlanConfig::stickiness, finite ≥ 0; 0: LPT from scratch every time
 
   // Keep a DispatchRecord per request and a PlanRecord per plan in the result (tests, debugging).
   bool record_dispatches = false;
@@ -151,6 +157,8 @@ struct RunResult {
   double throughput_rps = 0;  // completed / (last arrival − warmup_s)
   uint64_t planned = 0;       // requests routed by a table (CacheRoute), in the window
   uint32_t plans = 0;
+  // Mean over consecutive plans of the share of keys in both whose destination set changed.
+  double plan_churn = 0;
   double q_cap = 0;        // as used (CacheRoute)
   double simulated_s = 0;  // when the last request ended
   double wall_s = 0;

@@ -12,6 +12,13 @@
 #include "cacheroute/dataplane/key_id.h"
 
 namespace cacheroute::sim::study {
+namespace {
+
+// The planner service's default placement hysteresis (planner/service/config.h,
+// placement_stickiness in deploy/planner.yaml).
+constexpr double kServiceStickiness = 0.1;
+
+}  // namespace
 
 absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::string_view policy,
                                             double offered_qps, uint64_t seed) {
@@ -29,6 +36,8 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   c.rate_smoothing_s = study.fleet.rate_smoothing_s;
   c.q_cap = study.fleet.q_cap;
   c.slots_per_destination = study.fleet.slots_per_destination;
+  c.max_plans = study.fleet.max_plans;
+  c.stickiness = study.fleet.stickiness;
   if (policy == "flat" || policy == "flatlb") {
     c.policy = PolicyKind::kFlatLb;
   } else if (policy == "lpt" || policy == "fresh") {
@@ -39,6 +48,23 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   } else if (policy == "replication") {
     c.policy = PolicyKind::kCacheRoute;
     c.ablation = PlanAblation::kReplication;
+  } else if (policy == "cacheroute-replan-10s" || policy == "cacheroute-sticky-lpt" ||
+             policy == "fresh-sticky") {
+    // Replanning every 10 s from rates smoothed over 10 s, from scratch or with the planner
+    // service's default hysteresis (placement_stickiness 0.1, deploy/planner.yaml).
+    c.policy = PolicyKind::kCacheRoute;
+    c.control_interval_s = 10;
+    c.rate_smoothing_s = 10;
+    c.max_plans = 0;
+    c.stickiness = policy == "cacheroute-replan-10s" ? 0 : kServiceStickiness;
+  } else if (policy == "held") {
+    if (!study.drift.enabled) {
+      return absl::InvalidArgumentError("policies: \"held\" needs a drift study (drift.enabled)");
+    }
+    // One plan at the end of the warm-up (which runs at interval 0's rates), kept to the end.
+    c.policy = PolicyKind::kCacheRoute;
+    c.control_interval_s = study.fleet.warmup_s > 0 ? study.fleet.warmup_s : 1;
+    c.max_plans = 1;
   } else if (policy == "stale") {
     if (!study.drift.enabled) {
       return absl::InvalidArgumentError("policies: \"stale\" needs a drift study (drift.enabled)");
@@ -88,6 +114,8 @@ RunRecord ToRunRecord(const RunResult& r, uint64_t simulated_requests) {
   out.failed = r.failed;
   out.failure_rate = r.failure_rate;
   out.throughput_rps = r.throughput_rps;
+  out.plans = r.plans;
+  out.plan_churn = r.plan_churn;
   out.simulated_requests = simulated_requests;
   out.simulated_s = r.simulated_s;
   out.wall_s = r.wall_s;

@@ -5,7 +5,11 @@
 // ablation steps "flat" (Flat-LB), "affinity", "replication" and "lpt" (CacheRoute with
 // PlanAblation kAffinityOnly, kReplication and kFull); the drift study's "fresh" (CacheRoute,
 // replanning every fleet.control_interval_s) and "stale" (CacheRoute replanning once per drift
-// interval, so each interval runs on the plan made from the previous one's rates).
+// interval, so each interval runs on the plan made from the previous one's rates), "held" (one
+// plan at the end of the warm-up, kept for the whole run) and "fresh-sticky" (below); in any
+// study, "cacheroute-replan-10s" (CacheRoute replanning every 10 s from rates smoothed over 10 s,
+// LPT from scratch) and "cacheroute-sticky-lpt" (the same with the planner service's placement
+// hysteresis, stickiness 0.1; "fresh-sticky" is its name in the drift study).
 //
 // The runner generates each (load, seed) workload once and shares it between the policies that
 // use it (paired runs: every policy sees the same requests), dropping it after its last use.

@@ -323,16 +323,18 @@ std::string FormatCapacity(const Capacity& c, double lowest_load, double highest
 std::string RunsCsv(std::span<const StudyResult> studies) {
   std::string out =
       "study,policy,offered_qps,seed,ttft_p50_s,ttft_p90_s,ttft_p99_s,e2e_p50_s,e2e_p99_s,kv_hit,"
-      "imbalance,requests,completed,failed,failure_rate,throughput_rps,simulated_s,wall_s\n";
+      "imbalance,requests,completed,failed,failure_rate,throughput_rps,plans,plan_churn,simulated_"
+      "s,"
+      "wall_s\n";
   for (const StudyResult& study : studies) {
     for (const RunRecord& r : study.runs) {
       absl::StrAppendFormat(&out,
                             "%s,%s,%g,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%d,%d,%d,%.6g,%.6g,"
-                            "%.6g,%.3f\n",
+                            "%d,%.6g,%.6g,%.3f\n",
                             r.study, r.policy, r.offered_qps, r.seed, r.ttft_p50_s, r.ttft_p90_s,
                             r.ttft_p99_s, r.e2e_p50_s, r.e2e_p99_s, r.kv_hit, r.imbalance,
                             r.requests, r.completed, r.failed, r.failure_rate, r.throughput_rps,
-                            r.simulated_s, r.wall_s);
+                            r.plans, r.plan_churn, r.simulated_s, r.wall_s);
     }
   }
   return out;
@@ -398,6 +400,36 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
       out += "\n";
     }
     out += "\nᶠ: more than 5% of requests failed (timeout or queue cap) at that load.\n";
+    // CacheRoute's plans at the common load: how often it replanned and how much each replan moved.
+    {
+      const double at = CommonLoad(study);
+      std::string rows;
+      for (const std::string& policy : c.policies) {
+        double plans = 0, churn = 0, hit = 0, p99 = 0;
+        int n = 0;
+        for (const RunRecord& r : study.runs) {
+          if (r.offered_qps != at || r.plans == 0) continue;
+          if (r.policy != policy) continue;
+          plans += r.plans;
+          churn += r.plan_churn;
+          hit += r.kv_hit;
+          p99 += r.ttft_p99_s;
+          ++n;
+        }
+        if (n == 0) continue;
+        absl::StrAppendFormat(&rows, "| %s | %.1f | %s | %.1f%% | %s |\n", policy, plans / n,
+                              plans / n > 1.5 ? absl::StrFormat("%.1f%%", 100 * churn / n) : "–",
+                              100 * hit / n, Seconds(p99 / n));
+      }
+      if (!rows.empty()) {
+        absl::StrAppendFormat(&out,
+                              "\nCacheRoute's plans at %s QPS (means over seeds; plans include the "
+                              "warm-up; churn: share of keys in two consecutive plans whose "
+                              "destinations changed):\n\n| Policy | Plans per run | Churn per "
+                              "replan | KV hit | p99 |\n| --- | --- | --- | --- | --- |\n%s",
+                              common, rows);
+      }
+    }
     if (study.has_drift) {
       const DriftResult& d = study.drift;
       absl::StrAppendFormat(

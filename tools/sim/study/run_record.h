@@ -29,6 +29,8 @@ struct RunRecord {
   uint64_t failed = 0;
   double failure_rate = 0;          // 0..1
   double throughput_rps = 0;        // completed requests per simulated second
+  uint32_t plans = 0;               // CacheRoute plans installed during the run, warm-up included
+  double plan_churn = 0;            // mean share of keys whose destinations changed per replan
   uint64_t simulated_requests = 0;  // every request simulated, warm-up included
   double simulated_s = 0;
   double wall_s = 0;  // the only field that differs between identical runs

@@ -54,6 +54,8 @@ struct FleetKnobs {
   uint32_t gateways = 1;
   double control_interval_s = 10;  // CacheRoute replans this often
   double rate_smoothing_s = 10;    // the planner's rate smoothing τ
+  uint32_t max_plans = 0;          // stop replanning after this many plans (1: one plan, held)
+  double stickiness = 0;           // placement hysteresis (PlanConfig::stickiness); 0: none
   double q_cap = 0;                // 0: calibrated from the profile and the workload's mean lengths
   uint32_t slots_per_destination = 64;
   double warmup_s = 60;    // simulated seconds before the measured window (not in the metrics)
