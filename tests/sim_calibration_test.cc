@@ -43,6 +43,13 @@ TEST_CASE("the shipped 70B profile reproduces NIM's benchmark (ISL 5,000, OSL 50
   CHECK(Bench(p, 50).mean_itl_s == Approx(0.0597).epsilon(0.10));
 }
 
+TEST_CASE("the OSL-1000 sensitivity profile reproduces NIM's ITLs at OSL 1,000") {
+  const EngineProfile p = Must("llama-70b-fp8-tp2-h100-fit-osl1000");
+  CHECK(Bench(p, 1, 1000).mean_itl_s == Approx(0.0186).epsilon(0.10));
+  CHECK(Bench(p, 25, 1000).mean_itl_s == Approx(0.0388).epsilon(0.10));
+  CHECK(Bench(p, 50, 1000).mean_itl_s == Approx(0.0597).epsilon(0.10));
+}
+
 TEST_CASE("reading ITL as decode-step time counts the benchmark's prefill stalls twice") {
   // The previous line reproduces NIM's ITLs as step times, so the simulated benchmark, which adds
   // the other clients' prefills, lands far above them at c > 1.

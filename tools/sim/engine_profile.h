@@ -65,6 +65,9 @@ absl::Status ValidateEngineProfile(const EngineProfile& profile);
 //   llama-70b-fp8-tp2-h100-itl-as-decode
 //                           the same with the previous decode line (benchmark inter-token
 //                           latencies read as decode-step times), for sensitivity
+//   llama-70b-fp8-tp2-h100-fit-osl1000
+//                           the same with the decode line fitted assuming OSL 1,000, for
+//                           sensitivity
 //   llama-8b-h100           Llama-3.1-8B bf16 on one H100 (the paper's mechanism testbed)
 absl::StatusOr<EngineProfile> FindEngineProfile(std::string_view name);
 std::vector<std::string> EngineProfileNames();
