@@ -58,7 +58,7 @@ struct GatewayConfig {
   absl::Duration probe_interval = absl::Seconds(2);
 
   // HTTP worker threads (each serves one connection at a time; streams hold theirs throughout).
-  uint32_t server_threads = 64;
+  uint32_t server_threads = 1024;
 };
 
 // Parses YAML text (the format of deploy/gateway.yaml) over `base`. Keys mirror the fields above;
