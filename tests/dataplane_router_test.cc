@@ -2,6 +2,7 @@
 // (version regression, unknown destination, last good table kept), TTL fallback on an injected
 // clock, down destinations, stats, and concurrency tests (label `concurrency`: run under TSan),
 // including more request threads than the Router has per-thread shards.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/random.h"
+#include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
 
@@ -158,6 +160,26 @@ TEST_CASE("Track counts another policy's decision in flight", "[router]") {
   const RouterStats stats = router.Stats(clock.Now());
   CHECK(stats.planned == 0);
   CHECK(stats.fallback_total == 0);
+}
+
+TEST_CASE("Pick counts every routed key in the rate recorder", "[router]") {
+  SeededRandom random(21);
+  ManualClock clock;
+  RateRecorder recorder({.shards = 1});
+  Router router({.destination_count = 4, .rate_recorder = &recorder}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 4, {{kHot, {0, 1}}}), clock.Now()).ok);
+  for (int i = 0; i < 3; ++i) CHECK(router.Pick(kHot, clock.Now()).planned());
+  for (int i = 0; i < 2; ++i) CHECK_FALSE(router.Pick(kCold, clock.Now()).planned());
+  // Decide and Track route nothing by themselves: whoever called them records the key.
+  (void)router.Decide(kSolo, router.loads(), clock.Now());
+  (void)router.Track({2, false, Reason::kPolicy});
+  const RateSnapshot snapshot = recorder.Drain();
+  CHECK(snapshot.total == 5);
+  std::vector<KeyCount> expected = {{kHot, 3, 0}, {kCold, 2, 0}};
+  std::sort(expected.begin(), expected.end(),
+            [](const KeyCount& a, const KeyCount& b) { return a.key_id < b.key_id; });
+  CHECK(snapshot.counts == expected);
+  CHECK(snapshot.other_count == 0);
 }
 
 TEST_CASE("Install rejects a version regression and keeps the last good table", "[router]") {
@@ -339,6 +361,49 @@ TEST_CASE("Concurrent picks while tables are installed", "[router][concurrency]"
   CHECK(stats.in_flight == std::vector<int64_t>(kDestinations, 0));
   CHECK(stats.version == TableVersion{1, version - 1});
   INFO("tables installed during the run: " << version - 1);
+}
+
+TEST_CASE("ThreadLocalRandom: one sequence per thread and instance", "[random][concurrency]") {
+  // On one thread it is SeededRandom's sequence, and instances do not disturb each other.
+  SeededRandom reference(5);
+  ThreadLocalRandom a(5);
+  ThreadLocalRandom b(5);
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t expected = reference.Next();
+    CHECK(a.Next() == expected);
+    CHECK(b.Next() == expected);
+  }
+
+  // Threads draw distinct streams (no value repeats across them), concurrently, from instances
+  // created and destroyed on the way; a thread using more instances than its cache holds evicts
+  // and gets a fresh stream when it comes back, never a repeat.
+  constexpr int kThreads = 4;
+  constexpr int kDraws = 2000;
+  constexpr int kInstances = ThreadLocalRandom::kThreadCacheSize + 3;
+  std::vector<std::unique_ptr<ThreadLocalRandom>> randoms;
+  for (int i = 0; i < kInstances; ++i) {
+    randoms.push_back(std::make_unique<ThreadLocalRandom>(100 + i));
+  }
+  std::vector<std::vector<uint64_t>> draws(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kDraws; ++i) {
+        draws[t].push_back(randoms[static_cast<size_t>(i % kInstances)]->Next());
+        if (i % 500 == 0) draws[t].push_back(ThreadLocalRandom(9).Next());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  std::vector<uint64_t> all;
+  for (const auto& d : draws) all.insert(all.end(), d.begin(), d.end());
+  const size_t drawn = all.size();
+  // The short-lived instances each drew the first value of seed 9's first stream.
+  const uint64_t first_of_seed = ThreadLocalRandom(9).Next();
+  std::erase(all, first_of_seed);
+  CHECK(drawn - all.size() == kThreads * (kDraws / 500));
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
 }
 
 // More request threads than per-thread shards (router_internal::kShards): the threads that find no

@@ -22,8 +22,8 @@
 // `now` is read from steady_clock once per 1,024 picks, as a gateway passes the time it already
 // has. The request stream (--stream, 65,536 requests by default, 512 KiB) is replayed in a loop,
 // so that reading it does not push the table out of the caches. The Router's Random keeps its
-// state per thread by default; --random seeded uses SeededRandom, whose one atomic is shared by
-// every request thread (it costs the two-thread runs most of their speedup).
+// state per thread by default (ThreadLocalRandom); --random seeded uses SeededRandom, whose one
+// atomic is shared by every request thread (it costs the two-thread runs most of their speedup).
 //
 // The two-thread figures need two otherwise idle cores: the output says what share of the wall
 // time the threads actually ran, and a speedup by CPU time per pick that a busy machine does not
@@ -136,23 +136,6 @@ std::shared_ptr<const dp::RoutingTable> BuildTable(const Workload& w, uint32_t d
   }
   return std::make_shared<const dp::RoutingTable>(*std::move(table));
 }
-
-// A Random whose state is per thread (splitmix64 seeded from the seed and a per-thread number), so
-// request threads share no cache line through it. SeededRandom, one atomic for all threads, is
-// the other choice (--random seeded).
-class PerThreadRandom final : public dp::Random {
- public:
-  explicit PerThreadRandom(uint64_t seed) : seed_(seed) {}
-  uint64_t Next() override {
-    thread_local uint64_t state = dp::Mix64(seed_ ^ threads_.fetch_add(1) * 0x9e3779b97f4a7c15ULL);
-    state += 0x9e3779b97f4a7c15ULL;
-    return dp::Mix64(state);
-  }
-
- private:
-  const uint64_t seed_;
-  std::atomic<uint64_t> threads_{1};
-};
 
 // Picks `count` requests from the stream starting at `offset`, releasing each at once.
 uint64_t RunPicks(dp::Router& router, const std::vector<uint64_t>& stream, size_t offset,
@@ -367,7 +350,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{2}, size_t{1} << 28));
   app.add_option("--seed", seed, "random seed");
   app.add_option("--random", random_kind,
-                 "the Router's Random: per-thread (state per thread) or seeded (SeededRandom, "
+                 "the Router's Random: per-thread (ThreadLocalRandom) or seeded (SeededRandom, "
                  "one atomic shared by all threads)")
       ->check(CLI::IsMember({"per-thread", "seeded"}));
   app.add_flag("--json", json, "print one JSON object instead of text");
@@ -381,7 +364,7 @@ int main(int argc, char** argv) {
   const Workload w = MakeWorkload(keys, destinations, unadmitted_share, stream_size, seed);
   uint64_t version = 1;
   dp::SeededRandom seeded_random(seed);
-  PerThreadRandom per_thread_random(seed);
+  dp::ThreadLocalRandom per_thread_random(seed);
   dp::Random& random =
       random_kind == "seeded" ? static_cast<dp::Random&>(seeded_random) : per_thread_random;
   dp::Router router({.destination_count = destinations, .table_ttl = std::chrono::seconds(60)},

@@ -13,10 +13,12 @@ namespace dp = cacheroute::dataplane;
 int main(int argc, char** argv) {
   const std::string planner_address = argc > 1 ? argv[1] : "127.0.0.1:50051";
   const std::vector<std::string> upstreams = {"engine-0", "engine-1", "engine-2"};
-  dp::SeededRandom random(7);
+  dp::ThreadLocalRandom random(7);
   dp::SteadyClock clock;
-  dp::Router router({.destination_count = 3, .table_ttl = std::chrono::seconds(60)}, random);
-  dp::RateRecorder recorder({.max_keys = 1024});
+  dp::RateRecorder recorder({.max_keys = 1024});  // Router::Pick counts every key in it
+  dp::Router router(
+      {.destination_count = 3, .table_ttl = std::chrono::seconds(60), .rate_recorder = &recorder},
+      random);
   auto planner = grpc::CreateChannel(planner_address, grpc::InsecureChannelCredentials());
   dp::TableSubscriber subscriber(planner, router,
                                  {.gateway_id = "example", .destinations = upstreams});
@@ -27,7 +29,6 @@ int main(int argc, char** argv) {
     return std::fprintf(stderr, "%s\n", s.message.c_str()), 1;
 
   for (const char* key : {"tenant-7", "tenant-9"}) {  // the request path
-    recorder.Record(dp::KeyId(key));
     dp::InFlight request = router.Pick(dp::KeyId(key), clock.Now());
     std::printf("%s -> %s (%s)\n", key, upstreams[request.destination()].c_str(),
                 std::string(dp::ReasonName(request.reason())).c_str());

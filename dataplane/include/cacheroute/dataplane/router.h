@@ -35,6 +35,11 @@
 // in_flight(d) is the one counter every request thread writes by design (it is the signal), so it
 // has a cache line of its own, apart from the read-mostly health and external load.
 //
+// Rate counting. With RouterOptions::rate_recorder set, Pick also counts its key in that
+// RateRecorder (one Record, ~10 ns, no lock; see rate_recorder.h), so a gateway need not call
+// Record itself (and must not, or it counts each request twice). Decide and Track do not record:
+// a gateway routing by another policy records its keys itself.
+//
 // Fallback. With no table, with a table not refreshed within table_ttl (Install or Refresh), for
 // an unadmitted key, or for an admitted key whose whole set is down, the request uses power of two
 // choices over up destinations. Stats() counts each reason separately.
@@ -44,8 +49,10 @@
 // exactly the counter it incremented, once; tokens must not outlive their Router.
 //
 // Usage:
-//   SeededRandom random(1);
-//   Router router({.destination_count = 30, .table_ttl = std::chrono::seconds(60)}, random);
+//   ThreadLocalRandom random(1);
+//   RateRecorder recorder;   // drained by a RateReporter
+//   Router router({.destination_count = 30, .table_ttl = std::chrono::seconds(60),
+//                  .rate_recorder = &recorder}, random);
 //   Status s = router.Install(std::make_shared<const RoutingTable>(*std::move(table)), now);
 //   InFlight request = router.Pick(KeyId("tenant-7"), now);   // keep it until the response ends
 //   Send(request.destination());                               // its destructor decrements
@@ -67,6 +74,7 @@
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/random.h"
+#include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/routing_table.h"
 #include "cacheroute/dataplane/status.h"
 
@@ -136,6 +144,9 @@ struct RouterOptions {
   Duration table_ttl = Duration::zero();
   // Weight of the externally reported load (SetLoad) against local in-flight requests.
   double external_load_weight = 1.0;
+  // When set, Pick counts every key it routes here (for the rate reports to the planner). Not
+  // owned; must outlive the Router.
+  RateRecorder* rate_recorder = nullptr;
 };
 
 // An outstanding request routed by Router::Pick. Holding it counts the request as in flight at
@@ -253,7 +264,10 @@ class Router {
   }
 
   // Routes one request and counts it in flight until the returned token is destroyed.
-  InFlight Pick(uint64_t key_id, Time now) { return Track(Decide(key_id, loads_, now)); }
+  InFlight Pick(uint64_t key_id, Time now) {
+    if (options_.rate_recorder != nullptr) options_.rate_recorder->Record(key_id);
+    return Track(Decide(key_id, loads_, now));
+  }
 
   // Counts a decision made elsewhere (another Policy over loads(), a gateway's own fallback) in
   // flight at its destination, so that every policy's requests show in the load signal. A
