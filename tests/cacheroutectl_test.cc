@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tests/support/json_reader.h"
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
 #ifndef CACHEROUTECTL_PATH
@@ -38,41 +39,11 @@ constexpr char kFiveKeys[] =
     "delta,1\n"
     "epsilon,0.5\n";
 
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = cacheroute::testing::CommandResult;
 
 // Runs cacheroutectl with `args`, standard input from `stdin_text` (empty input if unset).
 Result Run(const std::vector<std::string>& args, const std::string& stdin_text = "") {
-  TempDir io("cacheroutectl_test");
-  const std::string in = io.Write("stdin", stdin_text);
-  std::vector<std::string> words = {ShellQuote(CACHEROUTECTL_PATH)};
-  for (const std::string& arg : args) words.push_back(ShellQuote(arg));
-  const std::string command = absl::StrCat(absl::StrJoin(words, " "), " <", ShellQuote(in), " >",
-                                           ShellQuote((io.path() / "stdout").string()), " 2>",
-                                           ShellQuote((io.path() / "stderr").string()));
-  const int status = std::system(command.c_str());
-  Result result;
-  REQUIRE(status != -1);
-  REQUIRE(WIFEXITED(status));
-  result.exit_code = WEXITSTATUS(status);
-  result.out = io.Read("stdout");
-  result.err = io.Read("stderr");
-  return result;
+  return cacheroute::testing::RunCommand(CACHEROUTECTL_PATH, args, stdin_text);
 }
 
 std::vector<std::string> PlanArgs(const std::string& rates, std::vector<std::string> extra = {}) {
