@@ -363,6 +363,99 @@ TEST_CASE("Concurrent picks while tables are installed", "[router][concurrency]"
   INFO("tables installed during the run: " << version - 1);
 }
 
+TEST_CASE("In-flight counts are per thread: exact in Stats, bounded-stale in loads()",
+          "[router][concurrency]") {
+  SeededRandom random(22);
+  ManualClock clock;
+  Router router({.destination_count = 4}, random);
+  auto in_flight = [&] { return router.Stats(clock.Now()).in_flight; };
+
+  // Another thread picks three requests and hands them over; this thread's first read of the
+  // destination sees them (nothing cached yet), and Stats counts them.
+  std::vector<InFlight> handed;
+  std::thread([&] {
+    for (int i = 0; i < 3; ++i) handed.push_back(router.Track({2, false, Reason::kPolicy}));
+  }).join();
+  CHECK(in_flight() == std::vector<int64_t>{0, 0, 3, 0});
+  CHECK(router.loads().Load(2) == 3.0);
+
+  // Released here: counted in this thread's shard, read live, so seen at once (and never below 0).
+  handed.pop_back();
+  CHECK(in_flight()[2] == 2);
+  CHECK(router.loads().Load(2) == 2.0);
+
+  // Released by another thread: Stats sees it at once; loads() within kViewTicks Load calls.
+  std::thread([&] { handed.pop_back(); }).join();
+  CHECK(in_flight()[2] == 1);
+  uint32_t calls = 1;
+  while (router.loads().Load(2) != 1.0 && calls <= Router::kViewTicks) ++calls;
+  CHECK(calls <= Router::kViewTicks);
+
+  // Another thread's new request: a Pick whose `now` is kMaxViewAge later drops the cached sums.
+  std::thread([&] { handed.push_back(router.Track({2, false, Reason::kPolicy})); }).join();
+  CHECK(in_flight()[2] == 2);
+  clock.Advance(Router::kMaxViewAge + std::chrono::microseconds(1));
+  (void)router.Pick(kCold, clock.Now());  // released at once
+  CHECK(router.loads().Load(2) == 2.0);
+
+  handed.clear();
+  CHECK(in_flight() == std::vector<int64_t>{0, 0, 0, 0});
+}
+
+// Tokens picked on some threads and released on others while Stats is read: no snapshot is
+// negative, and at rest Stats and loads() are exact.
+TEST_CASE("Tokens released on other threads keep Stats exact", "[router][concurrency]") {
+  constexpr uint32_t kDestinations = 4;
+  constexpr int kPairs = 2;
+  constexpr int kTokens = 20000;
+  SeededRandom random(23);
+  ManualClock clock;
+  Router router({.destination_count = kDestinations}, random);
+  std::atomic<int> producers_done{0};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int p = 0; p < kPairs; ++p) {
+    // A bounded single-producer single-consumer hand-off of tokens.
+    auto slots = std::make_shared<std::vector<InFlight>>(64);
+    auto head = std::make_shared<std::atomic<size_t>>(0);  // written by the producer
+    auto tail = std::make_shared<std::atomic<size_t>>(0);  // written by the consumer
+    threads.emplace_back([&, slots, head, tail] {
+      for (int i = 0; i < kTokens; ++i) {
+        const size_t h = head->load(std::memory_order_relaxed);
+        while (h - tail->load(std::memory_order_acquire) == slots->size())
+          std::this_thread::yield();
+        (*slots)[h % slots->size()] = router.Pick(KeyId("t" + std::to_string(i % 16)), clock.Now());
+        head->store(h + 1, std::memory_order_release);
+      }
+      producers_done.fetch_add(1);
+    });
+    threads.emplace_back([&, slots, head, tail] {
+      for (int i = 0; i < kTokens; ++i) {
+        const size_t t = tail->load(std::memory_order_relaxed);
+        while (head->load(std::memory_order_acquire) == t) std::this_thread::yield();
+        InFlight token = std::move((*slots)[t % slots->size()]);
+        if (!token.ok()) failures.fetch_add(1);
+        token.Release();
+        tail->store(t + 1, std::memory_order_release);
+      }
+    });
+  }
+  // (A snapshot may count more than are alive at its end: releases are read before picks.)
+  while (producers_done.load() < kPairs) {
+    for (int64_t n : router.Stats(clock.Now()).in_flight) {
+      if (n < 0) failures.fetch_add(1);
+    }
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(failures.load() == 0);
+  CHECK(router.Stats(clock.Now()).in_flight == std::vector<int64_t>(kDestinations, 0));
+  for (uint32_t d = 0; d < kDestinations; ++d) {
+    uint32_t calls = 1;
+    while (router.loads().Load(d) != 0.0 && calls <= Router::kViewTicks) ++calls;
+    CHECK(calls <= Router::kViewTicks);
+  }
+}
+
 TEST_CASE("ThreadLocalRandom: one sequence per thread and instance", "[random][concurrency]") {
   // On one thread it is SeededRandom's sequence, and instances do not disturb each other.
   SeededRandom reference(5);
