@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tools/workload/json_line.h"
 
 namespace cacheroute::sim::study {
 namespace {
@@ -24,36 +25,6 @@ std::string LoadText(double load) { return absl::StrFormat("%g", load); }
 std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
   return absl::StrFormat("%.6g", v);
-}
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
 }
 
 std::string XmlEscape(std::string_view s) {
@@ -487,7 +458,8 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
   for (const StudyResult& study : studies) {
     const StudyConfig& c = study.config;
     const std::vector<PolicySummary> summary = Summarize(study);
-    absl::StrAppendFormat(&out, "%s\n    %s: {\n", first_study ? "" : ",", JsonString(c.name));
+    absl::StrAppendFormat(&out, "%s\n    %s: {\n", first_study ? "" : ",",
+                          workload::JsonQuote(c.name));
     first_study = false;
     absl::StrAppendFormat(
         &out,
@@ -495,9 +467,9 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
         "      \"top_k\": %d,\n      \"duration_s\": %s,\n      \"slo_s\": %s,\n"
         "      \"common_load_qps\": %s,\n      \"seeds\": [%s],\n      \"loads\": [%s],\n"
         "      \"wall_s\": %s,\n      \"simulated_requests\": %d,\n      \"policies\": {",
-        JsonString(c.description), JsonString(c.profile), c.destinations, c.workload.top_k,
-        JsonNumber(c.duration_s), JsonNumber(c.primary_slo_s), JsonNumber(CommonLoad(study)),
-        absl::StrJoin(c.seeds, ", "),
+        workload::JsonQuote(c.description), workload::JsonQuote(c.profile), c.destinations,
+        c.workload.top_k, JsonNumber(c.duration_s), JsonNumber(c.primary_slo_s),
+        JsonNumber(CommonLoad(study)), absl::StrJoin(c.seeds, ", "),
         absl::StrJoin(LoadsRun(study), ", ",
                       [](std::string* o, double l) { o->append(JsonNumber(l)); }),
         JsonNumber(study.wall_s), study.simulated_requests);
@@ -505,7 +477,7 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
     for (const PolicySummary& s : summary) {
       auto by_load = [](const std::map<double, double>& m) {
         return absl::StrJoin(m, ", ", [](std::string* o, const std::pair<const double, double>& e) {
-          absl::StrAppend(o, JsonString(LoadText(e.first)), ": ", JsonNumber(e.second));
+          absl::StrAppend(o, workload::JsonQuote(LoadText(e.first)), ": ", JsonNumber(e.second));
         });
       };
       auto capacity = [](const Capacity& c) {
@@ -529,11 +501,12 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
           "          \"imbalance\": %s,\n          \"imbalance_ci\": %s,\n"
           "          \"p99_ttft_s\": {%s},\n          \"kv_hit_by_load\": {%s},\n"
           "          \"failure_rate\": {%s}\n        }",
-          first_policy ? "" : ",", JsonString(s.policy), JsonNumber(s.capacity_primary.knee.mean),
+          first_policy ? "" : ",", workload::JsonQuote(s.policy),
+          JsonNumber(s.capacity_primary.knee.mean),
           s.capacity_primary.knee.has_interval ? JsonNumber(s.capacity_primary.knee.half_width)
                                                : "null",
           s.capacity_primary.left_censored, s.capacity_primary.right_censored,
-          capacity(s.capacity_2s), JsonString(absl::StrFormat("%g", c.primary_slo_s)),
+          capacity(s.capacity_2s), workload::JsonQuote(absl::StrFormat("%g", c.primary_slo_s)),
           capacity(s.capacity_primary), capacity(s.capacity_5s), JsonNumber(s.kv_hit.mean),
           s.kv_hit.has_interval ? JsonNumber(s.kv_hit.half_width) : "null",
           JsonNumber(s.imbalance.mean),
