@@ -116,27 +116,39 @@ absl::StatusOr<ReplayRun> ReadRun(const std::string& label, const std::string& j
   return run;
 }
 
+namespace {
+
+// The compared figures, in order: a name and how one run shows it.
+struct Row {
+  const char* name;
+  std::string (*format)(const ReplayRun&);
+};
+const Row kRows[] = {
+    {"requests (failed)",
+     [](const ReplayRun& r) { return absl::StrFormat("%.0f (%.0f)", r.requests, r.failed); }},
+    {"served KV hit", [](const ReplayRun& r) { return absl::StrFormat("%.1f%%", 100 * r.kv_hit); }},
+    {"TTFT p50", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.ttft_p50_s); }},
+    {"TTFT p99", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.ttft_p99_s); }},
+    {"latency p99", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.latency_p99_s); }},
+    {"prefill imbalance (max/mean)",
+     [](const ReplayRun& r) { return absl::StrFormat("%.3f", r.prefill_imbalance); }},
+    {"routed by the table",
+     [](const ReplayRun& r) {
+       return absl::StrFormat("%.1f%%", r.succeeded > 0 ? 100 * r.planned / r.succeeded : 0.0);
+     }},
+};
+
+}  // namespace
+
 std::string CompareTable(const std::vector<ReplayRun>& runs) {
   std::string out = absl::StrFormat("  %-26s", "");
   for (const ReplayRun& r : runs) absl::StrAppendFormat(&out, " %14s", r.label);
   out += "\n";
-  auto row = [&](const char* name, auto value) {
-    absl::StrAppendFormat(&out, "  %-26s", name);
-    for (const ReplayRun& r : runs) absl::StrAppendFormat(&out, " %14s", value(r));
+  for (const Row& row : kRows) {
+    absl::StrAppendFormat(&out, "  %-26s", row.name);
+    for (const ReplayRun& r : runs) absl::StrAppendFormat(&out, " %14s", row.format(r));
     out += "\n";
-  };
-  row("requests (failed)",
-      [](const ReplayRun& r) { return absl::StrFormat("%.0f (%.0f)", r.requests, r.failed); });
-  row("served KV hit",
-      [](const ReplayRun& r) { return absl::StrFormat("%.1f%%", 100 * r.kv_hit); });
-  row("TTFT p50", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.ttft_p50_s); });
-  row("TTFT p99", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.ttft_p99_s); });
-  row("latency p99", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.latency_p99_s); });
-  row("prefill imbalance (max/mean)",
-      [](const ReplayRun& r) { return absl::StrFormat("%.3f", r.prefill_imbalance); });
-  row("routed by the table", [](const ReplayRun& r) {
-    return absl::StrFormat("%.1f%%", r.succeeded > 0 ? 100 * r.planned / r.succeeded : 0.0);
-  });
+  }
   return out;
 }
 
@@ -146,23 +158,11 @@ std::string CompareMarkdown(const std::vector<ReplayRun>& runs, const std::strin
   out += "\n| --- |";
   for (size_t i = 0; i < runs.size(); ++i) out += " --- |";
   out += "\n";
-  auto row = [&](const char* name, auto value) {
-    absl::StrAppend(&out, "| ", name, " |");
-    for (const ReplayRun& r : runs) absl::StrAppend(&out, " ", value(r), " |");
+  for (const Row& row : kRows) {
+    absl::StrAppend(&out, "| ", row.name, " |");
+    for (const ReplayRun& r : runs) absl::StrAppend(&out, " ", row.format(r), " |");
     out += "\n";
-  };
-  row("requests (failed)",
-      [](const ReplayRun& r) { return absl::StrFormat("%.0f (%.0f)", r.requests, r.failed); });
-  row("served KV hit",
-      [](const ReplayRun& r) { return absl::StrFormat("%.1f%%", 100 * r.kv_hit); });
-  row("TTFT p50", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.ttft_p50_s); });
-  row("TTFT p99", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.ttft_p99_s); });
-  row("latency p99", [](const ReplayRun& r) { return absl::StrFormat("%.3f s", r.latency_p99_s); });
-  row("prefill imbalance (max/mean)",
-      [](const ReplayRun& r) { return absl::StrFormat("%.3f", r.prefill_imbalance); });
-  row("routed by the table", [](const ReplayRun& r) {
-    return absl::StrFormat("%.1f%%", r.succeeded > 0 ? 100 * r.planned / r.succeeded : 0.0);
-  });
+  }
   out +=
       "\n![Served KV hit](kv-hit.svg)\n![TTFT p99](ttft-p99.svg)\n"
       "![Prefill work per destination](destination-load.svg)\n";
