@@ -304,7 +304,8 @@ class TableSubscriber {
           ++stats_.updates;
           ++(nacked ? stats_.nacks : stats_.acks);
           if (nacked) stats_.last_error = std::string(state_.last_error().message());
-          stats_.version = router_.table() ? router_.table()->version() : TableVersion{};
+          const std::shared_ptr<const RoutingTable> installed = router_.table();
+          stats_.version = installed ? installed->version() : TableVersion{};
         }
         if (!stream->Write(**answer)) break;
       }
