@@ -69,13 +69,18 @@ struct Decision {
   Reason reason = Reason::kPolicy;
 };
 
-inline bool Usable(const LoadView& loads, uint32_t d) { return d < loads.size() && loads.Up(d); }
+// The helpers below take any LoadView; called with a final class (Router's own view), the
+// compiler calls its Load and Up directly instead of through the vtable.
+template <typename View = LoadView>
+bool Usable(const View& loads, uint32_t d) {
+  return d < loads.size() && loads.Up(d);
+}
 
 // A uniformly random up destination other than `exclude`, or kNoDestination. Rejection sampling
 // first (cheap when most of the fleet is up), then a scan from a random start so a mostly-down
 // fleet still terminates.
-inline uint32_t RandomUpDestination(const LoadView& loads, Random& random,
-                                    uint32_t exclude = kNoDestination) {
+template <typename View = LoadView>
+uint32_t RandomUpDestination(const View& loads, Random& random, uint32_t exclude = kNoDestination) {
   const uint32_t n = loads.size();
   if (n == 0) return kNoDestination;
   for (int attempt = 0; attempt < 8; ++attempt) {
@@ -92,7 +97,8 @@ inline uint32_t RandomUpDestination(const LoadView& loads, Random& random,
 
 // Power of two choices: two distinct random up destinations, the lighter one wins (the first on a
 // tie: it is random already). With one up destination, that one.
-inline uint32_t PowerOfTwoChoices(const LoadView& loads, Random& random) {
+template <typename View = LoadView>
+uint32_t PowerOfTwoChoices(const View& loads, Random& random) {
   const uint32_t a = RandomUpDestination(loads, random);
   if (a == kNoDestination) return kNoDestination;
   const uint32_t b = RandomUpDestination(loads, random, a);

@@ -470,9 +470,7 @@ class Router {
     explicit Loads(Router& router) : router_(router) {}
     uint32_t size() const override { return router_.options_.destination_count; }
     double Load(uint32_t d) const override {
-      return static_cast<double>(router_.InFlightSeen(d)) +
-             router_.options_.external_load_weight *
-                 router_.health_[d].external.load(std::memory_order_relaxed);
+      return router_.LoadOn(router_internal::CurrentThreadShard(), d);
     }
     bool Up(uint32_t d) const override {
       return router_.health_[d].up.load(std::memory_order_relaxed);
@@ -497,7 +495,10 @@ class Router {
                          const LoadView& loads, Time now) {
     Shard& shard = ShardAt(thread_shard.index());
     const bool owned = thread_shard.owned();
-    const Decision decision = DecideUncounted(key_id, loads, now, shard, owned);
+    // Its own view (every Pick) by its final type, so that the policy's Load and Up calls are
+    // direct and inlined; any other view (the simulator's) through the vtable.
+    const Decision decision = &loads == &loads_ ? DecideUncounted(key_id, loads_, now, thread_shard)
+                                                : DecideUncounted(key_id, loads, now, thread_shard);
     constexpr auto kRelaxed = std::memory_order_relaxed;
     if (decision.planned) {
       router_internal::ShardAdd<uint64_t>(shard.planned, 1, owned, kRelaxed);
@@ -542,9 +543,14 @@ class Router {
     return picked - released;
   }
 
+  // load(d) (the blend in the header comment) as the thread owning `thread_shard` sees it.
+  double LoadOn(const router_internal::ThreadShard& thread_shard, uint32_t d) {
+    return static_cast<double>(InFlightSeen(thread_shard, d)) +
+           options_.external_load_weight * health_[d].external.load(std::memory_order_relaxed);
+  }
+
   // in_flight(d) as this thread sees it: its own shard live, the others' cached (header comment).
-  int64_t InFlightSeen(uint32_t d) {
-    const router_internal::ThreadShard& thread_shard = router_internal::CurrentThreadShard();
+  int64_t InFlightSeen(const router_internal::ThreadShard& thread_shard, uint32_t d) {
     const uint32_t s = thread_shard.index();
     std::atomic<uint32_t>& tick = ShardAt(s).view_tick;
     const uint32_t now_tick = tick.load(std::memory_order_relaxed);
@@ -662,18 +668,42 @@ class Router {
     return now - refreshed > options_.table_ttl;
   }
 
-  Decision Fallback(const LoadView& loads, Reason reason) {
+  template <typename View>
+  Decision Fallback(const View& loads, Reason reason,
+                    const router_internal::ThreadShard& /*thread_shard*/) {
     return {PowerOfTwoChoices(loads, random_), false, reason};
   }
 
-  Decision DecideUncounted(uint64_t key_id, const LoadView& loads, Time now, Shard& shard,
-                           bool owned) {
-    const ReadGuard guard(*this, shard, owned);
+  // The fallback over the Router's own view (every Pick's): the rule of PowerOfTwoChoices, two
+  // distinct uniformly random up destinations and the lighter wins (the first on a tie), with
+  // both candidates from one 64-bit draw (32-bit multiply-shift indices, the second over the
+  // other n - 1) and the loads read through the thread's shard it already has. When either
+  // candidate is down it draws again by the general rule: a uniform pair of distinct up
+  // destinations either way.
+  Decision Fallback(const Loads& loads, Reason reason,
+                    const router_internal::ThreadShard& thread_shard) {
+    const uint32_t n = options_.destination_count;
+    if (n >= 2) {
+      const uint64_t r = random_.Next();
+      const auto a = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(r)} * n) >> 32);
+      auto b = static_cast<uint32_t>(((r >> 32) * (n - 1)) >> 32);
+      b += b >= a ? 1 : 0;
+      if (loads.Up(a) && loads.Up(b)) {
+        return {LoadOn(thread_shard, b) < LoadOn(thread_shard, a) ? b : a, false, reason};
+      }
+    }
+    return {PowerOfTwoChoices(loads, random_), false, reason};
+  }
+
+  template <typename View>
+  Decision DecideUncounted(uint64_t key_id, const View& loads, Time now,
+                           const router_internal::ThreadShard& thread_shard) {
+    const ReadGuard guard(*this, ShardAt(thread_shard.index()), thread_shard.owned());
     const RoutingTable* table = guard.table();
-    if (table == nullptr) return Fallback(loads, Reason::kNoTable);
-    if (IsStale(now)) return Fallback(loads, Reason::kStale);
+    if (table == nullptr) return Fallback(loads, Reason::kNoTable, thread_shard);
+    if (IsStale(now)) return Fallback(loads, Reason::kStale, thread_shard);
     const DestinationSet set = table->Find(key_id);
-    if (set.empty()) return Fallback(loads, Reason::kNotAdmitted);
+    if (set.empty()) return Fallback(loads, Reason::kNotAdmitted, thread_shard);
     // Least-loaded up member; ties go to the lowest index, which keeps a lightly loaded key on
     // one warm destination. Loads are read only when two members compete (most sets have one).
     uint32_t best = kNoDestination;
@@ -695,7 +725,7 @@ class Router {
         best_load = load;
       }
     }
-    if (best == kNoDestination) return Fallback(loads, Reason::kSetDown);
+    if (best == kNoDestination) return Fallback(loads, Reason::kSetDown, thread_shard);
     return {best, true, Reason::kPlanned};
   }
 
