@@ -82,7 +82,30 @@ TEST_CASE("Find returns sorted sets, inline and overflow", "[routing_table]") {
   CHECK(t->Find(KeyId("five")).ToVector() == std::vector<uint32_t>{0, 1, 3, 7, 8});
   CHECK(t->Find(0).ToVector() == std::vector<uint32_t>{6});
   CHECK(t->Find(KeyId("absent")).empty());
-  CHECK(t->overflow_bytes() == 6 * sizeof(uint32_t));
+  // One destination sits in its slot; larger sets in the overflow array as [size, d0, d1, ...].
+  CHECK(t->overflow_bytes() == (1 + 3 + 1 + 5) * sizeof(uint32_t));
+}
+
+// Slots compare high halves of key ids first and low halves only among equal high halves; the
+// largest high half is also the one of empty slots, and the largest id of all is a valid key.
+TEST_CASE("Keys sharing their high half, up to the largest id, are told apart", "[routing_table]") {
+  constexpr uint64_t kTop = uint64_t{0xFFFFFFFF} << 32;
+  const std::vector<TableEntry> entries = {
+      {kTop | 5, {1}}, {kTop | 9, {2, 3}},           {~uint64_t{0}, {4}},
+      {kTop - 1, {0}}, {uint64_t{7} << 32 | 1, {5}}, {uint64_t{7} << 32 | 3, {6}}};
+  auto t = BuildWith(8, entries);
+  REQUIRE(t.ok());
+  for (const TableEntry& e : entries) CHECK(t->Find(e.key_id).ToVector() == e.destinations);
+  for (uint64_t absent : {kTop, kTop | 4, kTop | 6, kTop | 10, ~uint64_t{0} - 1, kTop - 2,
+                          uint64_t{7} << 32, uint64_t{7} << 32 | 2, uint64_t{7} << 32 | 4}) {
+    INFO(absent);
+    CHECK(t->Find(absent).empty());
+  }
+  // Without the largest id, looking it up stops at the empty slots that end the array.
+  auto without = BuildWith(8, {entries[0], entries[1]});
+  REQUIRE(without.ok());
+  CHECK(without->Find(~uint64_t{0}).empty());
+  CHECK(without->Find(kTop | 9).ToVector() == std::vector<uint32_t>{2, 3});
 }
 
 TEST_CASE("Empty table finds nothing", "[routing_table]") {
@@ -98,9 +121,9 @@ TEST_CASE("Versions order lexicographically by (epoch, number)", "[routing_table
   CHECK_FALSE(TableVersion{2, 2} < TableVersion{2, 2});
 }
 
-// Property: over random tables (random sizes, set sizes, destination counts, including fleets too
-// large for inline uint16 destinations and keys crowded into few home slots), Find agrees with an
-// unordered_map for every present key and for absent ones.
+// Property: over random tables (random sizes, set sizes, destination counts, including fleets of
+// 70,000 destinations and keys crowded into few home slots, all with high half 0), Find agrees with
+// an unordered_map for every present key and for absent ones.
 TEST_CASE("Find agrees with std::unordered_map on random tables", "[routing_table][property]") {
   std::mt19937_64 rng(20240601);
   for (int round = 0; round < 60; ++round) {

@@ -12,26 +12,27 @@
 //   - a key sits at or after its home, with every slot in between occupied. Probes run forward
 //     and never wrap: keys pushed past the last home slot spill into a short tail, and one empty
 //     slot always ends the array. Empty slots hold key id 2^64 - 1, so the lookup loop is a single
-//     comparison per slot: skip while slot key < key_id, then the key is present exactly when the
-//     slot it stopped at holds it. A key that is NOT in the table stops at the first larger key or
-//     empty slot, after about as many slots as a hit; most requests are for unadmitted keys, so
-//     misses must be as cheap as hits;
-//   - a slot is 16 bytes, stored as two parallel arrays so that a probe reads only key ids (8 to
-//     a cache line, half the bytes of whole slots; with the 128,824-key table those are 1.3 MB,
-//     which can stay in a core's L2): the key id, and beside it a count and either up to 3
-//     destinations inline as uint16 (the common case; k_b = 1 for the paper's whole primary
-//     distribution) or a 32-bit offset into an overflow array that stores [size, d0, d1, ...] as
-//     uint32 (larger sets, or fleets with more than 65,535 destinations). A hit reads one more
-//     line, for its destinations.
-// Memory (memory_bytes()): (H + spare)·16 bytes plus the overflow array, where the spare slots
+//     comparison per slot: skip while the slot's tag (below) is less than the key's, then the key
+//     is present exactly when a slot from there holds it (low halves decide among equal tags). A
+//     key that is NOT in the table stops at the first larger key or empty slot, after about as
+//     many slots as a hit; most requests are for unadmitted keys, so misses must be as cheap as
+//     hits;
+//   - a slot is 12 bytes in two parallel arrays, so that a probe reads only 4-byte tags (16 to a
+//     cache line; 0.64 MB for the 128,824-key table, which stays in a core's L2 beside the rest):
+//     the tag is the high half of the key id, compared first (tags are in key order too), and
+//     beside it, read only on a tag match (the key itself, or about n / 2^32 of the time another
+//     key), the low half and a 32-bit value: 0 for an empty slot, d + 1 for the one destination
+//     d (k_b = 1, the paper's whole primary distribution), or a flag and an offset into an
+//     overflow array that stores [size, d0, d1, ...] as uint32 for larger sets. A miss reads one
+//     line of tags; a hit one more, for its value (and a third for a set of two or more).
+// Memory (memory_bytes()): (H + spare)·12 bytes plus the overflow array, where the spare slots
 // (8 + ⌊H/512⌋, grown only if the tail outruns them) hold the tail and the end slot. With k_b = 1
-// that is at most 16·(n/0.8 + 1) + 16·(8 + H/512) ≈ 20.04·n + 144 bytes: 20.04 bytes/key at
-// 100,000 and at 128,824 keys, at most 21.5 bytes/key from 100 keys up, so ≤ 24 at every size
-// from 100 keys (the old power-of-two capacity reached 40 bytes/key just past a doubling).
-// tests/dataplane_routing_table_test.cc checks sizes from 100 to 300,000, including around each
-// power of two. Smaller tables have a floor of 9 slots (144 bytes). The tail is a few slots for
-// mixed ids (KeyId output); ids crowded into one home can make it as long as the run, up to n
-// slots, which costs memory and probes but not correctness.
+// that is at most 12·(n/0.8 + 1) + 12·(8 + H/512) ≈ 15.03·n + 108 bytes: 15.03 bytes/key at
+// 100,000 and at 128,824 keys, at most 16.1 bytes/key from 100 keys up, so ≤ 24 at every size
+// (a set of k ≥ 2 adds 4·(k + 1) bytes). tests/dataplane_routing_table_test.cc checks sizes from
+// 100 to 300,000, including around each power of two. Smaller tables have a floor of 9 slots
+// (108 bytes). The tail is a few slots for mixed ids (KeyId output); ids crowded into one home can
+// make it as long as the run, up to n slots, which costs memory and probes but not correctness.
 //
 // Invariants of a built table: every set is non-empty, sorted ascending, free of duplicates and
 // holds only indices < destination_count; key ids are unique; expected_loads has
@@ -84,7 +85,7 @@ class DestinationSet {
 
   uint32_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  uint32_t operator[](uint32_t i) const { return narrow_ != nullptr ? narrow_[i] : wide_[i]; }
+  uint32_t operator[](uint32_t i) const { return wide_ != nullptr ? wide_[i] : single_; }
   std::vector<uint32_t> ToVector() const { return {begin(), end()}; }
 
   class Iterator {
@@ -114,18 +115,17 @@ class DestinationSet {
 
  private:
   friend class RoutingTable;
-  DestinationSet(const uint16_t* narrow, uint32_t size) : narrow_(narrow), size_(size) {}
+  explicit DestinationSet(uint32_t single) : single_(single), size_(1) {}
   DestinationSet(const uint32_t* wide, uint32_t size) : wide_(wide), size_(size) {}
 
-  const uint16_t* narrow_ = nullptr;
-  const uint32_t* wide_ = nullptr;
+  const uint32_t* wide_ = nullptr;  // the set in the table's overflow array, or
+  uint32_t single_ = 0;             // its one member
   uint32_t size_ = 0;
 };
 
 class RoutingTable {
  public:
   static constexpr double kMaxLoadFactor = 0.8;
-  static constexpr uint32_t kMaxInline = 3;
 
   // Builds and validates a table. Errors (the table is not built): expected_loads of the wrong
   // size or with a negative/non-finite entry, an empty set, a destination >= destination_count,
@@ -136,15 +136,21 @@ class RoutingTable {
 
   // The destinations of key_id, or an empty set if it is not admitted. Lock-free, no allocation.
   DestinationSet Find(uint64_t key_id) const {
-    // Sorted keys from the home on: every slot passed holds a smaller key, and the first one that
-    // does not (an empty slot at the latest, which holds the largest id) decides. The array always
-    // ends with an empty slot, so the loop needs no bounds check.
-    const uint64_t* key = &keys_[Home(key_id)];
-    while (*key < key_id) ++key;
-    if (*key != key_id) return {};
-    const Value& value = values_[static_cast<size_t>(key - keys_.data())];
-    if (value.count == kEmpty) return {};
-    return View(value);
+    // Sorted keys from the home on, compared by their high halves (tags) first: every slot passed
+    // holds a smaller key, and the first one that does not (an empty slot at the latest, whose
+    // tag is the largest) decides. The array always ends with an empty slot, so the loop needs no
+    // bounds check. Slots with an equal tag (the key itself, or rarely another key sharing its
+    // high half) are told apart by the low half, in key order.
+    const auto tag = static_cast<uint32_t>(key_id >> 32);
+    const auto low = static_cast<uint32_t>(key_id);
+    size_t i = Home(key_id);
+    while (tags_[i] < tag) ++i;
+    for (; tags_[i] == tag; ++i) {
+      const Slot& slot = slots_[i];
+      if (slot.value == kEmpty || slot.low > low) return {};
+      if (slot.low == low) return View(slot.value);
+    }
+    return {};
   }
 
   TableVersion version() const { return version_; }
@@ -155,33 +161,35 @@ class RoutingTable {
   // Memory accounting, for the bytes-per-key figure: the slot array (home slots, tail and end
   // slot) plus the overflow array. The expected loads (8 bytes per destination) are not per key.
   size_t memory_bytes() const { return capacity() * slot_size() + overflow_bytes(); }
-  size_t capacity() const { return keys_.size(); }  // all slots: home, tail and spare
+  size_t capacity() const { return tags_.size(); }  // all slots: home, tail and spare
   size_t home_slots() const { return home_slots_; }
-  static constexpr size_t slot_size() { return sizeof(uint64_t) + sizeof(Value); }
+  static constexpr size_t slot_size() { return sizeof(uint32_t) + sizeof(Slot); }
   size_t overflow_bytes() const { return overflow_.size() * sizeof(uint32_t); }
 
  private:
-  static constexpr uint16_t kEmpty = 0;
-  static constexpr uint16_t kOverflow = 0xFFFF;
+  // A slot's value: 0 when empty, d + 1 for the one destination d, or kOverflowBit | offset of
+  // the set [size, d0, d1, ...] in overflow_.
+  static constexpr uint32_t kEmpty = 0;
+  static constexpr uint32_t kOverflowBit = 0x80000000;
 
   static constexpr uint64_t kEmptyKey = ~uint64_t{0};
 
-  // A slot is a key id in keys_ and its destinations in values_ at the same index.
-  struct Value {
-    uint16_t count = kEmpty;  // 0: empty; 1..3: inline destinations; kOverflow: see d as offset
-    uint16_t d[3] = {0, 0, 0};
+  // A slot is the high half of a key id in tags_ and its low half and value in slots_ at the
+  // same index.
+  struct Slot {
+    uint32_t low = static_cast<uint32_t>(kEmptyKey);
+    uint32_t value = kEmpty;
   };
-  static_assert(sizeof(Value) == 8);
+  static_assert(sizeof(Slot) == 8);
 
   // ⌊key_id · H / 2^64⌋: uniform over [0, H) for mixed ids, and monotone in key_id.
   size_t Home(uint64_t key_id) const {
     return static_cast<size_t>((static_cast<unsigned __int128>(key_id) * home_slots_) >> 64);
   }
 
-  DestinationSet View(const Value& slot) const {
-    if (slot.count != kOverflow) return DestinationSet(slot.d, slot.count);
-    uint32_t offset;
-    std::memcpy(&offset, slot.d, sizeof(offset));
+  DestinationSet View(uint32_t value) const {
+    if ((value & kOverflowBit) == 0) return DestinationSet(value - 1);
+    const uint32_t offset = value & ~kOverflowBit;
     return DestinationSet(&overflow_[offset + 1], overflow_[offset]);
   }
 
@@ -190,8 +198,8 @@ class RoutingTable {
   std::vector<double> expected_loads_;
   size_t key_count_ = 0;
   size_t home_slots_ = 1;
-  std::vector<uint64_t> keys_;  // kEmptyKey in empty slots, so that they end every probe
-  std::vector<Value> values_;
+  std::vector<uint32_t> tags_;  // high halves of key ids; kEmptyKey's in empty slots
+  std::vector<Slot> slots_;
   std::vector<uint32_t> overflow_;
 };
 
@@ -215,16 +223,15 @@ inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t d
   table.destination_count_ = destination_count;
   table.expected_loads_ = std::move(expected_loads);
   table.key_count_ = entries.size();
-  // Inline uint16 destinations only fit when every index does; kOverflow is reserved.
-  const bool narrow_fits = destination_count <= 0xFFFF;
 
   table.home_slots_ = std::max<size_t>(
       1, static_cast<size_t>(std::ceil(static_cast<double>(entries.size()) / kMaxLoadFactor)));
   // The home slots, then spare empty slots for the tail (a few slots for mixed ids), at least one
   // of which stays empty to end every probe. A longer tail grows the array.
   const size_t slots = table.home_slots_ + 8 + table.home_slots_ / 512;
-  table.keys_.assign(slots, kEmptyKey);
-  table.values_.assign(slots, Value{});
+  // Built as whole key ids beside their values, then split into tags_ and slots_.
+  std::vector<uint64_t> keys(slots, kEmptyKey);
+  std::vector<uint32_t> values(slots, kEmpty);
 
   std::vector<uint32_t> set;
   for (const TableEntry& entry : entries) {
@@ -246,30 +253,29 @@ inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t d
       return Status::Error("destination " + std::to_string(*dup) + " appears twice for " + key());
     }
 
-    Value incoming;
-    if (narrow_fits && set.size() <= kMaxInline) {
-      incoming.count = static_cast<uint16_t>(set.size());
-      for (size_t j = 0; j < set.size(); ++j) incoming.d[j] = static_cast<uint16_t>(set[j]);
+    uint32_t incoming;
+    if (set.size() == 1 && set[0] + 1 < kOverflowBit) {
+      incoming = set[0] + 1;
     } else {
-      const uint32_t offset = static_cast<uint32_t>(table.overflow_.size());
+      if (table.overflow_.size() + 1 + set.size() > kOverflowBit) {
+        return Status::Error("the destination sets of more than 2^31 entries do not fit (at " +
+                             key() + ")");
+      }
+      incoming = kOverflowBit | static_cast<uint32_t>(table.overflow_.size());
       table.overflow_.push_back(static_cast<uint32_t>(set.size()));
       table.overflow_.insert(table.overflow_.end(), set.begin(), set.end());
-      incoming.count = kOverflow;
-      std::memcpy(incoming.d, &offset, sizeof(offset));
     }
 
     // Ordered insertion: skip the smaller keys from the home on; the key goes where the first
     // larger key or empty slot is, and the run from there to the next empty slot moves up by one
     // (the Robin Hood displacement, in key order).
-    std::vector<uint64_t>& keys = table.keys_;
-    std::vector<Value>& values = table.values_;
     size_t i = table.Home(entry.key_id);
     while (keys[i] < entry.key_id) ++i;
-    if (keys[i] == entry.key_id && values[i].count != kEmpty) {
+    if (keys[i] == entry.key_id && values[i] != kEmpty) {
       return Status::Error(key() + " is listed twice");
     }
     size_t empty = i;
-    while (values[empty].count != kEmpty) ++empty;
+    while (values[empty] != kEmpty) ++empty;
     if (empty == keys.size() - 1) {  // keep an empty slot at the end
       keys.push_back(kEmptyKey);
       values.emplace_back();
@@ -284,9 +290,13 @@ inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t d
     keys[i] = entry.key_id;
     values[i] = incoming;
   }
-  // A grown tail or overflow array may have left spare capacity behind.
-  if (table.keys_.capacity() != table.keys_.size()) table.keys_.shrink_to_fit();
-  if (table.values_.capacity() != table.values_.size()) table.values_.shrink_to_fit();
+  table.tags_.resize(keys.size());
+  table.slots_.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    table.tags_[i] = static_cast<uint32_t>(keys[i] >> 32);
+    table.slots_[i] = {static_cast<uint32_t>(keys[i]), values[i]};
+  }
+  // A grown overflow array may have left spare capacity behind.
   if (table.overflow_.capacity() != table.overflow_.size()) table.overflow_.shrink_to_fit();
   return table;
 }
