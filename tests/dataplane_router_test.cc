@@ -299,6 +299,46 @@ TEST_CASE("Fallback spreads unadmitted keys by power of two choices", "[router]"
   }
 }
 
+// The Pick fallback draws a pair of distinct up destinations uniformly and sends the request to
+// the lighter one (the first drawn on a tie).
+TEST_CASE("Fallback candidates are a uniform pair of distinct up destinations", "[router]") {
+  SeededRandom random(10);
+  ManualClock clock;
+  SECTION("idle fleet: every up destination equally often, never a down one") {
+    Router router({.destination_count = 5}, random);
+    REQUIRE(router.Install(MakeTable({1, 1}, 5, {}), clock.Now()).ok);
+    REQUIRE(router.MarkDown(3).ok);
+    std::vector<int> count(5, 0);
+    for (int i = 0; i < 20000; ++i) ++count[router.Pick(kCold, clock.Now()).destination()];
+    CHECK(count[3] == 0);
+    for (uint32_t d : {0u, 1u, 2u, 4u}) {
+      INFO("destination " << d);
+      CHECK(count[d] > 4700);  // 5,000 expected; the standard deviation is about 61
+      CHECK(count[d] < 5300);
+    }
+  }
+  SECTION("loads 2, 1, 0: the heaviest never wins, so the two candidates always differ") {
+    Router router({.destination_count = 3}, random);
+    REQUIRE(router.Install(MakeTable({1, 1}, 3, {{kHot, {0}}, {kSolo, {1}}}), clock.Now()).ok);
+    std::vector<InFlight> held;
+    held.push_back(router.Pick(kHot, clock.Now()));
+    held.push_back(router.Pick(kHot, clock.Now()));
+    held.push_back(router.Pick(kSolo, clock.Now()));
+    std::vector<int> count(3, 0);
+    for (int i = 0; i < 6000; ++i) ++count[router.Pick(kCold, clock.Now()).destination()];
+    CHECK(count[0] == 0);
+    CHECK(count[1] > 1700);  // pair {0, 1}: 1/3 of 6,000 = 2,000
+    CHECK(count[1] < 2300);
+    CHECK(count[2] == 6000 - count[1]);
+  }
+  SECTION("one destination") {
+    Router router({.destination_count = 1}, random);
+    CHECK(router.Pick(kCold, clock.Now()).destination() == 0);
+    REQUIRE(router.MarkDown(0).ok);
+    CHECK_FALSE(router.Pick(kCold, clock.Now()).ok());
+  }
+}
+
 // Readers pick (and hold tokens) while a writer installs a stream of new tables and flips health.
 // Every table admits every key, so every pick must be planned onto a destination of the key's set;
 // at the end no request is in flight and the counters add up. Run under TSan in CI.
