@@ -49,6 +49,9 @@ TEST_CASE("a minimal YAML file gets the documented defaults") {
   CHECK(config->failure_threshold == 3);
   CHECK(config->report_interval == absl::Seconds(10));
   CHECK(config->table_ttl == absl::Seconds(60));
+  CHECK(config->load_scrape_interval == absl::ZeroDuration());  // off
+  CHECK(config->load_metric == "vllm:num_requests_waiting");
+  CHECK(config->external_load_weight == 1.0);
 }
 
 TEST_CASE("every key is read") {
@@ -67,6 +70,9 @@ write_timeout: 5s
 failure_threshold: 5
 probe_interval: 1s
 server_threads: 8
+load_scrape_interval: 250ms
+load_metric: "vllm:num_requests_running"
+external_load_weight: 0.5
 )");
   INFO(config.status().ToString());
   REQUIRE(config.ok());
@@ -85,6 +91,14 @@ server_threads: 8
   CHECK(config->failure_threshold == 5);
   CHECK(config->probe_interval == absl::Seconds(1));
   CHECK(config->server_threads == 8);
+  CHECK(config->load_scrape_interval == absl::Milliseconds(250));
+  CHECK(config->load_metric == "vllm:num_requests_running");
+  CHECK(config->external_load_weight == 0.5);
+  // 0 turns scraping off explicitly.
+  absl::StatusOr<GatewayConfig> off =
+      ParseGatewayConfigYaml(std::string(kMinimal) + "load_scrape_interval: 0s\n");
+  REQUIRE(off.ok());
+  CHECK(off->load_scrape_interval == absl::ZeroDuration());
 }
 
 TEST_CASE("bad values are errors that name the field and the value") {
@@ -101,6 +115,11 @@ TEST_CASE("bad values are errors that name the field and the value") {
       {base + "planner: 127.0.0.1:50051\n", {"gateway_id", "planner", "127.0.0.1:50051"}},
       {base + "report_interval: soon\n", {"report_interval", "\"soon\"", "duration"}},
       {base + "probe_interval: 0s\n", {"probe_interval", "0"}},
+      {base + "load_scrape_interval: -1s\n", {"load_scrape_interval", "-1s"}},
+      {base + "load_metric: \"queue depth\"\n", {"load_metric", "\"queue depth\""}},
+      {base + "load_metric: \"\"\n", {"load_metric", "\"\""}},
+      {base + "external_load_weight: -0.5\n", {"external_load_weight", "-0.5"}},
+      {base + "external_load_weight: lots\n", {"external_load_weight", "\"lots\""}},
       {base + "failure_threshold: 0\n", {"failure_threshold", "0"}},
       {base + "failure_threshold: -2\n", {"failure_threshold", "-2"}},
       {base + "failure_threshold: \"3\"\n", {"failure_threshold", "\"3\""}},

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
@@ -91,6 +92,15 @@ class FakeUpstream {
     server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("", "text/plain");
     });
+    server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++metrics_requests_;
+      if (metrics_.empty()) {
+        res.status = 404;
+        return;
+      }
+      res.set_content(metrics_, "text/plain; version=0.0.4");
+    });
     if (port_ == 0) {
       port_ = server_->bind_to_any_port("127.0.0.1");
     } else {
@@ -138,6 +148,15 @@ class FakeUpstream {
     std::lock_guard<std::mutex> lock(mu_);
     return last_authorization_;
   }
+  // What GET /metrics answers ("" = 404), and how often it was asked.
+  void set_metrics(std::string text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_ = std::move(text);
+  }
+  int metrics_requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return metrics_requests_;
+  }
 
  private:
   const std::string name_;
@@ -151,6 +170,8 @@ class FakeUpstream {
   bool held_back_until_seen_ = false;  // guarded by mu_
   std::string last_body_;              // guarded by mu_
   std::string last_authorization_;     // guarded by mu_
+  std::string metrics_;                // guarded by mu_
+  int metrics_requests_ = 0;           // guarded by mu_
 };
 
 struct Fleet {
@@ -626,6 +647,73 @@ TEST_CASE("/v1/models, /healthz and /metrics") {
 }
 
 // The real binary: started with port 0, its port read from the "started gateway" log line.
+// Engine-reported load: with load_scrape_interval set, each upstream's vllm:num_requests_waiting
+// joins the gateway's own in-flight count, so power of two choices keeps away from a queue the
+// gateway did not cause (another gateway's traffic); a failed scrape counts 0.
+std::string WaitingMetric(int waiting) {
+  return absl::StrCat(
+      "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+      "# TYPE vllm:num_requests_waiting gauge\n"
+      "vllm:num_requests_waiting{model_name=\"fake\"} ",
+      waiting, ".0\n");
+}
+
+TEST_CASE("engine-reported queue depth steers power of two choices away from a busy engine") {
+  Fleet fleet(2);
+  fleet.upstreams[0]->set_metrics(WaitingMetric(50));
+  fleet.upstreams[1]->set_metrics(WaitingMetric(0));
+  GatewayConfig config = ConfigFor(fleet, "flatlb");
+  config.load_scrape_interval = absl::Milliseconds(20);
+  auto gateway = StartGateway(config);
+  REQUIRE(Eventually([&] {
+    return absl::StrContains(gateway->RenderMetrics(),
+                             "cacheroute_gateway_reported_load{destination=\"u0\"} 50\n");
+  }));
+  httplib::Client client = ClientFor(*gateway);
+  // One request at a time: the gateway's own in-flight counts stay 0, so only the reported
+  // queue tells the two apart.
+  for (int i = 0; i < 40; ++i) {
+    const Reply reply = Send(client, absl::StrCat("key-", i));
+    REQUIRE(reply.status == 200);
+    CHECK(reply.destination == "u1");
+  }
+  CHECK(fleet.upstreams[0]->requests() == 0);
+
+  // u1's queue grows past u0's: traffic moves to u0.
+  fleet.upstreams[1]->set_metrics(WaitingMetric(80));
+  REQUIRE(Eventually([&] {
+    return absl::StrContains(gateway->RenderMetrics(),
+                             "cacheroute_gateway_reported_load{destination=\"u1\"} 80\n");
+  }));
+  for (int i = 0; i < 20; ++i) CHECK(Send(client, absl::StrCat("key-", i)).destination == "u0");
+
+  // u1's /metrics breaks (404): its reported load falls to 0 and the failures are counted.
+  fleet.upstreams[1]->set_metrics("");
+  REQUIRE(Eventually([&] {
+    return absl::StrContains(gateway->RenderMetrics(),
+                             "cacheroute_gateway_reported_load{destination=\"u1\"} 0\n");
+  }));
+  CHECK(absl::StrContains(gateway->RenderMetrics(),
+                          "cacheroute_gateway_load_scrape_failures_total{destination=\"u0\"} 0\n"));
+  CHECK_FALSE(
+      absl::StrContains(gateway->RenderMetrics(),
+                        "cacheroute_gateway_load_scrape_failures_total{destination=\"u1\"} 0\n"));
+  for (int i = 0; i < 20; ++i) CHECK(Send(client, absl::StrCat("key-", i)).destination == "u1");
+}
+
+TEST_CASE("without load_scrape_interval the gateway never asks upstreams for /metrics") {
+  Fleet fleet(2);
+  fleet.upstreams[0]->set_metrics(WaitingMetric(50));
+  auto gateway = StartGateway(ConfigFor(fleet, "flatlb"));
+  httplib::Client client = ClientFor(*gateway);
+  std::set<std::string> used;
+  for (int i = 0; i < 60; ++i) used.insert(Send(client, absl::StrCat("key-", i)).destination);
+  CHECK(used == std::set<std::string>{"u0", "u1"});
+  CHECK(fleet.upstreams[0]->metrics_requests() == 0);
+  CHECK(absl::StrContains(gateway->RenderMetrics(),
+                          "cacheroute_gateway_reported_load{destination=\"u0\"} 0\n"));
+}
+
 TEST_CASE("the cacheroute-gateway binary serves on the port it logs") {
   Fleet fleet(2);
   int err[2];

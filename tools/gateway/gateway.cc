@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "tools/gateway/prometheus_text.h"
 
 namespace cacheroute::gateway {
 namespace {
@@ -368,6 +369,8 @@ struct Gateway::Destination {
   std::atomic<uint32_t> consecutive_failures{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> marked_down{0};
+  std::atomic<double> reported_load{0};  // the last scraped load_metric (0 when it failed)
+  std::atomic<uint64_t> scrape_failures{0};
 };
 
 // One streaming response: the upstream is read on `reader` and its chunks queued for the HTTP
@@ -392,7 +395,8 @@ Gateway::Gateway(const GatewayConfig& config)
       random_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
       router_({.destination_count = static_cast<uint32_t>(config.upstreams.size()),
                .table_ttl = std::chrono::duration_cast<dataplane::Duration>(
-                   absl::ToChronoNanoseconds(config.table_ttl))},
+                   absl::ToChronoNanoseconds(config.table_ttl)),
+               .external_load_weight = config.external_load_weight},
               random_),
       destinations_(new Destination[config.upstreams.size()]) {
   const auto n = static_cast<uint32_t>(config.upstreams.size());
@@ -445,6 +449,9 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
           "two choices and no rates are reported\""}});
   }
   gateway->prober_thread_ = std::thread([g = gateway.get()] { g->RunProber(); });
+  if (config.load_scrape_interval > absl::ZeroDuration()) {
+    gateway->scraper_thread_ = std::thread([g = gateway.get()] { g->RunLoadScraper(); });
+  }
   return gateway;
 }
 
@@ -516,6 +523,7 @@ void Gateway::Stop() {
   if (server_ != nullptr) server_->stop();
   if (server_thread_.joinable()) server_thread_.join();
   if (prober_thread_.joinable()) prober_thread_.join();
+  if (scraper_thread_.joinable()) scraper_thread_.join();
   if (subscriber_ != nullptr) subscriber_->Stop();
   if (reporter_ != nullptr) reporter_->Stop();
 }
@@ -823,6 +831,44 @@ void Gateway::RunProber() {
   }
 }
 
+void Gateway::ScrapeLoads() {
+  const auto [connect_s, connect_us] = SecondsAndMicros(ToChrono(config_.connect_timeout));
+  for (uint32_t d = 0; d < router_.destination_count(); ++d) {
+    if (!router_.loads().Up(d)) continue;
+    httplib::Client client(addresses_[d].host, addresses_[d].port);
+    client.set_connection_timeout(connect_s, connect_us);
+    client.set_read_timeout(connect_s, connect_us);
+    httplib::Result result = client.Get("/metrics");
+    std::optional<double> value;
+    if (result && result->status == 200) value = SumSamples(result->body, config_.load_metric);
+    if (!value.has_value() || *value < 0) {
+      const uint64_t failures =
+          destinations_[d].scrape_failures.fetch_add(1, std::memory_order_relaxed);
+      if (failures == 0) {  // the first one is worth a line; the counter tells the rest
+        Log("warning", "load_scrape_failed",
+            {{"destination", config_.upstreams[d].name},
+             {"url", config_.upstreams[d].url},
+             {"metric", config_.load_metric},
+             {"detail", result ? absl::StrCat("\"HTTP ", result->status,
+                                              ", or no finite sample of the metric\"")
+                               : absl::StrCat("\"", httplib::to_string(result.error()), "\"")}});
+      }
+      value = 0;
+    }
+    destinations_[d].reported_load.store(*value, std::memory_order_relaxed);
+    router_.SetLoad(d, *value);
+  }
+}
+
+void Gateway::RunLoadScraper() {
+  const auto interval = ToChrono(config_.load_scrape_interval);
+  for (;;) {
+    ScrapeLoads();
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) return;
+  }
+}
+
 std::string Gateway::RenderMetrics() {
   constexpr absl::string_view kPrefix = "cacheroute_gateway_";
   std::string out;
@@ -885,6 +931,20 @@ std::string Gateway::RenderMetrics() {
   for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
     sample("destination_marked_down_total",
            static_cast<double>(destinations_[d].marked_down.load(std::memory_order_relaxed)),
+           destination_label(d));
+  }
+  family("reported_load", "gauge",
+         "The load_metric each destination last reported (load_scrape_interval; 0 when off or "
+         "the scrape failed).");
+  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+    sample("reported_load", destinations_[d].reported_load.load(std::memory_order_relaxed),
+           destination_label(d));
+  }
+  family("load_scrape_failures_total", "counter",
+         "Scrapes of a destination's /metrics that failed or lacked load_metric.");
+  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+    sample("load_scrape_failures_total",
+           static_cast<double>(destinations_[d].scrape_failures.load(std::memory_order_relaxed)),
            destination_label(d));
   }
   family("request_duration_seconds", "histogram",

@@ -23,8 +23,14 @@
 // Router, and a prober GETs its /health every `probe_interval` until a 200 marks it up again.
 // HTTP error statuses from the upstream (4xx, 5xx) are passed through and are not failures.
 //
+// Engine-reported load (GatewayConfig::load_scrape_interval, off by default): a scraper thread
+// reads each up upstream's `load_metric` (vllm:num_requests_waiting) from its /metrics and passes
+// it to Router::SetLoad, so every policy sees in_flight + external_load_weight * queue. It is what
+// lets several gateways see each other's traffic on an engine.
+//
 // Threads: httplib's worker pool serves requests (one connection each); one thread per active
-// stream reads the upstream; the prober; the subscriber's and the reporter's own threads.
+// stream reads the upstream; the prober; the load scraper; the subscriber's and the reporter's
+// own threads.
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(config);
@@ -138,6 +144,9 @@ class Gateway {
   void RecordFailure(uint32_t d, absl::string_view error);
   void Finish(Endpoint endpoint, int status, std::chrono::steady_clock::time_point start);
   void RunProber();
+  // Reads load_metric from every up destination's /metrics into Router::SetLoad.
+  void ScrapeLoads();
+  void RunLoadScraper();
 
   const GatewayConfig config_;
   std::vector<UpstreamAddress> addresses_;
@@ -154,6 +163,7 @@ class Gateway {
   int port_ = 0;
   std::thread server_thread_;
   std::thread prober_thread_;
+  std::thread scraper_thread_;  // with load_scrape_interval > 0
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;  // guarded by stop_mu_

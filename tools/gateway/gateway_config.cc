@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -102,15 +103,44 @@ absl::Status CheckPositiveDuration(absl::string_view name, absl::Duration value)
                  absl::StrCat("must be a finite duration > 0, got ", absl::FormatDuration(value)));
 }
 
-absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view name, absl::string_view text) {
+// A finite duration >= 0 (0 turns the feature off).
+absl::Status CheckOffOrPositiveDuration(absl::string_view name, absl::Duration value) {
+  if (value == absl::ZeroDuration()) return absl::OkStatus();
+  if (value > absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be 0 (off) or a finite duration > 0, got ",
+                                    absl::FormatDuration(value)));
+}
+
+absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view name, absl::string_view text,
+                                                 bool zero_is_off = false) {
   absl::Duration value;
   if (!absl::ParseDuration(absl::StripAsciiWhitespace(text), &value)) {
     return Invalid(
         name,
         absl::StrCat(Quote(text), " is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")"));
   }
-  if (absl::Status s = CheckPositiveDuration(name, value); !s.ok()) return s;
+  if (absl::Status s = zero_is_off ? CheckOffOrPositiveDuration(name, value)
+                                   : CheckPositiveDuration(name, value);
+      !s.ok()) {
+    return s;
+  }
   return value;
+}
+
+// A Prometheus metric name: [a-zA-Z_:][a-zA-Z0-9_:]*.
+absl::Status CheckMetricName(absl::string_view name, absl::string_view value) {
+  bool ok = !value.empty() && !absl::ascii_isdigit(static_cast<unsigned char>(value[0]));
+  for (char c : value)
+    ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':');
+  if (ok) return absl::OkStatus();
+  return Invalid(name,
+                 absl::StrCat("must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*), got ",
+                              Quote(value)));
+}
+
+absl::Status CheckWeight(absl::string_view name, double value) {
+  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be a finite number >= 0, got ", value));
 }
 
 absl::Status CheckUpstreams(absl::string_view name, const std::vector<Upstream>& upstreams) {
@@ -201,17 +231,33 @@ YamlField StringField(absl::string_view key, std::string GatewayConfig::*member,
           }};
 }
 
-YamlField DurationField(absl::string_view key, absl::Duration GatewayConfig::*member) {
+YamlField DurationField(absl::string_view key, absl::Duration GatewayConfig::*member,
+                        bool zero_is_off = false) {
+  return {
+      key,
+      [member, zero_is_off](absl::string_view name, const YAML::Node& node,
+                            GatewayConfig& config) -> absl::Status {
+        if (!node.IsScalar()) {
+          return Invalid(
+              name, absl::StrCat("expected a duration such as \"10s\", got ", DescribeNode(node)));
+        }
+        absl::StatusOr<absl::Duration> value = ParseDurationText(name, node.Scalar(), zero_is_off);
+        if (!value.ok()) return value.status();
+        config.*member = *value;
+        return absl::OkStatus();
+      }};
+}
+
+YamlField WeightField(absl::string_view key, double GatewayConfig::*member) {
   return {key,
           [member](absl::string_view name, const YAML::Node& node,
                    GatewayConfig& config) -> absl::Status {
-            if (!node.IsScalar()) {
-              return Invalid(name, absl::StrCat("expected a duration such as \"10s\", got ",
-                                                DescribeNode(node)));
+            double value;
+            if (!node.IsScalar() || node.Tag() == "!" || !absl::SimpleAtod(node.Scalar(), &value)) {
+              return Invalid(name, absl::StrCat("expected a number, got ", DescribeNode(node)));
             }
-            absl::StatusOr<absl::Duration> value = ParseDurationText(name, node.Scalar());
-            if (!value.ok()) return value.status();
-            config.*member = *value;
+            if (absl::Status s = CheckWeight(name, value); !s.ok()) return s;
+            config.*member = value;
             return absl::OkStatus();
           }};
 }
@@ -287,6 +333,10 @@ const std::vector<YamlField>& Fields() {
       CountField("failure_threshold", &GatewayConfig::failure_threshold, 1'000'000),
       DurationField("probe_interval", &GatewayConfig::probe_interval),
       CountField("server_threads", &GatewayConfig::server_threads, 4096),
+      DurationField("load_scrape_interval", &GatewayConfig::load_scrape_interval,
+                    /*zero_is_off=*/true),
+      StringField("load_metric", &GatewayConfig::load_metric, CheckMetricName),
+      WeightField("external_load_weight", &GatewayConfig::external_load_weight),
   };
   return *fields;
 }
@@ -480,6 +530,9 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
            CheckPositiveDuration("read_timeout", config.read_timeout),
            CheckPositiveDuration("write_timeout", config.write_timeout),
            CheckPositiveDuration("probe_interval", config.probe_interval),
+           CheckOffOrPositiveDuration("load_scrape_interval", config.load_scrape_interval),
+           CheckMetricName("load_metric", config.load_metric),
+           CheckWeight("external_load_weight", config.external_load_weight),
        }) {
     if (!s.ok()) return s;
   }

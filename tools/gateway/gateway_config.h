@@ -59,6 +59,15 @@ struct GatewayConfig {
 
   // HTTP worker threads (each serves one connection at a time; streams hold theirs throughout).
   uint32_t server_threads = 1024;
+
+  // Engine-reported load (off by default). Every `load_scrape_interval` the gateway GETs each up
+  // upstream's /metrics and reads `load_metric` (summed over its label sets); the Router's load
+  // of that destination is then in_flight + external_load_weight * that value (router.h, "Load
+  // signal"). In-flight counts only this gateway's requests; the engine's queue counts every
+  // gateway's. A failed scrape, or a page without the metric, sets the reported load to 0.
+  absl::Duration load_scrape_interval = absl::ZeroDuration();  // 0: off
+  std::string load_metric = "vllm:num_requests_waiting";
+  double external_load_weight = 1.0;
 };
 
 // Parses YAML text (the format of deploy/gateway.yaml) over `base`. Keys mirror the fields above;
