@@ -168,7 +168,7 @@ void EngineRunner::Run() {
 
 void EngineRunner::Dispatch(std::span<const sim::EngineEvent> events) {
   if (events.empty()) return;
-  // Counters first, then the waiters: a response never precedes its own count.
+  // Counters and gauges first, then the waiters: a response never precedes its own count.
   std::vector<std::pair<std::shared_ptr<PendingRequest>, const sim::EngineEvent*>> wake;
   wake.reserve(events.size());
   {
@@ -202,6 +202,8 @@ void EngineRunner::Dispatch(std::span<const sim::EngineEvent> events) {
       wake.emplace_back(it->second, &e);
       if (e.kind != sim::EngineEventKind::kFirstToken) in_engine_.erase(it);
     }
+    // The gauges too: a scrape right after the last response must not see it still running.
+    PublishGaugesLocked();
   }
   for (auto& [r, e] : wake) {
     switch (e->kind) {
@@ -220,6 +222,10 @@ void EngineRunner::Dispatch(std::span<const sim::EngineEvent> events) {
 
 void EngineRunner::PublishGauges() {
   std::lock_guard<std::mutex> lock(metrics_mu_);
+  PublishGaugesLocked();
+}
+
+void EngineRunner::PublishGaugesLocked() {
   metrics_.running = engine_.running();
   metrics_.waiting = engine_.waiting();
   metrics_.kv_usage = engine_.cache().usage();

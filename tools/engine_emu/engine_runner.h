@@ -138,6 +138,7 @@ class EngineRunner {
   double ModelledNow() const;
   void Dispatch(std::span<const sim::EngineEvent> events);
   void PublishGauges();
+  void PublishGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(metrics_mu_);  // engine thread
 
   const sim::EngineProfile profile_;
   const double time_scale_;
