@@ -25,6 +25,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/table/table_snapshot.h"
+#include "tests/support/test_certs.h"
 
 namespace cacheroute::service {
 namespace {
@@ -451,37 +452,6 @@ TEST_CASE("/metrics and /healthz are served over HTTP") {
   }
 }
 
-// Runs a shell command; true on exit status 0.
-bool Shell(const std::string& command) { return std::system(command.c_str()) == 0; }
-
-struct Certs {
-  std::string dir, ca, server_cert, server_key, client_cert, client_key;
-};
-
-// A throwaway CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl.
-Certs MakeCerts() {
-  Certs c;
-  c.dir = TempDir();
-  const std::string d = c.dir;
-  const std::string q = " >/dev/null 2>&1";
-  REQUIRE(Shell("openssl req -x509 -newkey rsa:2048 -nodes -keyout " + d + "/ca.key -out " + d +
-                "/ca.pem -days 1 -subj /CN=cacheroute-test-ca" + q));
-  std::ofstream(d + "/server.ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
-  for (const std::string name : {"server", "client"}) {
-    REQUIRE(Shell("openssl req -newkey rsa:2048 -nodes -keyout " + d + "/" + name + ".key -out " +
-                  d + "/" + name + ".csr -subj /CN=" + name + q));
-    REQUIRE(Shell("openssl x509 -req -in " + d + "/" + name + ".csr -CA " + d + "/ca.pem -CAkey " +
-                  d + "/ca.key -CAcreateserial -days 1 -out " + d + "/" + name + ".pem" +
-                  (name == "server" ? " -extfile " + d + "/server.ext" : std::string()) + q));
-  }
-  c.ca = d + "/ca.pem";
-  c.server_cert = d + "/server.pem";
-  c.server_key = d + "/server.key";
-  c.client_cert = d + "/client.pem";
-  c.client_key = d + "/client.key";
-  return c;
-}
-
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -496,7 +466,8 @@ grpc::Status StatusOver(const std::shared_ptr<grpc::Channel>& channel) {
 }
 
 TEST_CASE("TLS and mutual TLS with certificates generated at test time") {
-  const Certs certs = MakeCerts();
+  const std::string cert_dir = TempDir();
+  const testing::Certs certs = testing::MakeCerts(cert_dir);
   planner::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
   const std::string address = "127.0.0.1:";
 
@@ -529,7 +500,7 @@ TEST_CASE("TLS and mutual TLS with certificates generated at test time") {
     without_cert.pem_root_certs = Slurp(certs.ca);
     CHECK_FALSE(StatusOver(grpc::CreateChannel(target, grpc::SslCredentials(without_cert))).ok());
   }
-  std::filesystem::remove_all(certs.dir);
+  std::filesystem::remove_all(cert_dir);
 }
 
 // The real cacheroute-planner process, started on a free port; its port is read from its
