@@ -73,6 +73,10 @@ server_threads: 8
 load_scrape_interval: 250ms
 load_metric: "vllm:num_requests_running"
 external_load_weight: 0.5
+planner_token_file: /etc/gw/token
+planner_tls_ca_file: /etc/gw/ca.pem
+planner_tls_cert_file: /etc/gw/gw.pem
+planner_tls_key_file: /etc/gw/gw.key
 )");
   INFO(config.status().ToString());
   REQUIRE(config.ok());
@@ -94,6 +98,10 @@ external_load_weight: 0.5
   CHECK(config->load_scrape_interval == absl::Milliseconds(250));
   CHECK(config->load_metric == "vllm:num_requests_running");
   CHECK(config->external_load_weight == 0.5);
+  CHECK(config->planner_token_file == "/etc/gw/token");
+  CHECK(config->planner_tls_ca_file == "/etc/gw/ca.pem");
+  CHECK(config->planner_tls_cert_file == "/etc/gw/gw.pem");
+  CHECK(config->planner_tls_key_file == "/etc/gw/gw.key");
   // 0 turns scraping off explicitly.
   absl::StatusOr<GatewayConfig> off =
       ParseGatewayConfigYaml(std::string(kMinimal) + "load_scrape_interval: 0s\n");
@@ -119,6 +127,12 @@ TEST_CASE("bad values are errors that name the field and the value") {
       {base + "load_metric: \"queue depth\"\n", {"load_metric", "\"queue depth\""}},
       {base + "load_metric: \"\"\n", {"load_metric", "\"\""}},
       {base + "external_load_weight: -0.5\n", {"external_load_weight", "-0.5"}},
+      {base + "planner_tls_ca_file: ca.pem\nplanner_tls_cert_file: gw.pem\n",
+       {"planner_tls_key_file", "\"gw.pem\"", "both"}},
+      {base + "planner_tls_ca_file: ca.pem\nplanner_tls_key_file: gw.key\n",
+       {"planner_tls_cert_file", "\"gw.key\""}},
+      {base + "planner_tls_cert_file: gw.pem\nplanner_tls_key_file: gw.key\n",
+       {"planner_tls_ca_file", "\"gw.pem\""}},
       {base + "external_load_weight: lots\n", {"external_load_weight", "\"lots\""}},
       {base + "failure_threshold: 0\n", {"failure_threshold", "0"}},
       {base + "failure_threshold: -2\n", {"failure_threshold", "-2"}},

@@ -28,6 +28,8 @@
 #include "absl/strings/str_cat.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_certs.h"
 
 namespace cacheroute::gateway {
 namespace {
@@ -647,6 +649,87 @@ TEST_CASE("/v1/models, /healthz and /metrics") {
 }
 
 // The real binary: started with port 0, its port read from the "started gateway" log line.
+// A planner that requires a bearer token on every RPC (token_required_for_reads): the gateway
+// with planner_token_file reports rates and gets tables; one without the token gets neither.
+TEST_CASE("planner_token_file: the token gets rates and tables through, its absence does not") {
+  testing::TempDir dir("gateway_token_test");
+  Fleet fleet(3);
+  service::PlannerConfig planner_config = PlannerFor(fleet.Names());
+  planner_config.token = "s3cret-token";
+  planner_config.token_required_for_reads = true;
+  InProcessPlanner planner(planner_config);
+
+  GatewayConfig with_token = ConfigFor(fleet);
+  with_token.planner = planner.target();
+  with_token.gateway_id = "gw-token";
+  with_token.planner_token_file = dir.Write("token", "s3cret-token\n");
+  auto gateway = StartGateway(with_token);
+  PlanFromTraffic(planner, *gateway, kHot, 3, 2);
+  CHECK(TableDestination(*gateway, kHot[0]) != "");
+
+  GatewayConfig without = ConfigFor(fleet);
+  without.planner = planner.target();
+  without.gateway_id = "gw-plain";
+  auto plain = StartGateway(without);
+  httplib::Client client = ClientFor(*plain);
+  REQUIRE(Send(client, "tenant-a").status == 200);  // routed by P2C all the same
+  REQUIRE(Eventually([&] {
+    return plain->ReporterStats()->failed_attempts > 0 && plain->SubscriberStats()->disconnects > 0;
+  }));
+  INFO(plain->ReporterStats()->last_error << " / " << plain->SubscriberStats()->last_error);
+  CHECK(absl::StrContains(plain->ReporterStats()->last_error, "token"));
+  CHECK(plain->ReporterStats()->reports_sent == 0);
+  CHECK(plain->SubscriberStats()->acks == 0);
+  CHECK(plain->table() == nullptr);
+
+  GatewayConfig missing = with_token;
+  missing.gateway_id = "gw-missing";
+  missing.planner_token_file = dir.File("no-such-token");
+  absl::StatusOr<std::unique_ptr<Gateway>> failed = Gateway::Start(missing);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(absl::IsInvalidArgument(failed.status()));
+  CHECK(absl::StrContains(failed.status().message(), "planner_token_file"));
+  CHECK(absl::StrContains(failed.status().message(), "no-such-token"));
+}
+
+// A planner behind mutual TLS: planner_tls_ca_file with this gateway's certificate and key gets
+// through; the CA alone (no client certificate) does not.
+TEST_CASE("planner_tls_*: a gateway reaches a planner behind mutual TLS") {
+  testing::TempDir dir("gateway_tls_test");
+  const testing::Certs certs = testing::MakeCerts(dir.path().string());
+  Fleet fleet(3);
+  service::PlannerConfig planner_config = PlannerFor(fleet.Names());
+  planner_config.tls.cert_file = certs.server_cert;
+  planner_config.tls.key_file = certs.server_key;
+  planner_config.tls.client_ca_file = certs.ca;
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = dir.Read("ca.pem");
+  ssl.pem_cert_chain = dir.Read("client.pem");
+  ssl.pem_private_key = dir.Read("client.key");
+  InProcessPlanner planner(planner_config, grpc::SslCredentials(ssl));
+
+  GatewayConfig config = ConfigFor(fleet);
+  config.planner = planner.target();
+  config.gateway_id = "gw-mtls";
+  config.planner_tls_ca_file = certs.ca;
+  config.planner_tls_cert_file = certs.client_cert;
+  config.planner_tls_key_file = certs.client_key;
+  auto gateway = StartGateway(config);
+  PlanFromTraffic(planner, *gateway, kHot, 3, 2);
+  CHECK(TableDestination(*gateway, kHot[0]) != "");
+
+  GatewayConfig no_client_cert = ConfigFor(fleet);
+  no_client_cert.planner = planner.target();
+  no_client_cert.gateway_id = "gw-ca-only";
+  no_client_cert.planner_tls_ca_file = certs.ca;
+  auto refused = StartGateway(no_client_cert);
+  httplib::Client client = ClientFor(*refused);
+  REQUIRE(Send(client, "tenant-a").status == 200);
+  REQUIRE(Eventually([&] { return refused->ReporterStats()->failed_attempts > 0; }));
+  CHECK(refused->ReporterStats()->reports_sent == 0);
+  CHECK(refused->table() == nullptr);
+}
+
 // Engine-reported load: with load_scrape_interval set, each upstream's vllm:num_requests_waiting
 // joins the gateway's own in-flight count, so power of two choices keeps away from a queue the
 // gateway did not cause (another gateway's traffic); a failed scrape counts 0.

@@ -27,8 +27,14 @@ namespace cacheroute::testing {
 
 class InProcessPlanner {
  public:
-  explicit InProcessPlanner(service::PlannerConfig config)
-      : config_(std::move(config)), clock_(absl::FromUnixSeconds(1'800'000'000)) {
+  // `credentials`: how the fixture's own calls reach the planner (plaintext when null; a TLS
+  // planner needs SslCredentials trusting its CA). They carry config.token when it is set.
+  explicit InProcessPlanner(service::PlannerConfig config,
+                            std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
+      : config_(std::move(config)),
+        credentials_(credentials != nullptr ? std::move(credentials)
+                                            : grpc::InsecureChannelCredentials()),
+        clock_(absl::FromUnixSeconds(1'800'000'000)) {
     Start();
   }
 
@@ -43,7 +49,7 @@ class InProcessPlanner {
       port_ = server_->port();
       config_.listen = absl::StrCat("127.0.0.1:", port_);
     }
-    auto channel = grpc::CreateChannel(target(), grpc::InsecureChannelCredentials());
+    auto channel = grpc::CreateChannel(target(), credentials_);
     rates_ = v1::RateService::NewStub(channel);
     admin_ = v1::AdminService::NewStub(channel);
   }
@@ -71,6 +77,7 @@ class InProcessPlanner {
       kc->set_count(count);
     }
     grpc::ClientContext context;
+    Authorize(context);
     v1::ReportRatesResponse response;
     grpc::Status status = rates_->ReportRates(&context, request, &response);
     INFO(status.error_message());
@@ -81,6 +88,7 @@ class InProcessPlanner {
   v1::ReplanResponse Replan() {
     clock_.Advance(absl::Seconds(100));
     grpc::ClientContext context;
+    Authorize(context);
     v1::ReplanResponse response;
     grpc::Status status = admin_->Replan(&context, {}, &response);
     INFO(status.error_message());
@@ -90,6 +98,7 @@ class InProcessPlanner {
 
   v1::GetStatusResponse Status() {
     grpc::ClientContext context;
+    Authorize(context);
     v1::GetStatusResponse status;
     grpc::Status s = admin_->GetStatus(&context, {}, &status);
     INFO(s.error_message());
@@ -100,7 +109,12 @@ class InProcessPlanner {
   planner::ManualClock& clock() { return clock_; }
 
  private:
+  void Authorize(grpc::ClientContext& context) const {
+    if (!config_.token.empty()) context.AddMetadata("authorization", "Bearer " + config_.token);
+  }
+
   service::PlannerConfig config_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   planner::ManualClock clock_;
   int port_ = 0;
   std::unique_ptr<service::PlannerServer> server_;

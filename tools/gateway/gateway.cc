@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -353,6 +355,43 @@ RequestFields ScanRequestFields(absl::string_view body) {
   return FieldScanner(body).Scan().value_or(RequestFields{});
 }
 
+// The whole of file `path`, for config key `key`; InvalidArgument naming both when it cannot be
+// read or is empty.
+absl::StatusOr<std::string> ReadConfigFile(absl::string_view key, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": cannot read \"", path, "\""));
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (absl::StripAsciiWhitespace(text).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": \"", path, "\" is empty"));
+  }
+  return text;
+}
+
+// Credentials for the planner channel: TLS when a CA is configured (with this gateway's
+// certificate for mutual TLS), plaintext otherwise.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PlannerCredentials(
+    const GatewayConfig& config) {
+  if (config.planner_tls_ca_file.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> ca =
+      ReadConfigFile("planner_tls_ca_file", config.planner_tls_ca_file);
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = *std::move(ca);
+  if (!config.planner_tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert =
+        ReadConfigFile("planner_tls_cert_file", config.planner_tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key =
+        ReadConfigFile("planner_tls_key_file", config.planner_tls_key_file);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(cert);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 std::string ErrorBody(absl::string_view message, absl::string_view type, int code) {
   std::string out = "{\"error\":{\"message\":";
   AppendJsonString(out, message);
@@ -424,11 +463,22 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
   if (!config.planner.empty()) {
     std::vector<std::string> names;
     for (const Upstream& u : config.upstreams) names.push_back(u.name);
-    auto channel = grpc::CreateChannel(config.planner, grpc::InsecureChannelCredentials());
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        PlannerCredentials(config);
+    if (!credentials.ok()) return credentials.status();
+    std::string token;
+    if (!config.planner_token_file.empty()) {
+      absl::StatusOr<std::string> text =
+          ReadConfigFile("planner_token_file", config.planner_token_file);
+      if (!text.ok()) return text.status();
+      token = std::string(absl::StripAsciiWhitespace(*text));
+    }
+    auto channel = grpc::CreateChannel(config.planner, *credentials);
     dataplane::TableSubscriberOptions table_options;
     table_options.gateway_id = config.gateway_id;
     table_options.destinations = std::move(names);
     table_options.cache_path = config.table_cache;
+    table_options.bearer_token = token;
     gateway->subscriber_ = std::make_unique<dataplane::TableSubscriber>(channel, gateway->router_,
                                                                         std::move(table_options));
     if (dataplane::Status s = gateway->subscriber_->Start(); !s.ok) {
@@ -437,6 +487,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
     dataplane::RateReporterOptions report_options;
     report_options.gateway_id = config.gateway_id;
     report_options.interval = absl::ToChronoMilliseconds(config.report_interval);
+    report_options.bearer_token = token;
     gateway->reporter_ = std::make_unique<dataplane::RateReporter>(channel, gateway->recorder_,
                                                                    std::move(report_options));
     if (dataplane::Status s = gateway->reporter_->Start(); !s.ok) {

@@ -327,6 +327,10 @@ const std::vector<YamlField>& Fields() {
       DurationField("report_interval", &GatewayConfig::report_interval),
       DurationField("table_ttl", &GatewayConfig::table_ttl),
       StringField("table_cache", &GatewayConfig::table_cache, nullptr),
+      StringField("planner_token_file", &GatewayConfig::planner_token_file, nullptr),
+      StringField("planner_tls_ca_file", &GatewayConfig::planner_tls_ca_file, nullptr),
+      StringField("planner_tls_cert_file", &GatewayConfig::planner_tls_cert_file, nullptr),
+      StringField("planner_tls_key_file", &GatewayConfig::planner_tls_key_file, nullptr),
       DurationField("connect_timeout", &GatewayConfig::connect_timeout),
       DurationField("read_timeout", &GatewayConfig::read_timeout),
       DurationField("write_timeout", &GatewayConfig::write_timeout),
@@ -539,6 +543,20 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
   if (!config.planner.empty() && config.gateway_id.empty()) {
     return Invalid("gateway_id", absl::StrCat("must be set when planner is set (planner = ",
                                               Quote(config.planner), "), got \"\""));
+  }
+  if (config.planner_tls_cert_file.empty() != config.planner_tls_key_file.empty()) {
+    const bool cert = !config.planner_tls_cert_file.empty();
+    return Invalid(
+        cert ? "planner_tls_key_file" : "planner_tls_cert_file",
+        absl::StrCat("must be set with ",
+                     cert ? "planner_tls_cert_file = " : "planner_tls_key_file = ",
+                     Quote(cert ? config.planner_tls_cert_file : config.planner_tls_key_file),
+                     " (mutual TLS needs both), got \"\""));
+  }
+  if (!config.planner_tls_cert_file.empty() && config.planner_tls_ca_file.empty()) {
+    return Invalid("planner_tls_ca_file", absl::StrCat("must be set with planner_tls_cert_file = ",
+                                                       Quote(config.planner_tls_cert_file),
+                                                       " (TLS needs the CA), got \"\""));
   }
   if (config.failure_threshold < 1) {
     return Invalid("failure_threshold",

@@ -47,6 +47,14 @@ struct GatewayConfig {
   absl::Duration report_interval = absl::Seconds(10);
   absl::Duration table_ttl = absl::Seconds(60);  // a table older than this is not routed by
   std::string table_cache;                       // file for the last table ("" = none)
+  // Securing the planner connection, as the planner's `token_file` and `tls` settings require:
+  // a file holding the bearer token (trailing whitespace ignored), sent on every RPC; a PEM root
+  // CA, which turns TLS on; and, for mutual TLS, this gateway's certificate chain and key (both
+  // or neither). The files are read by Gateway::Start.
+  std::string planner_token_file;
+  std::string planner_tls_ca_file;
+  std::string planner_tls_cert_file;
+  std::string planner_tls_key_file;
 
   // Upstream HTTP.
   absl::Duration connect_timeout = absl::Seconds(2);
