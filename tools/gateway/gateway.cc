@@ -9,8 +9,6 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -355,15 +353,11 @@ RequestFields ScanRequestFields(absl::string_view body) {
   return FieldScanner(body).Scan().value_or(RequestFields{});
 }
 
-// The whole of file `path`, for config key `key`; InvalidArgument naming both when it cannot be
-// read or is empty.
-absl::StatusOr<std::string> ReadConfigFile(absl::string_view key, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) {
-    return absl::InvalidArgumentError(absl::StrCat(key, ": cannot read \"", path, "\""));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (absl::StripAsciiWhitespace(text).empty()) {
+// ReadConfigFile, and InvalidArgument naming `key` and the path when the file is blank: a PEM file
+// or a token must have content.
+absl::StatusOr<std::string> ReadNonEmptyFile(absl::string_view key, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadConfigFile(key, path);
+  if (text.ok() && absl::StripAsciiWhitespace(*text).empty()) {
     return absl::InvalidArgumentError(absl::StrCat(key, ": \"", path, "\" is empty"));
   }
   return text;
@@ -376,15 +370,15 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PlannerCredentials(
   if (config.planner_tls_ca_file.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
   absl::StatusOr<std::string> ca =
-      ReadConfigFile("planner_tls_ca_file", config.planner_tls_ca_file);
+      ReadNonEmptyFile("planner_tls_ca_file", config.planner_tls_ca_file);
   if (!ca.ok()) return ca.status();
   ssl.pem_root_certs = *std::move(ca);
   if (!config.planner_tls_cert_file.empty()) {
     absl::StatusOr<std::string> cert =
-        ReadConfigFile("planner_tls_cert_file", config.planner_tls_cert_file);
+        ReadNonEmptyFile("planner_tls_cert_file", config.planner_tls_cert_file);
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key =
-        ReadConfigFile("planner_tls_key_file", config.planner_tls_key_file);
+        ReadNonEmptyFile("planner_tls_key_file", config.planner_tls_key_file);
     if (!key.ok()) return key.status();
     ssl.pem_cert_chain = *std::move(cert);
     ssl.pem_private_key = *std::move(key);
@@ -469,7 +463,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
     std::string token;
     if (!config.planner_token_file.empty()) {
       absl::StatusOr<std::string> text =
-          ReadConfigFile("planner_token_file", config.planner_token_file);
+          ReadNonEmptyFile("planner_token_file", config.planner_token_file);
       if (!text.ok()) return text.status();
       token = std::string(absl::StripAsciiWhitespace(*text));
     }

@@ -105,8 +105,7 @@ absl::Status CheckPositiveDuration(absl::string_view name, absl::Duration value)
 
 // A finite duration >= 0 (0 turns the feature off).
 absl::Status CheckOffOrPositiveDuration(absl::string_view name, absl::Duration value) {
-  if (value == absl::ZeroDuration()) return absl::OkStatus();
-  if (value > absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
+  if (value >= absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
   return Invalid(name, absl::StrCat("must be 0 (off) or a finite duration > 0, got ",
                                     absl::FormatDuration(value)));
 }
@@ -379,22 +378,6 @@ absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayCo
   return config;
 }
 
-absl::StatusOr<std::string> ReadFile(absl::string_view name, const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return Invalid(name, absl::StrCat("cannot open ", Quote(path), ": ",
-                                      std::error_code(errno, std::generic_category()).message()));
-  }
-  std::string text;
-  char buffer[1 << 14];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
-  const bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed) return Invalid(name, absl::StrCat("cannot read ", Quote(path)));
-  return text;
-}
-
 // ---- Flags. ----
 
 struct Flags {
@@ -465,7 +448,7 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
   }
   GatewayConfig config;
   if (app.count("--config") > 0) {
-    absl::StatusOr<std::string> text = ReadFile("--config", flags.config);
+    absl::StatusOr<std::string> text = ReadConfigFile("--config", flags.config);
     if (!text.ok()) return text.status();
     absl::StatusOr<GatewayConfig> parsed = ParseGatewayConfigYaml(*text, config);
     if (!parsed.ok()) {
@@ -480,6 +463,22 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return Invalid(name, absl::StrCat("cannot open ", Quote(path), ": ",
+                                      std::error_code(errno, std::generic_category()).message()));
+  }
+  std::string text;
+  char buffer[1 << 14];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed) return Invalid(name, absl::StrCat("cannot read ", Quote(path)));
+  return text;
+}
 
 absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::string_view url) {
   absl::string_view rest = url;
