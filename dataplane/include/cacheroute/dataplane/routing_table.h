@@ -52,7 +52,6 @@
 #include <cmath>
 #include <compare>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
