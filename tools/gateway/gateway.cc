@@ -956,42 +956,33 @@ std::string Gateway::RenderMetrics() {
          stats.has_table ? std::chrono::duration<double>(stats.table_age).count() : 0.0);
   family("table_stale", "gauge", "1 when the table is older than table_ttl (not routed by).");
   sample("table_stale", stats.stale ? 1 : 0);
-  family("in_flight", "gauge", "Requests in flight per destination.");
-  for (uint32_t d = 0; d < stats.in_flight.size(); ++d) {
-    sample("in_flight", static_cast<double>(stats.in_flight[d]), destination_label(d));
-  }
-  family("destination_up", "gauge", "1 when the destination is routed to, 0 when marked down.");
-  for (uint32_t d = 0; d < stats.up.size(); ++d) {
-    sample("destination_up", stats.up[d] ? 1 : 0, destination_label(d));
-  }
-  family("upstream_errors_total", "counter",
-         "Connection failures and timeouts towards each destination.");
-  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
-    sample("upstream_errors_total",
-           static_cast<double>(destinations_[d].errors.load(std::memory_order_relaxed)),
-           destination_label(d));
-  }
-  family("destination_marked_down_total", "counter",
-         "Times each destination was marked down after failure_threshold failures.");
-  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
-    sample("destination_marked_down_total",
-           static_cast<double>(destinations_[d].marked_down.load(std::memory_order_relaxed)),
-           destination_label(d));
-  }
-  family("reported_load", "gauge",
-         "The load_metric each destination last reported (load_scrape_interval; 0 when off or "
-         "the scrape failed).");
-  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
-    sample("reported_load", destinations_[d].reported_load.load(std::memory_order_relaxed),
-           destination_label(d));
-  }
-  family("load_scrape_failures_total", "counter",
-         "Scrapes of a destination's /metrics that failed or lacked load_metric.");
-  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
-    sample("load_scrape_failures_total",
-           static_cast<double>(destinations_[d].scrape_failures.load(std::memory_order_relaxed)),
-           destination_label(d));
-  }
+  // A family with one sample per destination, labelled with its name.
+  const auto per_destination = [&](absl::string_view name, absl::string_view type,
+                                   absl::string_view help, const auto& value_of) {
+    family(name, type, help);
+    for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+      sample(name, static_cast<double>(value_of(d)), destination_label(d));
+    }
+  };
+  const auto relaxed = [](const auto& atomic) { return atomic.load(std::memory_order_relaxed); };
+  per_destination("in_flight", "gauge", "Requests in flight per destination.",
+                  [&](uint32_t d) { return stats.in_flight[d]; });
+  per_destination("destination_up", "gauge",
+                  "1 when the destination is routed to, 0 when marked down.",
+                  [&](uint32_t d) { return stats.up[d] ? 1 : 0; });
+  per_destination("upstream_errors_total", "counter",
+                  "Connection failures and timeouts towards each destination.",
+                  [&](uint32_t d) { return relaxed(destinations_[d].errors); });
+  per_destination("destination_marked_down_total", "counter",
+                  "Times each destination was marked down after failure_threshold failures.",
+                  [&](uint32_t d) { return relaxed(destinations_[d].marked_down); });
+  per_destination("reported_load", "gauge",
+                  "The load_metric each destination last reported (load_scrape_interval; 0 when "
+                  "off or the scrape failed).",
+                  [&](uint32_t d) { return relaxed(destinations_[d].reported_load); });
+  per_destination("load_scrape_failures_total", "counter",
+                  "Scrapes of a destination's /metrics that failed or lacked load_metric.",
+                  [&](uint32_t d) { return relaxed(destinations_[d].scrape_failures); });
   family("request_duration_seconds", "histogram",
          "Time from receiving a request to the end of its response (streams: the last chunk).");
   uint64_t cumulative = 0;
