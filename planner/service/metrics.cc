@@ -3,13 +3,13 @@
 
 #include <httplib.h>
 
-#include <chrono>
 #include <string>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "planner/service/http_listen.h"
 
 namespace cacheroute::service {
 namespace {
@@ -135,12 +135,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
     return absl::UnavailableError(absl::StrCat("metrics_listen: cannot bind \"", listen, "\""));
   }
   httplib::Server* raw = server->server_.get();
-  server->thread_ = std::thread([raw] { raw->listen_after_bind(); });
-  // httplib 0.11's stop() does nothing until listen_after_bind() has set is_running(), so a
-  // server stopped right after Create() would never stop: wait for it (it is set first thing).
-  for (int i = 0; i < 10'000 && !raw->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  server->thread_ = ListenInBackground(*raw);
   return server;
 }
 

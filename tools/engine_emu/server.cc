@@ -4,13 +4,13 @@
 #include <httplib.h>
 
 #include <atomic>
-#include <chrono>
 #include <ctime>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "planner/service/http_listen.h"
 #include "tools/engine_emu/metrics.h"
 
 namespace cacheroute::engine_emu {
@@ -97,12 +97,7 @@ absl::StatusOr<std::unique_ptr<EmuServer>> EmuServer::Start(EmuOptions options) 
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", host, ":", server->options_.port));
   }
-  server->listener_ = std::thread([s = server.get()] { s->http_->listen_after_bind(); });
-  // httplib 0.11's stop() does nothing until listen_after_bind() has set is_running(), so a
-  // server stopped right after Start() would never stop: wait for it (it is set first thing).
-  for (int i = 0; i < 10'000 && !server->http_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  server->listener_ = service::ListenInBackground(*server->http_);
   return server;
 }
 

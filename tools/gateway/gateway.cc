@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "planner/service/http_listen.h"
 #include "tools/gateway/prometheus_text.h"
 
 namespace cacheroute::gateway {
@@ -548,11 +549,7 @@ absl::Status Gateway::Listen() {
     return absl::UnavailableError(
         absl::StrCat("listen: cannot bind \"", config_.listen, "\" (address in use?)"));
   }
-  server_thread_ = std::thread([this] { server_->listen_after_bind(); });
-  // httplib 0.11 has no wait_until_ready(); listen_after_bind sets is_running() first thing.
-  for (int i = 0; i < 10'000 && !server_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  server_thread_ = service::ListenInBackground(*server_);
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "planner/service/http_listen.h"
 #include "tools/gateway/gateway.h"
 
 namespace {
@@ -56,8 +57,7 @@ int main(int argc, char** argv) {
     res.set_content(answer, "application/json");
   });
   const int upstream_port = upstream.bind_to_any_port("127.0.0.1");
-  std::thread upstream_thread([&] { upstream.listen_after_bind(); });
-  while (!upstream.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread upstream_thread = cacheroute::service::ListenInBackground(upstream);
 
   cacheroute::gateway::GatewayConfig config;
   config.listen = "127.0.0.1:0";
