@@ -549,28 +549,6 @@ absl::StatusOr<PlannerConfig> ParseYamlOrThrow(absl::string_view yaml, PlannerCo
   return config;
 }
 
-// ---- Files. ----
-
-absl::StatusOr<std::string> ReadFile(absl::string_view name, const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return Invalid(name, absl::StrCat("cannot open ", Quote(path), ": ",
-                                      std::error_code(errno, std::generic_category()).message()));
-  }
-  std::string text;
-  char buffer[1 << 14];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
-  const bool failed = std::ferror(file) != 0;
-  const int error = errno;
-  std::fclose(file);
-  if (failed) {
-    return Invalid(name, absl::StrCat("cannot read ", Quote(path), ": ",
-                                      std::error_code(error, std::generic_category()).message()));
-  }
-  return text;
-}
-
 // ---- Flags. ----
 
 struct Flags {
@@ -741,7 +719,7 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
 
   PlannerConfig config;
   if (app.count("--config") > 0) {
-    absl::StatusOr<std::string> text = ReadFile("--config", flags.config);
+    absl::StatusOr<std::string> text = ReadConfigFile("--config", flags.config);
     if (!text.ok()) return text.status();
     absl::StatusOr<PlannerConfig> parsed = ParsePlannerConfigYaml(*text, config);
     if (!parsed.ok()) {
@@ -754,7 +732,7 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
 
   if (!config.token_file.empty()) {
     const char* name = app.count("--token-file") > 0 ? "--token-file" : "token_file";
-    absl::StatusOr<std::string> token = ReadFile(name, config.token_file);
+    absl::StatusOr<std::string> token = ReadConfigFile(name, config.token_file);
     if (!token.ok()) return token.status();
     absl::string_view trimmed = absl::StripTrailingAsciiWhitespace(*token);
     if (trimmed.empty()) {
@@ -772,6 +750,26 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return Invalid(name, absl::StrCat("cannot open ", Quote(path), ": ",
+                                      std::error_code(errno, std::generic_category()).message()));
+  }
+  std::string text;
+  char buffer[1 << 14];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int error = errno;
+  std::fclose(file);
+  if (failed) {
+    return Invalid(name, absl::StrCat("cannot read ", Quote(path), ": ",
+                                      std::error_code(error, std::generic_category()).message()));
+  }
+  return text;
+}
 
 absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view yaml, PlannerConfig base) {
   try {

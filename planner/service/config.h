@@ -85,6 +85,11 @@ struct PlannerConfig {
 absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view yaml,
                                                      PlannerConfig base = {});
 
+// The whole of file `path`; InvalidArgument naming `name` (the key or flag that gave the path),
+// the path and the system's reason when it cannot be opened or read. The gateway's config loader
+// reads its files with it too.
+absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::string& path);
+
 // Full loading: defaults, then `--config FILE` if given, then the other flags, then the token
 // file if one is set. Flags:
 //   --config FILE --listen HOST:PORT --metrics-listen HOST:PORT --state-dir DIR

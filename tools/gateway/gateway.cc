@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "planner/service/config.h"
 #include "planner/service/http_listen.h"
 #include "tools/gateway/prometheus_text.h"
 
@@ -354,10 +355,10 @@ RequestFields ScanRequestFields(absl::string_view body) {
   return FieldScanner(body).Scan().value_or(RequestFields{});
 }
 
-// ReadConfigFile, and InvalidArgument naming `key` and the path when the file is blank: a PEM file
-// or a token must have content.
+// service::ReadConfigFile, and InvalidArgument naming `key` and the path when the file is blank: a
+// PEM file or a token must have content.
 absl::StatusOr<std::string> ReadNonEmptyFile(absl::string_view key, const std::string& path) {
-  absl::StatusOr<std::string> text = ReadConfigFile(key, path);
+  absl::StatusOr<std::string> text = service::ReadConfigFile(key, path);
   if (text.ok() && absl::StripAsciiWhitespace(*text).empty()) {
     return absl::InvalidArgumentError(absl::StrCat(key, ": \"", path, "\" is empty"));
   }

@@ -6,15 +6,12 @@
 #include "tools/gateway/gateway_config.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <exception>
 #include <functional>
 #include <limits>
 #include <set>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -26,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "planner/service/config.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cacheroute::gateway {
@@ -448,7 +446,7 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
   }
   GatewayConfig config;
   if (app.count("--config") > 0) {
-    absl::StatusOr<std::string> text = ReadConfigFile("--config", flags.config);
+    absl::StatusOr<std::string> text = service::ReadConfigFile("--config", flags.config);
     if (!text.ok()) return text.status();
     absl::StatusOr<GatewayConfig> parsed = ParseGatewayConfigYaml(*text, config);
     if (!parsed.ok()) {
@@ -463,22 +461,6 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return Invalid(name, absl::StrCat("cannot open ", Quote(path), ": ",
-                                      std::error_code(errno, std::generic_category()).message()));
-  }
-  std::string text;
-  char buffer[1 << 14];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
-  const bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed) return Invalid(name, absl::StrCat("cannot read ", Quote(path)));
-  return text;
-}
 
 absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::string_view url) {
   absl::string_view rest = url;

@@ -85,10 +85,6 @@ struct GatewayConfig {
 absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml,
                                                      GatewayConfig base = {});
 
-// The whole of file `path`; InvalidArgument naming `name` (the key or flag that gave the path),
-// the path and the system's reason when it cannot be opened or read.
-absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::string& path);
-
 // Full loading: defaults, then `--config FILE`, then the flags:
 //   --config FILE --listen HOST:PORT --planner HOST:PORT --gateway-id ID --policy NAME
 //   --upstream NAME=URL (repeatable; replaces the file's list)
