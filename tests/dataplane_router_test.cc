@@ -37,7 +37,7 @@ const uint64_t kCold = KeyId("cold");
 TEST_CASE("Without a table every request falls back to power of two choices", "[router]") {
   SeededRandom random(1);
   ManualClock clock;
-  Router router({.destination_count = 4}, random);
+  Router router({.destination_count = 4, .dispatch = DispatchOptions::Paper()}, random);
   InFlight r = router.Pick(kHot, clock.Now());
   REQUIRE(r.ok());
   CHECK(r.destination() < 4);
@@ -97,6 +97,74 @@ TEST_CASE("A planned key goes to the least-loaded member of its set", "[router]"
   CHECK(router.Pick(kHot, clock.Now()).destination() == 3);
   CHECK_FALSE(router.SetLoad(8, 1.0).ok);
   CHECK_FALSE(router.SetLoad(1, -1.0).ok);
+}
+
+TEST_CASE("A planned key spills only when its set is queued past the margin", "[router]") {
+  SeededRandom random(3);
+  ManualClock clock;
+  Router router({.destination_count = 8, .dispatch = {.spill_margin = 2.0}}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kSolo, {5}, 6}}), clock.Now()).ok);
+
+  // load(5) - load(6) must exceed 2: three held requests on 5 against none on 6.
+  std::vector<InFlight> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(router.Pick(kSolo, clock.Now()));
+    CHECK(held.back().destination() == 5);
+    CHECK_FALSE(held.back().decision().spilled);
+  }
+  InFlight spilled = router.Pick(kSolo, clock.Now());
+  CHECK(spilled.destination() == 6);
+  CHECK(spilled.planned());
+  CHECK(spilled.reason() == Reason::kPlanned);
+  CHECK(spilled.decision().spilled);
+  // Now load(5) - load(6) = 3 - 1 = 2: not past the margin, back home.
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 5);
+  // A down spill is never used.
+  REQUIRE(router.MarkDown(6).ok);
+  held.push_back(router.Pick(kSolo, clock.Now()));
+  held.push_back(router.Pick(kSolo, clock.Now()));
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 5);
+
+  const RouterStats stats = router.Stats(clock.Now());
+  CHECK(stats.spilled == 1);
+  CHECK(stats.planned == 8);
+
+  // The paper's dispatch ignores the spill.
+  Router paper({.destination_count = 8, .dispatch = DispatchOptions::Paper()}, random);
+  REQUIRE(paper.Install(MakeTable({1, 1}, 8, {{kSolo, {5}, 6}}), clock.Now()).ok);
+  std::vector<InFlight> paper_held;
+  for (int i = 0; i < 10; ++i) {
+    paper_held.push_back(paper.Pick(kSolo, clock.Now()));
+    CHECK(paper_held.back().destination() == 5);
+  }
+}
+
+TEST_CASE("Unadmitted keys: the hashed pair, first unless heavier by the margin", "[router]") {
+  SeededRandom random(4);
+  ManualClock clock;
+  Router router({.destination_count = 16,
+                 .dispatch = {.tail = TailRouting::kHashedPair, .tail_margin = 1.0}},
+                random);
+  const auto [first, second] = HashedPair(kCold, 16);
+  REQUIRE(first != second);
+  // No table yet: the same rule.
+  std::vector<InFlight> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(router.Pick(kCold, clock.Now()));
+    CHECK(held.back().destination() == first);
+    CHECK(held.back().reason() == Reason::kNoTable);
+  }
+  // load(first) = 2 > load(second) + 1 = 1.
+  held.push_back(router.Pick(kCold, clock.Now()));
+  CHECK(held.back().destination() == second);
+  REQUIRE(router.Install(MakeTable({1, 1}, 16, {{kSolo, {0}}}), clock.Now()).ok);
+  // load(first) = 2, load(second) = 1: within the margin, first.
+  InFlight back = router.Pick(kCold, clock.Now());
+  CHECK(back.destination() == first);
+  CHECK(back.reason() == Reason::kNotAdmitted);
+  // A down candidate: power of two choices over the up destinations.
+  REQUIRE(router.MarkDown(first).ok);
+  for (int i = 0; i < 50; ++i) CHECK(router.Pick(kCold, clock.Now()).destination() != first);
 }
 
 TEST_CASE("InFlight tokens count requests until destroyed", "[router]") {
@@ -289,7 +357,7 @@ TEST_CASE("Down destinations are skipped; a fully down set falls back", "[router
 TEST_CASE("Fallback spreads unadmitted keys by power of two choices", "[router]") {
   SeededRandom random(9);
   ManualClock clock;
-  Router router({.destination_count = 2}, random);
+  Router router({.destination_count = 2, .dispatch = DispatchOptions::Paper()}, random);
   REQUIRE(router.Install(MakeTable({1, 1}, 2, {}), clock.Now()).ok);
   // With two destinations both are always the candidates: the lighter one always wins.
   InFlight first = router.Pick(kCold, clock.Now());
@@ -305,7 +373,7 @@ TEST_CASE("Fallback candidates are a uniform pair of distinct up destinations", 
   SeededRandom random(10);
   ManualClock clock;
   SECTION("idle fleet: every up destination equally often, never a down one") {
-    Router router({.destination_count = 5}, random);
+    Router router({.destination_count = 5, .dispatch = DispatchOptions::Paper()}, random);
     REQUIRE(router.Install(MakeTable({1, 1}, 5, {}), clock.Now()).ok);
     REQUIRE(router.MarkDown(3).ok);
     std::vector<int> count(5, 0);
@@ -318,7 +386,7 @@ TEST_CASE("Fallback candidates are a uniform pair of distinct up destinations", 
     }
   }
   SECTION("loads 2, 1, 0: the heaviest never wins, so the two candidates always differ") {
-    Router router({.destination_count = 3}, random);
+    Router router({.destination_count = 3, .dispatch = DispatchOptions::Paper()}, random);
     REQUIRE(router.Install(MakeTable({1, 1}, 3, {{kHot, {0}}, {kSolo, {1}}}), clock.Now()).ok);
     std::vector<InFlight> held;
     held.push_back(router.Pick(kHot, clock.Now()));
@@ -332,7 +400,7 @@ TEST_CASE("Fallback candidates are a uniform pair of distinct up destinations", 
     CHECK(count[2] == 6000 - count[1]);
   }
   SECTION("one destination") {
-    Router router({.destination_count = 1}, random);
+    Router router({.destination_count = 1, .dispatch = DispatchOptions::Paper()}, random);
     CHECK(router.Pick(kCold, clock.Now()).destination() == 0);
     REQUIRE(router.MarkDown(0).ok);
     CHECK_FALSE(router.Pick(kCold, clock.Now()).ok());

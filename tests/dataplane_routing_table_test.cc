@@ -86,6 +86,38 @@ TEST_CASE("Find returns sorted sets, inline and overflow", "[routing_table]") {
   CHECK(t->overflow_bytes() == (1 + 3 + 1 + 5) * sizeof(uint32_t));
 }
 
+TEST_CASE("Spill destinations: inline pairs, overflow sets, validation", "[routing_table]") {
+  std::vector<TableEntry> entries = {{KeyId("one"), {5}, 3},
+                                     {KeyId("plain"), {4}},
+                                     {KeyId("three"), {9, 2, 4}, 0},
+                                     {KeyId("wide"), {1}, 40000}};
+  auto t = RoutingTable::Build({1, 1}, 40001, std::vector<double>(40001, 0.0), entries);
+  REQUIRE(t.ok());
+  const DestinationSet one = t->Find(KeyId("one"));
+  CHECK(one.ToVector() == std::vector<uint32_t>{5});
+  CHECK(one.spill() == 3);
+  CHECK_FALSE(t->Find(KeyId("plain")).has_spill());
+  CHECK(t->Find(KeyId("plain")).ToVector() == std::vector<uint32_t>{4});
+  const DestinationSet three = t->Find(KeyId("three"));
+  CHECK(three.ToVector() == std::vector<uint32_t>{2, 4, 9});
+  CHECK(three.spill() == 0);
+  // A spill at or above 2^15 does not fit a pair value: the set goes to the overflow array.
+  const DestinationSet wide = t->Find(KeyId("wide"));
+  CHECK(wide.ToVector() == std::vector<uint32_t>{1});
+  CHECK(wide.spill() == 40000);
+  CHECK(t->overflow_bytes() == (1 + 3 + 1 + 1 + 1 + 1) * sizeof(uint32_t));
+  CHECK(t->Find(KeyId("absent")).empty());
+  CHECK_FALSE(t->Find(KeyId("absent")).has_spill());
+
+  auto inside = BuildWith(8, {{7, {1, 4}, 4}});
+  REQUIRE_FALSE(inside.ok());
+  CHECK(Contains(inside.status().message, "spill destination 4"));
+  CHECK(Contains(inside.status().message, "also in its destination set"));
+  auto unknown = BuildWith(8, {{7, {1}, 8}});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(Contains(unknown.status().message, "unknown spill destination 8"));
+}
+
 // Slots compare high halves of key ids first and low halves only among equal high halves; the
 // largest high half is also the one of empty slots, and the largest id of all is a valid key.
 TEST_CASE("Keys sharing their high half, up to the largest id, are told apart", "[routing_table]") {
@@ -132,6 +164,7 @@ TEST_CASE("Find agrees with std::unordered_map on random tables", "[routing_tabl
     // Some rounds draw keys from a tiny range so that many share a home slot.
     const bool crowded = round % 4 == 1;
     std::unordered_map<uint64_t, std::vector<uint32_t>> want;
+    std::unordered_map<uint64_t, uint32_t> spills;
     std::vector<TableEntry> entries;
     while (entries.size() < keys) {
       uint64_t key = crowded ? (rng() % (4 * keys + 1)) * 4096 : rng();
@@ -142,14 +175,23 @@ TEST_CASE("Find agrees with std::unordered_map on random tables", "[routing_tabl
         uint32_t d = static_cast<uint32_t>(rng() % destinations);
         if (std::find(set.begin(), set.end(), d) == set.end()) set.push_back(d);
       }
-      entries.push_back({key, set});
+      // Half the keys also get a spill outside their set (when one is left).
+      uint32_t spill = kNoSpill;
+      if (rng() % 2 == 0 && set.size() < destinations) {
+        do {
+          spill = static_cast<uint32_t>(rng() % destinations);
+        } while (std::find(set.begin(), set.end(), spill) != set.end());
+      }
+      entries.push_back({key, set, spill});
       std::sort(set.begin(), set.end());
       want[key] = set;
+      spills[key] = spill;
     }
     auto t = BuildWith(destinations, entries);
     REQUIRE(t.ok());
     for (const auto& [key, set] : want) {
       REQUIRE(t->Find(key).ToVector() == set);
+      REQUIRE(t->Find(key).spill() == spills[key]);
     }
     for (int i = 0; i < 2000; ++i) {
       uint64_t key = crowded ? (rng() % (8 * keys + 1)) * 4096 + (i % 2) : rng();

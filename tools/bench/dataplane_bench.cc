@@ -6,8 +6,9 @@
 //   cacheroute-dataplane-bench                      # 128,824 keys, 30 destinations
 //   cacheroute-dataplane-bench --keys 1000000 --json
 //
-// Workload: a table admitting `keys` keys with k_b = 1 (destination i mod R), key ids random 64-bit
-// (as gateways send KeyId output), and a request stream in which `unadmitted-share` of the requests
+// Workload: a table admitting `keys` keys with k_b = 1 (destination i mod R, spill i + 1 mod R, as
+// CacheRoute plans; the paper's dispatch is timed beside it on the same keys without spills), key
+// ids random 64-bit (as gateways send KeyId output), and a request stream in which `unadmitted-share` of the requests
 // (default 0.7, the paper's cold-tail share at R = 30, W = 64) go to keys absent from the table
 // and the rest to admitted keys drawn by lognormal rate (σ = 1.65, tools/workload). The stream is
 // generated before any timing.
@@ -95,7 +96,8 @@ uint64_t TicksEnd() {
 }
 
 struct Workload {
-  std::vector<dp::TableEntry> entries;
+  std::vector<dp::TableEntry> entries;        // with spill destinations, as CacheRoute plans
+  std::vector<dp::TableEntry> paper_entries;  // the same without spills (Algorithm 1)
   std::vector<uint64_t> stream;  // key ids in request order; size is a power of two
 };
 
@@ -105,8 +107,11 @@ Workload MakeWorkload(uint64_t keys, uint32_t destinations, double unadmitted_sh
   cacheroute::workload::Rng rng(seed ^ 0xbe7c4ULL);
   w.entries.reserve(keys);
   for (uint64_t i = 0; i < keys; ++i) {
-    w.entries.push_back({rng.Next(), {static_cast<uint32_t>(i % destinations)}});
+    const auto d = static_cast<uint32_t>(i % destinations);
+    w.entries.push_back({rng.Next(), {d}, destinations > 1 ? (d + 1) % destinations : dp::kNoSpill});
   }
+  w.paper_entries = w.entries;
+  for (dp::TableEntry& e : w.paper_entries) e.spill = dp::kNoSpill;
   const std::vector<double> rates = cacheroute::workload::GenerateLognormalRates(
       {.keys = keys, .sigma = 1.65, .total_rate = 1.0, .seed = seed});
   std::vector<double> cumulative(rates.size());
@@ -126,10 +131,11 @@ Workload MakeWorkload(uint64_t keys, uint32_t destinations, double unadmitted_sh
 }
 
 std::shared_ptr<const dp::RoutingTable> BuildTable(const Workload& w, uint32_t destinations,
-                                                   uint64_t number) {
+                                                   uint64_t number, bool paper = false) {
   dp::Result<dp::RoutingTable> table =
       dp::RoutingTable::Build({.epoch = 1, .number = number}, destinations,
-                              std::vector<double>(destinations, 1.0), w.entries);
+                              std::vector<double>(destinations, 1.0),
+                              paper ? w.paper_entries : w.entries);
   if (!table.ok()) {
     std::cerr << "cacheroute-dataplane-bench: error: " << table.status().message << "\n";
     std::exit(1);
@@ -373,6 +379,16 @@ int main(int argc, char** argv) {
   const double table_bytes_per_key =
       static_cast<double>(first->memory_bytes()) / static_cast<double>(keys);
   if (!router.Install(std::move(first), SteadyClock::now()).ok) return 1;
+  // The paper's dispatch (Algorithm 1: least-loaded member, power of two choices for the rest) on
+  // the same table without spills: the Pick that CacheRoute's dispatch is compared with.
+  dp::Router paper_router({.destination_count = destinations,
+                           .dispatch = dp::DispatchOptions::Paper(),
+                           .table_ttl = std::chrono::seconds(60)},
+                          random);
+  if (!paper_router.Install(BuildTable(w, destinations, 1, /*paper=*/true), SteadyClock::now())
+           .ok) {
+    return 1;
+  }
   const size_t half_stream = stream_size / 2;
 
   // Warm-up: fault in the stream and the table, settle the clock frequency.
@@ -420,6 +436,23 @@ int main(int argc, char** argv) {
   double ns_per_tick = 0;
   std::vector<uint32_t> ticks = TimePicks(router, w.stream, 0, iterations, &ns_per_tick);
   const Latency pick = Percentiles(std::move(ticks), overhead_ticks, ns_per_tick);
+
+  // CacheRoute's dispatch against the paper's, per-call medians of alternating passes.
+  std::vector<double> dispatch_p50, paper_p50;
+  for (int r = 0; r < repeat; ++r) {
+    double tick_ns = 0;
+    dispatch_p50.push_back(
+        Percentiles(TimePicks(router, w.stream, 0, iterations / 4, &tick_ns), overhead_ticks,
+                    tick_ns)
+            .p50);
+    paper_p50.push_back(
+        Percentiles(TimePicks(paper_router, w.stream, 0, iterations / 4, &tick_ns),
+                    overhead_ticks, tick_ns)
+            .p50);
+  }
+  const double dispatch_ns = Median(dispatch_p50);
+  const double paper_ns = Median(paper_p50);
+  const double dispatch_ratio = dispatch_ns / paper_ns;
 
   // Install: Build + Install of a full table, repeated.
   std::vector<double> build_ms, install_ms, total_ms;
@@ -479,7 +512,8 @@ int main(int argc, char** argv) {
         "\"build_install_ms_median\": %.3f, \"build_install_ms_max\": %.3f, "
         "\"swap_installs\": %d, \"swap_seconds\": %.4f, \"swap_picks\": %d, "
         "\"swap_pick_ns_p50\": %.2f, \"swap_pick_ns_p99\": %.2f, \"swap_pick_ns_p999\": %.2f, "
-        "\"swap_pick_ns_max\": %.2f}\n",
+        "\"swap_pick_ns_max\": %.2f, \"dispatch_pick_ns_p50\": %.2f, "
+        "\"paper_pick_ns_p50\": %.2f, \"dispatch_ratio\": %.3f}\n",
         keys, destinations, unadmitted_share, iterations, repeat, table_bytes_per_key, pick.p50,
         pick.p99, pick.p999, pick.max, overhead_ns, one_thread_ns, 1e9 / one_thread_ns,
         1e9 / two_thread_ns, two_thread_speedup, two_thread_speedup_best, two_thread_cpu_speedup,
@@ -487,7 +521,7 @@ int main(int argc, char** argv) {
         1e9 / baseline_two_thread_ns, Median(build_ms), Median(install_ms),
         *std::max_element(install_ms.begin(), install_ms.end()), Median(total_ms),
         *std::max_element(total_ms.begin(), total_ms.end()), swaps, swap_seconds, swap.samples,
-        swap.p50, swap.p99, swap.p999, swap.max);
+        swap.p50, swap.p99, swap.p999, swap.max, dispatch_ns, paper_ns, dispatch_ratio);
     return 0;
   }
   // One figure per line: label, value, and the target where there is one.
@@ -512,6 +546,12 @@ int main(int argc, char** argv) {
   line("median", ns(pick.p50), "(target ≤ 50 ns)");
   line("p99", ns(pick.p99), "(target ≤ 200 ns)");
   line("p99.9, max", ns(pick.p999) + ", " + ns(pick.max));
+  std::cout << absl::StrFormat(
+      "CacheRoute's dispatch (spill, hashed-pair tail) against the paper's on the same keys: "
+      "median of %d alternating passes' medians\n",
+      repeat);
+  line("cacheroute, paper", ns(dispatch_ns) + ", " + ns(paper_ns));
+  line("ratio", absl::StrFormat("%.2fx", dispatch_ratio), "(target ≤ 1.25x)");
   std::cout << absl::StrFormat(
       "Throughput: %d runs of %d picks per thread, each timed by steady_clock; median run\n",
       repeat, iterations);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 #include "cacheroute/dataplane/random.h"
 
@@ -67,7 +68,20 @@ struct Decision {
   uint32_t destination = kNoDestination;
   bool planned = false;
   Reason reason = Reason::kPolicy;
+  bool spilled = false;  // planned, but sent to the key's spill destination, not its set
 };
+
+// A key's two hashed candidates: distinct destinations in [0, n) from the key id alone (the same
+// for every gateway), the first uniform, the second uniform over the other n - 1. {0, 0} for n < 2.
+inline std::pair<uint32_t, uint32_t> HashedPair(uint64_t key_id, uint32_t n) {
+  if (n < 2) return {0, 0};
+  const auto reduce = [](uint64_t h, uint32_t m) {
+    return static_cast<uint32_t>((static_cast<unsigned __int128>(h) * m) >> 64);
+  };
+  const uint32_t first = reduce(Mix64(key_id ^ 0x243f6a8885a308d3ULL), n);
+  const uint32_t offset = 1 + reduce(Mix64(key_id ^ 0x13198a2e03707344ULL), n - 1);
+  return {first, (first + offset) % n};
+}
 
 // The helpers below take any LoadView; called with a final class (Router's own view), the
 // compiler calls its Load and Up directly instead of through the vtable.

@@ -195,10 +195,7 @@ class DualMapPolicy final : public Policy {
   std::string_view name() const override { return "dualmap"; }
 
   std::pair<uint32_t, uint32_t> Candidates(uint64_t key_id) const {
-    if (destinations_ < 2) return {0, 0};
-    const uint32_t first = Reduce(Mix64(key_id ^ 0x243f6a8885a308d3ULL), destinations_);
-    const uint32_t offset = 1 + Reduce(Mix64(key_id ^ 0x13198a2e03707344ULL), destinations_ - 1);
-    return {first, (first + offset) % destinations_};
+    return HashedPair(key_id, destinations_);
   }
 
   Decision Pick(uint64_t key_id, const LoadView& loads) override {
@@ -223,10 +220,6 @@ class DualMapPolicy final : public Policy {
   }
 
  private:
-  static uint32_t Reduce(uint64_t h, uint32_t n) {
-    return static_cast<uint32_t>((static_cast<unsigned __int128>(h) * n) >> 64);
-  }
-
   const uint32_t destinations_;
   Random& random_;
   const double queue_bound_;

@@ -179,8 +179,34 @@ void ShardAdd(std::atomic<T>& counter, T delta, bool owned, std::memory_order or
 
 class Router;
 
+// How unadmitted keys (and every key while there is no usable table) are routed.
+enum class TailRouting : uint8_t {
+  kPowerOfTwo,  // two random up destinations, the lighter wins (the paper's flat-LB fallback)
+  kHashedPair,  // the key's two hashed candidates (HashedPair): the first unless it is heavier
+                // than the second by more than tail_margin
+};
+
+// The dispatch rule, beyond the table itself. The defaults are CacheRoute's; Paper() is the
+// published Algorithm 1 (no spill, power of two choices for the tail). Margins are in load units
+// (in-flight requests, plus the weighted external load): how much queue a move must save to pay
+// for starting cold. docs/dispatch.md has the rule and how the margins were chosen.
+struct DispatchOptions {
+  // An admitted key goes to its least-loaded up member b; it goes to its planned spill s instead
+  // when load(b) > load(s) + spill_margin. Infinity: never spill.
+  double spill_margin = 4.0;
+  TailRouting tail = TailRouting::kHashedPair;
+  double tail_margin = 2.0;  // kHashedPair only
+
+  static constexpr DispatchOptions Paper() {
+    return {.spill_margin = std::numeric_limits<double>::infinity(),
+            .tail = TailRouting::kPowerOfTwo,
+            .tail_margin = 0};
+  }
+};
+
 struct RouterOptions {
   uint32_t destination_count = 0;
+  DispatchOptions dispatch;
   // A table not installed or refreshed within this long is treated as absent. Zero: never stale.
   Duration table_ttl = Duration::zero();
   // Weight of the externally reported load (SetLoad) against local in-flight requests.
@@ -230,6 +256,7 @@ class InFlight {
 
 struct RouterStats {
   uint64_t planned = 0;
+  uint64_t spilled = 0;  // of planned: sent to the key's spill destination
   // Fallback picks by reason, indexed by Reason (kPlanned and kPolicy stay 0).
   std::array<uint64_t, kReasonCount> fallback{};
   uint64_t fallback_total = 0;
@@ -371,6 +398,7 @@ class Router {
     for (uint32_t s = 0; s < router_internal::kShards; ++s) {
       const Shard& shard = ShardAt(s);
       stats.planned += shard.planned.load(std::memory_order_relaxed);
+      stats.spilled += shard.spilled.load(std::memory_order_relaxed);
       for (int r = 0; r < kReasonCount; ++r) {
         stats.fallback[r] += shard.fallback[r].load(std::memory_order_relaxed);
       }
@@ -434,6 +462,7 @@ class Router {
   struct alignas(kFalseSharingBytes) Shard {
     std::array<std::atomic<uint32_t>, kTableSlots> readers{};  // readers in each table slot
     alignas(64) std::atomic<uint64_t> planned{0};
+    std::atomic<uint64_t> spilled{0};
     std::array<std::atomic<uint64_t>, kReasonCount> fallback{};  // by Reason
     std::atomic<uint64_t> no_destination{0};
     // The in-flight view (see the header comment): its tick, advanced by every Load and by
@@ -502,6 +531,7 @@ class Router {
     constexpr auto kRelaxed = std::memory_order_relaxed;
     if (decision.planned) {
       router_internal::ShardAdd<uint64_t>(shard.planned, 1, owned, kRelaxed);
+      if (decision.spilled) router_internal::ShardAdd<uint64_t>(shard.spilled, 1, owned, kRelaxed);
     } else {
       router_internal::ShardAdd<uint64_t>(shard.fallback[static_cast<int>(decision.reason)], 1,
                                           owned, kRelaxed);
@@ -668,10 +698,24 @@ class Router {
     return now - refreshed > options_.table_ttl;
   }
 
-  template <typename View>
-  Decision Fallback(const View& loads, Reason reason,
-                    const router_internal::ThreadShard& /*thread_shard*/) {
+  // The tail rule for a key with no usable planned set: its hashed pair (kHashedPair) when both
+  // candidates are up, otherwise power of two choices. Loads through `load(d)`.
+  template <typename View, typename LoadFn>
+  Decision TailOrPowerOfTwo(uint64_t key_id, const View& loads, Reason reason, LoadFn load) {
+    if (options_.dispatch.tail == TailRouting::kHashedPair) {
+      const auto [first, second] = HashedPair(key_id, options_.destination_count);
+      if (first != second && loads.Up(first) && loads.Up(second)) {
+        return {load(first) > load(second) + options_.dispatch.tail_margin ? second : first, false,
+                reason};
+      }
+    }
     return {PowerOfTwoChoices(loads, random_), false, reason};
+  }
+
+  template <typename View>
+  Decision Fallback(uint64_t key_id, const View& loads, Reason reason,
+                    const router_internal::ThreadShard& /*thread_shard*/) {
+    return TailOrPowerOfTwo(key_id, loads, reason, [&loads](uint32_t d) { return loads.Load(d); });
   }
 
   // The fallback over the Router's own view (every Pick's): the rule of PowerOfTwoChoices, two
@@ -680,9 +724,13 @@ class Router {
   // other n - 1) and the loads read through the thread's shard it already has. When either
   // candidate is down it draws again by the general rule: a uniform pair of distinct up
   // destinations either way.
-  Decision Fallback(const Loads& loads, Reason reason,
+  Decision Fallback(uint64_t key_id, const Loads& loads, Reason reason,
                     const router_internal::ThreadShard& thread_shard) {
     const uint32_t n = options_.destination_count;
+    if (options_.dispatch.tail != TailRouting::kPowerOfTwo) {
+      return TailOrPowerOfTwo(key_id, loads, reason,
+                              [&](uint32_t d) { return LoadOn(thread_shard, d); });
+    }
     if (n >= 2) {
       const uint64_t r = random_.Next();
       const auto a = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(r)} * n) >> 32);
@@ -700,10 +748,10 @@ class Router {
                            const router_internal::ThreadShard& thread_shard) {
     const ReadGuard guard(*this, ShardAt(thread_shard.index()), thread_shard.owned());
     const RoutingTable* table = guard.table();
-    if (table == nullptr) return Fallback(loads, Reason::kNoTable, thread_shard);
-    if (IsStale(now)) return Fallback(loads, Reason::kStale, thread_shard);
+    if (table == nullptr) return Fallback(key_id, loads, Reason::kNoTable, thread_shard);
+    if (IsStale(now)) return Fallback(key_id, loads, Reason::kStale, thread_shard);
     const DestinationSet set = table->Find(key_id);
-    if (set.empty()) return Fallback(loads, Reason::kNotAdmitted, thread_shard);
+    if (set.empty()) return Fallback(key_id, loads, Reason::kNotAdmitted, thread_shard);
     // Least-loaded up member; ties go to the lowest index, which keeps a lightly loaded key on
     // one warm destination. Loads are read only when two members compete (most sets have one).
     uint32_t best = kNoDestination;
@@ -725,7 +773,14 @@ class Router {
         best_load = load;
       }
     }
-    if (best == kNoDestination) return Fallback(loads, Reason::kSetDown, thread_shard);
+    if (best == kNoDestination) return Fallback(key_id, loads, Reason::kSetDown, thread_shard);
+    // The planned second choice: only when the queue it saves outweighs starting cold there.
+    if (set.has_spill() && Usable(loads, set.spill())) {
+      if (!best_load_read) best_load = loads.Load(best);
+      if (best_load > loads.Load(set.spill()) + options_.dispatch.spill_margin) {
+        return {set.spill(), true, Reason::kPlanned, /*spilled=*/true};
+      }
+    }
     return {best, true, Reason::kPlanned};
   }
 

@@ -22,8 +22,9 @@
 //     the tag is the high half of the key id, compared first (tags are in key order too), and
 //     beside it, read only on a tag match (the key itself, or about n / 2^32 of the time another
 //     key), the low half and a 32-bit value: 0 for an empty slot, d + 1 for the one destination
-//     d (k_b = 1, the paper's whole primary distribution), or a flag and an offset into an
-//     overflow array that stores [size, d0, d1, ...] as uint32 for larger sets. A miss reads one
+//     d (k_b = 1, the paper's whole primary distribution), both halves of a pair (one
+//     destination and its spill, when R ≤ 32,768), or a flag and an offset into an overflow
+//     array that stores [size, d0, d1, ..., spill] as uint32 for larger sets. A miss reads one
 //     line of tags; a hit one more, for its value (and a third for a set of two or more).
 // Memory (memory_bytes()): (H + spare)·12 bytes plus the overflow array, where the spare slots
 // (8 + ⌊H/512⌋, grown only if the tail outruns them) hold the tail and the end slot. With k_b = 1
@@ -71,19 +72,25 @@ inline std::string ToString(const TableVersion& v) {
 }
 
 // One admitted key and its destinations, as Build() takes them. Destinations may come unsorted.
+// `spill` is the key's planned second choice (a destination outside the set), or kNoSpill.
+inline constexpr uint32_t kNoSpill = 0xFFFFFFFFu;
 struct TableEntry {
   uint64_t key_id = 0;
   std::vector<uint32_t> destinations;
+  uint32_t spill = kNoSpill;
 };
 
-// A read-only view of one key's destination set: sorted, distinct indices. Points into the table,
-// so it is valid while the table lives. Empty when the key is not admitted.
+// A read-only view of one key's destination set: sorted, distinct indices, and its planned spill
+// destination (outside the set) or kNoSpill. Points into the table, so it is valid while the
+// table lives. Empty when the key is not admitted.
 class DestinationSet {
  public:
   DestinationSet() = default;
 
   uint32_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  uint32_t spill() const { return spill_; }
+  bool has_spill() const { return spill_ != kNoSpill; }
   uint32_t operator[](uint32_t i) const { return wide_ != nullptr ? wide_[i] : single_; }
   std::vector<uint32_t> ToVector() const { return {begin(), end()}; }
 
@@ -114,12 +121,14 @@ class DestinationSet {
 
  private:
   friend class RoutingTable;
-  explicit DestinationSet(uint32_t single) : single_(single), size_(1) {}
-  DestinationSet(const uint32_t* wide, uint32_t size) : wide_(wide), size_(size) {}
+  DestinationSet(uint32_t single, uint32_t spill) : single_(single), size_(1), spill_(spill) {}
+  DestinationSet(const uint32_t* wide, uint32_t size, uint32_t spill)
+      : wide_(wide), size_(size), spill_(spill) {}
 
   const uint32_t* wide_ = nullptr;  // the set in the table's overflow array, or
   uint32_t single_ = 0;             // its one member
   uint32_t size_ = 0;
+  uint32_t spill_ = kNoSpill;
 };
 
 class RoutingTable {
@@ -166,10 +175,13 @@ class RoutingTable {
   size_t overflow_bytes() const { return overflow_.size() * sizeof(uint32_t); }
 
  private:
-  // A slot's value: 0 when empty, d + 1 for the one destination d, or kOverflowBit | offset of
-  // the set [size, d0, d1, ...] in overflow_.
+  // A slot's value: 0 when empty, d + 1 for the one destination d, kPairBit | d << 15 | spill for
+  // one destination and a spill (both < 2^15), or kOverflowBit | offset of the set
+  // [size | kOverflowBit if a spill follows, d0, d1, ..., spill] in overflow_.
   static constexpr uint32_t kEmpty = 0;
   static constexpr uint32_t kOverflowBit = 0x80000000;
+  static constexpr uint32_t kPairBit = 0x40000000;
+  static constexpr uint32_t kPairMax = 1u << 15;  // destinations a pair value can hold
 
   static constexpr uint64_t kEmptyKey = ~uint64_t{0};
 
@@ -187,9 +199,15 @@ class RoutingTable {
   }
 
   DestinationSet View(uint32_t value) const {
-    if ((value & kOverflowBit) == 0) return DestinationSet(value - 1);
+    if ((value & (kOverflowBit | kPairBit)) == 0) return DestinationSet(value - 1, kNoSpill);
+    if ((value & kOverflowBit) == 0) {
+      return DestinationSet((value >> 15) & (kPairMax - 1), value & (kPairMax - 1));
+    }
     const uint32_t offset = value & ~kOverflowBit;
-    return DestinationSet(&overflow_[offset + 1], overflow_[offset]);
+    const uint32_t header = overflow_[offset];
+    const uint32_t size = header & ~kOverflowBit;
+    return DestinationSet(&overflow_[offset + 1], size,
+                          (header & kOverflowBit) != 0 ? overflow_[offset + 1 + size] : kNoSpill);
   }
 
   TableVersion version_;
@@ -251,18 +269,31 @@ inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t d
     if (auto dup = std::adjacent_find(set.begin(), set.end()); dup != set.end()) {
       return Status::Error("destination " + std::to_string(*dup) + " appears twice for " + key());
     }
+    const uint32_t spill = entry.spill;
+    const bool has_spill = spill != kNoSpill;
+    if (has_spill && spill >= destination_count) {
+      return Status::Error("unknown spill destination " + std::to_string(spill) + " for " + key() +
+                           " (destination_count = " + std::to_string(destination_count) + ")");
+    }
+    if (has_spill && std::binary_search(set.begin(), set.end(), spill)) {
+      return Status::Error("spill destination " + std::to_string(spill) + " for " + key() +
+                           " is also in its destination set");
+    }
 
     uint32_t incoming;
-    if (set.size() == 1 && set[0] + 1 < kOverflowBit) {
+    if (set.size() == 1 && !has_spill && set[0] + 1 < kPairBit) {
       incoming = set[0] + 1;
+    } else if (set.size() == 1 && has_spill && set[0] < kPairMax && spill < kPairMax) {
+      incoming = kPairBit | set[0] << 15 | spill;
     } else {
-      if (table.overflow_.size() + 1 + set.size() > kOverflowBit) {
+      if (table.overflow_.size() + 2 + set.size() > kOverflowBit) {
         return Status::Error("the destination sets of more than 2^31 entries do not fit (at " +
                              key() + ")");
       }
       incoming = kOverflowBit | static_cast<uint32_t>(table.overflow_.size());
-      table.overflow_.push_back(static_cast<uint32_t>(set.size()));
+      table.overflow_.push_back(static_cast<uint32_t>(set.size()) | (has_spill ? kOverflowBit : 0));
       table.overflow_.insert(table.overflow_.end(), set.begin(), set.end());
+      if (has_spill) table.overflow_.push_back(spill);
     }
 
     // Ordered insertion: skip the smaller keys from the home on; the key goes where the first
