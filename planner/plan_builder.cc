@@ -293,6 +293,32 @@ void PlaceHashed(const PlanConfig& config, std::span<const KeyRate> admitted,
   offsets[admitted.size()] = offset;
 }
 
+// PlanConfig::spill: one destination outside each key's set, by least spill load (ties: least
+// expected load, then lowest index), keys in decreasing rate.
+std::vector<uint32_t> PlaceSpills(const Plan& plan, std::span<const double> loads) {
+  const uint32_t r_count = static_cast<uint32_t>(loads.size());
+  std::vector<uint32_t> spills(plan.size(), kNoSpill);
+  std::vector<double> spill_load(r_count, 0.0);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const std::span<const uint32_t> set = plan.destinations(i);
+    if (set.size() >= r_count) continue;
+    uint32_t best = kNoSpill;
+    for (uint32_t d = 0, j = 0; d < r_count; ++d) {
+      if (j < set.size() && set[j] == d) {  // sets are sorted
+        ++j;
+        continue;
+      }
+      if (best == kNoSpill || spill_load[d] < spill_load[best] ||
+          (spill_load[d] == spill_load[best] && loads[d] < loads[best])) {
+        best = d;
+      }
+    }
+    spills[i] = best;
+    spill_load[best] += plan.rate(i);
+  }
+  return spills;
+}
+
 }  // namespace
 
 uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped) {
@@ -332,6 +358,10 @@ absl::Status ValidatePlanConfig(const PlanConfig& config) {
   if (!(config.unkeyed_rate >= 0) || std::isinf(config.unkeyed_rate)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "unkeyed_rate must be a finite number >= 0, got %s", FormatRate(config.unkeyed_rate)));
+  }
+  if (!(config.balance_share >= 0) || std::isinf(config.balance_share)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "balance_share must be a finite number >= 0, got %s", FormatRate(config.balance_share)));
   }
   if (!(config.stickiness >= 0) || std::isinf(config.stickiness)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -413,8 +443,18 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   if (dedup_thread.joinable()) dedup_thread.join();
   if (duplicate_found) return DuplicateKeyError(rates, duplicate_key);
 
+  // The cap every k_b below is computed with (PlanConfig::balance_share).
+  PlanConfig capped_config = config;
+  if (config.balance_share > 0) {
+    double total = config.unkeyed_rate;
+    for (size_t i = 0; i < n; ++i) total += sorted[i].rate;
+    const double share_cap = config.balance_share * total / config.destinations;
+    if (share_cap > 0 && share_cap < config.q_cap) capped_config.q_cap = share_cap;
+  }
+
   Plan plan;
   plan.config_ = config;
+  plan.stats_.effective_q_cap = capped_config.q_cap;
   PlanStats& stats = plan.stats_;
   stats.input_keys = n;
   stats.slot_capacity = SaturatingMultiply(config.destinations, config.slots_per_destination);
@@ -428,7 +468,7 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
     if (rate == 0) break;
     bool capped = false;
     const uint32_t k =
-        config.replicate ? AssignmentCount(rate, config.q_cap, config.destinations, &capped) : 1;
+        config.replicate ? AssignmentCount(rate, capped_config.q_cap, config.destinations, &capped) : 1;
     if (slots + k > stats.slot_capacity) break;
     if (slots + k > std::numeric_limits<uint32_t>::max()) {
       return absl::OutOfRangeError(
@@ -463,10 +503,10 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   plan.offsets_.resize(admitted + 1);
   plan.destination_ids_.resize(slots);
   if (config.placement == Placement::kHashed) {
-    PlaceHashed(config, plan.admitted_, plan.offsets_, plan.destination_ids_, plan.loads_);
+    PlaceHashed(capped_config, plan.admitted_, plan.offsets_, plan.destination_ids_, plan.loads_);
   } else if (previous != nullptr && config.stickiness > 0 && previous->size() > 0) {
     stats.kept_assignments =
-        PlaceSticky(config, *previous, (cold_tail + admitted_rate) / r_count, plan.admitted_,
+        PlaceSticky(capped_config, *previous, (cold_tail + admitted_rate) / r_count, plan.admitted_,
                     plan.offsets_, plan.destination_ids_, plan.loads_);
   } else {
     LoadTournament tournament(plan.loads_);
@@ -474,7 +514,7 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
     for (size_t i = 0; i < admitted; ++i) {
       plan.offsets_[i] = offset;
       const double rate = plan.admitted_[i].rate;
-      const uint32_t k = config.replicate ? AssignmentCount(rate, config.q_cap, r_count) : 1;
+      const uint32_t k = config.replicate ? AssignmentCount(rate, capped_config.q_cap, r_count) : 1;
       if (k == 1) {
         const uint32_t r = tournament.Min();
         plan.destination_ids_[offset++] = r;
@@ -497,6 +537,8 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
     }
     plan.offsets_[admitted] = offset;
   }
+
+  if (config.spill && r_count >= 2) plan.spills_ = PlaceSpills(plan, plan.loads_);
 
   stats.max_load = *std::max_element(plan.loads_.begin(), plan.loads_.end());
   stats.mean_load = stats.total_rate / r_count;

@@ -38,6 +38,10 @@
 
 namespace cacheroute::planner {
 
+inline constexpr uint32_t kNoSpill = 0xFFFFFFFFu;  // Plan::spill of a key without one
+// CacheRoute's PlanConfig::balance_share, chosen once on the primary study (docs/dispatch.md).
+inline constexpr double kCacheRouteBalanceShare = 0.5;
+
 // One key's estimated request rate. Keys are opaque 64-bit ids; callers that have string keys map
 // them to ids (a hash, or their lexicographic rank when "key ascending" must mean string order).
 struct KeyRate {
@@ -70,6 +74,18 @@ struct PlanConfig {
   // it. So a destination ends above (1 + stickiness) × the mean only through LPT's own choices.
   // Finite, ≥ 0; 0 is Algorithm 1 exactly.
   double stickiness = 0.0;
+  // Spill destinations (CacheRoute's default; off is Algorithm 1): after placement, each admitted
+  // key also gets one planned second choice outside its set, for the dataplane to use when its
+  // set is queued well above it. Keys are visited in decreasing rate; each takes the destination
+  // with the least spill load so far (Σ of the rates of the keys spilling there; ties: least
+  // expected load, then lowest index), so that the spill a burst may send is spread too. Needs
+  // R ≥ 2 and a key with k_b < R; other keys get none.
+  bool spill = false;
+  // Load-adaptive k_b (CacheRoute's default; 0 is Algorithm 1): the per-assignment cap becomes
+  // min(q_cap, balance_share × total rate / R), so a key carrying more than that share of one
+  // destination's mean load is split (and balanced by LPT) even when it is below q_cap. Finite,
+  // ≥ 0.
+  double balance_share = 0.0;
 };
 
 struct PlanStats {
@@ -86,6 +102,7 @@ struct PlanStats {
   double imbalance = 1.0;         // max_load / mean_load; 1 when the total rate is 0
   double build_seconds = 0.0;     // planning time as read from the injected clock; 0 without one
   uint64_t kept_assignments = 0;  // assignments kept on a previous destination by stickiness
+  double effective_q_cap = 0.0;   // the per-assignment cap used (see PlanConfig::balance_share)
 };
 
 // The result of one planning step: admitted keys in decreasing-rate order, each with its sorted
@@ -102,6 +119,8 @@ class Plan {
   std::span<const uint32_t> destinations(size_t i) const {
     return {destination_ids_.data() + offsets_[i], offsets_[i + 1] - offsets_[i]};
   }
+  // Key i's spill destination (PlanConfig::spill), outside destinations(i), or kNoSpill.
+  uint32_t spill(size_t i) const { return spills_.empty() ? kNoSpill : spills_[i]; }
   // Expected load (same unit as the rates) per destination; size R.
   std::span<const double> loads() const { return loads_; }
   const PlanStats& stats() const { return stats_; }
@@ -114,6 +133,7 @@ class Plan {
   std::vector<uint32_t> offsets_;          // size() + 1 entries into destination_ids_
   std::vector<uint32_t> destination_ids_;  // Σk_b entries
   std::vector<double> loads_;
+  std::vector<uint32_t> spills_;  // size() entries when config_.spill, else empty
   PlanStats stats_;
 };
 

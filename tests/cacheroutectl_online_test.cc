@@ -146,6 +146,8 @@ PlannerConfig TestConfig() {
   config.destinations = {"d0", "d1"};
   config.q_cap = 100;
   config.slots_per_destination = 1;  // C = 2: the two hottest keys are admitted, k = 1 each
+  // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
+  config.algorithm = "cacheroute-paper";
   config.control_interval = absl::Hours(1);
   // Far shorter than the 10 s the tests advance between plans: each plan takes exactly the last
   // interval's counts, so a rate pushed as `key,rate` comes back unchanged.

@@ -25,6 +25,8 @@ service::PlannerConfig PlannerConfig(std::string state_dir = "") {
   config.destinations = {"d0", "d1"};
   config.q_cap = 100;
   config.slots_per_destination = 1;
+  // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
+  config.algorithm = "cacheroute-paper";
   config.control_interval = absl::Hours(1);
   config.rate_smoothing = absl::Seconds(1);
   config.key_ttl = absl::Hours(10);

@@ -706,3 +706,67 @@ TEST_CASE("sticky placement matches the reference and cuts churn under noisy rat
 }
 
 }  // namespace cacheroute::planner
+
+// CacheRoute's additions to Algorithm 1 (spill destinations, load-adaptive k_b): off by default,
+// so every test above is the paper's algorithm bit for bit.
+namespace cacheroute::planner {
+
+TEST_CASE("spill: one destination outside the set, spread by spill load") {
+  // The LPT instance above (every destination ends at 7); spills must not change it.
+  PlanConfig config{.destinations = 3, .q_cap = 100, .slots_per_destination = 10};
+  const std::vector<KeyRate> rates = {{10, 6}, {11, 5}, {12, 4}, {13, 3}, {14, 2}, {15, 1}};
+  const Plan paper = MustBuild(rates, config);
+  for (size_t i = 0; i < paper.size(); ++i) CHECK(paper.spill(i) == kNoSpill);
+  config.spill = true;
+  const Plan plan = MustBuild(rates, config);
+  CHECK(TableOf(plan) == TableOf(paper));
+  CHECK(Loads(plan) == Loads(paper));
+  std::vector<double> spill_load(3, 0.0);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const uint32_t s = plan.spill(i);
+    REQUIRE(s < 3);
+    const auto set = plan.destinations(i);
+    CHECK(std::find(set.begin(), set.end(), s) == set.end());
+    // The chosen spill had the least spill load among the destinations outside the set.
+    for (uint32_t d = 0; d < 3; ++d) {
+      if (std::find(set.begin(), set.end(), d) == set.end()) CHECK(spill_load[s] <= spill_load[d]);
+    }
+    spill_load[s] += plan.rate(i);
+  }
+  // Spill load ends within the largest key's rate of even.
+  const auto [lo, hi] = std::minmax_element(spill_load.begin(), spill_load.end());
+  CHECK(*hi - *lo <= 6.0);
+  // A key on every destination has nowhere to spill.
+  const Plan full = MustBuild({{1, 50}}, {.destinations = 2, .q_cap = 10,
+                                          .slots_per_destination = 4, .spill = true});
+  CHECK(full.destinations(0).size() == 2);
+  CHECK(full.spill(0) == kNoSpill);
+}
+
+TEST_CASE("balance_share: keys above that share of the mean destination load are split") {
+  // Total 12 over 3 destinations: mean 4; share 0.5 caps an assignment at 2 (q_cap is 100).
+  const std::vector<KeyRate> rates = {{1, 6}, {2, 3}, {3, 2}, {4, 1}};
+  const Plan paper = MustBuild(rates, {.destinations = 3, .q_cap = 100, .slots_per_destination = 4});
+  CHECK(paper.destinations(0).size() == 1);
+  CHECK(paper.stats().effective_q_cap == 100);
+  const Plan plan = MustBuild(
+      rates, {.destinations = 3, .q_cap = 100, .slots_per_destination = 4, .balance_share = 0.5});
+  CHECK(plan.stats().effective_q_cap == 2);
+  CHECK(plan.destinations(0).size() == 3);  // 6 / 2
+  CHECK(plan.destinations(1).size() == 2);  // ⌈3 / 2⌉
+  CHECK(plan.destinations(2).size() == 1);  // 2 ≤ 2
+  CHECK(plan.stats().imbalance < paper.stats().imbalance);
+  // A share cap above q_cap changes nothing.
+  const Plan loose = MustBuild(
+      rates, {.destinations = 3, .q_cap = 1.5, .slots_per_destination = 8, .balance_share = 2});
+  const Plan fixed = MustBuild(rates, {.destinations = 3, .q_cap = 1.5, .slots_per_destination = 8});
+  CHECK(TableOf(loose) == TableOf(fixed));
+  for (double bad : {-1.0, std::numeric_limits<double>::infinity()}) {
+    absl::StatusOr<Plan> p = BuildPlan(
+        rates, {.destinations = 3, .q_cap = 1, .slots_per_destination = 1, .balance_share = bad});
+    REQUIRE_FALSE(p.ok());
+    CHECK(std::string(p.status().message()).find("balance_share") != std::string::npos);
+  }
+}
+
+}  // namespace cacheroute::planner

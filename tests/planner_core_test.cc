@@ -2,6 +2,7 @@
 // concurrent use (run under ThreadSanitizer in CI). No gRPC here; time is a ManualClock.
 #include "planner/service/planner_core.h"
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <thread>
@@ -17,6 +18,8 @@ PlannerConfig Config() {
   config.destinations = {"d0", "d1", "d2"};
   config.q_cap = 1000;
   config.slots_per_destination = 1;  // C = 3
+  // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
+  config.algorithm = "cacheroute-paper";
   config.rate_smoothing = absl::Seconds(1);
   config.history = 3;
   return config;
@@ -231,4 +234,44 @@ TEST_CASE("placement hysteresis keeps keys where they were when rates wobble") {
 }
 
 }  // namespace
+}  // namespace cacheroute::service
+
+namespace cacheroute::service {
+
+TEST_CASE("the default algorithm publishes spill destinations and splits a dominant key") {
+  PlannerConfig config = Config();
+  config.algorithm = "cacheroute";
+  config.slots_per_destination = 4;  // C = 12
+  Harness h(config);
+  // Total 12 req/s over 3 destinations: mean 4; "a" (6) is above half of it and gets split.
+  REQUIRE(h.core->ReportRates(Report("gw", 1, {{"a", 600}, {"b", 300}, {"c", 200}, {"d", 100}}))
+              .ok());
+  h.Replan();
+  const std::shared_ptr<const table::TableSnapshot> latest = h.core->Latest();
+  REQUIRE(latest != nullptr);
+  const table::TableEntry* a = latest->Find(KeyId("a"));
+  REQUIRE(a != nullptr);
+  CHECK(a->destinations.size() == 3);
+  CHECK_FALSE(a->spill.has_value());  // on every destination: nowhere to spill
+  const table::TableEntry* d = latest->Find(KeyId("d"));
+  REQUIRE(d != nullptr);
+  REQUIRE(d->spill.has_value());
+  CHECK(*d->spill < 3);
+  CHECK(std::find(d->destinations.begin(), d->destinations.end(), *d->spill) ==
+        d->destinations.end());
+  // The spill survives the wire.
+  absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> back =
+      table::TableSnapshot::FromProto(latest->ToProto());
+  REQUIRE(back.ok());
+  CHECK((*back)->Find(KeyId("d"))->spill == d->spill);
+}
+
+TEST_CASE("an unknown algorithm is refused by name") {
+  PlannerConfig config = Config();
+  config.algorithm = "greedy";
+  const absl::Status status = ValidatePlannerConfig(config);
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(status.message()), Catch::Contains("algorithm") && Catch::Contains("greedy"));
+}
+
 }  // namespace cacheroute::service

@@ -47,6 +47,8 @@ PlannerConfig TestConfig() {
   config.destinations = {"d0", "d1"};
   config.q_cap = 100;
   config.slots_per_destination = 1;  // C = 2: the two hottest keys are admitted
+  // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
+  config.algorithm = "cacheroute-paper";
   config.control_interval = absl::Hours(1);
   // A short time constant against 100 s intervals: each plan follows the last interval's counts.
   config.rate_smoothing = absl::Seconds(1);

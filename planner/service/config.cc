@@ -76,6 +76,12 @@ absl::Status CheckIntegerRange(absl::string_view name, uint64_t value, uint64_t 
                  absl::StrCat("must be an integer between ", min, " and ", max, ", got ", value));
 }
 
+absl::Status CheckAlgorithm(absl::string_view name, absl::string_view value) {
+  if (value == "cacheroute" || value == "cacheroute-paper") return absl::OkStatus();
+  return Invalid(name,
+                 absl::StrCat("must be \"cacheroute\" or \"cacheroute-paper\", got ", Quote(value)));
+}
+
 absl::Status CheckLogFormat(absl::string_view name, absl::string_view value) {
   if (value == "text" || value == "json") return absl::OkStatus();
   return Invalid(name, absl::StrCat("must be \"text\" or \"json\", got ", Quote(value)));
@@ -516,6 +522,7 @@ const std::vector<YamlField>& TopLevelFields() {
       PositiveNumberField("q_cap", &PlannerConfig::q_cap),
       IntegerField("slots_per_destination", &PlannerConfig::slots_per_destination, 1, kNoMax),
       NonNegativeNumberField("placement_stickiness", &PlannerConfig::placement_stickiness),
+      StringField("algorithm", &PlannerConfig::algorithm, CheckAlgorithm),
       DurationField("control_interval", &PlannerConfig::control_interval),
       PositiveNumberField("table_ttl_seconds", &PlannerConfig::table_ttl_seconds),
       IntegerField("history", &PlannerConfig::history, 1, kNoMax),
@@ -816,6 +823,7 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
                             kMaxMessageBytesLimit),
           CheckToken("token", config.token),
           CheckLogFormat("log_format", config.log_format),
+          CheckAlgorithm("algorithm", config.algorithm),
       });
       !status.ok()) {
     return status;

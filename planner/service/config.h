@@ -60,6 +60,10 @@ struct PlannerConfig {
   // while that leaves them at most this fraction above the mean load; 0 replans from scratch
   // (Algorithm 1 exactly), which moves most keys every interval under noisy rates.
   double placement_stickiness = 0.1;
+  // "cacheroute" (the default: Algorithm 1 plus a planned spill destination per key and
+  // load-adaptive k_b, planner::PlanConfig::spill and ::balance_share = 0.5) or "cacheroute-paper"
+  // (Algorithm 1 as published). docs/dispatch.md says what each does and what it measured.
+  std::string algorithm = "cacheroute";
   absl::Duration control_interval = absl::Seconds(10);
   double table_ttl_seconds = 60;  // gateways fall back to power of two past this age
   size_t history = 32;            // versions kept for GetTable and Diff

@@ -178,7 +178,11 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
                                         .q_cap = config_.q_cap,
                                         .slots_per_destination = config_.slots_per_destination,
                                         .unkeyed_rate = rates_.UnkeyedRate(),
-                                        .stickiness = config_.placement_stickiness};
+                                        .stickiness = config_.placement_stickiness,
+                                        .spill = config_.algorithm == "cacheroute",
+                                        .balance_share = config_.algorithm == "cacheroute"
+                                                             ? planner::kCacheRouteBalanceShare
+                                                             : 0.0};
   // Hysteresis needs the previous plan in the same destination indices: none after a drain or
   // undrain changed the active set (or after a restart), so such a plan is placed from scratch.
   const planner::Plan* previous =

@@ -97,6 +97,17 @@ absl::Status ValidateAssignment(const v1::Assignment& a, const std::string& fiel
           field, j, d[j], d[j - 1], a.key_id()));
     }
   }
+  if (a.has_spill()) {
+    if (a.spill() >= num_destinations) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.spill: %u is out of range for %u destinations (key_id %u)", field,
+                          a.spill(), num_destinations, a.key_id()));
+    }
+    if (std::find(d.begin(), d.end(), a.spill()) != d.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.spill: %u is also in destinations (key_id %u)", field, a.spill(), a.key_id()));
+    }
+  }
   if (!IsFiniteNonNegative(a.rate())) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s.rate: %s is not a finite number >= 0 (key_id %u)", field,
@@ -109,7 +120,8 @@ TableEntry EntryFromProto(const v1::Assignment& a) {
   return {.key_id = a.key_id(),
           .rate = a.rate(),
           .destinations = {a.destinations().begin(), a.destinations().end()},
-          .key = a.key()};
+          .key = a.key(),
+          .spill = a.has_spill() ? std::optional<uint32_t>(a.spill()) : std::nullopt};
 }
 
 void EntryToProto(const TableEntry& e, v1::Assignment* a) {
@@ -117,6 +129,7 @@ void EntryToProto(const TableEntry& e, v1::Assignment* a) {
   a->mutable_destinations()->Add(e.destinations.begin(), e.destinations.end());
   a->set_rate(e.rate);
   a->set_key(e.key);
+  if (e.spill.has_value()) a->set_spill(*e.spill);
 }
 
 // FromPlan's preconditions are the caller's to keep; breaking one is a programming error.
@@ -201,6 +214,7 @@ std::shared_ptr<const TableSnapshot> TableSnapshot::FromPlan(
     if (!std::is_sorted(e.destinations.begin(), e.destinations.end())) {
       std::sort(e.destinations.begin(), e.destinations.end());
     }
+    if (plan.spill(i) != planner::kNoSpill) e.spill = active[plan.spill(i)];
     if (key_name) e.key = std::string(key_name(e.key_id));
   }
   return Create(version, std::move(destinations), std::move(loads), std::move(entries),

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,6 +69,8 @@ struct TableEntry {
   double rate = 0.0;                   // planned requests/s
   std::vector<uint32_t> destinations;  // indices into TableSnapshot::destinations(), ascending
   std::string key;                     // readable key, or ""
+  // The planned spill destination (an index like `destinations`, not among them), if any.
+  std::optional<uint32_t> spill;
 
   bool operator==(const TableEntry&) const = default;
 };

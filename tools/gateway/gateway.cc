@@ -429,6 +429,8 @@ Gateway::Gateway(const GatewayConfig& config)
     : config_(config),
       random_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
       router_({.destination_count = static_cast<uint32_t>(config.upstreams.size()),
+               .dispatch = config.policy == "cacheroute-paper" ? dataplane::DispatchOptions::Paper()
+                                                               : dataplane::DispatchOptions{},
                .table_ttl = std::chrono::duration_cast<dataplane::Duration>(
                    absl::ToChronoNanoseconds(config.table_ttl)),
                .external_load_weight = config.external_load_weight},
@@ -489,11 +491,11 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
     if (dataplane::Status s = gateway->reporter_->Start(); !s.ok) {
       return absl::InvalidArgumentError(absl::StrCat("rate reporter: ", s.message));
     }
-  } else if (config.policy == "cacheroute") {
+  } else if (config.policy == "cacheroute" || config.policy == "cacheroute-paper") {
     Log("warning", "no_planner",
         {{"detail",
-          "\"policy cacheroute without a planner: no table, every request is routed by power of "
-          "two choices and no rates are reported\""}});
+          "\"policy cacheroute without a planner: no table, every request is routed by the fallback "
+          "(the key's hashed pair, or power of two choices) and no rates are reported\""}});
   }
   gateway->prober_thread_ = std::thread([g = gateway.get()] { g->RunProber(); });
   if (config.load_scrape_interval > absl::ZeroDuration()) {

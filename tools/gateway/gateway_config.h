@@ -23,8 +23,11 @@
 namespace cacheroute::gateway {
 
 // The routing policies of cacheroute/dataplane/policies.h, by their configuration name.
-inline constexpr absl::string_view kPolicyNames[] = {"flatlb",  "sticky", "chwbl",
-                                                     "dualmap", "preble", "cacheroute"};
+// "cacheroute" routes by the planner's table with CacheRoute's dispatch (spill and hashed-pair
+// tail, dataplane::DispatchOptions); "cacheroute-paper" by the same table with the paper's
+// (least-loaded member, power of two choices for the rest).
+inline constexpr absl::string_view kPolicyNames[] = {
+    "flatlb", "sticky", "chwbl", "dualmap", "preble", "cacheroute", "cacheroute-paper"};
 
 struct Upstream {
   std::string name;  // the planner's destination name for this model server

@@ -180,6 +180,7 @@ class TableSubscriber {
       out.key_id = e.key_id;
       out.destinations.reserve(e.destinations.size());
       for (uint32_t d : e.destinations) out.destinations.push_back(index[d]);
+      if (e.spill.has_value()) out.spill = index[*e.spill];
     }
     const table::TableVersion v = table.version();
     return RoutingTable::Build({.epoch = v.epoch, .number = v.number},
