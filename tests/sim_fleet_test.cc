@@ -125,6 +125,10 @@ TEST_CASE("Sticky sends every request of a key to one engine") {
 TEST_CASE("CacheRoute falls back to P2C until the first plan, then follows the table") {
   const std::vector<SimRequest> requests = MakeRequests({});
   FleetConfig config = Config(PolicyKind::kCacheRoute);
+  // The paper's Algorithm 1 and dispatch ("cacheroute-paper"): sets of k_b = 1, no spill.
+  config.dispatch = dataplane::DispatchOptions::Paper();
+  config.plan_spill = false;
+  config.plan_balance_share = 0;
   config.record_dispatches = true;
   const RunResult result = MustRun(config, requests);
   REQUIRE(result.plans >= 10);  // every 5 s over 60 s of arrivals
@@ -347,6 +351,7 @@ TEST_CASE("max_plans holds the last plan; stickiness cuts the churn between plan
   std::map<uint64_t, std::set<uint32_t>> planned;
   for (const dataplane::TableEntry& e : held.plan_records[0].entries) {
     planned[e.key_id].insert(e.destinations.begin(), e.destinations.end());
+    if (e.spill != dataplane::kNoSpill) planned[e.key_id].insert(e.spill);  // the planned spill
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     if (requests[i].arrival_s < config.control_interval_s) continue;

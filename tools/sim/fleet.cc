@@ -279,7 +279,7 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
     auto gateway = std::make_unique<Gateway>(r_count, Mix64(config.seed ^ (kGolden * (g + 1))));
     if (cacheroute) {
       gateway->router = std::make_unique<dataplane::Router>(
-          dataplane::RouterOptions{.destination_count = r_count}, gateway->random);
+          dataplane::RouterOptions{.destination_count = r_count, .dispatch = config.dispatch}, gateway->random);
       gateway->recorder = std::make_unique<dataplane::RateRecorder>(dataplane::RateRecorderOptions{
           .shards = 1, .max_keys = config.recorder_max_keys, .max_report_keys = 100000});
     }
@@ -300,7 +300,9 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
                                                    ? planner::Placement::kLpt
                                                    : planner::Placement::kHashed,
                                   .placement_seed = config.seed,
-                                  .stickiness = config.stickiness};
+                                  .stickiness = config.stickiness,
+                                  .spill = config.plan_spill,
+                                  .balance_share = config.plan_balance_share};
   uint64_t control_tick = 0;
   std::optional<planner::Plan> previous_plan;
   double churn_sum = 0;
@@ -355,6 +357,7 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
     for (size_t i = 0; i < plan->size(); ++i) {
       entries[i].key_id = plan->key(i);
       entries[i].destinations.assign(plan->destinations(i).begin(), plan->destinations(i).end());
+      entries[i].spill = plan->spill(i);
     }
     std::vector<double> loads(plan->loads().begin(), plan->loads().end());
     dataplane::Result<dataplane::RoutingTable> table = dataplane::RoutingTable::Build(

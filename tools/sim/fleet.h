@@ -54,7 +54,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cacheroute/dataplane/dispatch.h"
+#include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
+#include "planner/plan_builder.h"
 #include "tools/sim/engine.h"
 #include "tools/sim/engine_profile.h"
 #include "tools/sim/prefix_cache.h"
@@ -112,6 +114,12 @@ struct FleetConfig {
   PlanAblation ablation = PlanAblation::kFull;
   uint32_t max_plans = 0;  // stop replanning after this many plans; 0: replan all run long
   double stickiness = 0;   // PlanConfig::stickiness, finite ≥ 0; 0: LPT from scratch every time
+  // CacheRoute's dispatch rule and planned spill destinations (RouterOptions::dispatch,
+  // PlanConfig::spill). The defaults are CacheRoute's; the paper's Algorithm 1 is
+  // DispatchOptions::Paper() without spill ("cacheroute-paper").
+  dataplane::DispatchOptions dispatch;
+  bool plan_spill = true;
+  double plan_balance_share = planner::kCacheRouteBalanceShare;  // PlanConfig::balance_share; 0: Algorithm 1's fixed q_cap
 
   // Keep a DispatchRecord per request and a PlanRecord per plan in the result (tests, debugging).
   bool record_dispatches = false;

@@ -38,16 +38,28 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   c.slots_per_destination = study.fleet.slots_per_destination;
   c.max_plans = study.fleet.max_plans;
   c.stickiness = study.fleet.stickiness;
+  // The paper's Algorithm 1 as published: no spill, power of two choices for the tail.
+  const auto paper = [&c] {
+    c.dispatch = dataplane::DispatchOptions::Paper();
+    c.plan_spill = false;
+    c.plan_balance_share = 0;
+  };
   if (policy == "flat" || policy == "flatlb") {
     c.policy = PolicyKind::kFlatLb;
+  } else if (policy == "cacheroute-paper") {
+    c.policy = PolicyKind::kCacheRoute;
+    paper();
   } else if (policy == "lpt" || policy == "fresh") {
     c.policy = PolicyKind::kCacheRoute;
+    if (policy == "lpt") paper();
   } else if (policy == "affinity") {
     c.policy = PolicyKind::kCacheRoute;
     c.ablation = PlanAblation::kAffinityOnly;
+    paper();
   } else if (policy == "replication") {
     c.policy = PolicyKind::kCacheRoute;
     c.ablation = PlanAblation::kReplication;
+    paper();
   } else if (policy == "cacheroute-replan-10s" || policy == "cacheroute-sticky-lpt" ||
              policy == "fresh-sticky") {
     // Replanning every 10 s from rates smoothed over 10 s, from scratch or with the planner
