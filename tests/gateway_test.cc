@@ -222,6 +222,7 @@ service::PlannerConfig PlannerFor(std::vector<std::string> destinations) {
   config.destinations = std::move(destinations);
   config.q_cap = 1e9;                // every admitted key gets one destination
   config.slots_per_destination = 1;  // C = R: the R hottest keys are admitted
+  config.algorithm = "cacheroute-paper";  // Algorithm 1's tables: no key split, no spill
   config.control_interval = absl::Hours(1);
   config.rate_smoothing = absl::Seconds(1);
   config.key_ttl = absl::Hours(10);
