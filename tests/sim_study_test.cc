@@ -1,13 +1,17 @@
 // The study layer (tools/sim/study/study.h, fleet_runner.h): the built-in studies, study files,
-// flag lists, the drift walk and churn, the whale injection, and that a sweep's result does not
-// depend on the number of threads, with a fake run function and with the real fleet.
+// flag lists, the drift walk and churn, the whale injection, the trace-driven study (on a small
+// trace written here), and that a sweep's result does not depend on the number of threads, with a
+// fake run function and with the real fleet.
 #include <cmath>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "catch2/catch.hpp"
+#include "tests/support/temp_dir.h"
 #include "tools/sim/study/capacity.h"
 #include "tools/sim/study/fleet_runner.h"
 #include "tools/sim/study/study.h"
@@ -21,12 +25,15 @@ TEST_CASE("the built-in studies are valid and follow the paper", "[study]") {
     absl::StatusOr<StudyConfig> c = FindStudy(name);
     REQUIRE(c.ok());
     CHECK(c->name == name);
+    if (name == "trace") c->trace.path = "given-on-the-command-line.jsonl";
     CHECK(ValidateStudy(*c).ok());
   }
   const StudyConfig primary = *FindStudy("primary");
-  CHECK(primary.policies ==
-        std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap", "preble", "cacheroute",
-                                 "cacheroute-replan-10s", "cacheroute-sticky-lpt"});
+  CHECK(primary.policies == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap",
+                                                     "preble", "cacheroute", "cacheroute-paper",
+                                                     "cacheroute-replan-10s",
+                                                     "cacheroute-sticky-lpt"});
+  CHECK_FALSE(primary.trace.enabled);
   // One plan, held for the run (the paper's tables come from fixed tables; docs/simulator.md).
   CHECK(primary.fleet.max_plans == 1);
   CHECK(primary.fleet.control_interval_s < primary.fleet.warmup_s);
@@ -39,6 +46,8 @@ TEST_CASE("the built-in studies are valid and follow the paper", "[study]") {
   CHECK(ablation.loads == Ladder8B());
   CHECK(ablation.policies == std::vector<std::string>{"flat", "affinity", "replication", "lpt"});
   CHECK(ablation.whales.count > 0);
+  CHECK(FindStudy("negative")->policies ==
+        std::vector<std::string>{"flat-lb", "cacheroute", "cacheroute-paper"});
   const StudyConfig drift = *FindStudy("drift");
   CHECK(drift.drift.enabled);
   CHECK(drift.drift.intervals == 6);
@@ -273,6 +282,187 @@ TEST_CASE("policy labels map onto the fleet", "[study]") {
   CHECK(sticky->control_interval_s == 10);
   CHECK(sticky->stickiness > 0);
   CHECK(MakeFleetConfig(d, "fresh-sticky", 160, 2)->stickiness == sticky->stickiness);
+}
+
+TEST_CASE("topk256 is the primary study at top-K 256, its ladder past the primary's", "[study]") {
+  const absl::StatusOr<StudyConfig> c = FindStudy("topk256");
+  REQUIRE(c.ok());
+  CHECK(ValidateStudy(*c).ok());
+  const StudyConfig primary = *FindStudy("primary");
+  CHECK(c->workload.top_k == 256);
+  CHECK(c->profile == primary.profile);
+  CHECK(c->destinations == primary.destinations);
+  CHECK(c->fleet.max_plans == primary.fleet.max_plans);
+  CHECK(c->policies == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap", "preble",
+                                                "cacheroute", "cacheroute-paper"});
+  CHECK(c->loads.back() > Ladder70B().back());
+  CHECK(c->primary_slo_s == kPrimarySloS);
+  absl::StatusOr<StudyConfig> file = ParseStudyYaml("base: topk256\nseeds: [5]\n", "t.yaml");
+  REQUIRE(file.ok());
+  CHECK(file->workload.top_k == 256);
+}
+
+// A small Mooncake-format trace: `n` requests `gap_ms` apart from `start_ms`, request i in
+// conversation i % 5 (its first two blocks: the shared block 0 and one of the conversation's),
+// 1,100 prompt tokens in three 512-token blocks.
+std::string SmallTrace(int n, int gap_ms, int start_ms = 0) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    absl::StrAppendFormat(&out,
+                          "{\"timestamp\": %d, \"input_length\": 1100, \"output_length\": 20, "
+                          "\"hash_ids\": [0, %d, %d]}\n",
+                          start_ms + i * gap_ms, 1 + i % 5, 100 + i);
+  }
+  return out;
+}
+
+TEST_CASE("the trace study needs a trace and names the field when it is missing or bad",
+          "[study][trace]") {
+  testing::TempDir dir("sim_study_test");
+  StudyConfig c = *FindStudy("trace");
+  CHECK(c.trace.enabled);
+  CHECK(c.trace.key_blocks == 2);
+  CHECK(c.destinations == 8);
+  CHECK(c.profile == "llama-70b-fp8-tp2-h100");
+  CHECK(c.policies == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap", "preble",
+                                               "cacheroute", "cacheroute-paper"});
+  // A plan exists before the measured window.
+  CHECK(c.fleet.control_interval_s < c.fleet.warmup_s);
+
+  absl::Status s = ValidateStudy(c);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(std::string(s.message()).starts_with("trace.path must be a Mooncake-format trace file"));
+  CHECK(std::string(s.message()).ends_with("got \"\""));
+
+  c.trace.path = dir.File("absent.jsonl");
+  CHECK(ValidateStudy(c).ok());  // validation does not read the file; ReadStudyTrace does
+  absl::StatusOr<workload::Workload> w = ReadStudyTrace(c);
+  REQUIRE_FALSE(w.ok());
+  CHECK(absl::IsInvalidArgument(w.status()));
+  CHECK(w.status().message() ==
+        absl::StrCat("trace.path: cannot open trace \"", c.trace.path, "\""));
+  CHECK(absl::IsInvalidArgument(BuildRunWorkload(c, 4, 2).status()));
+
+  c.trace.path =
+      dir.Write("bad.jsonl", SmallTrace(1, 0) + "{\"timestamp\": 5, \"input_length\": 9}\n");
+  w = ReadStudyTrace(c);
+  REQUIRE_FALSE(w.ok());
+  CHECK(absl::IsInvalidArgument(w.status()));
+  CHECK(std::string(w.status().message()).starts_with("trace.path: " + c.trace.path + " line 2"));
+
+  c.trace.path = dir.Write("one.jsonl", SmallTrace(1, 0));
+  w = ReadStudyTrace(c);
+  REQUIRE_FALSE(w.ok());
+  CHECK(absl::IsInvalidArgument(w.status()));
+  CHECK(std::string(w.status().message()).starts_with("trace.path: "));
+
+  c.trace.path = dir.Write("ok.jsonl", SmallTrace(10, 100));
+  c.trace.key_blocks = 0;
+  CHECK(ValidateStudy(c).message() == "trace.key_blocks must be >= 1, got 0");
+  c.trace.key_blocks = 2;
+  c.drift.enabled = true;
+  CHECK(std::string(ValidateStudy(c).message()).starts_with("drift.enabled must be false"));
+}
+
+TEST_CASE("a trace is rescaled to each offered load, the same for every seed", "[study][trace]") {
+  testing::TempDir dir("sim_study_test");
+  StudyConfig c = *FindStudy("trace");
+  // 200 requests over 19.9 s (10.05 QPS), starting at 5 s.
+  c.trace.path = dir.Write("t.jsonl", SmallTrace(200, 100, 5000));
+  c.fleet.warmup_s = 2;
+  REQUIRE(ValidateStudy(c).ok());
+  for (double qps : {2.0, 10.0, 40.0}) {
+    INFO(qps);
+    absl::StatusOr<workload::Workload> w = BuildRunWorkload(c, qps, 2);
+    REQUIRE(w.ok());
+    REQUIRE(w->requests.size() == 200);  // duration_s is longer than the trace: nothing cut
+    CHECK(w->block_size == 512);
+    CHECK(w->requests.front().arrival_s == 0);
+    const double span = w->requests.back().arrival_s - w->requests.front().arrival_s;
+    CHECK(200 / span == Approx(qps));
+    CHECK(w->requests[7].key == "h0-3");  // the first two hash ids
+    absl::StatusOr<workload::Workload> other_seed = BuildRunWorkload(c, qps, 3);
+    REQUIRE(other_seed.ok());
+    REQUIRE(other_seed->requests.size() == w->requests.size());
+    for (size_t i = 0; i < w->requests.size(); ++i) {
+      CHECK(other_seed->requests[i].arrival_s == w->requests[i].arrival_s);
+    }
+  }
+
+  // Cut at warm-up + duration_s = 3.5 s: at 40 QPS request i arrives at i · 5 / 199 s.
+  c.duration_s = 1.5;
+  absl::StatusOr<workload::Workload> cut = BuildRunWorkload(c, 40, 2);
+  REQUIRE(cut.ok());
+  CHECK(cut->requests.size() == 140);  // i ≤ 139
+  CHECK(cut->requests.back().arrival_s < 3.5);
+
+  // A warm-up covering the whole trace at this load leaves nothing to measure.
+  c.fleet.warmup_s = 10;
+  const absl::Status s = BuildRunWorkload(c, 40, 2).status();
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(std::string(s.message()).starts_with("fleet.warmup_s must be shorter than the trace"));
+
+  c.trace.key_blocks = 3;
+  c.fleet.warmup_s = 0;
+  absl::StatusOr<workload::Workload> three = BuildRunWorkload(c, 10, 2);
+  REQUIRE(three.ok());
+  CHECK(three->requests[7].key == "h0-3-107");
+}
+
+TEST_CASE("a study file gives the trace and its key blocks", "[study][trace]") {
+  testing::TempDir dir("sim_study_test");
+  const std::string path = dir.Write("t.jsonl", SmallTrace(20, 500));
+  absl::StatusOr<StudyConfig> c = ParseStudyYaml(
+      absl::StrFormat("base: trace\ntrace: {path: %s, key_blocks: 3}\nloads: [1, 2]\n", path),
+      "t.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->trace.enabled);
+  CHECK(c->trace.path == path);
+  CHECK(c->trace.key_blocks == 3);
+  // A trace field makes any study trace-driven.
+  absl::StatusOr<StudyConfig> primary =
+      ParseStudyYaml(absl::StrFormat("base: primary\ntrace: {path: %s}\n", path), "p.yaml");
+  REQUIRE(primary.ok());
+  CHECK(primary->trace.enabled);
+  CHECK(primary->trace.key_blocks == 2);
+
+  absl::StatusOr<StudyConfig> no_path = ParseStudyYaml("base: trace\n", "t.yaml");
+  REQUIRE_FALSE(no_path.ok());
+  CHECK(std::string(no_path.status().message()).starts_with("t.yaml: trace.path must be"));
+  absl::StatusOr<StudyConfig> unknown =
+      ParseStudyYaml("base: trace\ntrace: {file: x.jsonl}\n", "t.yaml");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.status().message() == "t.yaml: trace.file: unknown field");
+  absl::StatusOr<StudyConfig> bad =
+      ParseStudyYaml("base: trace\ntrace: {path: x.jsonl, key_blocks: two}\n", "t.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == "t.yaml: trace.key_blocks: not a valid value: \"two\"");
+}
+
+TEST_CASE("the real fleet replays a trace: every seed sees the same requests", "[study][trace]") {
+  testing::TempDir dir("sim_study_test");
+  StudyConfig c = *FindStudy("trace");
+  c.trace.path = dir.Write("t.jsonl", SmallTrace(300, 200));  // 5 QPS over 60 s as written
+  c.policies = {"flat-lb", "sticky", "cacheroute"};
+  c.loads = {4, 8};
+  c.seeds = {2, 3};
+  c.fleet.warmup_s = 10;
+  const absl::StatusOr<StudyResult> r = RunStudy(c, MakeFleetRunner(), {.jobs = 2});
+  REQUIRE(r.ok());
+  REQUIRE(r->runs.size() == 12);
+  for (size_t i = 0; i < r->runs.size(); i += 2) {
+    const RunRecord& a = r->runs[i];
+    const RunRecord& b = r->runs[i + 1];
+    INFO(a.policy << " " << a.offered_qps);
+    CHECK(a.seed == 2);
+    CHECK(b.seed == 3);
+    // Arrivals in the window: the rescaled trace after 10 s of warm-up, the same for both seeds.
+    CHECK(a.requests == b.requests);
+    // At q QPS request i arrives at 60 i / (59.8 q) s: the window holds i ≥ 9.97 q.
+    CHECK(a.requests == static_cast<uint64_t>(300 - 10 * a.offered_qps));
+    CHECK(a.completed > 0);
+    CHECK(a.kv_hit > 0);  // block 0 and the conversations' blocks are shared
+  }
 }
 
 }  // namespace

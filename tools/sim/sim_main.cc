@@ -2,12 +2,15 @@
 // their policies × load ladder × seeds and writes the report (tools/sim/study/report.h), or one
 // run and prints its metrics. docs/simulator.md, "Studies", has the commands and what they show.
 //
-//   cacheroute-sim --study primary|ablation|negative|drift[,…] [--seeds 2,3,4] [--duration S]
-//                  [--loads 30,60,…] [--out DIR] [--jobs N] [--config FILE]
-//   cacheroute-sim run --policy P --qps Q [--study NAME | --config FILE] [--seed S] [--duration S]
+//   cacheroute-sim --study primary|ablation|negative|drift|topk256|trace[,…] [--trace FILE]
+//                  [--seeds 2,3,4] [--duration S] [--loads 30,60,…] [--out DIR] [--jobs N]
+//                  [--config FILE]
+//   cacheroute-sim run --policy P --qps Q [--study NAME | --config FILE] [--trace FILE] [--seed S]
+//                      [--duration S]
 //   cacheroute-sim calibrate [--profile NAME] [--isl N] [--osl N[,N…]]
 //
 // Exit codes: 0 ok, 1 a run or the report failed, 2 bad flags or a bad study file.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -16,6 +19,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tools/sim/calibration.h"
 #include "tools/sim/engine_profile.h"
@@ -36,6 +40,7 @@ int Fail(int code, absl::string_view message) {
 struct Overrides {
   std::string seeds, loads;
   double duration_s = 0;  // 0: the study's
+  std::string trace;      // the trace of a trace-driven study; empty: the study's
 };
 
 absl::StatusOr<study::StudyConfig> Configure(const std::string& name, const std::string& config,
@@ -54,18 +59,39 @@ absl::StatusOr<study::StudyConfig> Configure(const std::string& name, const std:
     c->loads = *loads;
   }
   if (o.duration_s > 0) c->duration_s = o.duration_s;
+  if (!o.trace.empty() && c->trace.enabled) c->trace.path = o.trace;
   if (absl::Status s = study::ValidateStudy(*c); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         !o.seeds.empty() || !o.loads.empty() ? "after the command-line overrides: " : "",
         s.message()));
   }
+  // A missing or malformed trace is a bad argument: report it before any run starts.
+  if (c->trace.enabled) {
+    if (absl::StatusOr<cacheroute::workload::Workload> t = study::ReadStudyTrace(*c); !t.ok()) {
+      return t.status();
+    }
+  }
   return c;
+}
+
+// --trace given but no study to use it: say so rather than ignore it.
+absl::Status CheckTraceUsed(const std::vector<study::StudyConfig>& configs, const Overrides& o) {
+  if (o.trace.empty() || std::any_of(configs.begin(), configs.end(),
+                                     [](const study::StudyConfig& c) { return c.trace.enabled; })) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--trace: no study here replays a trace (",
+      absl::StrJoin(configs, ", ",
+                    [](std::string* out, const study::StudyConfig& c) { out->append(c.name); }),
+      "); use --study trace or a study file with trace:"));
 }
 
 int RunOne(const std::string& study_name, const std::string& config, const std::string& policy,
            double qps, uint64_t seed, const Overrides& overrides) {
   absl::StatusOr<study::StudyConfig> c = Configure(study_name, config, overrides);
   if (!c.ok()) return Fail(2, c.status().message());
+  if (absl::Status s = CheckTraceUsed({*c}, overrides); !s.ok()) return Fail(2, s.message());
   c->policies = {policy};
   c->loads = {qps};
   c->seeds = {seed};
@@ -157,7 +183,10 @@ int main(int argc, char** argv) {
   Overrides overrides;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   app.add_option("--study", studies,
-                 "study or comma-separated studies: primary, ablation, negative, drift");
+                 "study or comma-separated studies: primary, ablation, negative, drift, topk256, "
+                 "trace (needs --trace)");
+  app.add_option("--trace", overrides.trace,
+                 "Mooncake-format trace (JSON lines) for a trace-driven study such as `trace`");
   app.add_option("--config", config, "a YAML study file (instead of --study)");
   app.add_option("--seeds", overrides.seeds, "comma-separated seeds, e.g. 2,3,4");
   CLI::Option* duration = app.add_option("--duration", overrides.duration_s,
@@ -173,13 +202,14 @@ int main(int argc, char** argv) {
   uint64_t seed = 2;
   std::string run_study = "primary";
   run->add_option("--policy", policy,
-                  "flat-lb, sticky, chwbl, dualmap, preble, cacheroute (or an ablation step: flat, "
-                  "affinity, replication, lpt)")
+                  "flat-lb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper (or an "
+                  "ablation step: flat, affinity, replication, lpt)")
       ->required();
   run->add_option("--qps", qps, "offered load")->required();
   run->add_option("--seed", seed, "seed");
   run->add_option("--study", run_study, "the study whose setup to use (default primary)");
   run->add_option("--config", config, "a YAML study file whose setup to use");
+  run->add_option("--trace", overrides.trace, "the trace of a trace-driven study");
   CLI::Option* run_duration =
       run->add_option("--duration", overrides.duration_s, "measured simulated seconds");
 
@@ -238,6 +268,7 @@ int main(int argc, char** argv) {
     if (!c.ok()) return Fail(2, c.status().message());
     configs.push_back(*std::move(c));
   }
+  if (absl::Status s = CheckTraceUsed(configs, overrides); !s.ok()) return Fail(2, s.message());
   const study::RunFunction runner = study::MakeFleetRunner();
   std::vector<study::StudyResult> results;
   for (const study::StudyConfig& c : configs) {

@@ -6,6 +6,9 @@
 //   negative  a regime with little recoverable prefix work: Flat-LB against CacheRoute (Table 5)
 //   drift     a lognormal random walk of key rates (σ = 0.3 per interval, six intervals): plans
 //             recomputed every interval against the plan of interval 0 (§5.4, Appendix E)
+//   topk256   primary with a top-K 256 active set, the ladder extended to its knees (Table 9)
+//   trace     a Mooncake-format trace (--trace FILE or trace.path) replayed on R = 8 70B
+//             destinations, its arrival times rescaled to each offered load (long-context regime)
 // docs/simulator.md, "Studies", says what each models and where it departs from the paper.
 //
 // Runs are independent. RunStudy executes them on `jobs` threads and returns them ordered by
@@ -29,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "tools/sim/study/run_record.h"
+#include "tools/workload/mooncake.h"
 #include "tools/workload/workload.h"
 
 namespace cacheroute::sim::study {
@@ -63,29 +67,46 @@ struct FleetKnobs {
   uint32_t queue_cap = 0;  // waiting requests per destination before rejecting; 0: none
 };
 
+// A trace-driven study's requests: a Mooncake-format trace (tools/workload/mooncake.h) replayed
+// at every offered load with its arrival times scaled so that its mean rate, requests / (last −
+// first arrival), is the load, and shifted to start at 0. The first fleet.warmup_s seconds are
+// warm-up; the trace is cut at fleet.warmup_s + duration_s. The trace is the same for every seed
+// (seeds vary only the policies' randomness). `drift` must be off; `workload` serves only whales.
+struct TraceOptions {
+  bool enabled = false;  // requests come from the trace, not from the workload generator
+  std::string path;      // required when enabled
+  // The routing key: the first key_blocks hash ids (block 0 alone is shared by every request of
+  // the Mooncake conversation trace, so it is no key).
+  uint32_t key_blocks = workload::kDefaultKeyBlocks;
+};
+
 struct StudyConfig {
   std::string name;
   std::string description;  // one paragraph, printed in the report
   std::string profile = "llama-70b-fp8-tp2-h100";
   uint32_t destinations = 30;
-  // Labels: the six fleet policies (flatlb, sticky, chwbl, dualmap, preble, cacheroute) or the
-  // ablation steps (flat, affinity, replication, lpt).
+  // Labels: the six fleet policies (flatlb, sticky, chwbl, dualmap, preble, cacheroute), the
+  // CacheRoute variants (cacheroute-paper, …) or the ablation steps (flat, affinity, replication,
+  // lpt); see fleet_runner.h.
   std::vector<std::string> policies;
   std::vector<double> loads;  // offered QPS, ascending
   std::vector<uint64_t> seeds;
-  double duration_s = 300;     // measured simulated seconds per run (after warm-up)
+  double duration_s = 300;     // measured simulated seconds per run (after warm-up); a trace's
+                               // measured window is what remains of it, at most this
   double common_load_qps = 0;  // where the report compares p99, KV hit and imbalance
   double primary_slo_s = 3.5;
   workload::WorkloadProfile workload;  // qps, duration_s and seed are set per run
   WhaleOptions whales;
   DriftOptions drift;
+  TraceOptions trace;
   FleetKnobs fleet;
 };
 
-// InvalidArgument naming the field and the value.
+// InvalidArgument naming the field and the value. Does not read the trace (ReadStudyTrace does).
 absl::Status ValidateStudy(const StudyConfig& config);
 
-// The built-in studies by name: primary, ablation, negative, drift.
+// The built-in studies by name: primary, ablation, negative, drift, topk256, trace. `trace` has
+// no trace.path: set it (the CLI's --trace) before validating or running it.
 absl::StatusOr<StudyConfig> FindStudy(absl::string_view name);
 std::vector<std::string> StudyNames();
 
@@ -125,10 +146,17 @@ struct StudyResult {
 absl::StatusOr<StudyResult> RunStudy(const StudyConfig& config, const RunFunction& run,
                                      const RunOptions& options);
 
-// The requests of one run: the aggregate workload at `offered_qps` plus the study's whales (and,
-// for the drift study, the drifting rates), generated for [−warm-up, duration). Deterministic.
+// The requests of one run: the aggregate workload at `offered_qps` (for a trace-driven study, the
+// trace rescaled to it, see TraceOptions) plus the study's whales (and, for the drift study, the
+// drifting rates), for [0, warm-up + duration). Deterministic. A trace that ends within the
+// warm-up at this load is InvalidArgument naming fleet.warmup_s.
 absl::StatusOr<workload::Workload> BuildRunWorkload(const StudyConfig& config, double offered_qps,
                                                     uint64_t seed);
+
+// The study's trace as read (config.trace must be enabled), keyed by its first key_blocks hash
+// ids. InvalidArgument naming trace.path and the file when it is missing, malformed or has fewer
+// than two requests at distinct times (no rate to rescale).
+absl::StatusOr<workload::Workload> ReadStudyTrace(const StudyConfig& config);
 
 // The drift study's plan churn: the active set's rates walked for config.drift.intervals
 // intervals and planned afresh each time with the planner core (Algorithm 1).
