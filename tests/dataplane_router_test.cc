@@ -142,9 +142,10 @@ TEST_CASE("A planned key spills only when its set is queued past the margin", "[
 TEST_CASE("Unadmitted keys: the hashed pair, first unless heavier by the margin", "[router]") {
   SeededRandom random(4);
   ManualClock clock;
-  Router router({.destination_count = 16,
-                 .dispatch = {.tail = TailRouting::kHashedPair, .tail_margin = 1.0}},
-                random);
+  Router router(
+      {.destination_count = 16,
+       .dispatch = {.tail = TailRouting::kHashedPair, .tail_margin = 1.0, .tail_memory_log2 = 0}},
+      random);
   const auto [first, second] = HashedPair(kCold, 16);
   REQUIRE(first != second);
   // No table yet: the same rule.
@@ -165,6 +166,61 @@ TEST_CASE("Unadmitted keys: the hashed pair, first unless heavier by the margin"
   // A down candidate: power of two choices over the up destinations.
   REQUIRE(router.MarkDown(first).ok);
   for (int i = 0; i < 50; ++i) CHECK(router.Pick(kCold, clock.Now()).destination() != first);
+}
+
+TEST_CASE("A tail key that moved stays on its new candidate while that is light", "[router]") {
+  SeededRandom random(5);
+  ManualClock clock;
+  Router router({.destination_count = 16, .dispatch = {.tail_margin = 1.0}}, random);  // memory on
+  const auto [first, second] = HashedPair(kCold, 16);
+  std::vector<InFlight> held;
+  held.push_back(router.Pick(kCold, clock.Now()));
+  held.push_back(router.Pick(kCold, clock.Now()));
+  CHECK(held[0].destination() == first);
+  CHECK(held[1].destination() == first);
+  // load(first) = 2 > 0 + 1: moves to second, which is now the warm one.
+  held.push_back(router.Pick(kCold, clock.Now()));
+  CHECK(held.back().destination() == second);
+  // load(second) = 1, load(first) = 2: stays on second (without memory it would go back).
+  held.push_back(router.Pick(kCold, clock.Now()));
+  CHECK(held.back().destination() == second);
+  held.push_back(router.Pick(kCold, clock.Now()));
+  CHECK(held.back().destination() == second);
+  // load(second) = 3 is not above load(first) + 1 = 3: second; at 4 it is: back to first.
+  held.push_back(router.Pick(kCold, clock.Now()));
+  CHECK(held.back().destination() == second);
+  held.push_back(router.Pick(kCold, clock.Now()));
+  CHECK(held.back().destination() == first);
+}
+
+TEST_CASE("Margins scale with the measured hit", "[router]") {
+  SeededRandom random(6);
+  ManualClock clock;
+  Router router({.destination_count = 8, .dispatch = {.spill_margin = 2.0}}, random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kSolo, {5}, 6}}), clock.Now()).ok);
+  CHECK(router.margin_scale() == 1.0);
+  CHECK_FALSE(router.SetMeasuredHit(-0.1).ok);
+  CHECK_FALSE(router.SetMeasuredHit(1.5).ok);
+  // A cache worth nothing: any queue difference moves the request.
+  REQUIRE(router.SetMeasuredHit(0.0).ok);
+  CHECK(router.margin_scale() == 0.0);
+  InFlight first = router.Pick(kSolo, clock.Now());
+  CHECK(first.destination() == 5);
+  InFlight second = router.Pick(kSolo, clock.Now());
+  CHECK(second.destination() == 6);
+  CHECK(second.decision().spilled);
+  // 75% of prompt tokens from cache: odds 3, margin 6.
+  REQUIRE(router.SetMeasuredHit(0.75).ok);
+  CHECK(router.margin_scale() == Approx(3.0));
+  std::vector<InFlight> held;
+  for (int i = 0; i < 7; ++i) held.push_back(router.Pick(kSolo, clock.Now()));
+  // Each saw load(5) at most 7 = load(6) + 6; now it is 8.
+  for (const InFlight& r : held) CHECK(r.destination() == 5);
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 6);
+  // The paper's dispatch ignores the measurement.
+  Router paper({.destination_count = 8, .dispatch = DispatchOptions::Paper()}, random);
+  REQUIRE(paper.SetMeasuredHit(0.0).ok);
+  CHECK(paper.margin_scale() == 1.0);
 }
 
 TEST_CASE("InFlight tokens count requests until destroyed", "[router]") {

@@ -63,7 +63,12 @@ struct Gateway {
   std::unique_ptr<dataplane::Router> router;
   std::unique_ptr<dataplane::RateRecorder> recorder;
   std::unique_ptr<dataplane::Policy> policy;
+  // The served KV hit this gateway has seen (cached / prompt tokens at each first token), decayed
+  // over about the last kHitMemory requests, for Router::SetMeasuredHit.
+  double seen_cached = 0, seen_prompt = 0;
 };
+
+constexpr double kHitMemory = 1000;
 
 enum class Outcome : uint8_t { kPending, kCompleted, kRejected, kTimedOut };
 
@@ -402,13 +407,23 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
     for (const EngineEvent& e : events) {
       RequestState& state = states[e.request_id];
       switch (e.kind) {
-        case EngineEventKind::kFirstToken:
+        case EngineEventKind::kFirstToken: {
           state.first_token = e.time;
           state.cached = e.cached_tokens;
+          Gateway& gateway = *gateways[state.gateway];
+          if (gateway.router != nullptr) {
+            constexpr double kKeep = 1 - 1 / kHitMemory;
+            gateway.seen_cached = gateway.seen_cached * kKeep + e.cached_tokens;
+            gateway.seen_prompt = gateway.seen_prompt * kKeep + e.prompt_tokens;
+            if (gateway.seen_prompt > 0) {
+              (void)gateway.router->SetMeasuredHit(gateway.seen_cached / gateway.seen_prompt);
+            }
+          }
           if (requests[e.request_id].arrival_s >= config.warmup_s) {
             result.engines[d].prefill_work_tokens += e.prompt_tokens - e.cached_tokens;
           }
           break;
+        }
         case EngineEventKind::kFinished:
           state.finish = e.time;
           end_request(e.request_id, Outcome::kCompleted);

@@ -75,33 +75,6 @@ class HashRing {
   std::vector<Point> points_;
 };
 
-// Where keys were last sent: a bounded, direct-mapped map of atomics (one 64-bit word per entry:
-// the key's high 32 bits as a tag, destination + 1 in the low 32 bits, 0 meaning empty). A newer
-// key that maps to the same entry evicts the older, which bounds memory like Preble's LRU does
-// without a lock. Two keys that share both the entry and the tag alias (probability 2^-32 per
-// collision); the cost is one misrouted-but-valid request.
-class KeyHistory {
- public:
-  explicit KeyHistory(size_t capacity_log2)
-      : mask_((size_t{1} << capacity_log2) - 1), entries_(new std::atomic<uint64_t>[mask_ + 1]) {
-    for (size_t i = 0; i <= mask_; ++i) entries_[i].store(0, std::memory_order_relaxed);
-  }
-
-  uint32_t Get(uint64_t key_id) const {
-    const uint64_t e = entries_[key_id & mask_].load(std::memory_order_relaxed);
-    if ((e & 0xFFFFFFFFULL) == 0 || (e >> 32) != (key_id >> 32)) return kNoDestination;
-    return static_cast<uint32_t>(e & 0xFFFFFFFFULL) - 1;
-  }
-  void Put(uint64_t key_id, uint32_t destination) {
-    entries_[key_id & mask_].store((key_id >> 32) << 32 | (uint64_t{destination} + 1),
-                                   std::memory_order_relaxed);
-  }
-
- private:
-  const size_t mask_;
-  std::unique_ptr<std::atomic<uint64_t>[]> entries_;
-};
-
 // Flat-LB: power of two choices over up destinations (Mitzenmacher, Richa, Sitaraman 2001). The
 // paper's fallback for unadmitted traffic and its no-affinity baseline.
 class FlatLbPolicy final : public Policy {

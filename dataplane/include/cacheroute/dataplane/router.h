@@ -196,11 +196,23 @@ struct DispatchOptions {
   double spill_margin = 4.0;
   TailRouting tail = TailRouting::kHashedPair;
   double tail_margin = 2.0;  // kHashedPair only
+  // kHashedPair: remember which candidate each tail key last went to (a KeyHistory of
+  // 2^tail_memory_log2 entries, 8 bytes each; at most 2^30), so that the warm one is preferred
+  // after a move, as DualMap does; 0: no memory (the first candidate is always the warm one).
+  uint32_t tail_memory_log2 = 16;
+  // Scale both margins by the cache's measured worth: with SetMeasuredHit(h) called (the served
+  // KV hit a gateway observes, cached / prompt tokens), margins are multiplied by h / (1 − h)
+  // (h clamped to [0, 0.9]), so the margins above are those of a fleet serving half its prompt
+  // tokens from cache, and a workload whose prefixes are worth little (h near 0) is routed almost
+  // by load alone. Before any measurement the scale is 1.
+  bool scale_by_measured_hit = true;
 
   static constexpr DispatchOptions Paper() {
     return {.spill_margin = std::numeric_limits<double>::infinity(),
             .tail = TailRouting::kPowerOfTwo,
-            .tail_margin = 0};
+            .tail_margin = 0,
+            .tail_memory_log2 = 0,
+            .scale_by_measured_hit = false};
   }
 };
 
@@ -288,6 +300,11 @@ class Router {
         regions_(static_cast<std::byte*>(::operator new[](router_internal::kShards* region_bytes_,
                                                           std::align_val_t{kPageBytes}))),
         health_(new Health[options.destination_count]),
+        tail_history_(options.dispatch.tail == TailRouting::kHashedPair &&
+                              options.dispatch.tail_memory_log2 > 0
+                          ? std::make_unique<KeyHistory>(
+                                std::min<uint32_t>(options.dispatch.tail_memory_log2, 30))
+                          : nullptr),
         loads_(*this) {
     for (uint32_t s = 0; s < router_internal::kShards; ++s) {
       std::byte* region = Region(s);
@@ -380,6 +397,19 @@ class Router {
     health_[destination].external.store(value, std::memory_order_relaxed);
     return Status::Ok();
   }
+
+  // The served KV hit measured by the caller, in [0, 1] (DispatchOptions::scale_by_measured_hit;
+  // ignored when that is off). Control path, any thread; Pick reads it with one relaxed load.
+  Status SetMeasuredHit(double hit) {
+    if (!(hit >= 0 && hit <= 1)) {
+      return Status::Error("measured hit " + std::to_string(hit) + " is not in [0, 1]");
+    }
+    if (!options_.dispatch.scale_by_measured_hit) return Status::Ok();
+    const double h = std::min(hit, 0.9);
+    margin_scale_.store(h / (1 - h), std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  double margin_scale() const { return margin_scale_.load(std::memory_order_relaxed); }
 
   // This Router's blended loads and health, as policies see them.
   const LoadView& loads() const { return loads_; }
@@ -703,13 +733,28 @@ class Router {
   template <typename View, typename LoadFn>
   Decision TailOrPowerOfTwo(uint64_t key_id, const View& loads, Reason reason, LoadFn load) {
     if (options_.dispatch.tail == TailRouting::kHashedPair) {
-      const auto [first, second] = HashedPair(key_id, options_.destination_count);
-      if (first != second && loads.Up(first) && loads.Up(second)) {
-        return {load(first) > load(second) + options_.dispatch.tail_margin ? second : first, false,
-                reason};
+      auto [warm, other] = HashedPair(key_id, options_.destination_count);
+      if (warm != other && loads.Up(warm) && loads.Up(other)) {
+        if (tail_history_ == nullptr) {
+          return {Exceeds(load(warm), load(other), options_.dispatch.tail_margin) ? other : warm,
+                  false,
+                  reason};
+        }
+        const uint32_t last = tail_history_->Get(key_id);
+        if (last == other) std::swap(warm, other);
+        const uint32_t chosen =
+            Exceeds(load(warm), load(other), options_.dispatch.tail_margin) ? other : warm;
+        if (chosen != last) tail_history_->Put(key_id, chosen);
+        return {chosen, false, reason};
       }
     }
     return {PowerOfTwoChoices(loads, random_), false, reason};
+  }
+
+  // Whether moving a request from a destination at load `from` to one at `to` pays: the queue it
+  // saves must exceed the margin, scaled by the measured worth of a warm cache.
+  bool Exceeds(double from, double to, double margin) const {
+    return from > to + margin * margin_scale_.load(std::memory_order_relaxed);
   }
 
   template <typename View>
@@ -777,7 +822,7 @@ class Router {
     // The planned second choice: only when the queue it saves outweighs starting cold there.
     if (set.has_spill() && Usable(loads, set.spill())) {
       if (!best_load_read) best_load = loads.Load(best);
-      if (best_load > loads.Load(set.spill()) + options_.dispatch.spill_margin) {
+      if (Exceeds(best_load, loads.Load(set.spill()), options_.dispatch.spill_margin)) {
         return {set.spill(), true, Reason::kPlanned, /*spilled=*/true};
       }
     }
@@ -818,6 +863,8 @@ class Router {
   std::unique_ptr<std::byte[], RegionsDelete> regions_;  // kShards regions (see Region)
   std::atomic<uint64_t> used_shards_{0};  // bit s: shard s has counted in flight here
   std::unique_ptr<Health[]> health_;
+  std::unique_ptr<KeyHistory> tail_history_;  // DispatchOptions::tail_memory_log2; may be null
+  std::atomic<double> margin_scale_{1.0};       // SetMeasuredHit
   Loads loads_;
 
   // tables_[s] is written only by Install, while slot s is not current and has no reader.
