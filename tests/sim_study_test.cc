@@ -44,7 +44,8 @@ TEST_CASE("the built-in studies are valid and follow the paper", "[study]") {
   const StudyConfig ablation = *FindStudy("ablation");
   CHECK(ablation.profile == "llama-8b-h100");
   CHECK(ablation.loads == Ladder8B());
-  CHECK(ablation.policies == std::vector<std::string>{"flat", "affinity", "replication", "lpt"});
+  CHECK(ablation.policies ==
+        std::vector<std::string>{"flat", "affinity", "replication", "lpt", "cacheroute"});
   CHECK(ablation.whales.count > 0);
   CHECK(FindStudy("negative")->policies ==
         std::vector<std::string>{"flat-lb", "cacheroute", "cacheroute-paper"});

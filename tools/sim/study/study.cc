@@ -102,10 +102,12 @@ StudyConfig Ablation() {
       "Algorithm 1). Workload: the primary aggregate at top-K 128 plus 4 injected whale keys "
       "carrying 40% of every offered load together (the paper's 'controlled synthetic-whale "
       "workload'; its count and share are ours, inside the 5–45% head shares of the paper's "
-      "Table 13), so that the whales exceed q_cap at the upper loads and replication has work.";
+      "Table 13), so that the whales exceed q_cap at the upper loads and replication has work. "
+      "The steps run the paper's dispatch; `cacheroute` is the shipped variant (docs/dispatch.md).";
   c.profile = "llama-8b-h100";
   c.destinations = 30;
-  c.policies = {"flat", "affinity", "replication", "lpt"};
+  // The paper's steps, then CacheRoute as shipped (load-adaptive k_b, spills, its dispatch).
+  c.policies = {"flat", "affinity", "replication", "lpt", "cacheroute"};
   c.loads = Ladder8B();
   c.seeds = {2, 3, 4};
   c.duration_s = 300;
@@ -161,10 +163,13 @@ StudyConfig Drift() {
       "measured during the previous one (the paper's one-interval-stale plan); `held` makes one "
       "plan at the end of the warm-up (interval 0's rates) and keeps it for all six intervals; "
       "`fresh-sticky` replans every 10 s with placement hysteresis (stickiness 0.1). Plan churn "
-      "is computed with the planner core on the exact walked rates, and in the fleet per replan.";
+      "is computed with the planner core on the exact walked rates, and in the fleet per replan. "
+      "The five baselines run on the same drifting workload.";
   c.profile = "llama-70b-fp8-tp2-h100";
   c.destinations = 30;
-  c.policies = {"fresh", "stale", "held", "fresh-sticky"};
+  // CacheRoute's plan timings, then the baselines on the same drifting workload.
+  c.policies = {"fresh", "stale", "held", "fresh-sticky", "flat-lb", "sticky", "chwbl", "dualmap",
+                "preble"};
   c.loads = {160};
   c.seeds = {2, 3, 4};
   c.duration_s = 300;
