@@ -6,6 +6,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -191,6 +192,34 @@ TEST_CASE("A tail key that moved stays on its new candidate while that is light"
   CHECK(held.back().destination() == second);
   held.push_back(router.Pick(kCold, clock.Now()));
   CHECK(held.back().destination() == first);
+}
+
+TEST_CASE("A random cold destination is taken only past its own margin", "[router]") {
+  SeededRandom random(7);
+  ManualClock clock;
+  Router router({.destination_count = 8,
+                 .dispatch = {.spill_margin = std::numeric_limits<double>::infinity(),
+                              .random_margin = 2.0}},
+                random);
+  REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kSolo, {5}}}), clock.Now()).ok);
+  std::vector<InFlight> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(router.Pick(kSolo, clock.Now()));
+    CHECK(held.back().destination() == 5);
+  }
+  // load(5) = 3 > 0 + 2 on every other destination: a random one of them.
+  InFlight away = router.Pick(kSolo, clock.Now());
+  CHECK(away.destination() != 5);
+  CHECK(away.planned());
+  CHECK(away.decision().spilled);
+  // The paper's dispatch never leaves the set.
+  Router paper({.destination_count = 8, .dispatch = DispatchOptions::Paper()}, random);
+  REQUIRE(paper.Install(MakeTable({1, 1}, 8, {{kSolo, {5}}}), clock.Now()).ok);
+  std::vector<InFlight> paper_held;
+  for (int i = 0; i < 10; ++i) {
+    paper_held.push_back(paper.Pick(kSolo, clock.Now()));
+    CHECK(paper_held.back().destination() == 5);
+  }
 }
 
 TEST_CASE("Margins scale with the measured hit", "[router]") {

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
                             "Comma-separated engine URLs; the replay routes with --policy");
   gw->excludes(en);
   app.add_option("--policy", routing.policy,
-                 "flatlb, sticky, chwbl, dualmap, preble or cacheroute (with --engines)")
+                 "flatlb, sticky, chwbl, dualmap, preble, cacheroute or cacheroute-paper (with --engines)")
       ->capture_default_str();
   app.add_option("--seed", routing.seed, "Seed of the policies' randomness")->capture_default_str();
   app.add_flag("--plan-from-workload", plan_from_workload,
@@ -101,8 +101,9 @@ int main(int argc, char** argv) {
     }
   }
   if (targets.empty()) return Fail("give --gateway URL or --engines URL1,URL2,...");
-  if (routing.policy == "cacheroute" && !plan_from_workload) {
-    return Fail("--policy cacheroute needs a plan: pass --plan-from-workload");
+  if ((routing.policy == "cacheroute" || routing.policy == "cacheroute-paper") &&
+      !plan_from_workload) {
+    return Fail("--policy " + routing.policy + " needs a plan: pass --plan-from-workload");
   }
   http.targets = targets;
 

@@ -74,8 +74,10 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(const RoutingOpti
     d->policy_ = std::make_unique<dataplane::DualMapPolicy>(n, d->random_);
   } else if (p == "preble") {
     d->policy_ = std::make_unique<dataplane::PreblePolicy>(d->random_);
-  } else if (p == "cacheroute") {
-    // Offline plan (paper §3.1): per-key rates over the workload's span, Algorithm 1.
+  } else if (p == "cacheroute" || p == "cacheroute-paper") {
+    // Offline plan (paper §3.1): per-key rates over the workload's span, Algorithm 1, with
+    // CacheRoute's spills, load-adaptive k_b and dispatch unless the paper's is asked for.
+    const bool paper = p == "cacheroute-paper";
     absl::flat_hash_map<uint64_t, uint64_t> counts;
     for (const workload::Request& r : workload.requests) ++counts[dataplane::KeyId(r.key)];
     const double span = workload.requests.empty() ? 0
@@ -96,7 +98,9 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(const RoutingOpti
     planner::PlanConfig config{.destinations = n,
                                .q_cap = options.q_cap > 0 ? options.q_cap : total / n,
                                .slots_per_destination = options.slots_per_destination,
-                               .unkeyed_rate = 0};
+                               .unkeyed_rate = 0,
+                               .spill = !paper,
+                               .balance_share = paper ? 0 : planner::kCacheRouteBalanceShare};
     if (!(config.q_cap > 0)) config.q_cap = 1;
     absl::StatusOr<planner::Plan> plan = planner::BuildPlan(rates, config);
     if (!plan.ok()) return plan.status();
@@ -104,13 +108,17 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(const RoutingOpti
     entries.reserve(plan->size());
     for (size_t i = 0; i < plan->size(); ++i) {
       const auto dests = plan->destinations(i);
-      entries.push_back({.key_id = plan->key(i), .destinations = {dests.begin(), dests.end()}});
+      entries.push_back({.key_id = plan->key(i),
+                         .destinations = {dests.begin(), dests.end()},
+                         .spill = plan->spill(i)});
     }
     dataplane::Result<dataplane::RoutingTable> table = dataplane::RoutingTable::Build(
         {.epoch = 1, .number = 1}, n, {plan->loads().begin(), plan->loads().end()}, entries);
     if (!table.ok()) return absl::InternalError(table.status().message);
     d->router_ = std::make_unique<dataplane::Router>(
         dataplane::RouterOptions{.destination_count = n,
+                                 .dispatch = paper ? dataplane::DispatchOptions::Paper()
+                                                   : dataplane::DispatchOptions{},
                                  .table_ttl = dataplane::Duration::zero(),
                                  .external_load_weight = 1.0},
         d->random_);
@@ -129,7 +137,7 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(const RoutingOpti
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("--policy: unknown policy \"", p,
-                     "\" (one of flatlb, sticky, chwbl, dualmap, preble, cacheroute)"));
+                     "\" (one of flatlb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper)"));
   }
   return d;
 }

@@ -6,7 +6,8 @@
 //                       (--duration), arrivals shifted to start at 0
 //   Dispatcher          routes a request to one of R engines with a SHIPPED dataplane policy
 //                       (dataplane/include/cacheroute/dataplane/policies.h) over the replay's own
-//                       in-flight counts; for "cacheroute" through a Router holding a plan built
+//                       in-flight counts; for "cacheroute" (and "cacheroute-paper", Algorithm 1
+//                       with the paper's dispatch) through a Router holding a plan built
 //                       offline from the workload's key rates (planner/plan_builder.h)
 //   BuildReport         requests, failures by kind, TTFT and latency percentiles, served
 //                       token-weighted KV hit (Σ cached / Σ prompt over successes), and per
@@ -45,9 +46,9 @@ struct LoadOptions {
 absl::StatusOr<workload::Workload> LoadReplayWorkload(const std::string& path,
                                                       const LoadOptions& options);
 
-// The six policies by their command-line names.
-inline constexpr const char* kPolicyNames[] = {"flatlb",  "sticky", "chwbl",
-                                               "dualmap", "preble", "cacheroute"};
+// The six policies by their command-line names, and the paper's variant of CacheRoute.
+inline constexpr const char* kPolicyNames[] = {"flatlb", "sticky",     "chwbl",           "dualmap",
+                                               "preble", "cacheroute", "cacheroute-paper"};
 
 struct RoutingOptions {
   std::string policy = "flatlb";

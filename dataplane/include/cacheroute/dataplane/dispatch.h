@@ -71,7 +71,7 @@ struct Decision {
   uint32_t destination = kNoDestination;
   bool planned = false;
   Reason reason = Reason::kPolicy;
-  bool spilled = false;  // planned, but sent to the key's spill destination, not its set
+  bool spilled = false;  // planned, but sent outside its set (its spill, or a random destination)
 };
 
 // A key's two hashed candidates: distinct destinations in [0, n) from the key id alone (the same

@@ -206,13 +206,18 @@ struct DispatchOptions {
   // tokens from cache, and a workload whose prefixes are worth little (h near 0) is routed almost
   // by load alone. Before any measurement the scale is 1.
   bool scale_by_measured_hit = true;
+  // Also offer one uniformly random up destination, never warm for the key, beside the spill (a
+  // planned key) or the second candidate (a tail key), with a margin of its own (scaled like the
+  // others): a cache worth little leaves three choices. Infinity: no random candidate.
+  double random_margin = 32.0;
 
   static constexpr DispatchOptions Paper() {
     return {.spill_margin = std::numeric_limits<double>::infinity(),
             .tail = TailRouting::kPowerOfTwo,
             .tail_margin = 0,
             .tail_memory_log2 = 0,
-            .scale_by_measured_hit = false};
+            .scale_by_measured_hit = false,
+            .random_margin = std::numeric_limits<double>::infinity()};
   }
 };
 
@@ -735,20 +740,35 @@ class Router {
     if (options_.dispatch.tail == TailRouting::kHashedPair) {
       auto [warm, other] = HashedPair(key_id, options_.destination_count);
       if (warm != other && loads.Up(warm) && loads.Up(other)) {
-        if (tail_history_ == nullptr) {
-          return {Exceeds(load(warm), load(other), options_.dispatch.tail_margin) ? other : warm,
-                  false,
-                  reason};
-        }
-        const uint32_t last = tail_history_->Get(key_id);
+        const uint32_t last = tail_history_ != nullptr ? tail_history_->Get(key_id) : kNoDestination;
         if (last == other) std::swap(warm, other);
-        const uint32_t chosen =
-            Exceeds(load(warm), load(other), options_.dispatch.tail_margin) ? other : warm;
-        if (chosen != last) tail_history_->Put(key_id, chosen);
+        const double warm_load = load(warm);
+        uint32_t chosen =
+            Exceeds(warm_load, load(other), options_.dispatch.tail_margin) ? other : warm;
+        if (options_.dispatch.random_margin != std::numeric_limits<double>::infinity()) {
+          chosen = RandomIfLighter(loads, warm, warm_load, chosen, load(chosen), load);
+        }
+        // Only a candidate of the pair is remembered: a random destination is not the key's.
+        if (tail_history_ != nullptr && chosen != last && (chosen == warm || chosen == other)) {
+          tail_history_->Put(key_id, chosen);
+        }
         return {chosen, false, reason};
       }
     }
     return {PowerOfTwoChoices(loads, random_), false, reason};
+  }
+
+  // DispatchOptions::random_margin: a uniformly random up destination other than `warm` replaces
+  // `chosen` when it is lighter than `chosen` and beats `warm` by the random margin.
+  template <typename View, typename LoadFn>
+  uint32_t RandomIfLighter(const View& loads, uint32_t warm, double warm_load, uint32_t chosen,
+                           double chosen_load, LoadFn load) {
+    const uint32_t r = RandomUpDestination(loads, random_, warm);
+    if (r == kNoDestination || r == chosen) return chosen;
+    const double r_load = load(r);
+    return r_load < chosen_load && Exceeds(warm_load, r_load, options_.dispatch.random_margin)
+               ? r
+               : chosen;
   }
 
   // Whether moving a request from a destination at load `from` to one at `to` pays: the queue it
@@ -819,14 +839,27 @@ class Router {
       }
     }
     if (best == kNoDestination) return Fallback(key_id, loads, Reason::kSetDown, thread_shard);
-    // The planned second choice: only when the queue it saves outweighs starting cold there.
-    if (set.has_spill() && Usable(loads, set.spill())) {
+    // The planned second choice (or a random one): only when the queue it saves outweighs
+    // starting cold there.
+    uint32_t chosen = best;
+    double chosen_load = 0;
+    const bool random = options_.dispatch.random_margin != std::numeric_limits<double>::infinity();
+    if ((set.has_spill() && Usable(loads, set.spill())) || random) {
       if (!best_load_read) best_load = loads.Load(best);
-      if (Exceeds(best_load, loads.Load(set.spill()), options_.dispatch.spill_margin)) {
-        return {set.spill(), true, Reason::kPlanned, /*spilled=*/true};
+      chosen_load = best_load;
+    }
+    if (set.has_spill() && Usable(loads, set.spill())) {
+      const double spill_load = loads.Load(set.spill());
+      if (Exceeds(best_load, spill_load, options_.dispatch.spill_margin)) {
+        chosen = set.spill();
+        chosen_load = spill_load;
       }
     }
-    return {best, true, Reason::kPlanned};
+    if (random) {
+      chosen = RandomIfLighter(loads, best, best_load, chosen, chosen_load,
+                               [&loads](uint32_t d) { return loads.Load(d); });
+    }
+    return {chosen, true, Reason::kPlanned, /*spilled=*/chosen != best};
   }
 
   Status CheckInstallableLocked(const RoutingTable* table) const {
