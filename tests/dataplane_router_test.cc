@@ -172,7 +172,8 @@ TEST_CASE("Unadmitted keys: the hashed pair, first unless heavier by the margin"
 TEST_CASE("A tail key that moved stays on its new candidate while that is light", "[router]") {
   SeededRandom random(5);
   ManualClock clock;
-  Router router({.destination_count = 16, .dispatch = {.tail_margin = 1.0}}, random);  // memory on
+  Router router({.destination_count = 16, .dispatch = {.tail_margin = 1.0, .tail_memory_log2 = 16}},
+                random);
   const auto [first, second] = HashedPair(kCold, 16);
   std::vector<InFlight> held;
   held.push_back(router.Pick(kCold, clock.Now()));

@@ -198,8 +198,10 @@ struct DispatchOptions {
   double tail_margin = 2.0;  // kHashedPair only
   // kHashedPair: remember which candidate each tail key last went to (a KeyHistory of
   // 2^tail_memory_log2 entries, 8 bytes each; at most 2^30), so that the warm one is preferred
-  // after a move, as DualMap does; 0: no memory (the first candidate is always the warm one).
-  uint32_t tail_memory_log2 = 16;
+  // after a move, as DualMap does; 0 (the default): no memory, the first candidate is the warm
+  // one. Off because it costs ~30 ns a pick (a history read and write per tail request) for no
+  // measured gain on the primary study (docs/dispatch.md).
+  uint32_t tail_memory_log2 = 0;
   // Scale both margins by the cache's measured worth: with SetMeasuredHit(h) called (the served
   // KV hit a gateway observes, cached / prompt tokens), margins are multiplied by h / (1 − h)
   // (h clamped to [0, 0.9]), so the margins above are those of a fleet serving half its prompt
@@ -743,10 +745,18 @@ class Router {
         const uint32_t last = tail_history_ != nullptr ? tail_history_->Get(key_id) : kNoDestination;
         if (last == other) std::swap(warm, other);
         const double warm_load = load(warm);
-        uint32_t chosen =
-            Exceeds(warm_load, load(other), options_.dispatch.tail_margin) ? other : warm;
+        // A load of its own is read only when the warm one's could lose to it (loads are ≥ 0).
+        uint32_t chosen = warm;
+        double chosen_load = warm_load;
+        if (CouldExceed(warm_load, options_.dispatch.tail_margin)) {
+          const double other_load = load(other);
+          if (Exceeds(warm_load, other_load, options_.dispatch.tail_margin)) {
+            chosen = other;
+            chosen_load = other_load;
+          }
+        }
         if (options_.dispatch.random_margin != std::numeric_limits<double>::infinity()) {
-          chosen = RandomIfLighter(loads, warm, warm_load, chosen, load(chosen), load);
+          chosen = RandomIfLighter(loads, warm, warm_load, chosen, chosen_load, load);
         }
         // Only a candidate of the pair is remembered: a random destination is not the key's.
         if (tail_history_ != nullptr && chosen != last && (chosen == warm || chosen == other)) {
@@ -763,8 +773,10 @@ class Router {
   template <typename View, typename LoadFn>
   uint32_t RandomIfLighter(const View& loads, uint32_t warm, double warm_load, uint32_t chosen,
                            double chosen_load, LoadFn load) {
+    // Drawn even when it cannot win, so the draws (and a seeded run) do not depend on the loads.
     const uint32_t r = RandomUpDestination(loads, random_, warm);
     if (r == kNoDestination || r == chosen) return chosen;
+    if (!CouldExceed(warm_load, options_.dispatch.random_margin)) return chosen;
     const double r_load = load(r);
     return r_load < chosen_load && Exceeds(warm_load, r_load, options_.dispatch.random_margin)
                ? r
@@ -775,6 +787,10 @@ class Router {
   // saves must exceed the margin, scaled by the measured worth of a warm cache.
   bool Exceeds(double from, double to, double margin) const {
     return from > to + margin * margin_scale_.load(std::memory_order_relaxed);
+  }
+  // Whether some destination (load ≥ 0) could beat one at load `from` by the margin.
+  bool CouldExceed(double from, double margin) const {
+    return from > margin * margin_scale_.load(std::memory_order_relaxed);
   }
 
   template <typename View>
@@ -848,7 +864,8 @@ class Router {
       if (!best_load_read) best_load = loads.Load(best);
       chosen_load = best_load;
     }
-    if (set.has_spill() && Usable(loads, set.spill())) {
+    if (set.has_spill() && Usable(loads, set.spill()) &&
+        CouldExceed(best_load, options_.dispatch.spill_margin)) {
       const double spill_load = loads.Load(set.spill());
       if (Exceeds(best_load, spill_load, options_.dispatch.spill_margin)) {
         chosen = set.spill();
