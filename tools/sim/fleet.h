@@ -117,7 +117,7 @@ struct FleetConfig {
   // CacheRoute's dispatch rule and planned spill destinations (RouterOptions::dispatch,
   // PlanConfig::spill). The defaults are CacheRoute's; the paper's Algorithm 1 is
   // DispatchOptions::Paper() without spill ("cacheroute-paper").
-  dataplane::DispatchOptions dispatch;
+  dataplane::DispatchOptions dispatch{};
   bool plan_spill = true;
   double plan_balance_share = planner::kCacheRouteBalanceShare;  // PlanConfig::balance_share; 0: Algorithm 1's fixed q_cap
 

@@ -1,6 +1,8 @@
-// Router: the per-request dispatch of CacheRoute (paper §3.1, "Placement and dispatch"): an
-// admitted key goes to the least-loaded member of its planned set T(b); every other request uses
-// power of two choices across the fleet. Gateways call Pick on every request.
+// Router: the per-request dispatch of CacheRoute (paper §3.1, "Placement and dispatch", extended):
+// an admitted key goes to the least-loaded member of its planned set T(b), or past a margin to its
+// planned spill or a random destination; every other request to the lighter of its hashed pair
+// within a margin (DispatchOptions; DispatchOptions::Paper() is the paper's rule: least-loaded
+// member, power of two choices for the rest). Gateways call Pick on every request.
 //
 // Tables. The Router holds the latest good RoutingTable as a shared_ptr<const RoutingTable>.
 // Install() (control path, serialised by a mutex) validates a new table against the installed one
@@ -76,8 +78,9 @@
 // a gateway routing by another policy records its keys itself.
 //
 // Fallback. With no table, with a table not refreshed within table_ttl (Install or Refresh), for
-// an unadmitted key, or for an admitted key whose whole set is down, the request uses power of two
-// choices over up destinations. Stats() counts each reason separately.
+// an unadmitted key, or for an admitted key whose whole set is down, the request takes the tail
+// rule (DispatchOptions::tail: the key's hashed pair, or power of two choices over up
+// destinations). Stats() counts each reason separately.
 //
 // Invariants: Pick, Track, loads() and releasing a token never throw, allocate or lock (except
 // that a thread's very first call of any of them registers its shard claim for release at thread
@@ -225,7 +228,7 @@ struct DispatchOptions {
 
 struct RouterOptions {
   uint32_t destination_count = 0;
-  DispatchOptions dispatch;
+  DispatchOptions dispatch{};
   // A table not installed or refreshed within this long is treated as absent. Zero: never stale.
   Duration table_ttl = Duration::zero();
   // Weight of the externally reported load (SetLoad) against local in-flight requests.
@@ -275,7 +278,7 @@ class InFlight {
 
 struct RouterStats {
   uint64_t planned = 0;
-  uint64_t spilled = 0;  // of planned: sent to the key's spill destination
+  uint64_t spilled = 0;  // of planned: sent outside the key's set (its spill, or a random one)
   // Fallback picks by reason, indexed by Reason (kPlanned and kPolicy stay 0).
   std::array<uint64_t, kReasonCount> fallback{};
   uint64_t fallback_total = 0;
@@ -799,7 +802,8 @@ class Router {
     return TailOrPowerOfTwo(key_id, loads, reason, [&loads](uint32_t d) { return loads.Load(d); });
   }
 
-  // The fallback over the Router's own view (every Pick's): the rule of PowerOfTwoChoices, two
+  // The fallback over the Router's own view (every Pick's): the tail rule above, or for
+  // TailRouting::kPowerOfTwo the rule of PowerOfTwoChoices, two
   // distinct uniformly random up destinations and the lighter wins (the first on a tie), with
   // both candidates from one 64-bit draw (32-bit multiply-shift indices, the second over the
   // other n - 1) and the loads read through the thread's shard it already has. When either
