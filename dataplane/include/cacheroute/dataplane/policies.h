@@ -1,4 +1,4 @@
-// The six routing policies the paper compares (shared/paper/cacheroute.txt, §2 and §3.1) behind
+// The six routing policies the paper compares (the CacheRoute paper, §2 and §3.1) behind
 // one interface, so the fleet simulator and gateways call them the same way:
 //
 //   FlatLbPolicy      power of two choices, no affinity (flat-LB)

@@ -69,7 +69,7 @@
 // Load signal. load(d) = in_flight(d) + external_load_weight · external(d), where in_flight(d) is
 // this Router's count of outstanding requests (InFlight tokens alive) and external(d) the last
 // value given to SetLoad(d) (e.g. a shared queue-depth report, so gateways that each see only
-// their own traffic do not drift; shared/design/PROTOCOL.md, "Load signals"). in_flight(d) is
+// their own traffic do not drift; docs/protocol.md). in_flight(d) is
 // counted per thread (above); the external load and health are single atomics, read-mostly.
 //
 // Rate counting. With RouterOptions::rate_recorder set, Pick also counts its key in that

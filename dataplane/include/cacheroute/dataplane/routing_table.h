@@ -1,5 +1,5 @@
 // RoutingTable: one immutable snapshot of the planner's routing table T(b) (paper §3.1,
-// shared/paper/cacheroute.txt), as the dataplane looks it up on every request.
+// the CacheRoute paper), as the dataplane looks it up on every request.
 //
 // A table holds its version (epoch, number; ordered lexicographically, docs/protocol.md), the
 // destination count R, the planner's expected load per destination, and for each admitted key id
