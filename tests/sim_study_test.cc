@@ -466,5 +466,24 @@ TEST_CASE("the real fleet replays a trace: every seed sees the same requests", "
   }
 }
 
+TEST_CASE("MeasureReuse: the reuse ceiling counts only full blocks an earlier request published") {
+  workload::Workload w;
+  w.block_size = 16;
+  // 40 tokens: two full blocks (1, 2) and a partial third, which is never counted.
+  w.requests.push_back({.arrival_s = 0, .key = "a", .input_length = 40, .output_length = 10,
+                        .hash_ids = {1, 2, 3}});
+  // Shares block 1 only (the chain breaks at block 2): 16 of 48 tokens reused.
+  w.requests.push_back({.arrival_s = 1, .key = "a", .input_length = 48, .output_length = 30,
+                        .hash_ids = {1, 7, 8}});
+  // The whole prompt of the first request again: its two full blocks, 32 tokens.
+  w.requests.push_back({.arrival_s = 2, .key = "b", .input_length = 40, .output_length = 20,
+                        .hash_ids = {1, 2, 3}});
+  const WorkloadReuse r = MeasureReuse(w);
+  CHECK(r.mean_prompt_tokens == Approx(128.0 / 3));
+  CHECK(r.mean_output_tokens == Approx(20));
+  CHECK(r.reuse == Approx((16.0 + 32.0) / 128.0));
+  CHECK(MeasureReuse(workload::Workload{}).reuse == 0);
+}
+
 }  // namespace
 }  // namespace cacheroute::sim::study

@@ -8,6 +8,8 @@
 //   cacheroute-sim run --policy P --qps Q [--study NAME | --config FILE] [--trace FILE] [--seed S]
 //                      [--duration S]
 //   cacheroute-sim calibrate [--profile NAME] [--isl N] [--osl N[,N…]]
+//   cacheroute-sim bound [--study NAME | --config FILE] [--trace FILE] [--qps Q] [--seed S]
+//                        [--hit H[,H…]]
 //
 // Exit codes: 0 ok, 1 a run or the report failed, 2 bad flags or a bad study file.
 #include <algorithm>
@@ -114,6 +116,49 @@ int RunOne(const std::string& study_name, const std::string& config, const std::
       x.ttft_p50_s, x.ttft_p90_s, x.ttft_p99_s, x.e2e_p50_s, x.e2e_p99_s, x.kv_hit, x.imbalance,
       x.requests, x.completed, x.failed, x.failure_rate, x.throughput_rps, x.simulated_s, x.wall_s,
       x.wall_s > 0 ? x.simulated_requests / x.wall_s : 0.0);
+  return 0;
+}
+
+// The fleet's analytic throughput ceiling (docs/simulator.md, "What limits capacity"): R times one
+// destination's SaturationQps at the workload's mean lengths, for each KV hit in `hits` and for
+// the reuse ceiling, the hit one engine with an unbounded cache would have (a prompt block is a
+// hit when any earlier request published the same chained block). No router can sustain more than
+// the ceiling at the hit it reaches; queueing puts every SLO knee below it.
+int Bound(const std::string& study_name, const std::string& config, double qps, uint64_t seed,
+          const std::string& hit_list, const Overrides& overrides) {
+  namespace sim = cacheroute::sim;
+  absl::StatusOr<study::StudyConfig> c = Configure(study_name, config, overrides);
+  if (!c.ok()) return Fail(2, c.status().message());
+  std::vector<double> hits;
+  if (!hit_list.empty()) {
+    absl::StatusOr<std::vector<double>> h = study::ParseNumberList(hit_list, "--hit");
+    if (!h.ok()) return Fail(2, h.status().message());
+    for (double x : *h) {
+      if (!(x >= 0 && x < 1)) return Fail(2, absl::StrFormat("--hit: must be in [0, 1), got %g", x));
+    }
+    hits = *h;
+  }
+  absl::StatusOr<sim::EngineProfile> profile = sim::FindEngineProfile(c->profile);
+  if (!profile.ok()) return Fail(2, profile.status().message());
+  absl::StatusOr<cacheroute::workload::Workload> w = study::BuildRunWorkload(*c, qps, seed);
+  if (!w.ok()) return Fail(2, w.status().message());
+  const study::WorkloadReuse r = study::MeasureReuse(*w);
+  const double reuse = r.reuse;
+  hits.insert(hits.begin(), 0.0);
+  hits.push_back(reuse);
+  std::cout << absl::StrFormat(
+      "study           %s (profile %s, R = %d)\nrequests        %d\nmean_prompt     %.0f\n"
+      "mean_output     %.0f\nreuse_ceiling   %.4f (KV hit of one engine with an unbounded cache)\n"
+      "%-8s %-16s %s\n",
+      c->name, c->profile, c->destinations, w->requests.size(), r.mean_prompt_tokens,
+      r.mean_output_tokens, reuse,
+      "kv_hit", "ceiling_qps", "(R × one destination's saturation rate)");
+  for (double h : hits) {
+    const double q = sim::SaturationQps(*profile, r.mean_prompt_tokens,
+                                        (1 - h) * r.mean_prompt_tokens, r.mean_output_tokens);
+    std::cout << absl::StrFormat("%-8.4f %-16.1f%s\n", h, c->destinations * q,
+                                 h == reuse ? " reuse ceiling" : "");
+  }
   return 0;
 }
 
@@ -232,6 +277,18 @@ int main(int argc, char** argv) {
   bool together = false;
   calibrate->add_flag("--start-together", together,
                       "start every client at 0 (default: spread over one request cycle)");
+  CLI::App* bound = app.add_subcommand(
+      "bound", "the fleet's analytic throughput ceiling at given KV hits and at the reuse ceiling");
+  std::string bound_study = "primary";
+  std::string bound_hits;
+  double bound_qps = 300;
+  uint64_t bound_seed = 2;
+  bound->add_option("--study", bound_study, "the study whose setup to use (default primary)");
+  bound->add_option("--config", config, "a YAML study file whose setup to use");
+  bound->add_option("--trace", overrides.trace, "the trace of a trace-driven study");
+  bound->add_option("--qps", bound_qps, "offered load of the generated sample (default 300)");
+  bound->add_option("--seed", bound_seed, "seed");
+  bound->add_option("--hit", bound_hits, "comma-separated KV hits in [0, 1), e.g. 0.568,0.61");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -250,6 +307,12 @@ int main(int argc, char** argv) {
   }
   if (together) window.start = cacheroute::sim::ClientStart::kTogether;
   if (calibrate->parsed()) return Calibrate(calibrate_profile, isl, osl, window);
+  if (bound->parsed()) {
+    if (!(bound_qps > 0 && std::isfinite(bound_qps))) {
+      return Fail(2, absl::StrFormat("--qps: must be a number > 0, got %g", bound_qps));
+    }
+    return Bound(bound_study, config, bound_qps, bound_seed, bound_hits, overrides);
+  }
   if (run->parsed()) return RunOne(run_study, config, policy, qps, seed, overrides);
 
   if (studies.empty() == config.empty()) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -966,6 +967,24 @@ absl::StatusOr<DriftResult> ComputeDriftChurn(const StudyConfig& config, double 
 
 // ---------------------------------------------------------------------------------------------
 // Flag lists.
+
+WorkloadReuse MeasureReuse(const workload::Workload& workload) {
+  double prompt = 0, output = 0, reused = 0;
+  absl::flat_hash_set<uint64_t> seen;
+  for (const workload::Request& r : workload.requests) {
+    prompt += r.input_length;
+    output += r.output_length;
+    const size_t full = std::min<size_t>(r.hash_ids.size(), r.input_length / workload.block_size);
+    size_t hit = 0;
+    while (hit < full && seen.contains(r.hash_ids[hit])) ++hit;
+    reused += static_cast<double>(hit) * workload.block_size;
+    for (size_t i = 0; i < full; ++i) seen.insert(r.hash_ids[i]);
+  }
+  const double n = std::max<double>(1, workload.requests.size());
+  return {.mean_prompt_tokens = prompt / n,
+          .mean_output_tokens = output / n,
+          .reuse = prompt > 0 ? reused / prompt : 0};
+}
 
 absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view text,
                                                     absl::string_view flag) {

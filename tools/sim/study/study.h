@@ -168,6 +168,16 @@ absl::StatusOr<DriftResult> ComputeDriftChurn(const StudyConfig& config, double 
 std::vector<std::vector<double>> DriftMultipliers(const std::vector<double>& base_rates,
                                                   const DriftOptions& drift, uint64_t seed);
 
+// A workload's mean lengths and its reuse ceiling: the share of prompt tokens in full blocks that
+// an earlier request already published (the leading run of each prompt's chained block ids), i.e.
+// the KV hit of one engine with an unbounded cache. No routing over finite caches does better.
+struct WorkloadReuse {
+  double mean_prompt_tokens = 0;
+  double mean_output_tokens = 0;
+  double reuse = 0;  // in [0, 1]
+};
+WorkloadReuse MeasureReuse(const workload::Workload& workload);
+
 // Parses "1,2,3" into numbers; InvalidArgument naming `flag` and the bad item.
 absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view text, absl::string_view flag);
 absl::StatusOr<std::vector<uint64_t>> ParseSeedList(absl::string_view text, absl::string_view flag);
