@@ -69,7 +69,15 @@ read_timeout: 30s
 write_timeout: 5s
 failure_threshold: 5
 probe_interval: 1s
-server_threads: 8
+io_threads: 8
+header_timeout: 90s
+drain_timeout: 45s
+drain_delay: 5s
+key_from: [user, header]
+prefix_bytes: 256
+tls_cert_file: /etc/gw/listen.pem
+tls_key_file: /etc/gw/listen.key
+api_key_file: /etc/gw/api-keys
 load_scrape_interval: 250ms
 load_metric: "vllm:num_requests_running"
 external_load_weight: 0.5
@@ -94,7 +102,15 @@ planner_tls_key_file: /etc/gw/gw.key
   CHECK(config->write_timeout == absl::Seconds(5));
   CHECK(config->failure_threshold == 5);
   CHECK(config->probe_interval == absl::Seconds(1));
-  CHECK(config->server_threads == 8);
+  CHECK(config->io_threads == 8);
+  CHECK(config->header_timeout == absl::Seconds(90));
+  CHECK(config->drain_timeout == absl::Seconds(45));
+  CHECK(config->drain_delay == absl::Seconds(5));
+  CHECK(config->key_from == std::vector<std::string>{"user", "header"});
+  CHECK(config->prefix_bytes == 256);
+  CHECK(config->tls_cert_file == "/etc/gw/listen.pem");
+  CHECK(config->tls_key_file == "/etc/gw/listen.key");
+  CHECK(config->api_key_file == "/etc/gw/api-keys");
   CHECK(config->load_scrape_interval == absl::Milliseconds(250));
   CHECK(config->load_metric == "vllm:num_requests_running");
   CHECK(config->external_load_weight == 0.5);

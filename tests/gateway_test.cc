@@ -51,11 +51,16 @@ class FakeUpstream {
     server_->set_tcp_nodelay(true);
     const auto answer = [this](const httplib::Request& req, httplib::Response& res) {
       ++requests_;
+      std::chrono::milliseconds delay{0};
+      int cached = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
         last_body_ = req.body;
         last_authorization_ = req.get_header_value("Authorization");
+        delay = header_delay_;
+        cached = cached_tokens_;
       }
+      std::this_thread::sleep_for(delay);
       if (ScanRequestFields(req.body).stream) {
         res.set_chunked_content_provider(
             "text/event-stream", [this](size_t, httplib::DataSink& sink) {
@@ -81,7 +86,7 @@ class FakeUpstream {
                                    R"("served_by":")", name_, R"(","choices":[{"index":0,)",
                                    R"("text":"hi","finish_reason":"stop"}],"usage":{)",
                                    R"("prompt_tokens":5,"completion_tokens":1,"total_tokens":6,)",
-                                   R"("prompt_tokens_details":{"cached_tokens":0}}})"),
+                                   R"("prompt_tokens_details":{"cached_tokens":)", cached, "}}}"),
                       "application/json");
     };
     server_->Post("/v1/completions", answer);
@@ -150,6 +155,16 @@ class FakeUpstream {
     std::lock_guard<std::mutex> lock(mu_);
     return last_authorization_;
   }
+  // How long every completion waits before answering, and the cached_tokens its usage reports
+  // (of 5 prompt tokens).
+  void set_header_delay(std::chrono::milliseconds delay) {
+    std::lock_guard<std::mutex> lock(mu_);
+    header_delay_ = delay;
+  }
+  void set_cached_tokens(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cached_tokens_ = n;
+  }
   // What GET /metrics answers ("" = 404), and how often it was asked.
   void set_metrics(std::string text) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -174,6 +189,8 @@ class FakeUpstream {
   std::string last_authorization_;     // guarded by mu_
   std::string metrics_;                // guarded by mu_
   int metrics_requests_ = 0;           // guarded by mu_
+  std::chrono::milliseconds header_delay_{0};  // guarded by mu_
+  int cached_tokens_ = 0;                      // guarded by mu_
 };
 
 struct Fleet {
@@ -204,7 +221,6 @@ GatewayConfig ConfigFor(const Fleet& fleet, std::string policy = "cacheroute") {
   config.connect_timeout = absl::Seconds(1);
   config.read_timeout = absl::Seconds(30);
   config.failure_threshold = 2;
-  config.server_threads = 16;
   return config;
 }
 
@@ -310,26 +326,11 @@ void PlanFromTraffic(InProcessPlanner& planner, Gateway& gateway,
 
 const std::vector<std::string> kHot = {"tenant-a", "tenant-b", "tenant-c", "tenant-d"};
 
-TEST_CASE("request fields: user and stream are read from the top level only") {
-  RequestFields f = ScanRequestFields(R"({"model":"m","user":"t-1","stream":true})");
-  CHECK(f.user == "t-1");
-  CHECK(f.stream);
-  f = ScanRequestFields(
-      R"({"messages":[{"role":"user","content":"{\"user\":\"x\"}"}],"stream":false})");
-  CHECK_FALSE(f.user.has_value());
-  CHECK_FALSE(f.stream);
-  f = ScanRequestFields(R"( { "user" : "caf\u00e9 \ud83d\ude00" , "n": [1, {"a": "]"}] } )");
-  CHECK(f.user == "caf\xc3\xa9 \xf0\x9f\x98\x80");
-  CHECK_FALSE(ScanRequestFields(R"({"user": 7})").user.has_value());
-  CHECK_FALSE(ScanRequestFields(R"({"user":"a")").user.has_value());  // truncated
-  CHECK_FALSE(ScanRequestFields("not json").user.has_value());
-  CHECK_FALSE(ScanRequestFields(R"(["user","a"])").user.has_value());
-}
-
 TEST_CASE("planned keys go to their table destination, other keys spread by P2C") {
   Fleet fleet(4);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
   GatewayConfig config = ConfigFor(fleet);
+  config.key_from = {"header", "user"};  // a request without either has no key
   config.planner = planner.target();
   config.gateway_id = "gw-test";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
@@ -796,6 +797,161 @@ TEST_CASE("without load_scrape_interval the gateway never asks upstreams for /me
   CHECK(fleet.upstreams[0]->metrics_requests() == 0);
   CHECK(absl::StrContains(gateway->RenderMetrics(),
                           "cacheroute_gateway_reported_load{destination=\"u0\"} 0\n"));
+}
+
+TEST_CASE("slow is not dead: a response slower than header_timeout is a 504, never marked down") {
+  Fleet fleet(1);
+  GatewayConfig config = ConfigFor(fleet, "flatlb");
+  config.header_timeout = absl::Milliseconds(100);
+  config.failure_threshold = 1;  // one failure would mark it down
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  FakeUpstream& upstream = *fleet.upstreams[0];
+  upstream.set_header_delay(std::chrono::milliseconds(600));
+  httplib::Client client = ClientFor(*gateway);
+  for (int i = 0; i < 3; ++i) {
+    Reply reply = Send(client, "t");
+    CHECK(reply.status == 504);
+    CHECK(reply.destination == "u0");
+    CHECK(reply.body.find("took longer than") != std::string::npos);
+  }
+  CHECK(gateway->RouterStats().up[0]);
+  upstream.set_header_delay(std::chrono::milliseconds(0));
+  CHECK(Send(client, "t").status == 200);
+  const std::string metrics = gateway->RenderMetrics();
+  CHECK(metrics.find("cacheroute_gateway_upstream_error_kinds_total{destination=\"u0\","
+                     "kind=\"header_timeout\"} 3") != std::string::npos);
+  CHECK(metrics.find("cacheroute_gateway_destination_marked_down_total{destination=\"u0\"} 0") !=
+        std::string::npos);
+  CHECK(metrics.find("cacheroute_gateway_destination_up{destination=\"u0\"} 1") !=
+        std::string::npos);
+}
+
+TEST_CASE("key_from system: requests sharing a system prompt get one key with no header") {
+  Fleet fleet(4);
+  GatewayConfig config = ConfigFor(fleet, "sticky");
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  httplib::Client client = ClientFor(*gateway);
+  const auto chat = [&](const std::string& system, int question) {
+    const std::string body =
+        absl::StrCat(R"({"model":"fake","messages":[{"role":"system","content":")", system,
+                     R"("},{"role":"user","content":"question )", question, R"("}]})");
+    httplib::Result r = client.Post("/v1/chat/completions", body, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    return r->get_header_value("X-CacheRoute-Destination");
+  };
+  std::set<std::string> acme, all;
+  for (int q = 0; q < 12; ++q) acme.insert(chat("You are ACME's support bot.", q));
+  CHECK(acme.size() == 1);  // one key: sticky sends it to one destination
+  for (int t = 0; t < 24; ++t) all.insert(chat(absl::StrCat("Tenant ", t, "'s assistant."), 0));
+  CHECK(all.size() > 1);  // other system prompts are other keys
+  const std::string metrics = gateway->RenderMetrics();
+  CHECK(metrics.find("cacheroute_gateway_picks_total{reason=\"no_key\"} 0") != std::string::npos);
+}
+
+TEST_CASE("served KV hit: usage.cached_tokens is counted per destination and measured") {
+  Fleet fleet(1);
+  std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet, "flatlb"));
+  fleet.upstreams[0]->set_cached_tokens(3);
+  httplib::Client client = ClientFor(*gateway);
+  for (int i = 0; i < 4; ++i) REQUIRE(Send(client, "t").status == 200);
+  const std::string metrics = gateway->RenderMetrics();
+  CHECK(metrics.find("cacheroute_gateway_prompt_tokens_total{destination=\"u0\",planned=\"0\"} 20") !=
+        std::string::npos);
+  CHECK(metrics.find("cacheroute_gateway_cached_tokens_total{destination=\"u0\",planned=\"0\"} 12") !=
+        std::string::npos);
+  REQUIRE(gateway->measured_hit().has_value());
+  CHECK(*gateway->measured_hit() == Approx(0.6));
+  CHECK(metrics.find("cacheroute_gateway_time_to_first_token_seconds_count{destination=\"u0\"} 0") !=
+        std::string::npos);  // no stream yet
+}
+
+TEST_CASE("api_key_file: /v1/ needs a listed bearer key, which is not passed upstream") {
+  Fleet fleet(1);
+  testing::TempDir dir("gateway_api_keys");
+  const std::string keys = (dir.path() / "keys").string();
+  std::ofstream(keys) << "# one per line\nsk-alpha\n\n  sk-beta  \n";
+  GatewayConfig config = ConfigFor(fleet, "flatlb");
+  config.api_key_file = keys;
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  httplib::Client client = ClientFor(*gateway);
+  Reply refused = Send(client, "t");
+  CHECK(refused.status == 401);
+  CHECK(refused.body.find("\"error\"") != std::string::npos);
+  CHECK(refused.body.find("API key") != std::string::npos);
+  CHECK(fleet.upstreams[0]->requests() == 0);
+  client.set_default_headers({{"Authorization", "Bearer sk-wrong"}});
+  CHECK(Send(client, "t").status == 401);
+  client.set_default_headers({{"Authorization", "Bearer sk-beta"}});
+  CHECK(Send(client, "t").status == 200);
+  CHECK(fleet.upstreams[0]->last_authorization().empty());
+  CHECK(client.Get("/v1/models")->status == 200);
+  httplib::Client anonymous = ClientFor(*gateway);
+  CHECK(anonymous.Get("/healthz")->status == 200);  // health and metrics stay open
+  CHECK(anonymous.Get("/v1/models")->status == 401);
+
+  config.api_key_file = (dir.path() / "missing").string();
+  absl::StatusOr<std::unique_ptr<Gateway>> bad = Gateway::Start(config);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("api_key_file") != std::string::npos);
+}
+
+TEST_CASE("drain: /healthz turns 503, the listener closes, an open stream still finishes") {
+  Fleet fleet(1);
+  GatewayConfig config = ConfigFor(fleet, "sticky");
+  config.drain_delay = absl::Milliseconds(300);
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  FakeUpstream& upstream = *fleet.upstreams[0];
+
+  // A stream the upstream holds after its first event.
+  std::string received;
+  std::atomic<bool> first_seen{false};
+  std::thread client_thread([&] {
+    httplib::Client client("127.0.0.1", gateway->port());
+    client.set_read_timeout(30, 0);
+    httplib::Request request;
+    request.method = "POST";
+    request.path = "/v1/completions";
+    request.headers = {{"Content-Type", "application/json"}};
+    request.body = R"({"model":"fake","prompt":"Hi","stream":true,"user":"t"})";
+    request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+      received.append(data, size);
+      first_seen = true;
+      return true;
+    };
+    httplib::Response response;
+    httplib::Error error = httplib::Error::Success;
+    client.send(request, response, error);
+  });
+  REQUIRE(Eventually([&] { return first_seen.load(); }));
+  REQUIRE(gateway->open_streams() == 1);
+
+  std::atomic<bool> drained{false}, drain_result{false};
+  std::thread drainer([&] {
+    drain_result = gateway->Drain();
+    drained = true;
+  });
+  // During drain_delay the gateway still serves, and says it is going.
+  REQUIRE(Eventually([&] {
+    httplib::Client probe("127.0.0.1", gateway->port());
+    httplib::Result r = probe.Get("/healthz");
+    return r && r->status == 503;
+  }));
+  // Then new connections are refused while the stream is still open.
+  REQUIRE(Eventually([&] {
+    httplib::Client probe("127.0.0.1", gateway->port());
+    probe.set_connection_timeout(0, 200'000);
+    return !probe.Get("/healthz");
+  }));
+  CHECK_FALSE(drained.load());
+  upstream.SawFirstEvent();  // the upstream sends the rest
+  client_thread.join();
+  drainer.join();
+  CHECK(drain_result.load());
+  std::string expected;
+  for (const std::string& event : FakeUpstream::SseEvents()) expected += event;
+  CHECK(received == expected);
+  CHECK(gateway->RouterStats().in_flight[0] == 0);
 }
 
 TEST_CASE("the cacheroute-gateway binary serves on the port it logs") {

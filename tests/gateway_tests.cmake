@@ -6,6 +6,8 @@ target_compile_definitions(gateway_config_test PRIVATE
                            CACHEROUTE_GATEWAY_PATH="$<TARGET_FILE:cacheroute-gateway>"
                            CACHEROUTE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 add_dependencies(gateway_config_test cacheroute-gateway)
+cacheroute_add_test(NAME gateway_openai_fields_test SOURCES gateway_openai_fields_test.cc
+                    LIBS cacheroute::gateway)
 cacheroute_add_test(NAME gateway_prometheus_text_test SOURCES gateway_prometheus_text_test.cc
                     LIBS cacheroute::gateway)
 cacheroute_add_test(NAME gateway_test SOURCES gateway_test.cc

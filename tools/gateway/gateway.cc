@@ -1,32 +1,47 @@
 // See gateway.h.
 #include "tools/gateway/gateway.h"
 
-#include <httplib.h>
+#include <httplib.h>  // the prober's and the load scraper's blocking clients (own threads)
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
-#include <deque>
+#include <fstream>
 #include <utility>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "planner/service/config.h"
-#include "planner/service/http_listen.h"
 #include "tools/gateway/prometheus_text.h"
 
 namespace cacheroute::gateway {
 namespace {
 
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
 using SteadyTime = std::chrono::steady_clock::time_point;
+constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 
 // ---- Logging: one line per event on stderr, "<time> <level> <event> key=value …". ----
 
@@ -40,276 +55,49 @@ void Log(absl::string_view level, absl::string_view event,
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-// ---- JSON. ----
-
-void AppendJsonString(std::string& out, absl::string_view text) {
-  out += '"';
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
-void AppendUtf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// Reads just enough JSON to find two top-level fields: strings are decoded, every other value is
-// skipped without recursion (nesting is only counted), so a hostile body costs linear time and
-// constant stack.
-class FieldScanner {
- public:
-  explicit FieldScanner(absl::string_view text) : text_(text) {}
-
-  std::optional<RequestFields> Scan() {
-    RequestFields fields;
-    SkipSpace();
-    if (!Consume('{')) return std::nullopt;
-    SkipSpace();
-    if (Consume('}')) return End(fields);
-    for (;;) {
-      std::string key;
-      SkipSpace();
-      if (!String(&key)) return std::nullopt;
-      SkipSpace();
-      if (!Consume(':')) return std::nullopt;
-      SkipSpace();
-      if (key == "user" && Peek() == '"') {
-        std::string user;
-        if (!String(&user)) return std::nullopt;
-        fields.user = std::move(user);
-      } else if (key == "stream") {
-        const size_t start = pos_;
-        if (!SkipValue()) return std::nullopt;
-        fields.stream = text_.substr(start, pos_ - start) == "true";
-      } else {
-        if (key == "user") fields.user.reset();  // a non-string user is no key
-        if (!SkipValue()) return std::nullopt;
-      }
-      SkipSpace();
-      if (Consume('}')) return End(fields);
-      if (!Consume(',')) return std::nullopt;
-    }
-  }
-
- private:
-  std::optional<RequestFields> End(const RequestFields& fields) {
-    SkipSpace();
-    if (pos_ != text_.size()) return std::nullopt;
-    return fields;
-  }
-  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
-  bool Consume(char c) {
-    if (Peek() != c) return false;
-    ++pos_;
-    return true;
-  }
-  void SkipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
-                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
-      ++pos_;
-    }
-  }
-  bool Hex4(uint32_t* value) {
-    if (pos_ + 4 > text_.size()) return false;
-    *value = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      *value <<= 4;
-      if (c >= '0' && c <= '9') {
-        *value |= c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        *value |= c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        *value |= c - 'A' + 10;
-      } else {
-        return false;
-      }
-    }
-    return true;
-  }
-  // A string at pos_, decoded into `out` (may be null to skip).
-  bool String(std::string* out) {
-    if (!Consume('"')) return false;
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_++];
-      if (c == '"') return true;
-      if (static_cast<unsigned char>(c) < 0x20) return false;
-      if (c != '\\') {
-        if (out) *out += c;
-        continue;
-      }
-      if (pos_ >= text_.size()) return false;
-      const char e = text_[pos_++];
-      char plain = 0;
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          plain = e;
-          break;
-        case 'b':
-          plain = '\b';
-          break;
-        case 'f':
-          plain = '\f';
-          break;
-        case 'n':
-          plain = '\n';
-          break;
-        case 'r':
-          plain = '\r';
-          break;
-        case 't':
-          plain = '\t';
-          break;
-        case 'u': {
-          uint32_t cp = 0;
-          if (!Hex4(&cp)) return false;
-          if (cp >= 0xD800 && cp < 0xDC00) {  // a high surrogate needs its low half
-            uint32_t low = 0;
-            if (!Consume('\\') || !Consume('u') || !Hex4(&low) || low < 0xDC00 || low > 0xDFFF) {
-              return false;
-            }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            return false;
-          }
-          if (out) AppendUtf8(*out, cp);
-          continue;
-        }
-        default:
-          return false;
-      }
-      if (out) *out += plain;
-    }
-    return false;
-  }
-  // Any value; containers by counting brackets (strings inside are skipped properly). Scalars
-  // are checked only loosely: the gateway forwards the body, it does not validate it.
-  bool SkipValue() {
-    const char c = Peek();
-    if (c == '"') return String(nullptr);
-    if (c == '{' || c == '[') {
-      std::vector<char> open;
-      while (pos_ < text_.size()) {
-        const char d = text_[pos_];
-        if (d == '"') {
-          if (!String(nullptr)) return false;
-          continue;
-        }
-        ++pos_;
-        if (d == '{' || d == '[') {
-          open.push_back(d);
-        } else if (d == '}' || d == ']') {
-          if (open.empty() || open.back() != (d == '}' ? '{' : '[')) return false;
-          open.pop_back();
-          if (open.empty()) return true;
-        }
-      }
-      return false;
-    }
-    const size_t start = pos_;
-    while (pos_ < text_.size() && (absl::ascii_isalnum(text_[pos_]) || text_[pos_] == '-' ||
-                                   text_[pos_] == '+' || text_[pos_] == '.')) {
-      ++pos_;
-    }
-    return pos_ > start;
-  }
-
-  absl::string_view text_;
-  size_t pos_ = 0;
-};
-
 // ---- HTTP helpers. ----
 
-// Request headers not passed upstream: hop-by-hop ones, those httplib's client sets itself, the
-// pseudo-headers httplib's server adds (REMOTE_ADDR …), and Accept-Encoding (the client would
-// decode a compressed answer that we then pass on with its Content-Encoding).
-bool SkipRequestHeader(const std::string& name) {
-  static constexpr absl::string_view kSkipped[] = {
-      "host",        "content-length", "connection", "keep-alive",       "transfer-encoding",
-      "te",          "trailer",        "upgrade",    "proxy-connection", "accept-encoding",
-      "remote_addr", "remote_port",    "local_addr", "local_port"};
-  const std::string lower = absl::AsciiStrToLower(name);
-  return std::find(std::begin(kSkipped), std::end(kSkipped), lower) != std::end(kSkipped);
-}
-
-bool SkipResponseHeader(const std::string& name) {
-  static constexpr absl::string_view kSkipped[] = {"content-length",    "connection",  "keep-alive",
-                                                   "transfer-encoding", "te",          "trailer",
-                                                   "upgrade",           "content-type"};
-  const std::string lower = absl::AsciiStrToLower(name);
-  return std::find(std::begin(kSkipped), std::end(kSkipped), lower) != std::end(kSkipped);
-}
-
-httplib::Request UpstreamRequest(const httplib::Request& request) {
-  httplib::Request upstream;
-  upstream.method = request.method;
-  upstream.path = request.target.empty() ? request.path : request.target;
-  for (const auto& [name, value] : request.headers) {
-    if (!SkipRequestHeader(name)) upstream.headers.emplace(name, value);
-  }
-  upstream.body = request.body;
-  return upstream;
-}
-
-void CopyResponseHeaders(const httplib::Headers& from, httplib::Response& to) {
-  for (const auto& [name, value] : from) {
-    if (!SkipResponseHeader(name)) to.set_header(name, value);
+// Request headers not passed upstream: hop-by-hop ones, Host (set to the upstream's) and
+// Content-Length (set from the body).
+bool SkipRequestHeader(bhttp::field field, absl::string_view name) {
+  switch (field) {
+    case bhttp::field::host:
+    case bhttp::field::content_length:
+    case bhttp::field::connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::te:
+    case bhttp::field::trailer:
+    case bhttp::field::upgrade:
+    case bhttp::field::proxy_connection:
+      return true;
+    default:
+      return false;
   }
 }
 
-std::string ContentType(const httplib::Headers& headers, const char* fallback) {
-  for (const auto& [name, value] : headers) {
-    if (absl::EqualsIgnoreCase(name, "content-type")) return value;
+bool SkipResponseHeader(bhttp::field field) {
+  switch (field) {
+    case bhttp::field::content_length:
+    case bhttp::field::connection:
+    case bhttp::field::keep_alive:
+    case bhttp::field::transfer_encoding:
+    case bhttp::field::te:
+    case bhttp::field::trailer:
+    case bhttp::field::upgrade:
+      return true;
+    default:
+      return false;
   }
-  return fallback;
 }
+
+std::chrono::microseconds ToChrono(absl::Duration d) { return absl::ToChronoMicroseconds(d); }
 
 template <typename Duration>
 std::pair<time_t, time_t> SecondsAndMicros(Duration d) {
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
   return {static_cast<time_t>(micros / 1'000'000), static_cast<time_t>(micros % 1'000'000)};
 }
-
-std::chrono::microseconds ToChrono(absl::Duration d) { return absl::ToChronoMicroseconds(d); }
 
 std::string Number(double v) { return absl::StrFormat("%.17g", v); }
 
@@ -329,31 +117,25 @@ std::string LabelValue(absl::string_view v) {
   return out;
 }
 
-// What went wrong, in words a client can act on (httplib's own names are terse: "Read").
-std::string DescribeError(httplib::Error error) {
-  switch (error) {
-    case httplib::Error::Connection:
-      return "could not connect";
-    case httplib::Error::ConnectionTimeout:
-      return "connect timed out";
-    case httplib::Error::Read:
-      return "no complete answer (connection closed or read timed out)";
-    case httplib::Error::Write:
-      return "sending the request failed (connection closed or write timed out)";
-    case httplib::Error::Canceled:
-      return "request canceled";
-    default:
-      return httplib::to_string(error);
-  }
-}
-
 constexpr absl::string_view kEndpointNames[] = {"completions", "chat_completions", "models"};
+constexpr absl::string_view kErrorKindNames[] = {"connect", "reset", "header_timeout",
+                                                 "idle_timeout", "protocol"};
+
+// An idle pooled connection holds at most this long before it is closed on reuse.
+constexpr size_t kMaxIdlePerDestination = 4096;
+// A non-streamed answer larger than this is a 502 (it would have to be held in memory).
+constexpr size_t kMaxUnaryBody = 64u << 20;
+
+bool IsTimeout(const beast::error_code& ec) { return ec == beast::error::timeout; }
+
+// A pooled socket whose peer has closed (or sent bytes it should not have) is not reusable.
+bool StillOpen(int fd) {
+  char byte;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
 
 }  // namespace
-
-RequestFields ScanRequestFields(absl::string_view body) {
-  return FieldScanner(body).Scan().value_or(RequestFields{});
-}
 
 // service::ReadConfigFile, and InvalidArgument naming `key` and the path when the file is blank: a
 // PEM file or a token must have content.
@@ -389,41 +171,41 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PlannerCredentials(
 }
 
 std::string ErrorBody(absl::string_view message, absl::string_view type, int code) {
-  std::string out = "{\"error\":{\"message\":";
-  AppendJsonString(out, message);
-  out += ",\"type\":";
-  AppendJsonString(out, type);
-  absl::StrAppend(&out, ",\"param\":null,\"code\":", code, "}}");
-  return out;
+  nlohmann::json body = {{"error",
+                          {{"message", std::string(message)},
+                           {"type", std::string(type)},
+                           {"param", nullptr},
+                           {"code", code}}}};
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-// Per upstream: idle keep-alive connections and failure accounting.
+// Per upstream: idle keep-alive connections, failure accounting and per-destination metrics.
 struct Gateway::Destination {
   std::mutex mu;
-  std::vector<std::unique_ptr<httplib::Client>> idle;  // guarded by mu
+  std::vector<IdleConnection> idle;  // idle keep-alive connections; guarded by mu
   std::atomic<uint32_t> consecutive_failures{0};
   std::atomic<uint64_t> errors{0};
+  std::array<std::atomic<uint64_t>, kErrorKinds> error_kinds{};
   std::atomic<uint64_t> marked_down{0};
   std::atomic<double> reported_load{0};  // the last scraped load_metric (0 when it failed)
   std::atomic<uint64_t> scrape_failures{0};
+  // Served tokens by [planned]: prompt tokens of responses that reported cached tokens, and those.
+  std::array<std::atomic<uint64_t>, 2> prompt_tokens{};
+  std::array<std::atomic<uint64_t>, 2> cached_tokens{};
+  Histogram ttft;      // streams: request received → first body chunk
+  Histogram duration;  // request received → response complete
+  ~Destination() {
+    for (const IdleConnection& c : idle) ::close(c.fd);
+  }
 };
 
-// One streaming response: the upstream is read on `reader` and its chunks queued for the HTTP
-// worker that writes the downstream response.
-struct Gateway::Stream {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool headers_ready = false;  // guarded by mu, as is everything below up to `reader`
-  bool finished = false;
-  bool cancelled = false;
-  bool ok = false;
-  int status = 0;
-  httplib::Headers headers;
-  std::deque<std::string> chunks;
-  httplib::Error error = httplib::Error::Success;
-  std::unique_ptr<httplib::Client> client;  // set before `reader` starts
-  std::thread reader;
-};
+void Gateway::Histogram::Observe(std::chrono::nanoseconds elapsed) {
+  const double seconds = std::chrono::duration<double>(elapsed).count();
+  const size_t bucket = std::lower_bound(kLatencyBuckets.begin(), kLatencyBuckets.end(), seconds) -
+                        kLatencyBuckets.begin();
+  buckets[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_ns.fetch_add(static_cast<uint64_t>(elapsed.count()), std::memory_order_relaxed);
+}
 
 Gateway::Gateway(const GatewayConfig& config)
     : config_(config),
@@ -450,6 +232,10 @@ Gateway::Gateway(const GatewayConfig& config)
   }
   for (const Upstream& upstream : config.upstreams) {
     addresses_.push_back(*ParseUpstreamUrl("url", upstream.url));
+    const UpstreamAddress& a = addresses_.back();
+    host_headers_.push_back(absl::StrContains(a.host, ':')
+                                ? absl::StrCat("[", a.host, "]:", a.port)
+                                : absl::StrCat(a.host, ":", a.port));
   }
 }
 
@@ -509,54 +295,81 @@ absl::Status Gateway::Listen() {
   const size_t colon = config_.listen.rfind(':');
   std::string host = config_.listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
   int port = 0;
   absl::SimpleAtoi(config_.listen.substr(colon + 1), &port);
 
-  server_ = std::make_unique<httplib::Server>();
-  const size_t threads = config_.server_threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // Small writes (headers, SSE chunks) must not wait for Nagle's algorithm and delayed ACKs.
-  server_->set_tcp_nodelay(true);
-  server_->set_keep_alive_max_count(1'000'000);
-  // Idle keep-alive connections notice stop() only between polls; httplib's Linux default (0)
-  // polls once for the whole keep-alive timeout, which would hold Stop() up for 5 s.
-  server_->set_idle_interval(std::chrono::milliseconds(50));
-  server_->set_read_timeout(ToChrono(config_.read_timeout));
-  server_->set_write_timeout(ToChrono(config_.write_timeout));
-  server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req, res, Endpoint::kCompletions);
-  });
-  server_->Post("/v1/chat/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  HandleCompletion(req, res, Endpoint::kChatCompletions);
-                });
-  server_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleModels(req, res);
-  });
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  server_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-    bool any_up = false;
-    for (uint32_t d = 0; d < router_.destination_count(); ++d) any_up |= router_.loads().Up(d);
-    res.status = any_up ? 200 : 503;
-    res.set_content(any_up ? "ok\n" : "no upstream is up\n", "text/plain");
-  });
+  if (!config_.api_key_file.empty()) {
+    absl::StatusOr<std::string> text = ReadNonEmptyFile("api_key_file", config_.api_key_file);
+    if (!text.ok()) return text.status();
+    for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+      line = absl::StripAsciiWhitespace(line);
+      if (line.empty() || line.front() == '#') continue;
+      api_keys_.emplace_back(line);
+    }
+    if (api_keys_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "api_key_file: \"", config_.api_key_file, "\" holds no key (one per line)"));
+    }
+    std::sort(api_keys_.begin(), api_keys_.end());
+  }
 
-  if (port == 0) {
-    port_ = server_->bind_to_any_port(host);
-  } else {
-    port_ = server_->bind_to_port(host, port) ? port : -1;
+  http::ServerOptions options;
+  options.host = host;
+  options.port = port;
+  options.threads = config_.io_threads;
+  options.write_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      ToChrono(config_.write_timeout));
+  options.tls_cert_file = config_.tls_cert_file;
+  options.tls_key_file = config_.tls_key_file;
+  absl::StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(
+      options, [this](http::Exchange& x) -> asio::awaitable<void> { return Handle(x); });
+  if (!server.ok()) {
+    if (absl::IsInvalidArgument(server.status())) return server.status();
+    return absl::UnavailableError(absl::StrCat("listen: cannot bind \"", config_.listen,
+                                               "\": ", server.status().message()));
   }
-  if (port_ <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("listen: cannot bind \"", config_.listen, "\" (address in use?)"));
+  server_ = *std::move(server);
+  port_ = server_->port();
+
+  // Upstream addresses, resolved once here (a name that does not resolve is a bad config).
+  tcp::resolver resolver(server_->context());
+  for (uint32_t d = 0; d < addresses_.size(); ++d) {
+    beast::error_code ec;
+    auto results =
+        resolver.resolve(addresses_[d].host, std::to_string(addresses_[d].port), ec);
+    if (ec || results.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upstreams[", d, "].url: cannot resolve \"", addresses_[d].host, "\": ", ec.message()));
+    }
+    endpoints_.push_back(std::move(results));
   }
-  server_thread_ = service::ListenInBackground(*server_);
   return absl::OkStatus();
 }
 
 Gateway::~Gateway() { Stop(); }
+
+bool Gateway::Drain() {
+  if (server_ == nullptr) return true;
+  if (!draining_.exchange(true)) {
+    Log("info", "draining",
+        {{"active_requests", absl::StrCat(server_->active())},
+         {"open_streams", absl::StrCat(open_streams())},
+         {"drain_delay", absl::FormatDuration(config_.drain_delay)},
+         {"drain_timeout", absl::FormatDuration(config_.drain_timeout)}});
+    // /healthz answers 503 from now; keep serving until those who watch it have seen it.
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    stop_cv_.wait_for(lock, ToChrono(config_.drain_delay), [this] { return stopping_; });
+  }
+  server_->StopAccepting();
+  const auto deadline = std::chrono::steady_clock::now() + ToChrono(config_.drain_timeout);
+  while (server_->active() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const size_t left = server_->active();
+  Log(left == 0 ? "info" : "warning", "drained", {{"requests_cut", absl::StrCat(left)}});
+  return left == 0;
+}
 
 void Gateway::Stop() {
   {
@@ -565,12 +378,377 @@ void Gateway::Stop() {
     stopping_ = true;
   }
   stop_cv_.notify_all();
-  if (server_ != nullptr) server_->stop();
-  if (server_thread_.joinable()) server_thread_.join();
+  if (server_ != nullptr) server_->Stop();
   if (prober_thread_.joinable()) prober_thread_.join();
   if (scraper_thread_.joinable()) scraper_thread_.join();
   if (subscriber_ != nullptr) subscriber_->Stop();
   if (reporter_ != nullptr) reporter_->Stop();
+}
+
+bool Gateway::Authorized(const http::Request& request) const {
+  if (api_keys_.empty()) return true;
+  const auto it = request.find(bhttp::field::authorization);
+  if (it == request.end()) return false;
+  absl::string_view value(it->value().data(), it->value().size());
+  if (!absl::ConsumePrefix(&value, "Bearer ")) return false;
+  value = absl::StripAsciiWhitespace(value);
+  return std::binary_search(api_keys_.begin(), api_keys_.end(), value);
+}
+
+asio::awaitable<void> Gateway::SendError(http::Exchange& x, int status, absl::string_view message,
+                                         absl::string_view type, uint32_t d) {
+  http::Response r = http::TextResponse(x.request(), status, "application/json",
+                                        ErrorBody(message, type, status));
+  if (d != dataplane::kNoDestination) {
+    r.set("X-CacheRoute-Destination", config_.upstreams[d].name);
+  }
+  co_await x.Send(std::move(r));
+}
+
+asio::awaitable<void> Gateway::Handle(http::Exchange& x) {
+  const http::Request& request = x.request();
+  absl::string_view target(request.target().data(), request.target().size());
+  const absl::string_view path = target.substr(0, target.find('?'));
+  const bool post = request.method() == bhttp::verb::post;
+  const bool get = request.method() == bhttp::verb::get;
+  if (path == "/healthz" && get) {
+    bool any_up = false;
+    for (uint32_t d = 0; d < router_.destination_count(); ++d) any_up |= router_.loads().Up(d);
+    const bool ok = any_up && !draining_.load();
+    co_await x.Send(http::TextResponse(request, ok ? 200 : 503, "text/plain",
+                                       ok       ? "ok\n"
+                                       : any_up ? "draining\n"
+                                                : "no upstream is up\n"));
+    co_return;
+  }
+  if (path == "/metrics" && get) {
+    co_await x.Send(http::TextResponse(request, 200, "text/plain; version=0.0.4; charset=utf-8",
+                                       RenderMetrics()));
+    co_return;
+  }
+  const bool completion = path == "/v1/completions" || path == "/v1/chat/completions";
+  const bool models = path == "/v1/models";
+  if ((completion && !post) || (models && !get)) {
+    co_await SendError(x, 405, absl::StrCat("method ", absl::string_view(request.method_string().data(), request.method_string().size()),
+                                            " is not allowed on ", path),
+                       "invalid_request_error");
+    co_return;
+  }
+  if (!completion && !models) {
+    co_await SendError(x, 404, absl::StrCat("no route for ", path), "invalid_request_error");
+    co_return;
+  }
+  if (!Authorized(request)) {
+    unauthorized_.fetch_add(1, std::memory_order_relaxed);
+    co_await SendError(x, 401,
+                       "missing or unknown API key: send Authorization: Bearer <key> with a key "
+                       "of the gateway's api_key_file",
+                       "invalid_request_error");
+    co_return;
+  }
+  if (models) {
+    co_await HandleModels(x);
+  } else {
+    co_await HandleCompletion(
+        x, path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions);
+  }
+}
+
+asio::awaitable<void> Gateway::HandleCompletion(http::Exchange& x, Endpoint endpoint) {
+  const SteadyTime start = std::chrono::steady_clock::now();
+  const RequestFields fields = ScanRequestFields(x.request().body(), config_.prefix_bytes);
+  std::optional<std::string> header;
+  if (const auto it = x.request().find(config_.key_header); it != x.request().end()) {
+    header.emplace(it->value().data(), it->value().size());
+  }
+  dataplane::InFlight in_flight = Route(RoutingKey(config_.key_from, header, fields));
+  if (!in_flight.ok()) {
+    co_await SendError(x, 503, "no upstream is up", "service_unavailable");
+    Finish(endpoint, 503, start);
+    co_return;
+  }
+  const uint32_t d = in_flight.destination();
+  const int status = co_await Forward(x, d, std::move(in_flight), start);
+  Finish(endpoint, status, start);
+}
+
+asio::awaitable<void> Gateway::HandleModels(http::Exchange& x) {
+  const SteadyTime start = std::chrono::steady_clock::now();
+  dataplane::InFlight in_flight =
+      router_.Track({dataplane::RandomUpDestination(router_.loads(), random_), false,
+                     dataplane::Reason::kPolicy});
+  int status = 503;
+  if (!in_flight.ok()) {
+    co_await SendError(x, 503, "no upstream is up", "service_unavailable");
+  } else {
+    const uint32_t d = in_flight.destination();
+    status = co_await Forward(x, d, std::move(in_flight), start);
+  }
+  Finish(Endpoint::kModels, status, start);
+}
+
+asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
+                                      dataplane::InFlight in_flight, SteadyTime start) {
+  const auto executor = co_await asio::this_coro::executor;
+  Destination& destination = destinations_[d];
+  const bool planned = in_flight.planned();
+  const std::string who =
+      absl::StrCat("upstream ", config_.upstreams[d].name, " (", config_.upstreams[d].url, ")");
+  // The in-flight count and the per-destination duration end when the upstream's part is over,
+  // before the last bytes go to the client (who may send the next request at once).
+  struct Done {
+    Destination& destination;
+    dataplane::InFlight& in_flight;
+    SteadyTime start;
+    bool done = false;
+    void operator()() {
+      if (done) return;
+      done = true;
+      in_flight.Release();
+      destination.duration.Observe(std::chrono::steady_clock::now() - start);
+    }
+    ~Done() { (*this)(); }
+  } done{destination, in_flight, start};
+
+  const http::Request& request = x.request();
+  bhttp::request<bhttp::string_body> upstream{request.method(), request.target(), 11};
+  for (const auto& field : request) {
+    if (SkipRequestHeader(field.name(), {})) continue;
+    if (!api_keys_.empty() && field.name() == bhttp::field::authorization) continue;
+    upstream.insert(field.name_string(), field.value());
+  }
+  upstream.set(bhttp::field::host, host_headers_[d]);
+  upstream.body() = request.body();
+  upstream.keep_alive(true);
+  upstream.prepare_payload();
+
+  std::optional<beast::tcp_stream> connection;
+  beast::flat_buffer buffer;
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
+  for (int attempt = 0;; ++attempt) {
+    bool reused = false;
+    connection.reset();
+    if (attempt == 0) {  // a pooled connection that is still open
+      for (;;) {
+        IdleConnection idle;
+        {
+          std::lock_guard<std::mutex> lock(destination.mu);
+          if (destination.idle.empty()) break;
+          idle = destination.idle.back();
+          destination.idle.pop_back();
+        }
+        if (!StillOpen(idle.fd)) {
+          ::close(idle.fd);
+          continue;
+        }
+        tcp::socket socket(executor);
+        beast::error_code ec;
+        socket.assign(idle.v6 ? tcp::v6() : tcp::v4(), idle.fd, ec);
+        if (ec) {
+          ::close(idle.fd);
+          continue;
+        }
+        connection.emplace(std::move(socket));
+        reused = true;
+        break;
+      }
+    }
+    if (!connection) {
+      connection.emplace(executor);
+      connection->expires_after(ToChrono(config_.connect_timeout));
+      auto [ec, endpoint] = co_await connection->async_connect(endpoints_[d], kNoThrow);
+      if (ec) {
+        const std::string error =
+            IsTimeout(ec) ? "connect timed out" : absl::StrCat("could not connect: ", ec.message());
+        RecordError(d, ErrorKind::kConnect, error);
+        done();
+        co_await SendError(x, 502, absl::StrCat(who, " failed: ", error), "upstream_error", d);
+        co_return 502;
+      }
+      beast::error_code ignored;
+      connection->socket().set_option(tcp::no_delay(true), ignored);
+    }
+    connection->expires_after(ToChrono(config_.write_timeout));
+    auto [write_ec, written] = co_await bhttp::async_write(*connection, upstream, kNoThrow);
+    beast::error_code ec = write_ec;
+    parser.emplace();
+    parser->body_limit(boost::none);
+    buffer.clear();
+    if (!ec) {
+      connection->expires_after(ToChrono(config_.header_timeout));
+      auto [header_ec, n] = co_await bhttp::async_read_header(*connection, buffer, *parser, kNoThrow);
+      ec = header_ec;
+    }
+    if (!ec) break;
+    if (reused && !IsTimeout(ec) && !parser->got_some()) continue;  // a stale keep-alive: retry
+    if (IsTimeout(ec)) {
+      const std::string error =
+          absl::StrCat(write_ec ? "sending the request" : "the response headers", " took longer than ",
+                       absl::FormatDuration(write_ec ? config_.write_timeout : config_.header_timeout));
+      RecordError(d, ErrorKind::kHeaderTimeout, error);
+      done();
+        co_await SendError(x, 504, absl::StrCat(who, ": ", error), "upstream_timeout", d);
+      co_return 504;
+    }
+    const bool protocol = ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category() &&
+                          ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
+    const std::string error =
+        protocol ? absl::StrCat("malformed response: ", ec.message())
+                 : absl::StrCat("connection closed before the response headers (", ec.message(), ")");
+    RecordError(d, protocol ? ErrorKind::kProtocol : ErrorKind::kReset, error);
+    done();
+        co_await SendError(x, 502, absl::StrCat(who, " failed: ", error), "upstream_error", d);
+    co_return 502;
+  }
+  RecordSuccess(d);
+
+  const auto& answer = parser->get();
+  const int status = static_cast<int>(answer.result_int());
+  bhttp::response_header<> header;
+  header.result(answer.result_int());
+  for (const auto& field : answer) {
+    if (!SkipResponseHeader(field.name())) header.insert(field.name_string(), field.value());
+  }
+  header.set("X-CacheRoute-Destination", config_.upstreams[d].name);
+  header.set("X-CacheRoute-Planned", planned ? "1" : "0");
+  const bool streamed = answer.chunked() || !answer.has_content_length();
+
+  constexpr size_t kChunk = 16384;
+  std::unique_ptr<char[]> chunk(new char[kChunk]);
+  bool client_gone = false;
+  bool broken = false;
+  std::string body;  // a non-streamed answer, sent whole
+  UsageScanner usage;
+  if (streamed) {
+    open_streams_.fetch_add(1, std::memory_order_relaxed);
+    client_gone = !co_await x.StartStream(std::move(header));
+  }
+  bool first = true;
+  while (!parser->is_done() && !client_gone) {
+    parser->get().body().data = chunk.get();
+    parser->get().body().size = kChunk;
+    connection->expires_after(ToChrono(config_.read_timeout));
+    auto [read_ec, n] = co_await bhttp::async_read_some(*connection, buffer, *parser, kNoThrow);
+    beast::error_code ec = read_ec;
+    if (ec == bhttp::error::need_buffer) ec = {};
+    const size_t got = kChunk - parser->get().body().size;
+    if (got > 0) {
+      const absl::string_view bytes(chunk.get(), got);
+      if (streamed) {
+        if (first) destination.ttft.Observe(std::chrono::steady_clock::now() - start);
+        first = false;
+        usage.Feed(bytes);
+        if (!co_await x.SendChunk(std::string_view(bytes.data(), bytes.size()))) client_gone = true;
+      } else if (body.size() + got > kMaxUnaryBody) {
+        ec = bhttp::error::body_limit;
+      } else {
+        body.append(bytes.data(), bytes.size());
+      }
+    }
+    if (ec) {
+      broken = true;
+      const ErrorKind kind = IsTimeout(ec) ? ErrorKind::kIdleTimeout : ErrorKind::kReset;
+      const std::string error =
+          IsTimeout(ec) ? absl::StrCat("no body bytes for ", absl::FormatDuration(config_.read_timeout))
+                        : absl::StrCat("the body broke off: ", ec.message());
+      // After the headers the destination has answered: counted, never marked down for it.
+      RecordError(d, kind, error, /*may_mark_down=*/false);
+      break;
+    }
+  }
+  if (streamed) {
+    open_streams_.fetch_sub(1, std::memory_order_relaxed);
+    done();
+    if (!broken && !client_gone) co_await x.EndStream();
+    if (usage.usage()) RecordUsage(d, planned, *usage.usage());
+  } else if (broken) {
+    done();
+        co_await SendError(x, 502, absl::StrCat(who, " failed: the response body broke off"),
+                       "upstream_error", d);
+  } else {
+    if (absl::StrContains(body, "\"usage\"")) {
+      if (std::optional<Usage> u = ReadUsage(body); u.has_value()) RecordUsage(d, planned, *u);
+    }
+    http::Response response{static_cast<bhttp::status>(status), x.request().version()};
+    response.base() = std::move(header);
+    response.body() = std::move(body);
+    done();
+    co_await x.Send(std::move(response));
+  }
+
+  // Back to the pool only when the answer was read to its end and the upstream keeps it open.
+  if (parser->is_done() && parser->keep_alive() && !broken && !client_gone) {
+    beast::error_code ec;
+    const bool v6 = connection->socket().local_endpoint(ec).address().is_v6();
+    const int fd = connection->release_socket().release(ec);
+    if (!ec) {
+      std::lock_guard<std::mutex> lock(destination.mu);
+      if (destination.idle.size() < kMaxIdlePerDestination) {
+        destination.idle.push_back({fd, v6});
+      } else {
+        ::close(fd);
+      }
+    }
+  } else {
+    beast::error_code ignored;
+    connection->socket().close(ignored);
+  }
+  co_return broken && !streamed ? 502 : status;
+}
+
+std::optional<double> Gateway::measured_hit() const {
+  std::lock_guard<std::mutex> lock(hit_mu_);
+  if (seen_prompt_ <= 0) return std::nullopt;
+  return seen_cached_ / seen_prompt_;
+}
+
+void Gateway::RecordUsage(uint32_t d, bool planned, const Usage& usage) {
+  if (!usage.cached_tokens.has_value() || usage.prompt_tokens == 0) return;
+  Destination& destination = destinations_[d];
+  destination.prompt_tokens[planned].fetch_add(usage.prompt_tokens, std::memory_order_relaxed);
+  destination.cached_tokens[planned].fetch_add(*usage.cached_tokens, std::memory_order_relaxed);
+  // The fleet simulator's memory (tools/sim/fleet.cc): an exponential window of ~1,000 answers.
+  constexpr double kKeep = 1 - 1.0 / 1000;
+  double hit;
+  {
+    std::lock_guard<std::mutex> lock(hit_mu_);
+    seen_cached_ = seen_cached_ * kKeep + static_cast<double>(*usage.cached_tokens);
+    seen_prompt_ = seen_prompt_ * kKeep + static_cast<double>(usage.prompt_tokens);
+    hit = seen_cached_ / seen_prompt_;
+  }
+  (void)router_.SetMeasuredHit(std::clamp(hit, 0.0, 1.0));
+}
+
+void Gateway::RecordSuccess(uint32_t d) {
+  destinations_[d].consecutive_failures.store(0, std::memory_order_relaxed);
+}
+
+void Gateway::RecordError(uint32_t d, ErrorKind kind, absl::string_view error, bool may_mark_down) {
+  Destination& destination = destinations_[d];
+  destination.errors.fetch_add(1, std::memory_order_relaxed);
+  destination.error_kinds[static_cast<int>(kind)].fetch_add(1, std::memory_order_relaxed);
+  // Slow is not dead: only a failed connect or a reset before the headers counts towards down.
+  if (!may_mark_down || (kind != ErrorKind::kConnect && kind != ErrorKind::kReset)) return;
+  const uint32_t failures =
+      destination.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
+  // Exactly one request crosses the threshold, so the destination is marked down (and logged)
+  // once per outage.
+  if (failures == config_.failure_threshold) {
+    router_.MarkDown(d);
+    destination.marked_down.fetch_add(1, std::memory_order_relaxed);
+    Log("warning", "destination_down",
+        {{"destination", config_.upstreams[d].name},
+         {"url", config_.upstreams[d].url},
+         {"consecutive_failures", absl::StrCat(failures)},
+         {"error", absl::StrCat("\"", error, "\"")}});
+  }
+}
+
+void Gateway::Finish(Endpoint endpoint, int status, SteadyTime start) {
+  const int status_class = std::clamp(status / 100, 1, 5) - 1;
+  requests_[static_cast<int>(endpoint) * kStatusClasses + status_class].fetch_add(
+      1, std::memory_order_relaxed);
+  latency_.Observe(std::chrono::steady_clock::now() - start);
 }
 
 uint32_t Gateway::DestinationIndex(absl::string_view name) const {
@@ -603,251 +781,6 @@ dataplane::InFlight Gateway::Route(const std::optional<std::string>& key) {
                                       : router_.Track(policy_->Pick(key_id, router_.loads()));
   picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
   return in_flight;
-}
-
-void Gateway::HandleCompletion(const httplib::Request& request, httplib::Response& response,
-                               Endpoint endpoint) {
-  const SteadyTime start = std::chrono::steady_clock::now();
-  const RequestFields fields = ScanRequestFields(request.body);
-  std::optional<std::string> key;
-  if (request.has_header(config_.key_header.c_str())) {
-    key = request.get_header_value(config_.key_header.c_str());
-  } else {
-    key = fields.user;
-  }
-  dataplane::InFlight in_flight = Route(key);
-  if (!in_flight.ok()) {
-    response.status = 503;
-    response.set_content(ErrorBody("no upstream is up", "service_unavailable", 503),
-                         "application/json");
-    Finish(endpoint, response.status, start);
-    return;
-  }
-  const uint32_t d = in_flight.destination();
-  response.set_header("X-CacheRoute-Destination", config_.upstreams[d].name);
-  response.set_header("X-CacheRoute-Planned", in_flight.planned() ? "1" : "0");
-  if (fields.stream) {
-    ForwardStream(d, request, response, std::move(in_flight), endpoint, start);
-    return;
-  }
-  ForwardUnary(d, request, response);
-  in_flight.Release();
-  Finish(endpoint, response.status, start);
-}
-
-void Gateway::HandleModels(const httplib::Request& request, httplib::Response& response) {
-  const SteadyTime start = std::chrono::steady_clock::now();
-  dataplane::InFlight in_flight =
-      router_.Track({dataplane::RandomUpDestination(router_.loads(), random_), false,
-                     dataplane::Reason::kPolicy});
-  if (!in_flight.ok()) {
-    response.status = 503;
-    response.set_content(ErrorBody("no upstream is up", "service_unavailable", 503),
-                         "application/json");
-  } else {
-    response.set_header("X-CacheRoute-Destination",
-                        config_.upstreams[in_flight.destination()].name);
-    response.set_header("X-CacheRoute-Planned", "0");
-    ForwardUnary(in_flight.destination(), request, response);
-  }
-  Finish(Endpoint::kModels, response.status, start);
-}
-
-bool Gateway::ForwardUnary(uint32_t d, const httplib::Request& request,
-                           httplib::Response& response) {
-  std::unique_ptr<httplib::Client> client = AcquireClient(d);
-  httplib::Request upstream = UpstreamRequest(request);
-  httplib::Response answer;
-  httplib::Error error = httplib::Error::Success;
-  if (!client->send(upstream, answer, error)) {
-    RecordFailure(d, DescribeError(error));
-    response.status = 502;
-    response.set_content(
-        ErrorBody(absl::StrCat("upstream ", config_.upstreams[d].name, " (",
-                               config_.upstreams[d].url, ") failed: ", DescribeError(error)),
-                  "upstream_error", 502),
-        "application/json");
-    return false;  // the client's connection is in an unknown state: dropped with it
-  }
-  ReleaseClient(d, std::move(client));
-  RecordSuccess(d);
-  response.status = answer.status;
-  CopyResponseHeaders(answer.headers, response);
-  response.set_content(std::move(answer.body), ContentType(answer.headers, "application/json"));
-  return true;
-}
-
-void Gateway::ForwardStream(uint32_t d, const httplib::Request& request,
-                            httplib::Response& response, dataplane::InFlight in_flight,
-                            Endpoint endpoint, SteadyTime start) {
-  auto stream = std::make_shared<Stream>();
-  stream->client = AcquireClient(d);
-  httplib::Request upstream = UpstreamRequest(request);
-  upstream.response_handler = [stream](const httplib::Response& answer) {
-    std::lock_guard<std::mutex> lock(stream->mu);
-    stream->status = answer.status;
-    stream->headers = answer.headers;
-    stream->headers_ready = true;
-    stream->cv.notify_all();
-    return !stream->cancelled;
-  };
-  upstream.content_receiver = [stream](const char* data, size_t size, uint64_t, uint64_t) {
-    std::lock_guard<std::mutex> lock(stream->mu);
-    if (stream->cancelled) return false;
-    stream->chunks.emplace_back(data, size);
-    stream->cv.notify_all();
-    return true;
-  };
-  // The reader thread touches only `stream` (its own shared_ptr keeps it alive).
-  stream->reader = std::thread([stream, upstream = std::move(upstream)]() mutable {
-    httplib::Response answer;
-    httplib::Error error = httplib::Error::Success;
-    const bool ok = stream->client->send(upstream, answer, error);
-    std::lock_guard<std::mutex> lock(stream->mu);
-    stream->ok = ok;
-    stream->error = error;
-    stream->finished = true;
-    stream->cv.notify_all();
-  });
-
-  bool headers_ready;
-  {
-    std::unique_lock<std::mutex> lock(stream->mu);
-    stream->cv.wait(lock, [&] { return stream->headers_ready || stream->finished; });
-    headers_ready = stream->headers_ready;
-  }
-  if (!headers_ready) {  // never reached the upstream, or it closed without answering
-    stream->reader.join();
-    const std::string error = DescribeError(stream->error);
-    RecordFailure(d, error);
-    response.status = 502;
-    response.set_content(ErrorBody(absl::StrCat("upstream ", config_.upstreams[d].name, " (",
-                                                config_.upstreams[d].url, ") failed: ", error),
-                                   "upstream_error", 502),
-                         "application/json");
-    in_flight.Release();
-    Finish(endpoint, response.status, start);
-    return;
-  }
-
-  response.status = stream->status;
-  CopyResponseHeaders(stream->headers, response);
-  // Called from the worker thread until it calls sink.done() or returns false (which drops the
-  // downstream connection without the final chunk, so the client sees the stream broke).
-  auto provider = [stream](size_t, httplib::DataSink& sink) {
-    for (;;) {
-      std::deque<std::string> chunks;
-      bool finished;
-      bool ok;
-      {
-        std::unique_lock<std::mutex> lock(stream->mu);
-        stream->cv.wait(lock, [&] { return !stream->chunks.empty() || stream->finished; });
-        chunks.swap(stream->chunks);
-        finished = stream->finished;
-        ok = stream->ok;
-      }
-      for (const std::string& chunk : chunks) {
-        if (!sink.write(chunk.data(), chunk.size())) return false;
-      }
-      if (finished) {
-        if (!ok) return false;
-        sink.done();
-        return true;
-      }
-    }
-  };
-  // Runs when the response is destroyed, written or not: ends the upstream read, the in-flight
-  // count and the latency measurement.
-  auto in_flight_holder = std::make_shared<dataplane::InFlight>(std::move(in_flight));
-  auto releaser = [this, stream, in_flight_holder, d, endpoint, start,
-                   status = stream->status](bool) {
-    bool ok;
-    {
-      std::lock_guard<std::mutex> lock(stream->mu);
-      stream->cancelled = !stream->finished;
-    }
-    stream->client->stop();  // unblocks a read of an upstream that is still generating
-    stream->reader.join();
-    {
-      std::lock_guard<std::mutex> lock(stream->mu);
-      ok = stream->ok || stream->cancelled;  // a client that hung up is not the upstream's fault
-    }
-    if (ok) {
-      RecordSuccess(d);
-    } else {
-      RecordFailure(d, DescribeError(stream->error));
-    }
-    if (stream->ok) ReleaseClient(d, std::move(stream->client));
-    in_flight_holder->Release();
-    Finish(endpoint, status, start);
-  };
-  response.set_chunked_content_provider(ContentType(stream->headers, "text/event-stream"),
-                                        std::move(provider), std::move(releaser));
-}
-
-std::unique_ptr<httplib::Client> Gateway::AcquireClient(uint32_t d) {
-  Destination& destination = destinations_[d];
-  {
-    std::lock_guard<std::mutex> lock(destination.mu);
-    if (!destination.idle.empty()) {
-      std::unique_ptr<httplib::Client> client = std::move(destination.idle.back());
-      destination.idle.pop_back();
-      return client;
-    }
-  }
-  auto client = std::make_unique<httplib::Client>(addresses_[d].host, addresses_[d].port);
-  client->set_keep_alive(true);
-  client->set_tcp_nodelay(true);
-  const auto [connect_s, connect_us] = SecondsAndMicros(ToChrono(config_.connect_timeout));
-  client->set_connection_timeout(connect_s, connect_us);
-  const auto [read_s, read_us] = SecondsAndMicros(ToChrono(config_.read_timeout));
-  client->set_read_timeout(read_s, read_us);
-  const auto [write_s, write_us] = SecondsAndMicros(ToChrono(config_.write_timeout));
-  client->set_write_timeout(write_s, write_us);
-  return client;
-}
-
-void Gateway::ReleaseClient(uint32_t d, std::unique_ptr<httplib::Client> client) {
-  // Bounded by the worker count: at most one client per worker is ever out at a time.
-  Destination& destination = destinations_[d];
-  std::lock_guard<std::mutex> lock(destination.mu);
-  destination.idle.push_back(std::move(client));
-}
-
-void Gateway::RecordSuccess(uint32_t d) {
-  destinations_[d].consecutive_failures.store(0, std::memory_order_relaxed);
-}
-
-void Gateway::RecordFailure(uint32_t d, absl::string_view error) {
-  Destination& destination = destinations_[d];
-  destination.errors.fetch_add(1, std::memory_order_relaxed);
-  const uint32_t failures =
-      destination.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
-  // Exactly one request crosses the threshold, so the destination is marked down (and logged)
-  // once per outage.
-  if (failures == config_.failure_threshold) {
-    router_.MarkDown(d);
-    destination.marked_down.fetch_add(1, std::memory_order_relaxed);
-    Log("warning", "destination_down",
-        {{"destination", config_.upstreams[d].name},
-         {"url", config_.upstreams[d].url},
-         {"consecutive_failures", absl::StrCat(failures)},
-         {"error", absl::StrCat("\"", error, "\"")}});
-  }
-}
-
-void Gateway::Finish(Endpoint endpoint, int status, SteadyTime start) {
-  const int status_class = std::clamp(status / 100, 1, 5) - 1;
-  requests_[static_cast<int>(endpoint) * kStatusClasses + status_class].fetch_add(
-      1, std::memory_order_relaxed);
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  const double seconds = std::chrono::duration<double>(elapsed).count();
-  const size_t bucket = std::lower_bound(kLatencyBuckets.begin(), kLatencyBuckets.end(), seconds) -
-                        kLatencyBuckets.begin();
-  latency_buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
-  latency_sum_ns_.fetch_add(
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
-      std::memory_order_relaxed);
 }
 
 void Gateway::RunProber() {
@@ -971,10 +904,10 @@ std::string Gateway::RenderMetrics() {
                   "1 when the destination is routed to, 0 when marked down.",
                   [&](uint32_t d) { return stats.up[d] ? 1 : 0; });
   per_destination("upstream_errors_total", "counter",
-                  "Connection failures and timeouts towards each destination.",
+                  "Upstream errors of every kind towards each destination (upstream_error_kinds_total splits them).",
                   [&](uint32_t d) { return relaxed(destinations_[d].errors); });
   per_destination("destination_marked_down_total", "counter",
-                  "Times each destination was marked down after failure_threshold failures.",
+                  "Times each destination was marked down after failure_threshold connect failures or resets.",
                   [&](uint32_t d) { return relaxed(destinations_[d].marked_down); });
   per_destination("reported_load", "gauge",
                   "The load_metric each destination last reported (load_scrape_interval; 0 when "
@@ -983,18 +916,75 @@ std::string Gateway::RenderMetrics() {
   per_destination("load_scrape_failures_total", "counter",
                   "Scrapes of a destination's /metrics that failed or lacked load_metric.",
                   [&](uint32_t d) { return relaxed(destinations_[d].scrape_failures); });
+  // A histogram family; `labels` (may be empty) go before le.
+  const auto histogram = [&](absl::string_view name, const Histogram& h, absl::string_view labels) {
+    uint64_t cumulative = 0;
+    const std::string prefix = labels.empty() ? "" : absl::StrCat(labels, ",");
+    for (size_t b = 0; b <= kLatencyBuckets.size(); ++b) {
+      cumulative += h.buckets[b].load(std::memory_order_relaxed);
+      const std::string le = b == kLatencyBuckets.size() ? "+Inf" : Number(kLatencyBuckets[b]);
+      sample(absl::StrCat(name, "_bucket"), static_cast<double>(cumulative),
+             absl::StrCat(prefix, "le=\"", le, "\""));
+    }
+    sample(absl::StrCat(name, "_sum"),
+           static_cast<double>(h.sum_ns.load(std::memory_order_relaxed)) * 1e-9, labels);
+    sample(absl::StrCat(name, "_count"), static_cast<double>(cumulative), labels);
+  };
   family("request_duration_seconds", "histogram",
          "Time from receiving a request to the end of its response (streams: the last chunk).");
-  uint64_t cumulative = 0;
-  for (size_t b = 0; b <= kLatencyBuckets.size(); ++b) {
-    cumulative += latency_buckets_[b].load(std::memory_order_relaxed);
-    const std::string le = b == kLatencyBuckets.size() ? "+Inf" : Number(kLatencyBuckets[b]);
-    sample("request_duration_seconds_bucket", static_cast<double>(cumulative),
-           absl::StrCat("le=\"", le, "\""));
+  histogram("request_duration_seconds", latency_, "");
+  family("destination_request_duration_seconds", "histogram",
+         "Per destination: time from receiving a request to the end of its upstream answer.");
+  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+    histogram("destination_request_duration_seconds", destinations_[d].duration,
+              destination_label(d));
   }
-  sample("request_duration_seconds_sum",
-         static_cast<double>(latency_sum_ns_.load(std::memory_order_relaxed)) * 1e-9);
-  sample("request_duration_seconds_count", static_cast<double>(cumulative));
+  family("time_to_first_token_seconds", "histogram",
+         "Per destination, streamed answers: time from receiving a request to the first body "
+         "chunk.");
+  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+    histogram("time_to_first_token_seconds", destinations_[d].ttft, destination_label(d));
+  }
+  family("upstream_error_kinds_total", "counter",
+         "Upstream errors by kind: connect, reset (before the headers: both count towards "
+         "marking down; after them: counted only), header_timeout, idle_timeout, protocol.");
+  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+    for (int k = 0; k < kErrorKinds; ++k) {
+      sample("upstream_error_kinds_total",
+             static_cast<double>(destinations_[d].error_kinds[k].load(std::memory_order_relaxed)),
+             absl::StrCat(destination_label(d), ",kind=\"", kErrorKindNames[k], "\""));
+    }
+  }
+  family("prompt_tokens_total", "counter",
+         "Prompt tokens of answers whose usage reported cached tokens, per destination, planned "
+         "(routed by the table) or not.");
+  family("cached_tokens_total", "counter",
+         "Of those, tokens served from the prefix cache (usage.prompt_tokens_details."
+         "cached_tokens): the served KV hit is cached / prompt.");
+  for (const char* name : {"prompt_tokens_total", "cached_tokens_total"}) {
+    for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+      for (int planned = 0; planned < 2; ++planned) {
+        const auto& counter = absl::string_view(name) == "prompt_tokens_total"
+                                  ? destinations_[d].prompt_tokens[planned]
+                                  : destinations_[d].cached_tokens[planned];
+        sample(name, static_cast<double>(counter.load(std::memory_order_relaxed)),
+               absl::StrCat(destination_label(d), ",planned=\"", planned, "\""));
+      }
+    }
+  }
+  family("measured_kv_hit", "gauge",
+         "The served KV hit given to the router (cached / prompt tokens over ~1,000 answers).");
+  sample("measured_kv_hit", measured_hit().value_or(0));
+  family("open_streams", "gauge", "Streamed answers in progress.");
+  sample("open_streams", static_cast<double>(open_streams()));
+  family("active_requests", "gauge", "Requests in progress.");
+  sample("active_requests", static_cast<double>(active_requests()));
+  family("client_connections", "gauge", "Open client connections.");
+  sample("client_connections", server_ ? static_cast<double>(server_->connections()) : 0.0);
+  family("draining", "gauge", "1 after SIGTERM, while requests in progress finish.");
+  sample("draining", draining_.load() ? 1 : 0);
+  family("unauthorized_total", "counter", "Requests refused for a missing or unknown API key.");
+  sample("unauthorized_total", static_cast<double>(unauthorized_.load(std::memory_order_relaxed)));
 
   family("planner_connected", "gauge", "1 while the table stream to the planner is open.");
   const std::optional<dataplane::TableSubscriberStats> subscriber = SubscriberStats();

@@ -1,42 +1,34 @@
 // Gateway: an OpenAI-compatible HTTP reverse proxy in front of a fleet of model servers (vLLM),
-// routing each request with the dataplane (paper §3.1) so that prefix KV caches stay warm.
+// routing each request with the dataplane so that prefix KV caches stay warm. docs/gateway.md has
+// the configuration and the operator's view; this is the contract.
 //
-//   POST /v1/completions, /v1/chat/completions  forwarded unchanged to the chosen upstream; with
-//                                               "stream": true the SSE chunks pass through as
-//                                               they arrive
+//   POST /v1/completions, /v1/chat/completions  forwarded unchanged to the chosen upstream; a
+//                                               streamed (chunked) answer passes through chunk by
+//                                               chunk as it arrives, with back-pressure
 //   GET  /v1/models                             forwarded to any up upstream
-//   GET  /metrics, /healthz                     the gateway's own
+//   GET  /metrics, /healthz                     the gateway's own (/healthz: 503 while draining)
 //
-// Routing. The key is the `key_header` request header, else the body's `user` field. A keyed
-// request is counted in the RateRecorder (whatever the policy, so the planner learns rates in A/B
-// runs too) and routed by the policy: `cacheroute` through Router::Pick (the planner's table,
-// kept current by a TableSubscriber), the others by Policy::Pick over the Router's loads and
-// counted in flight with Router::Track. A request without a key goes to power of two choices and
-// is not counted in rates: a shared "" key would look like one hot tenant to the planner, which
-// would spend warm slots on traffic that has no prefix in common. Every response carries
-// `X-CacheRoute-Destination: <name>` and `X-CacheRoute-Planned: 0|1`. A request is in flight at
-// its destination until its response (or its stream) ends.
+// Serving: event-driven (http::Server, Boost.Beast) on io_threads threads; upstream connections
+// are pooled per destination; Pick runs on the I/O thread. No thread per connection or stream.
 //
-// Failures. A connection failure or timeout towards an upstream answers 502 with an OpenAI-style
-// error body naming the upstream (no retry elsewhere: the request may have started generating).
-// After `failure_threshold` consecutive such failures the destination is marked down in the
-// Router, and a prober GETs its /health every `probe_interval` until a 200 marks it up again.
-// HTTP error statuses from the upstream (4xx, 5xx) are passed through and are not failures.
+// Routing: the key is the first of `key_from` the request has (openai_fields.h: the key header,
+// the body's `user`, a hash of the system prompt). A keyed request is counted in the RateRecorder
+// and routed by the policy; one without a key goes to power of two choices and is not counted.
+// Responses carry `X-CacheRoute-Destination` and `X-CacheRoute-Planned: 0|1`.
 //
-// Engine-reported load (GatewayConfig::load_scrape_interval, off by default): a scraper thread
-// reads each up upstream's `load_metric` (vllm:num_requests_waiting) from its /metrics and passes
-// it to Router::SetLoad, so every policy sees in_flight + external_load_weight * queue. It is what
-// lets several gateways see each other's traffic on an engine.
+// Slow is not dead: a destination is marked down after `failure_threshold` consecutive connect
+// failures or resets before the response headers (502 each; a stale pooled connection is retried
+// once on a fresh one); a prober's GET /health brings it back. A response whose headers take
+// longer than header_timeout is a 504, and a stream idle for longer than read_timeout is cut;
+// neither marks the destination down. Upstream 4xx/5xx pass through unchanged.
 //
-// Threads: httplib's worker pool serves requests (one connection each); one thread per active
-// stream reads the upstream; the prober; the load scraper; the subscriber's and the reporter's
-// own threads.
+// Served KV hit: `usage.prompt_tokens_details.cached_tokens` of every response (or stream) is
+// counted per destination and planned/unplanned, and feeds Router::SetMeasuredHit.
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(config);
-//   std::cout << "port " << (*gateway)->port();
-//   ...
-//   (*gateway)->Stop();   // also done by the destructor
+//   … (*gateway)->Drain();   // SIGTERM: /healthz 503, stop accepting, streams finish
+//   (*gateway)->Stop();      // also done by the destructor
 #pragma once
 
 #include <array>
@@ -61,23 +53,12 @@
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router.h"
 #include "tools/gateway/gateway_config.h"
+#include "tools/gateway/openai_fields.h"
+#include "tools/http/server.h"
 
-namespace httplib {
-class Client;
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
+#include <boost/asio/ip/tcp.hpp>
 
 namespace cacheroute::gateway {
-
-// The two fields of an OpenAI request body the gateway reads. A body that is not a JSON object
-// yields neither (the request is forwarded all the same; the upstream answers it).
-struct RequestFields {
-  std::optional<std::string> user;  // a top-level string "user"
-  bool stream = false;              // a top-level "stream": true
-};
-RequestFields ScanRequestFields(absl::string_view body);
 
 // `{"error":{"message":…,"type":…,"param":null,"code":…}}`, as the OpenAI API and vLLM answer.
 std::string ErrorBody(absl::string_view message, absl::string_view type, int code);
@@ -91,14 +72,21 @@ class Gateway {
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
 
-  // Stops accepting, waits for requests in progress, stops the background threads and sends a
-  // last rate report. Idempotent.
+  // Graceful drain: /healthz answers 503, the listener and idle connections close, requests in
+  // progress (streams included) go on. Returns once none is left or after drain_timeout, and
+  // says which. Stop() afterwards cuts what is left.
+  bool Drain();
+  // Stops serving (cutting requests in progress), stops the background threads and sends a last
+  // rate report. Idempotent.
   void Stop();
 
   int port() const { return port_; }
   const GatewayConfig& config() const { return config_; }
   // Index of the upstream named `name`, or kNoDestination.
   uint32_t DestinationIndex(absl::string_view name) const;
+  // Requests in progress, and streams among them.
+  size_t active_requests() const { return server_ ? server_->active() : 0; }
+  size_t open_streams() const { return open_streams_.load(std::memory_order_relaxed); }
 
   // Prometheus text exposition of the gateway's counters (what GET /metrics answers).
   std::string RenderMetrics();
@@ -108,6 +96,13 @@ class Gateway {
   std::shared_ptr<const dataplane::RoutingTable> table() const { return router_.table(); }
   std::optional<dataplane::TableSubscriberStats> SubscriberStats() const;
   std::optional<dataplane::RateReporterStats> ReporterStats() const;
+  // The served KV hit the Router was last given (cached / prompt tokens, ~last 1,000 responses
+  // that reported it); none before the first.
+  std::optional<double> measured_hit() const;
+
+  // Upstream error kinds (metrics label `kind`); only kConnect and kReset mark a destination down.
+  enum class ErrorKind : uint8_t { kConnect, kReset, kHeaderTimeout, kIdleTimeout, kProtocol };
+  static constexpr int kErrorKinds = 5;
 
  private:
   enum class Endpoint : uint8_t { kCompletions, kChatCompletions, kModels };
@@ -119,29 +114,35 @@ class Gateway {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
       0.5,    1,     2.5,    5,     10,   30,    60,   120, 300};
 
+  struct IdleConnection {
+    int fd = -1;
+    bool v6 = false;
+  };
   struct Destination;
-  struct Stream;
+  struct Histogram {
+    std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> buckets{};  // +Inf last
+    std::atomic<uint64_t> sum_ns{0};
+    void Observe(std::chrono::nanoseconds elapsed);
+  };
 
   explicit Gateway(const GatewayConfig& config);
   absl::Status Listen();
-  void HandleCompletion(const httplib::Request& request, httplib::Response& response,
-                        Endpoint endpoint);
-  void HandleModels(const httplib::Request& request, httplib::Response& response);
-  // Sends `request` to destination `d` and copies the answer into `response`; false (and a 502)
-  // when the upstream could not be reached.
-  bool ForwardUnary(uint32_t d, const httplib::Request& request, httplib::Response& response);
-  // Starts the upstream request on a thread of its own and, once the upstream's status line and
-  // headers have arrived, makes `response` a chunked stream of its body. The in-flight token and
-  // the latency measurement end with the stream.
-  void ForwardStream(uint32_t d, const httplib::Request& request, httplib::Response& response,
-                     dataplane::InFlight in_flight, Endpoint endpoint,
-                     std::chrono::steady_clock::time_point start);
+  http::asio::awaitable<void> Handle(http::Exchange& x);
+  http::asio::awaitable<void> HandleCompletion(http::Exchange& x, Endpoint endpoint);
+  http::asio::awaitable<void> HandleModels(http::Exchange& x);
+  // Sends the exchange's request to `d` and its answer back. Releases `in_flight` at the end.
+  http::asio::awaitable<int> Forward(http::Exchange& x, uint32_t d, dataplane::InFlight in_flight,
+                                     std::chrono::steady_clock::time_point start);
+  // An OpenAI-style error answer; with `d`, naming the destination in X-CacheRoute-Destination.
+  http::asio::awaitable<void> SendError(http::Exchange& x, int status, absl::string_view message,
+                                        absl::string_view type,
+                                        uint32_t d = dataplane::kNoDestination);
   dataplane::InFlight Route(const std::optional<std::string>& key);
+  bool Authorized(const http::Request& request) const;
 
-  std::unique_ptr<httplib::Client> AcquireClient(uint32_t d);
-  void ReleaseClient(uint32_t d, std::unique_ptr<httplib::Client> client);
   void RecordSuccess(uint32_t d);
-  void RecordFailure(uint32_t d, absl::string_view error);
+  void RecordError(uint32_t d, ErrorKind kind, absl::string_view error, bool may_mark_down = true);
+  void RecordUsage(uint32_t d, bool planned, const Usage& usage);
   void Finish(Endpoint endpoint, int status, std::chrono::steady_clock::time_point start);
   void RunProber();
   // Reads load_metric from every up destination's /metrics into Router::SetLoad.
@@ -150,6 +151,9 @@ class Gateway {
 
   const GatewayConfig config_;
   std::vector<UpstreamAddress> addresses_;
+  std::vector<std::string> host_headers_;  // Host of requests to each upstream
+  std::vector<http::asio::ip::tcp::resolver::results_type> endpoints_;  // resolved by Listen
+  std::vector<std::string> api_keys_;  // sorted; empty: no client authentication
   dataplane::SteadyClock clock_;
   dataplane::SeededRandom random_;
   dataplane::Router router_;
@@ -159,20 +163,26 @@ class Gateway {
   std::unique_ptr<dataplane::RateReporter> reporter_;
   std::unique_ptr<Destination[]> destinations_;
 
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<http::Server> server_;
   int port_ = 0;
-  std::thread server_thread_;
+  std::atomic<bool> draining_{false};
   std::thread prober_thread_;
   std::thread scraper_thread_;  // with load_scrape_interval > 0
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;  // guarded by stop_mu_
 
+  // Served-hit memory for SetMeasuredHit (an exponential window of ~1,000 responses).
+  mutable std::mutex hit_mu_;
+  double seen_cached_ = 0;  // guarded by hit_mu_
+  double seen_prompt_ = 0;  // guarded by hit_mu_
+
   // Counters (relaxed atomics: read only by RenderMetrics).
   std::array<std::atomic<uint64_t>, dataplane::kReasonCount + 1> picks_{};
   std::array<std::atomic<uint64_t>, kEndpoints * kStatusClasses> requests_{};
-  std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> latency_buckets_{};  // +Inf last
-  std::atomic<uint64_t> latency_sum_ns_{0};
+  Histogram latency_;
+  std::atomic<size_t> open_streams_{0};
+  std::atomic<uint64_t> unauthorized_{0};
 };
 
 }  // namespace cacheroute::gateway

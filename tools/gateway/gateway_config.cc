@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "planner/service/config.h"
+#include "tools/gateway/openai_fields.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cacheroute::gateway {
@@ -259,11 +260,12 @@ YamlField WeightField(absl::string_view key, double GatewayConfig::*member) {
           }};
 }
 
-YamlField CountField(absl::string_view key, uint32_t GatewayConfig::*member, uint64_t max) {
+YamlField CountField(absl::string_view key, uint32_t GatewayConfig::*member, uint64_t max,
+                     uint64_t min = 1) {
   return {key,
-          [member, max](absl::string_view name, const YAML::Node& node,
-                        GatewayConfig& config) -> absl::Status {
-            absl::StatusOr<uint64_t> value = YamlInteger(name, node, 1, max);
+          [member, max, min](absl::string_view name, const YAML::Node& node,
+                             GatewayConfig& config) -> absl::Status {
+            absl::StatusOr<uint64_t> value = YamlInteger(name, node, min, max);
             if (!value.ok()) return value.status();
             config.*member = static_cast<uint32_t>(*value);
             return absl::OkStatus();
@@ -303,6 +305,36 @@ absl::StatusOr<std::vector<Upstream>> YamlUpstreams(absl::string_view name,
   return upstreams;
 }
 
+absl::Status CheckKeyFrom(absl::string_view name, const std::vector<std::string>& sources) {
+  if (sources.empty()) {
+    return Invalid(name, "must name at least one of header, user, system");
+  }
+  std::set<std::string> seen;
+  for (const std::string& s : sources) {
+    if (std::find(std::begin(kKeySources), std::end(kKeySources), s) == std::end(kKeySources)) {
+      return Invalid(name, absl::StrCat("unknown source ", Quote(s), "; known: header, user, system"));
+    }
+    if (!seen.insert(s).second) return Invalid(name, absl::StrCat(Quote(s), " given twice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KeyFrom(absl::string_view name, const YAML::Node& node, GatewayConfig& config) {
+  if (!node.IsSequence()) {
+    return Invalid(name, absl::StrCat("expected a list such as [header, user, system], got ",
+                                      DescribeNode(node)));
+  }
+  std::vector<std::string> sources;
+  for (size_t i = 0; i < node.size(); ++i) {
+    absl::StatusOr<std::string> s = YamlString(absl::StrCat(name, "[", i, "]"), node[i]);
+    if (!s.ok()) return s.status();
+    sources.push_back(*std::move(s));
+  }
+  if (absl::Status s = CheckKeyFrom(name, sources); !s.ok()) return s;
+  config.key_from = std::move(sources);
+  return absl::OkStatus();
+}
+
 const std::vector<YamlField>& Fields() {
   static const auto* const fields = new std::vector<YamlField>{
       StringField(
@@ -329,11 +361,19 @@ const std::vector<YamlField>& Fields() {
       StringField("planner_tls_cert_file", &GatewayConfig::planner_tls_cert_file, nullptr),
       StringField("planner_tls_key_file", &GatewayConfig::planner_tls_key_file, nullptr),
       DurationField("connect_timeout", &GatewayConfig::connect_timeout),
+      DurationField("header_timeout", &GatewayConfig::header_timeout),
       DurationField("read_timeout", &GatewayConfig::read_timeout),
       DurationField("write_timeout", &GatewayConfig::write_timeout),
       CountField("failure_threshold", &GatewayConfig::failure_threshold, 1'000'000),
       DurationField("probe_interval", &GatewayConfig::probe_interval),
-      CountField("server_threads", &GatewayConfig::server_threads, 4096),
+      CountField("io_threads", &GatewayConfig::io_threads, 256, 0),
+      DurationField("drain_delay", &GatewayConfig::drain_delay, /*zero_is_off=*/true),
+      DurationField("drain_timeout", &GatewayConfig::drain_timeout),
+      {"key_from", KeyFrom},
+      CountField("prefix_bytes", &GatewayConfig::prefix_bytes, 1u << 20),
+      StringField("tls_cert_file", &GatewayConfig::tls_cert_file, nullptr),
+      StringField("tls_key_file", &GatewayConfig::tls_key_file, nullptr),
+      StringField("api_key_file", &GatewayConfig::api_key_file, nullptr),
       DurationField("load_scrape_interval", &GatewayConfig::load_scrape_interval,
                     /*zero_is_off=*/true),
       StringField("load_metric", &GatewayConfig::load_metric, CheckMetricName),
@@ -512,8 +552,11 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
            CheckPositiveDuration("report_interval", config.report_interval),
            CheckPositiveDuration("table_ttl", config.table_ttl),
            CheckPositiveDuration("connect_timeout", config.connect_timeout),
+           CheckPositiveDuration("header_timeout", config.header_timeout),
            CheckPositiveDuration("read_timeout", config.read_timeout),
            CheckPositiveDuration("write_timeout", config.write_timeout),
+           CheckPositiveDuration("drain_timeout", config.drain_timeout),
+           CheckOffOrPositiveDuration("drain_delay", config.drain_delay),
            CheckPositiveDuration("probe_interval", config.probe_interval),
            CheckOffOrPositiveDuration("load_scrape_interval", config.load_scrape_interval),
            CheckMetricName("load_metric", config.load_metric),
@@ -543,8 +586,10 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
     return Invalid("failure_threshold",
                    absl::StrCat("must be >= 1, got ", config.failure_threshold));
   }
-  if (config.server_threads < 1) {
-    return Invalid("server_threads", absl::StrCat("must be >= 1, got ", config.server_threads));
+  if (absl::Status s = CheckKeyFrom("key_from", config.key_from); !s.ok()) return s;
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return Invalid(config.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
+                   "missing: give tls_cert_file and tls_key_file together");
   }
   return absl::OkStatus();
 }

@@ -39,9 +39,14 @@ struct GatewayConfig {
   std::string listen = "127.0.0.1:8080";
   std::vector<Upstream> upstreams;
   std::string policy = "cacheroute";
-  // The request header that carries the routing key; without it the JSON body's `user` field is
-  // the key; without either the request has no key (power of two choices, not counted in rates).
+  // The request header that carries the routing key (key_from's "header").
   std::string key_header = "X-CacheRoute-Key";
+  // Where a request's routing key comes from, first match wins (openai_fields.h): "header" (the
+  // key_header), "user" (the body's user), "system" (a hash of the chat request's system
+  // message(s), or of a completion prompt's first prefix_bytes bytes). A request with none has
+  // no key: power of two choices, not counted in rates.
+  std::vector<std::string> key_from = {"header", "user", "system"};
+  uint32_t prefix_bytes = 1024;
 
   // Planner (gRPC HOST:PORT). Empty: no rate reports and no table, so `cacheroute` routes every
   // request by power of two choices.
@@ -59,17 +64,34 @@ struct GatewayConfig {
   std::string planner_tls_cert_file;
   std::string planner_tls_key_file;
 
-  // Upstream HTTP.
+  // Upstream HTTP. header_timeout bounds the wait for a response's headers (a non-streamed
+  // completion's come when it is generated); read_timeout the gap between two chunks of a body;
+  // write_timeout one write, to an upstream or a client. None bounds a whole stream.
   absl::Duration connect_timeout = absl::Seconds(2);
-  absl::Duration read_timeout = absl::Seconds(600);  // between bytes: long generations stream
+  absl::Duration header_timeout = absl::Seconds(600);
+  absl::Duration read_timeout = absl::Seconds(600);
   absl::Duration write_timeout = absl::Seconds(30);
-  // Consecutive connection failures or timeouts after which a destination is marked down.
+  // Consecutive connect failures or resets before the response headers after which a
+  // destination is marked down (timeouts never mark it down: slow is not dead).
   uint32_t failure_threshold = 3;
   // How often a down destination's GET /health is tried; a 200 marks it up again.
   absl::Duration probe_interval = absl::Seconds(2);
 
-  // HTTP worker threads (each serves one connection at a time; streams hold theirs throughout).
-  uint32_t server_threads = 1024;
+  // I/O threads serving every connection (0: one per core).
+  uint32_t io_threads = 0;
+  // On SIGTERM (Gateway::Drain): first drain_delay with /healthz answering 503 while still
+  // serving (so that a load balancer or Kubernetes readiness sees it and stops sending), then the
+  // listener closes and requests in progress get up to drain_timeout to finish.
+  absl::Duration drain_delay = absl::ZeroDuration();
+  absl::Duration drain_timeout = absl::Seconds(30);
+
+  // The listener: TLS with a PEM certificate chain and key (both or neither), and client API
+  // keys: a file with one key per line (blank lines and `#` comments ignored); when set, every
+  // /v1/ request needs `Authorization: Bearer <key>` (401 otherwise), and that header is not
+  // passed upstream.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string api_key_file;
 
   // Engine-reported load (off by default). Every `load_scrape_interval` the gateway GETs each up
   // upstream's /metrics and reads `load_metric` (summed over its label sets); the Router's load
@@ -97,7 +119,8 @@ absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* arg
 
 // Checks consistency: at least one upstream, names distinct and non-empty, URLs http://HOST:PORT;
 // listen and planner HOST:PORT (planner may be empty); a policy from kPolicyNames; a gateway_id
-// when a planner is set; positive durations; failure_threshold and server_threads >= 1; a
+// when a planner is set; positive durations; failure_threshold >= 1; key_from names from
+// kKeySources without repeats; tls_cert_file and tls_key_file both or neither; a
 // non-empty key_header made of header-name characters.
 absl::Status ValidateGatewayConfig(const GatewayConfig& config);
 

@@ -4,8 +4,13 @@
 //   cacheroute-gateway --config deploy/gateway.yaml
 //   cacheroute-gateway --listen 127.0.0.1:0 --policy sticky --upstream a=http://127.0.0.1:8001
 //
-// Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 for a bad configuration or flag, 1
-// when the gateway cannot start (address in use).
+// SIGTERM or SIGINT drains (Gateway::Drain: /healthz 503, the listener closes, requests in
+// progress finish within drain_timeout), then stops and sends the last rate report.
+//
+// Exit codes: 0 after a clean shutdown, 2 for a bad configuration or flag, 1 when the gateway
+// cannot start (address in use).
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -34,6 +39,11 @@ int main(int argc, char** argv) {
     std::cerr << "cacheroute-gateway: error: " << config.status().message() << "\n";
     return 2;
   }
+  // Every client stream and every upstream connection is a descriptor: use all the host allows.
+  if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
   absl::StatusOr<std::unique_ptr<gateway::Gateway>> started = gateway::Gateway::Start(*config);
   if (!started.ok()) {
     std::cerr << "cacheroute-gateway: error: " << started.status().message() << "\n";
@@ -47,8 +57,10 @@ int main(int argc, char** argv) {
                    " planner=", config->planner.empty() ? "none" : config->planner, "\n");
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
-  while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const bool drained = (*started)->Drain();
   (*started)->Stop();
+  if (!drained) std::fputs("drain_timeout passed with requests in progress: cut\n", stderr);
   std::fputs("stopped gateway\n", stderr);
   return 0;
 }

@@ -63,7 +63,6 @@ int main(int argc, char** argv) {
   config.listen = "127.0.0.1:0";
   config.policy = policy;
   config.upstreams = {{"engine-0", absl::StrCat("http://127.0.0.1:", upstream_port)}};
-  config.server_threads = static_cast<uint32_t>(threads + 4);
   auto gateway = cacheroute::gateway::Gateway::Start(config);
   if (!gateway.ok()) {
     std::fprintf(stderr, "gateway: %s\n", std::string(gateway.status().message()).c_str());

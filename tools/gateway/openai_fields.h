@@ -1,0 +1,71 @@
+// What the gateway reads from OpenAI-compatible bodies, parsed with nlohmann::json: the routing
+// key's sources in a request, and the served KV hit (`usage`) in a response or an SSE stream.
+//
+// Request (POST /v1/completions or /v1/chat/completions): the top-level `user` string, `stream`,
+// and a hash of the prefix every request of one application shares: for chat, the system
+// message(s) (`messages[i].role == "system"`, content a string or text parts, joined with "\n");
+// for completions, the first `prefix_bytes` bytes of `prompt` (a string, the first of a list of
+// strings, or the first prefix_bytes/4 ids of a token list). A body that is not a JSON object
+// yields nothing (the request is forwarded all the same; the upstream answers it).
+//
+// Response: `usage.prompt_tokens` and `usage.prompt_tokens_details.cached_tokens` (vLLM reports
+// the latter with --enable-prompt-tokens-details; in a stream only with
+// stream_options.include_usage). UsageScanner finds them in an SSE byte stream fed as it arrives,
+// keeping at most one partial event line.
+//
+// Usage:
+//   RequestFields f = ScanRequestFields(body, 1024);
+//   std::optional<std::string> key = RoutingKey({"header", "user", "system"}, header, f);
+//   UsageScanner u; u.Feed(chunk); … if (u.usage()) Count(u.usage()->cached_tokens);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace cacheroute::gateway {
+
+struct RequestFields {
+  std::optional<std::string> user;  // a top-level string "user"
+  bool stream = false;              // a top-level "stream": true
+  // "system:<16 hex digits>" (chat) or "prompt:<16 hex digits>" (completions); none when the
+  // request has no system message or no prompt.
+  std::optional<std::string> system;
+};
+RequestFields ScanRequestFields(absl::string_view body, size_t prefix_bytes = 1024);
+
+// The names key_from accepts, in the default order.
+inline constexpr absl::string_view kKeySources[] = {"header", "user", "system"};
+
+// The first source in `key_from` that the request has: "header" the key header's value (when
+// given and non-empty), "user" fields.user, "system" fields.system.
+std::optional<std::string> RoutingKey(const std::vector<std::string>& key_from,
+                                      const std::optional<std::string>& header,
+                                      const RequestFields& fields);
+
+struct Usage {
+  uint64_t prompt_tokens = 0;
+  std::optional<uint64_t> cached_tokens;  // absent when the engine does not report it
+};
+// `usage` of one JSON response body (or one SSE event's data); none without a usage object.
+std::optional<Usage> ReadUsage(absl::string_view json);
+
+class UsageScanner {
+ public:
+  // Longest partial line kept between chunks; a longer event is skipped.
+  static constexpr size_t kMaxLine = 1u << 20;
+  void Feed(absl::string_view bytes);
+  const std::optional<Usage>& usage() const { return usage_; }
+
+ private:
+  void Line(absl::string_view line);
+  std::string partial_;
+  bool skipping_ = false;  // inside a line longer than kMaxLine
+  std::optional<Usage> usage_;
+};
+
+}  // namespace cacheroute::gateway

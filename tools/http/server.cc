@@ -1,0 +1,417 @@
+// See server.h.
+#include "tools/http/server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace cacheroute::http {
+namespace {
+
+using tcp = asio::ip::tcp;
+constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
+
+beast::tcp_stream& Lowest(beast::tcp_stream& s) { return s; }
+beast::tcp_stream& Lowest(beast::ssl_stream<beast::tcp_stream>& s) { return s.next_layer(); }
+
+void Log(absl::string_view message) {
+  std::string line = absl::StrCat("http: ", message, "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& field, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(field, ": cannot read '", path, "'"));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+Response TextResponse(const Request& request, unsigned status, std::string_view content_type,
+                      std::string body) {
+  Response r{static_cast<bhttp::status>(status), request.version()};
+  r.set(bhttp::field::content_type, content_type);
+  r.keep_alive(request.keep_alive());
+  r.body() = std::move(body);
+  r.prepare_payload();
+  return r;
+}
+
+struct Server::Impl {
+  Server* server;
+  ServerOptions options;
+  Handler handler;
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::ssl::context> tls;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+
+  // Connections waiting for their next request, by id: closing them is how StopAccepting ends
+  // keep-alive connections without cutting an exchange.
+  std::mutex idle_mu;
+  std::unordered_map<uint64_t, std::function<void()>> idle;
+  uint64_t next_id = 0;
+
+  Impl(Server* s, ServerOptions o, Handler h)
+      : server(s),
+        options(std::move(o)),
+        handler(std::move(h)),
+        acceptor(std::in_place, *s->context_),
+        work(asio::make_work_guard(*s->context_)) {}
+
+  asio::awaitable<void> Accept();
+  template <typename Stream>
+  asio::awaitable<void> Serve(std::shared_ptr<Stream> stream, std::string remote);
+};
+
+// A connection's stream and whether it waits for its next request (both touched only on the
+// connection's strand).
+template <typename Stream>
+struct Connection {
+  Stream stream;
+  uint64_t idle_id = 0;
+  bool idle = false;
+  explicit Connection(Stream s) : stream(std::move(s)) {}
+};
+
+namespace {
+
+// The Exchange of one request on a connection of type Stream.
+template <typename Stream>
+class StreamExchange final : public Exchange {
+ public:
+  StreamExchange(Stream& stream, const ServerOptions& options, const std::atomic<bool>& draining,
+                 Request request, const std::string& remote)
+      : stream_(stream), options_(options), draining_(draining) {
+    request_ = std::move(request);
+    remote_ = remote;
+  }
+
+  bool keep_alive() const { return keep_alive_; }
+  bool failed() const { return failed_; }
+  bool complete() const { return complete_; }
+
+  asio::awaitable<bool> Send(Response response) override {
+    if (answered_) co_return false;
+    answered_ = true;
+    Finish(response);
+    response.prepare_payload();
+    Lowest(stream_).expires_after(options_.write_timeout);
+    auto [ec, n] = co_await bhttp::async_write(stream_, response, kNoThrow);
+    complete_ = !ec;
+    failed_ = static_cast<bool>(ec);
+    co_return !ec;
+  }
+
+  asio::awaitable<bool> StartStream(bhttp::response_header<> header) override {
+    if (answered_) co_return false;
+    answered_ = true;
+    bhttp::response<bhttp::empty_body> response{std::move(header)};
+    Finish(response);
+    response.chunked(true);
+    bhttp::response_serializer<bhttp::empty_body> serializer{response};
+    Lowest(stream_).expires_after(options_.write_timeout);
+    auto [ec, n] = co_await bhttp::async_write_header(stream_, serializer, kNoThrow);
+    failed_ = static_cast<bool>(ec);
+    co_return !ec;
+  }
+
+  asio::awaitable<bool> SendChunk(std::string_view data) override {
+    if (failed_ || !answered_ || complete_) co_return false;
+    if (data.empty()) co_return true;  // an empty chunk would end the body
+    Lowest(stream_).expires_after(options_.write_timeout);
+    auto [ec, n] = co_await asio::async_write(
+        stream_, bhttp::make_chunk(asio::const_buffer(data.data(), data.size())), kNoThrow);
+    failed_ = static_cast<bool>(ec);
+    co_return !ec;
+  }
+
+  asio::awaitable<bool> EndStream() override {
+    if (failed_ || !answered_ || complete_) co_return false;
+    Lowest(stream_).expires_after(options_.write_timeout);
+    auto [ec, n] = co_await asio::async_write(stream_, bhttp::make_chunk_last(), kNoThrow);
+    failed_ = static_cast<bool>(ec);
+    complete_ = !ec;
+    co_return !ec;
+  }
+
+ private:
+  template <typename Message>
+  void Finish(Message& m) {
+    keep_alive_ = request_.keep_alive() && !draining_.load();
+    m.version(request_.version());
+    m.keep_alive(keep_alive_);
+  }
+
+  Stream& stream_;
+  const ServerOptions& options_;
+  const std::atomic<bool>& draining_;
+  bool keep_alive_ = false;
+  bool failed_ = false;
+  bool complete_ = false;
+};
+
+template <typename Stream>
+asio::awaitable<void> Close(Stream& stream) {
+  if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
+    Lowest(stream).expires_after(std::chrono::seconds(2));
+    co_await stream.async_shutdown(kNoThrow);
+  }
+  beast::error_code ec;
+  Lowest(stream).socket().shutdown(tcp::socket::shutdown_send, ec);
+  Lowest(stream).close();
+}
+
+}  // namespace
+
+template <typename Stream>
+asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr,
+                                          std::string remote) {
+  auto state = std::make_shared<Connection<Stream>>(std::move(*connection_ptr));
+  connection_ptr.reset();
+  Stream& stream = state->stream;
+  struct Count {
+    std::atomic<size_t>& n;
+    explicit Count(std::atomic<size_t>& c) : n(c) { ++n; }
+    ~Count() { --n; }
+  } connection(server->connections_);
+
+  if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
+    Lowest(stream).expires_after(options.read_timeout);
+    auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kNoThrow);
+    if (ec) co_return;
+  }
+  beast::flat_buffer buffer;
+  for (;;) {
+    // Wait for the next request as an idle connection that StopAccepting may close.
+    uint64_t id;
+    {
+      auto executor = co_await asio::this_coro::executor;
+      std::weak_ptr<Connection<Stream>> weak = state;
+      std::lock_guard<std::mutex> lock(idle_mu);
+      if (server->stopped_accepting_.load()) break;
+      id = next_id++;
+      state->idle = true;
+      state->idle_id = id;
+      idle.emplace(id, [executor, weak, id] {
+        asio::post(executor, [weak, id] {
+          std::shared_ptr<Connection<Stream>> c = weak.lock();
+          if (c && c->idle && c->idle_id == id) Lowest(c->stream).cancel();
+        });
+      });
+    }
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.body_limit(options.body_limit);
+    parser.header_limit(64u << 10);
+    Lowest(stream).expires_after(options.idle_timeout);
+    auto [ec_first, n_first] = co_await bhttp::async_read_some(stream, buffer, parser, kNoThrow);
+    state->idle = false;
+    {
+      std::lock_guard<std::mutex> lock(idle_mu);
+      idle.erase(id);
+    }
+    beast::error_code ec = ec_first;
+    if (!ec && !parser.is_done()) {
+      Lowest(stream).expires_after(options.read_timeout);
+      auto [ec_rest, n_rest] = co_await bhttp::async_read(stream, buffer, parser, kNoThrow);
+      ec = ec_rest;
+    }
+    if (ec) {
+      if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit) {
+        Request stub;
+        stub.version(11);
+        StreamExchange<Stream> x(stream, options, server->stopped_accepting_, std::move(stub),
+                                 remote);
+        Response r = TextResponse(
+            x.request(), ec == bhttp::error::body_limit ? 413 : 431, "application/json",
+            absl::StrCat(R"({"error":{"message":"request )",
+                         ec == bhttp::error::body_limit ? "body larger than " : "header larger than ",
+                         ec == bhttp::error::body_limit ? options.body_limit : (64u << 10),
+                         R"( bytes","type":"invalid_request_error","param":null,"code":)",
+                         ec == bhttp::error::body_limit ? 413 : 431, "}}"));
+        r.keep_alive(false);
+        co_await x.Send(std::move(r));
+      } else if (ec != bhttp::error::end_of_stream && ec != asio::error::eof &&
+                 ec != beast::error::timeout && ec != asio::error::operation_aborted &&
+                 ec != asio::error::connection_reset && ec != asio::ssl::error::stream_truncated &&
+                 parser.got_some()) {
+        Request stub;
+        stub.version(11);
+        StreamExchange<Stream> x(stream, options, server->stopped_accepting_, std::move(stub),
+                                 remote);
+        Response r = TextResponse(
+            x.request(), 400, "application/json",
+            absl::StrCat(R"({"error":{"message":"malformed HTTP request: )", ec.message(),
+                         R"(","type":"invalid_request_error","param":null,"code":400}})"));
+        r.keep_alive(false);
+        co_await x.Send(std::move(r));
+      }
+      break;
+    }
+    struct Active {
+      std::atomic<size_t>& n;
+      explicit Active(std::atomic<size_t>& c) : n(c) { ++n; }
+      ~Active() { --n; }
+    } active(server->active_);
+    StreamExchange<Stream> x(stream, options, server->stopped_accepting_, parser.release(), remote);
+    try {
+      co_await handler(x);
+    } catch (const std::exception& e) {
+      Log(absl::StrCat("handler for ",
+                       absl::string_view(x.request().target().data(), x.request().target().size()),
+                       " threw: ", e.what()));
+    }
+    if (!x.answered()) {
+      co_await x.Send(TextResponse(
+          x.request(), 500, "application/json",
+          R"({"error":{"message":"internal error: no response","type":"internal_error","param":null,"code":500}})"));
+    }
+    if (x.failed() || !x.complete() || !x.keep_alive()) break;
+  }
+  co_await Close(stream);
+}
+
+asio::awaitable<void> Server::Impl::Accept() {
+  asio::steady_timer backoff(*server->context_);
+  for (;;) {
+    auto [ec, socket] = co_await acceptor->async_accept(asio::make_strand(*server->context_),
+                                                       kNoThrow);
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+    if (ec) {
+      // Out of file descriptors or a transient error: wait and go on, never give up the listener.
+      Log(absl::StrCat("accept: ", ec.message()));
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(kNoThrow);
+      continue;
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    const auto endpoint = socket.remote_endpoint(ignored);
+    std::string remote = absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+    auto executor = socket.get_executor();
+    if (tls) {
+      asio::co_spawn(executor,
+                     Serve(std::make_shared<beast::ssl_stream<beast::tcp_stream>>(
+                               beast::tcp_stream(std::move(socket)), *tls),
+                           std::move(remote)),
+                     asio::detached);
+    } else {
+      asio::co_spawn(executor,
+                     Serve(std::make_shared<beast::tcp_stream>(std::move(socket)),
+                           std::move(remote)),
+                     asio::detached);
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Handler handler) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port: must be 0..65535, got ", options.port));
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tls_cert_file and tls_key_file: give both or neither, got '", options.tls_cert_file,
+        "' and '", options.tls_key_file, "'"));
+  }
+  std::unique_ptr<Server> server(new Server());
+  server->context_ = std::make_unique<asio::io_context>();
+  const unsigned threads =
+      options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  server->impl_ = std::make_unique<Impl>(server.get(), std::move(options), std::move(handler));
+  Impl& impl = *server->impl_;
+  if (!impl.options.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadFile("tls_cert_file", impl.options.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile("tls_key_file", impl.options.tls_key_file);
+    if (!key.ok()) return key.status();
+    impl.tls.emplace(asio::ssl::context::tls_server);
+    impl.tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                          asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                          asio::ssl::context::no_tlsv1_1);
+    beast::error_code ec;
+    impl.tls->use_certificate_chain(asio::buffer(*cert), ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat("tls_cert_file: '", impl.options.tls_cert_file,
+                                                     "' is not a PEM certificate chain: ",
+                                                     ec.message()));
+    }
+    impl.tls->use_private_key(asio::buffer(*key), asio::ssl::context::pem, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tls_key_file: '", impl.options.tls_key_file, "' is not a PEM private key for ",
+          "the certificate: ", ec.message()));
+    }
+  }
+  beast::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(impl.options.host, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host: '", impl.options.host, "' is not an IP address"));
+  }
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(impl.options.port));
+  impl.acceptor->open(endpoint.protocol(), ec);
+  if (!ec) impl.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl.acceptor->bind(endpoint, ec);
+  if (!ec) impl.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", impl.options.host, ":",
+                                               impl.options.port, ": ", ec.message()));
+  }
+  server->port_ = impl.acceptor->local_endpoint().port();
+  asio::co_spawn(impl.acceptor->get_executor(), impl.Accept(), asio::detached);
+  for (unsigned i = 0; i < threads; ++i) {
+    server->threads_.emplace_back([s = server.get()] { s->context_->run(); });
+  }
+  return server;
+}
+
+bool Server::tls() const { return impl_ && impl_->tls.has_value(); }
+
+void Server::StopAccepting() {
+  if (stopped_accepting_.exchange(true)) return;
+  asio::post(impl_->acceptor->get_executor(), [impl = impl_.get()] {
+    beast::error_code ec;
+    impl->acceptor->close(ec);
+  });
+  std::lock_guard<std::mutex> lock(impl_->idle_mu);
+  for (auto& [id, close] : impl_->idle) close();
+}
+
+void Server::Stop() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (stopped_.exchange(true)) return;
+  StopAccepting();
+  impl_->work.reset();
+  context_->stop();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+Server::~Server() {
+  if (!impl_) return;
+  Stop();
+  // The listener goes before its context; the context (and with it every connection's coroutine
+  // frame, which refers to impl_ and the counters) before impl_.
+  impl_->acceptor.reset();
+  context_.reset();
+  impl_.reset();
+}
+
+}  // namespace cacheroute::http
