@@ -653,7 +653,7 @@ std::vector<fs::path> KubernetesManifests() {
 TEST_CASE("every deploy/k8s/*.yaml parses and each document has apiVersion and kind") {
   const std::vector<fs::path> paths = KubernetesManifests();
   REQUIRE_FALSE(paths.empty());
-  std::multiset<std::string> kinds;
+  std::multiset<std::string> objects;  // "Kind/name"
   for (const fs::path& path : paths) {
     INFO(path.string());
     std::vector<YAML::Node> documents;
@@ -665,12 +665,18 @@ TEST_CASE("every deploy/k8s/*.yaml parses and each document has apiVersion and k
       REQUIRE(document["apiVersion"].IsScalar());
       REQUIRE(document["kind"].IsScalar());
       CHECK_FALSE(document["apiVersion"].Scalar().empty());
-      kinds.insert(document["kind"].Scalar());
+      if (document["kind"].Scalar() == "Kustomization") continue;  // has no metadata.name
+      REQUIRE(document["metadata"]["name"].IsScalar());
+      objects.insert(document["kind"].Scalar() + "/" + document["metadata"]["name"].Scalar());
     }
   }
-  for (const char* kind : {"Deployment", "Service", "ConfigMap", "PersistentVolumeClaim"}) {
-    INFO(kind);
-    CHECK(kinds.count(kind) == 1);
+  for (const char* object :
+       {"Deployment/cacheroute-planner", "Service/cacheroute-planner",
+        "ConfigMap/cacheroute-planner-config", "PersistentVolumeClaim/cacheroute-planner-state",
+        "Deployment/cacheroute-gateway", "Service/cacheroute-gateway",
+        "ConfigMap/cacheroute-gateway-config", "PodDisruptionBudget/cacheroute-gateway"}) {
+    INFO(object);
+    CHECK(objects.count(object) == 1);
   }
 }
 
@@ -678,22 +684,27 @@ TEST_CASE("every deploy/k8s/*.yaml parses and each document has apiVersion and k
 // the Deployment mounts it and the state volume where that config expects them, and the probes
 // and ports match the listen addresses.
 TEST_CASE("the Kubernetes manifests are consistent with the planner config") {
-  std::map<std::string, YAML::Node> by_kind;
+  // "Kind/name" -> document: the planner's objects, not the gateways' beside them.
+  std::map<std::string, YAML::Node> by_name;
   for (const fs::path& path : KubernetesManifests()) {
     for (const YAML::Node& document : YAML::LoadAll(ReadText(path))) {
-      if (document.IsMap()) by_kind[document["kind"].as<std::string>()] = document;
+      // Skips the Kustomization (no metadata); IsDefined is false, not a throw, for a missing key.
+      if (document.IsMap() && document["metadata"].IsDefined()) {
+        by_name[document["kind"].as<std::string>() + "/" +
+                document["metadata"]["name"].as<std::string>()] = document;
+      }
     }
   }
-  REQUIRE(by_kind.count("ConfigMap") == 1);
-  REQUIRE(by_kind.count("Deployment") == 1);
-  const YAML::Node config_map = by_kind["ConfigMap"];
+  REQUIRE(by_name.count("ConfigMap/cacheroute-planner-config") == 1);
+  REQUIRE(by_name.count("Deployment/cacheroute-planner") == 1);
+  const YAML::Node config_map = by_name["ConfigMap/cacheroute-planner-config"];
   REQUIRE(config_map["data"]["planner.yaml"].IsScalar());
   const PlannerConfig config = ParseOk(config_map["data"]["planner.yaml"].Scalar());
   CHECK(ValidatePlannerConfig(config).ok());
   CHECK(absl::EndsWith(config.listen, ":50051"));
   CHECK(absl::EndsWith(config.metrics_listen, ":9464"));
 
-  const YAML::Node deployment = by_kind["Deployment"];
+  const YAML::Node deployment = by_name["Deployment/cacheroute-planner"];
   CHECK(deployment["spec"]["replicas"].as<int>() == 1);
   CHECK(deployment["spec"]["strategy"]["type"].as<std::string>() == "Recreate");
   const YAML::Node pod = deployment["spec"]["template"]["spec"];
