@@ -9,7 +9,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/ssl.hpp>
@@ -61,7 +60,8 @@ struct Server::Impl {
   Handler handler;
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::ssl::context> tls;
-  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  size_t next_context = 0;  // Accept's only
 
   // Connections waiting for their next request, by id: closing them is how StopAccepting ends
   // keep-alive connections without cutting an exchange.
@@ -73,8 +73,9 @@ struct Server::Impl {
       : server(s),
         options(std::move(o)),
         handler(std::move(h)),
-        acceptor(std::in_place, *s->context_),
-        work(asio::make_work_guard(*s->context_)) {}
+        acceptor(std::in_place, *s->contexts_.front()) {
+    for (auto& c : s->contexts_) work.push_back(asio::make_work_guard(*c));
+  }
 
   asio::awaitable<void> Accept();
   template <typename Stream>
@@ -82,7 +83,7 @@ struct Server::Impl {
 };
 
 // A connection's stream and whether it waits for its next request (both touched only on the
-// connection's strand).
+// connection's thread).
 template <typename Stream>
 struct Connection {
   Stream stream;
@@ -289,10 +290,10 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
 }
 
 asio::awaitable<void> Server::Impl::Accept() {
-  asio::steady_timer backoff(*server->context_);
+  asio::steady_timer backoff(*server->contexts_.front());
   for (;;) {
-    auto [ec, socket] = co_await acceptor->async_accept(asio::make_strand(*server->context_),
-                                                       kNoThrow);
+    asio::io_context& context = *server->contexts_[next_context++ % server->contexts_.size()];
+    auto [ec, socket] = co_await acceptor->async_accept(context.get_executor(), kNoThrow);
     if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
     if (ec) {
       // Out of file descriptors or a transient error: wait and go on, never give up the listener.
@@ -331,9 +332,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Han
         "' and '", options.tls_key_file, "'"));
   }
   std::unique_ptr<Server> server(new Server());
-  server->context_ = std::make_unique<asio::io_context>();
   const unsigned threads =
       options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < threads; ++i) {
+    server->contexts_.push_back(std::make_unique<asio::io_context>(/*concurrency_hint=*/1));
+  }
   server->impl_ = std::make_unique<Impl>(server.get(), std::move(options), std::move(handler));
   Impl& impl = *server->impl_;
   if (!impl.options.tls_cert_file.empty()) {
@@ -376,8 +379,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Han
   }
   server->port_ = impl.acceptor->local_endpoint().port();
   asio::co_spawn(impl.acceptor->get_executor(), impl.Accept(), asio::detached);
-  for (unsigned i = 0; i < threads; ++i) {
-    server->threads_.emplace_back([s = server.get()] { s->context_->run(); });
+  for (auto& context : server->contexts_) {
+    server->threads_.emplace_back([c = context.get()] { c->run(); });
   }
   return server;
 }
@@ -398,8 +401,8 @@ void Server::Stop() {
   std::lock_guard<std::mutex> lock(stop_mu_);
   if (stopped_.exchange(true)) return;
   StopAccepting();
-  impl_->work.reset();
-  context_->stop();
+  impl_->work.clear();
+  for (auto& c : contexts_) c->stop();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
 }
@@ -410,7 +413,7 @@ Server::~Server() {
   // The listener goes before its context; the context (and with it every connection's coroutine
   // frame, which refers to impl_ and the counters) before impl_.
   impl_->acceptor.reset();
-  context_.reset();
+  contexts_.clear();
   impl_.reset();
 }
 

@@ -1,7 +1,8 @@
 // http::Server: an event-driven HTTP/1.1 server on Boost.Beast and Asio, shared by the gateway
 // and the engine emulator. A few I/O threads serve every connection; a request is handed to the
-// Handler, a C++20 coroutine, on the I/O thread of its connection's strand. No thread is held
-// per connection or per stream, so an open stream costs a socket and a few kilobytes.
+// Handler, a C++20 coroutine, on its connection's I/O thread: each thread runs an io_context of
+// its own and connections are dealt to them in turn, so a request is served on one thread from
+// its first byte to its last. No thread is held per connection or per stream.
 //
 // The Handler answers each Exchange exactly once, with Send (a whole response) or with
 // StartStream, SendChunk… and EndStream (chunked transfer encoding; each chunk is written to the
@@ -106,8 +107,9 @@ class Server {
 
   int port() const { return port_; }
   bool tls() const;
-  // The I/O context, for a handler's own sockets and timers.
-  asio::io_context& context() { return *context_; }
+  // The first I/O thread's context (a handler's own sockets and timers use the executor of the
+  // coroutine they run in: `co_await asio::this_coro::executor`).
+  asio::io_context& context() { return *contexts_.front(); }
 
   // Closes the listener and every idle connection; exchanges in progress go on. Idempotent.
   void StopAccepting();
@@ -125,7 +127,7 @@ class Server {
  private:
   Server() = default;
 
-  std::unique_ptr<asio::io_context> context_;
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;  // one per I/O thread
   std::unique_ptr<Impl> impl_;
   std::vector<std::thread> threads_;
   int port_ = 0;
