@@ -133,6 +133,9 @@ TEST_CASE("a handler that does not answer gets a 500; limits give 413 and 400") 
 TEST_CASE("StopAccepting closes the listener and idle connections, not a stream in progress") {
   Fixture f;
   f.release = false;
+  httplib::Client idle("127.0.0.1", f.server->port());
+  idle.set_keep_alive(true);
+  REQUIRE(idle.Get("/hello"));  // answered: its connection now waits for the next request
   std::string body;
   std::atomic<bool> done{false};
   std::thread streamer([&] {
@@ -141,10 +144,7 @@ TEST_CASE("StopAccepting closes the listener and idle connections, not a stream 
     if (r) body = r->body;
     done = true;
   });
-  httplib::Client idle("127.0.0.1", f.server->port());
-  idle.set_keep_alive(true);
-  REQUIRE(idle.Get("/hello"));
-  REQUIRE(Eventually([&] { return f.server->active() == 1; }));
+  REQUIRE(Eventually([&] { return f.server->active() == 1 && f.handled.load() == 2; }));
   f.server->StopAccepting();
   REQUIRE(Eventually([&] { return f.server->connections() == 1; }));  // the idle one closed
   httplib::Client late("127.0.0.1", f.server->port());

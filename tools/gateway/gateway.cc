@@ -32,6 +32,7 @@
 #include "cacheroute/dataplane/key_id.h"
 #include "planner/service/config.h"
 #include "tools/gateway/prometheus_text.h"
+#include "tools/http/watchdog.h"
 
 namespace cacheroute::gateway {
 namespace {
@@ -125,8 +126,6 @@ constexpr absl::string_view kErrorKindNames[] = {"connect", "reset", "header_tim
 constexpr size_t kMaxIdlePerDestination = 4096;
 // A non-streamed answer larger than this is a 502 (it would have to be held in memory).
 constexpr size_t kMaxUnaryBody = 64u << 20;
-
-bool IsTimeout(const beast::error_code& ec) { return ec == beast::error::timeout; }
 
 // A pooled socket whose peer has closed (or sent bytes it should not have) is not reusable.
 bool StillOpen(int fd) {
@@ -523,10 +522,12 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   upstream.prepare_payload();
 
   std::optional<beast::tcp_stream> connection;
+  std::optional<http::Watch> watch;  // timeouts of `connection`'s operations
   beast::flat_buffer buffer;
   std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
   for (int attempt = 0;; ++attempt) {
     bool reused = false;
+    watch.reset();
     connection.reset();
     if (attempt == 0) {  // a pooled connection that is still open
       for (;;) {
@@ -553,13 +554,17 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
         break;
       }
     }
+    watch.reset();
     if (!connection) {
       connection.emplace(executor);
-      connection->expires_after(ToChrono(config_.connect_timeout));
+      watch.emplace(http::Watchdog::Current(), connection->socket());
+      watch->Arm(ToChrono(config_.connect_timeout));
       auto [ec, endpoint] = co_await connection->async_connect(endpoints_[d], kNoThrow);
+      watch->Disarm();
       if (ec) {
-        const std::string error =
-            IsTimeout(ec) ? "connect timed out" : absl::StrCat("could not connect: ", ec.message());
+        const std::string error = watch->fired()
+                                      ? "connect timed out"
+                                      : absl::StrCat("could not connect: ", ec.message());
         RecordError(d, ErrorKind::kConnect, error);
         done();
         co_await SendError(x, 502, absl::StrCat(who, " failed: ", error), "upstream_error", d);
@@ -567,21 +572,27 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
       }
       beast::error_code ignored;
       connection->socket().set_option(tcp::no_delay(true), ignored);
+    } else {
+      watch.emplace(http::Watchdog::Current(), connection->socket());
     }
-    connection->expires_after(ToChrono(config_.write_timeout));
+    watch->Arm(ToChrono(config_.write_timeout));
     auto [write_ec, written] = co_await bhttp::async_write(*connection, upstream, kNoThrow);
+    watch->Disarm();
+    const bool write_timed_out = watch->fired();
     beast::error_code ec = write_ec;
     parser.emplace();
     parser->body_limit(boost::none);
     buffer.clear();
     if (!ec) {
-      connection->expires_after(ToChrono(config_.header_timeout));
+      watch->Arm(ToChrono(config_.header_timeout));
       auto [header_ec, n] = co_await bhttp::async_read_header(*connection, buffer, *parser, kNoThrow);
+      watch->Disarm();
       ec = header_ec;
     }
     if (!ec) break;
-    if (reused && !IsTimeout(ec) && !parser->got_some()) continue;  // a stale keep-alive: retry
-    if (IsTimeout(ec)) {
+    const bool timed_out = write_timed_out || watch->fired();
+    if (reused && !timed_out && !parser->got_some()) continue;  // a stale keep-alive: retry
+    if (timed_out) {
       const std::string error =
           absl::StrCat(write_ec ? "sending the request" : "the response headers", " took longer than ",
                        absl::FormatDuration(write_ec ? config_.write_timeout : config_.header_timeout));
@@ -627,8 +638,9 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   while (!parser->is_done() && !client_gone) {
     parser->get().body().data = chunk.get();
     parser->get().body().size = kChunk;
-    connection->expires_after(ToChrono(config_.read_timeout));
+    watch->Arm(ToChrono(config_.read_timeout));
     auto [read_ec, n] = co_await bhttp::async_read_some(*connection, buffer, *parser, kNoThrow);
+    watch->Disarm();
     beast::error_code ec = read_ec;
     if (ec == bhttp::error::need_buffer) ec = {};
     const size_t got = kChunk - parser->get().body().size;
@@ -647,9 +659,9 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
     }
     if (ec) {
       broken = true;
-      const ErrorKind kind = IsTimeout(ec) ? ErrorKind::kIdleTimeout : ErrorKind::kReset;
+      const ErrorKind kind = watch->fired() ? ErrorKind::kIdleTimeout : ErrorKind::kReset;
       const std::string error =
-          IsTimeout(ec) ? absl::StrCat("no body bytes for ", absl::FormatDuration(config_.read_timeout))
+          watch->fired() ? absl::StrCat("no body bytes for ", absl::FormatDuration(config_.read_timeout))
                         : absl::StrCat("the body broke off: ", ec.message());
       // After the headers the destination has answered: counted, never marked down for it.
       RecordError(d, kind, error, /*may_mark_down=*/false);
@@ -677,6 +689,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   }
 
   // Back to the pool only when the answer was read to its end and the upstream keeps it open.
+  watch.reset();
   if (parser->is_done() && parser->keep_alive() && !broken && !client_gone) {
     beast::error_code ec;
     const bool v6 = connection->socket().local_endpoint(ec).address().is_v6();

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tools/http/watchdog.h"
 
 namespace cacheroute::http {
 namespace {
@@ -98,9 +99,9 @@ namespace {
 template <typename Stream>
 class StreamExchange final : public Exchange {
  public:
-  StreamExchange(Stream& stream, const ServerOptions& options, const std::atomic<bool>& draining,
-                 Request request, const std::string& remote)
-      : stream_(stream), options_(options), draining_(draining) {
+  StreamExchange(Stream& stream, Watch& watch, const ServerOptions& options,
+                 const std::atomic<bool>& draining, Request request, const std::string& remote)
+      : stream_(stream), watch_(watch), options_(options), draining_(draining) {
     request_ = std::move(request);
     remote_ = remote;
   }
@@ -114,8 +115,9 @@ class StreamExchange final : public Exchange {
     answered_ = true;
     Finish(response);
     response.prepare_payload();
-    Lowest(stream_).expires_after(options_.write_timeout);
+    watch_.Arm(options_.write_timeout);
     auto [ec, n] = co_await bhttp::async_write(stream_, response, kNoThrow);
+    watch_.Disarm();
     complete_ = !ec;
     failed_ = static_cast<bool>(ec);
     co_return !ec;
@@ -128,8 +130,9 @@ class StreamExchange final : public Exchange {
     Finish(response);
     response.chunked(true);
     bhttp::response_serializer<bhttp::empty_body> serializer{response};
-    Lowest(stream_).expires_after(options_.write_timeout);
+    watch_.Arm(options_.write_timeout);
     auto [ec, n] = co_await bhttp::async_write_header(stream_, serializer, kNoThrow);
+    watch_.Disarm();
     failed_ = static_cast<bool>(ec);
     co_return !ec;
   }
@@ -137,17 +140,19 @@ class StreamExchange final : public Exchange {
   asio::awaitable<bool> SendChunk(std::string_view data) override {
     if (failed_ || !answered_ || complete_) co_return false;
     if (data.empty()) co_return true;  // an empty chunk would end the body
-    Lowest(stream_).expires_after(options_.write_timeout);
+    watch_.Arm(options_.write_timeout);
     auto [ec, n] = co_await asio::async_write(
         stream_, bhttp::make_chunk(asio::const_buffer(data.data(), data.size())), kNoThrow);
+    watch_.Disarm();
     failed_ = static_cast<bool>(ec);
     co_return !ec;
   }
 
   asio::awaitable<bool> EndStream() override {
     if (failed_ || !answered_ || complete_) co_return false;
-    Lowest(stream_).expires_after(options_.write_timeout);
+    watch_.Arm(options_.write_timeout);
     auto [ec, n] = co_await asio::async_write(stream_, bhttp::make_chunk_last(), kNoThrow);
+    watch_.Disarm();
     failed_ = static_cast<bool>(ec);
     complete_ = !ec;
     co_return !ec;
@@ -162,6 +167,7 @@ class StreamExchange final : public Exchange {
   }
 
   Stream& stream_;
+  Watch& watch_;
   const ServerOptions& options_;
   const std::atomic<bool>& draining_;
   bool keep_alive_ = false;
@@ -170,10 +176,11 @@ class StreamExchange final : public Exchange {
 };
 
 template <typename Stream>
-asio::awaitable<void> Close(Stream& stream) {
+asio::awaitable<void> Close(Stream& stream, Watch& watch) {
   if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
-    Lowest(stream).expires_after(std::chrono::seconds(2));
+    watch.Arm(std::chrono::seconds(2));
     co_await stream.async_shutdown(kNoThrow);
+    watch.Disarm();
   }
   beast::error_code ec;
   Lowest(stream).socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -193,10 +200,12 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     explicit Count(std::atomic<size_t>& c) : n(c) { ++n; }
     ~Count() { --n; }
   } connection(server->connections_);
+  Watch watch(Watchdog::Current(), Lowest(stream).socket());
 
   if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
-    Lowest(stream).expires_after(options.read_timeout);
+    watch.Arm(options.read_timeout);
     auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kNoThrow);
+    watch.Disarm();
     if (ec) co_return;
   }
   beast::flat_buffer buffer;
@@ -221,8 +230,9 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     bhttp::request_parser<bhttp::string_body> parser;
     parser.body_limit(options.body_limit);
     parser.header_limit(64u << 10);
-    Lowest(stream).expires_after(options.idle_timeout);
+    watch.Arm(options.idle_timeout);
     auto [ec_first, n_first] = co_await bhttp::async_read_some(stream, buffer, parser, kNoThrow);
+    watch.Disarm();
     state->idle = false;
     {
       std::lock_guard<std::mutex> lock(idle_mu);
@@ -230,15 +240,16 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     }
     beast::error_code ec = ec_first;
     if (!ec && !parser.is_done()) {
-      Lowest(stream).expires_after(options.read_timeout);
+      watch.Arm(options.read_timeout);
       auto [ec_rest, n_rest] = co_await bhttp::async_read(stream, buffer, parser, kNoThrow);
+      watch.Disarm();
       ec = ec_rest;
     }
     if (ec) {
       if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit) {
         Request stub;
         stub.version(11);
-        StreamExchange<Stream> x(stream, options, server->stopped_accepting_, std::move(stub),
+        StreamExchange<Stream> x(stream, watch, options, server->stopped_accepting_, std::move(stub),
                                  remote);
         Response r = TextResponse(
             x.request(), ec == bhttp::error::body_limit ? 413 : 431, "application/json",
@@ -255,7 +266,7 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
                  parser.got_some()) {
         Request stub;
         stub.version(11);
-        StreamExchange<Stream> x(stream, options, server->stopped_accepting_, std::move(stub),
+        StreamExchange<Stream> x(stream, watch, options, server->stopped_accepting_, std::move(stub),
                                  remote);
         Response r = TextResponse(
             x.request(), 400, "application/json",
@@ -271,7 +282,7 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
       explicit Active(std::atomic<size_t>& c) : n(c) { ++n; }
       ~Active() { --n; }
     } active(server->active_);
-    StreamExchange<Stream> x(stream, options, server->stopped_accepting_, parser.release(), remote);
+    StreamExchange<Stream> x(stream, watch, options, server->stopped_accepting_, parser.release(), remote);
     try {
       co_await handler(x);
     } catch (const std::exception& e) {
@@ -286,7 +297,7 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     }
     if (x.failed() || !x.complete() || !x.keep_alive()) break;
   }
-  co_await Close(stream);
+  co_await Close(stream, watch);
 }
 
 asio::awaitable<void> Server::Impl::Accept() {
@@ -380,7 +391,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Han
   server->port_ = impl.acceptor->local_endpoint().port();
   asio::co_spawn(impl.acceptor->get_executor(), impl.Accept(), asio::detached);
   for (auto& context : server->contexts_) {
-    server->threads_.emplace_back([c = context.get()] { c->run(); });
+    server->watchdogs_.push_back(std::make_unique<Watchdog>(*context));
+    server->threads_.emplace_back([c = context.get(), w = server->watchdogs_.back().get()] {
+      Watchdog::SetCurrent(w);
+      c->run();
+      Watchdog::SetCurrent(nullptr);
+    });
   }
   return server;
 }
@@ -413,7 +429,9 @@ Server::~Server() {
   // The listener goes before its context; the context (and with it every connection's coroutine
   // frame, which refers to impl_ and the counters) before impl_.
   impl_->acceptor.reset();
-  contexts_.clear();
+  for (auto& w : watchdogs_) w->Shutdown();
+  contexts_.clear();  // connections' frames go here; their Watches leave the watchdogs
+  watchdogs_.clear();
   impl_.reset();
 }
 

@@ -48,6 +48,7 @@
 
 namespace cacheroute::http {
 
+class Watchdog;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
@@ -128,6 +129,7 @@ class Server {
   Server() = default;
 
   std::vector<std::unique_ptr<asio::io_context>> contexts_;  // one per I/O thread
+  std::vector<std::unique_ptr<Watchdog>> watchdogs_;   // one per I/O thread
   std::unique_ptr<Impl> impl_;
   std::vector<std::thread> threads_;
   int port_ = 0;
