@@ -1,13 +1,18 @@
 // cacheroute-engine-emu in-process on a loopback port chosen by the kernel, spoken to over real
 // HTTP: vLLM's request and response shapes, usage and cached tokens, streaming, errors, /metrics
-// (and promtool when installed), /health and /v1/models. The engine runs at --time-scale 0.
+// (and promtool when installed), /health and /v1/models, and hundreds of streams at once over two
+// I/O threads. The engine runs at --time-scale 0 except in that last test.
 #include <httplib.h>
 #include <stdio.h>
 
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/temp_dir.h"
@@ -25,7 +30,7 @@ std::unique_ptr<EmuServer> StartEmu() {
   EmuOptions options;
   options.model = "emu-model";
   options.engine_label = "7";
-  options.http_threads = 16;
+  options.io_threads = 2;
   options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
   options.runner.time_scale = 0;
   absl::StatusOr<std::unique_ptr<EmuServer>> server = EmuServer::Start(options);
@@ -337,6 +342,151 @@ TEST_CASE("/health and /v1/models answer like vLLM's") {
   const JsonValue& model = v->Find("data")->items.at(0);
   CHECK(model.Find("id")->text == "emu-model");
   CHECK(model.Find("object")->text == "model");
+}
+
+TEST_CASE("hundreds of streams are in flight at once over two I/O threads, and all complete") {
+  // 300 streams of 16 tokens: the engine runs 256 at a time (vLLM's max_num_seqs), each decode
+  // step ≈ 11 modelled ms, so at time scale 5 a stream lasts about a second of wall time, far
+  // longer than 300 clients take to connect. The old server held a thread per waiting request.
+  constexpr int kStreams = 300;
+  constexpr int kTokens = 16;
+  constexpr int kIoThreads = 2;
+  EmuOptions options;
+  options.model = "emu-model";
+  options.io_threads = kIoThreads;
+  options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
+  options.runner.time_scale = 5;
+  absl::StatusOr<std::unique_ptr<EmuServer>> started = EmuServer::Start(options);
+  REQUIRE(started.ok());
+  std::unique_ptr<EmuServer> server = *std::move(started);
+  const int port = server->port();
+
+  struct Outcome {
+    int status = 0;  // 0: no response
+    std::vector<std::string> events;
+  };
+  std::vector<Outcome> outcomes(kStreams);
+  std::atomic<int> finished{0};
+  std::vector<std::thread> clients;
+  clients.reserve(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client client("127.0.0.1", port);
+      client.set_connection_timeout(30);
+      client.set_read_timeout(60);
+      const std::string body = R"({"prompt": ")" + Words(8 + i % 5, "s" + std::to_string(i)) +
+                               R"(", "max_tokens": )" + std::to_string(kTokens) +
+                               R"(, "stream": true, "stream_options": {"include_usage": true}})";
+      httplib::Result res = client.Post("/v1/completions", body, "application/json");
+      if (res) {
+        outcomes[i].status = res->status;
+        size_t pos = 0;
+        while ((pos = res->body.find("data: ", pos)) != std::string::npos) {
+          const size_t end = res->body.find("\n\n", pos);
+          if (end == std::string::npos) break;
+          outcomes[i].events.push_back(res->body.substr(pos + 6, end - pos - 6));
+          pos = end;
+        }
+      }
+      finished.fetch_add(1);
+    });
+  }
+  // Poll until every client is done, for at most two minutes, noting how many requests the engine
+  // held at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  uint32_t peak = 0;
+  while (finished.load() < kStreams && std::chrono::steady_clock::now() < deadline) {
+    const EngineMetrics m = server->runner().Metrics();
+    peak = std::max(peak, m.running + m.waiting);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const bool all_finished = finished.load() == kStreams;
+  if (!all_finished) server->Stop();  // answers what is left, so the clients return
+  for (std::thread& t : clients) t.join();
+  REQUIRE(all_finished);
+
+  int complete = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    INFO("stream " << i);
+    const Outcome& o = outcomes[i];
+    CHECK(o.status == 200);
+    REQUIRE(o.events.size() == kTokens + 2);  // the tokens, usage, [DONE]
+    CHECK(o.events.back() == "[DONE]");
+    absl::StatusOr<JsonValue> usage = ParseJson(o.events[kTokens]);
+    REQUIRE(usage.ok());
+    CHECK(Field(*usage, {"usage", "completion_tokens"}) == kTokens);
+    complete += o.status == 200 && o.events.back() == "[DONE]";
+  }
+  CHECK(complete == kStreams);
+  // More requests waited on the engine at once than there are I/O threads.
+  INFO("peak requests in the engine: " << peak);
+  CHECK(peak > kIoThreads);
+  const EngineMetrics m = server->runner().Metrics();
+  CHECK(m.finished == kStreams);
+  CHECK(m.running == 0);
+}
+
+TEST_CASE("Stop answers a stream in progress and a waiting request, then returns") {
+  // Real time: 5,000 tokens take the engine about 30 s, so both requests are still running when
+  // Stop comes right after the stream's first chunk.
+  EmuOptions options;
+  options.model = "emu-model";
+  options.io_threads = 2;
+  options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
+  options.runner.time_scale = 1;
+  absl::StatusOr<std::unique_ptr<EmuServer>> started = EmuServer::Start(options);
+  REQUIRE(started.ok());
+  std::unique_ptr<EmuServer> server = *std::move(started);
+  const int port = server->port();
+  const std::string body = R"({"prompt": "a b c", "max_tokens": 5000)";
+
+  std::atomic<bool> got_chunk{false};
+  std::string stream;  // the streaming client's thread only, until joined
+  std::thread streamer([&] {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(60);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body + R"(, "stream": true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      stream.append(data, n);
+      got_chunk.store(true);
+      return true;
+    };
+    client.send(req);
+  });
+  Reply waiting;
+  std::thread waiter([&] {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(60);
+    httplib::Result res = client.Post("/v1/completions", body + "}", "application/json");
+    if (res) waiting = {res->status, res->body, {}};
+  });
+  // Both in the engine and the stream begun, or two minutes passed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (!(got_chunk.load() && server->runner().Metrics().running == 2) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const bool both_running = got_chunk.load() && server->runner().Metrics().running == 2;
+  server->Stop();
+  streamer.join();
+  waiter.join();
+  REQUIRE(both_running);
+
+  CHECK(waiting.status == 503);
+  absl::StatusOr<JsonValue> error = ParseJson(waiting.body);
+  REQUIRE(error.ok());
+  CHECK(error->Find("type")->text == "ServiceUnavailableError");
+  // The first token, then an error event and [DONE].
+  INFO(stream);
+  CHECK(stream.find(R"("text":"the ")") != std::string::npos);
+  CHECK(stream.find(R"(data: {"error":{"object":"error")") != std::string::npos);
+  CHECK(stream.find("shutting down") != std::string::npos);
+  CHECK(stream.size() >= 14);
+  CHECK(stream.substr(stream.size() - 14) == "data: [DONE]\n\n");
 }
 
 }  // namespace

@@ -22,18 +22,42 @@ Phase PendingRequest::WaitDone() const {
   return phase_;
 }
 
+namespace {
+
+bool Ended(Phase phase) { return phase != Phase::kWaiting && phase != Phase::kFirstToken; }
+
+}  // namespace
+
 uint32_t PendingRequest::cached_tokens() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cached_tokens_;
 }
 
+Phase PendingRequest::phase() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_;
+}
+
+void PendingRequest::OnAdvance(std::function<void()> callback) {
+  std::shared_ptr<const std::function<void()>> previous;  // released outside mu_
+  std::lock_guard<std::mutex> lock(mu_);
+  previous = std::move(on_advance_);
+  if (callback && !Ended(phase_)) {
+    on_advance_ = std::make_shared<const std::function<void()>>(std::move(callback));
+  }
+}
+
 void PendingRequest::Advance(Phase phase, uint32_t cached_tokens) {
+  std::shared_ptr<const std::function<void()>> callback;
   {
     std::lock_guard<std::mutex> lock(mu_);
     phase_ = phase;
     if (phase == Phase::kFirstToken) cached_tokens_ = cached_tokens;
+    // An ended request is never advanced again: let go of what the callback holds.
+    callback = Ended(phase) ? std::move(on_advance_) : on_advance_;
   }
   cv_.notify_all();
+  if (callback) (*callback)();
 }
 
 absl::StatusOr<std::unique_ptr<EngineRunner>> EngineRunner::Start(RunnerOptions options) {

@@ -10,23 +10,30 @@
 //
 // Requests. Submit() hands a request to the engine thread and returns a PendingRequest whose
 // phase moves kWaiting → kFirstToken → kFinished, or ends in a rejection, a timeout or shutdown.
-// HTTP handler threads block on it. Counters for /metrics are updated on the engine thread before
-// the request's waiter is woken, so a client that has its response sees its tokens counted.
+// A waiter either blocks (WaitFirstToken, WaitDone) or, without a thread of its own, registers
+// OnAdvance and re-checks phase(): the callback runs after every later phase change, so
+// "register, check, wait for the callback, check again" misses none. Counters for /metrics are
+// updated on the engine thread before the request's waiter is woken or called, so a client that
+// has its response sees its tokens counted.
 //
 // Lock discipline: mu_ guards the submission queue and the stop flag; metrics_mu_ guards the
 // metrics; each PendingRequest has its own lock. The engine itself is touched only by its thread.
+// OnAdvance callbacks run on the engine thread with none of these locks held; they must be quick
+// and must not block (post to the waiter's executor and return).
 //
 // Usage:
 //   auto runner = EngineRunner::Start({.profile = *FindEngineProfile("llama-8b-h100"),
 //                                      .time_scale = 0});
 //   std::shared_ptr<PendingRequest> r = (*runner)->Submit(prompt_tokens, 16, std::move(hashes));
 //   if (r->WaitDone() == Phase::kFinished) Reply(r->cached_tokens());
+//   // or: r->OnAdvance([=] { asio::post(executor, wake); }); then check r->phase() when woken
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -63,6 +70,14 @@ class PendingRequest {
   Phase WaitFirstToken() const;
   // Blocks until the phase is past kFirstToken; returns it.
   Phase WaitDone() const;
+  // The phase now, without waiting.
+  Phase phase() const;
+  // `callback` is called after each later phase change, on the engine thread, outside every
+  // lock (see the lock discipline above). One callback at a time: a new one replaces the last
+  // (which may still be running or about to run once), an empty one clears it. A request that
+  // has already ended (past kFirstToken) drops the callback, as it does once it ends; the caller
+  // therefore checks phase() after registering.
+  void OnAdvance(std::function<void()> callback);
   // Prompt tokens found in the prefix cache; valid once the first token came.
   uint32_t cached_tokens() const;
 
@@ -84,6 +99,8 @@ class PendingRequest {
   mutable std::condition_variable cv_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kWaiting;
   uint32_t cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // Shared so Advance can call it outside mu_ while a new one is registered.
+  std::shared_ptr<const std::function<void()>> on_advance_ ABSL_GUARDED_BY(mu_);
 };
 
 // vLLM's bucket bounds for vllm:time_to_first_token_seconds.

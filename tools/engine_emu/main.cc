@@ -50,8 +50,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--engine-label", options.engine_label, "The engine label of every metric")
       ->capture_default_str();
-  app.add_option("--http-threads", options.http_threads,
-                 "HTTP worker threads: bounds concurrent connections")
+  app.add_option("--io-threads,--http-threads", options.io_threads,
+                 "I/O threads serving every connection (0: one per core); they do not bound "
+                 "concurrent connections. --http-threads is the old name")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
