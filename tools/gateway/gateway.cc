@@ -122,8 +122,10 @@ constexpr absl::string_view kEndpointNames[] = {"completions", "chat_completions
 constexpr absl::string_view kErrorKindNames[] = {"connect", "reset", "header_timeout",
                                                  "idle_timeout", "protocol"};
 
-// An idle pooled connection holds at most this long before it is closed on reuse.
+// Idle pooled connections kept per I/O thread and destination; more are closed.
 constexpr size_t kMaxIdlePerDestination = 4096;
+// A pooled connection idle for longer than this is checked (a non-blocking peek) before reuse.
+constexpr auto kCheckIdleAfter = std::chrono::milliseconds(200);
 // A non-streamed answer larger than this is a 502 (it would have to be held in memory).
 constexpr size_t kMaxUnaryBody = 64u << 20;
 
@@ -181,7 +183,6 @@ std::string ErrorBody(absl::string_view message, absl::string_view type, int cod
 // Per upstream: idle keep-alive connections, failure accounting and per-destination metrics.
 struct Gateway::Destination {
   std::mutex mu;
-  std::vector<IdleConnection> idle;  // idle keep-alive connections; guarded by mu
   std::atomic<uint32_t> consecutive_failures{0};
   std::atomic<uint64_t> errors{0};
   std::array<std::atomic<uint64_t>, kErrorKinds> error_kinds{};
@@ -193,9 +194,17 @@ struct Gateway::Destination {
   std::array<std::atomic<uint64_t>, 2> cached_tokens{};
   Histogram ttft;      // streams: request received → first body chunk
   Histogram duration;  // request received → response complete
-  ~Destination() {
-    for (const IdleConnection& c : idle) ::close(c.fd);
-  }
+};
+
+// Idle keep-alive upstream connections: pools[thread][destination], each touched only by its I/O
+// thread (whose executor its sockets use), so taking and returning one needs no lock and no
+// re-registration with another thread's reactor.
+struct IdleConnection {
+  beast::tcp_stream stream;
+  std::chrono::steady_clock::time_point since;
+};
+struct Gateway::Pools {
+  std::vector<std::vector<std::vector<IdleConnection>>> idle;
 };
 
 void Gateway::Histogram::Observe(std::chrono::nanoseconds elapsed) {
@@ -330,6 +339,9 @@ absl::Status Gateway::Listen() {
   }
   server_ = *std::move(server);
   port_ = server_->port();
+  pools_ = std::make_unique<Pools>();
+  pools_->idle.resize(server_->threads());
+  for (auto& by_destination : pools_->idle) by_destination.resize(config_.upstreams.size());
 
   // Upstream addresses, resolved once here (a name that does not resolve is a bad config).
   tcp::resolver resolver(server_->context());
@@ -378,6 +390,7 @@ void Gateway::Stop() {
   }
   stop_cv_.notify_all();
   if (server_ != nullptr) server_->Stop();
+  pools_.reset();  // their sockets use the server's contexts
   if (prober_thread_.joinable()) prober_thread_.join();
   if (scraper_thread_.joinable()) scraper_thread_.join();
   if (subscriber_ != nullptr) subscriber_->Stop();
@@ -521,37 +534,32 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   upstream.keep_alive(true);
   upstream.prepare_payload();
 
+  const int thread = http::Server::CurrentThread();
+  std::vector<IdleConnection>* pool =
+      thread >= 0 && static_cast<size_t>(thread) < pools_->idle.size()
+          ? &pools_->idle[thread][d]
+          : nullptr;
   std::optional<beast::tcp_stream> connection;
   std::optional<http::Watch> watch;  // timeouts of `connection`'s operations
   beast::flat_buffer buffer;
+  buffer.reserve(8192);  // headers and a small answer in one read
   std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
   for (int attempt = 0;; ++attempt) {
     bool reused = false;
     watch.reset();
     connection.reset();
-    if (attempt == 0) {  // a pooled connection that is still open
-      for (;;) {
-        IdleConnection idle;
-        {
-          std::lock_guard<std::mutex> lock(destination.mu);
-          if (destination.idle.empty()) break;
-          idle = destination.idle.back();
-          destination.idle.pop_back();
+    if (attempt == 0 && pool != nullptr) {  // a pooled connection that is still open
+      while (!pool->empty()) {
+        IdleConnection idle = std::move(pool->back());
+        pool->pop_back();
+        // One that was in use moments ago is taken as it is (were it closed after all, the retry
+        // below covers it); one that idled longer is checked first.
+        if (std::chrono::steady_clock::now() - idle.since < kCheckIdleAfter ||
+            StillOpen(idle.stream.socket().native_handle())) {
+          connection.emplace(std::move(idle.stream));
+          reused = true;
+          break;
         }
-        if (!StillOpen(idle.fd)) {
-          ::close(idle.fd);
-          continue;
-        }
-        tcp::socket socket(executor);
-        beast::error_code ec;
-        socket.assign(idle.v6 ? tcp::v6() : tcp::v4(), idle.fd, ec);
-        if (ec) {
-          ::close(idle.fd);
-          continue;
-        }
-        connection.emplace(std::move(socket));
-        reused = true;
-        break;
       }
     }
     watch.reset();
@@ -624,7 +632,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   header.set("X-CacheRoute-Planned", planned ? "1" : "0");
   const bool streamed = answer.chunked() || !answer.has_content_length();
 
-  constexpr size_t kChunk = 16384;
+  constexpr size_t kChunk = 4096;  // SSE events are small; 8,000 streams hold 32 MB of these
   std::unique_ptr<char[]> chunk(new char[kChunk]);
   bool client_gone = false;
   bool broken = false;
@@ -690,18 +698,9 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
 
   // Back to the pool only when the answer was read to its end and the upstream keeps it open.
   watch.reset();
-  if (parser->is_done() && parser->keep_alive() && !broken && !client_gone) {
-    beast::error_code ec;
-    const bool v6 = connection->socket().local_endpoint(ec).address().is_v6();
-    const int fd = connection->release_socket().release(ec);
-    if (!ec) {
-      std::lock_guard<std::mutex> lock(destination.mu);
-      if (destination.idle.size() < kMaxIdlePerDestination) {
-        destination.idle.push_back({fd, v6});
-      } else {
-        ::close(fd);
-      }
-    }
+  if (parser->is_done() && parser->keep_alive() && !broken && !client_gone && pool != nullptr &&
+      pool->size() < kMaxIdlePerDestination) {
+    pool->push_back({std::move(*connection), std::chrono::steady_clock::now()});
   } else {
     beast::error_code ignored;
     connection->socket().close(ignored);

@@ -114,11 +114,8 @@ class Gateway {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
       0.5,    1,     2.5,    5,     10,   30,    60,   120, 300};
 
-  struct IdleConnection {
-    int fd = -1;
-    bool v6 = false;
-  };
   struct Destination;
+  struct Pools;  // idle upstream connections per I/O thread and destination
   struct Histogram {
     std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> buckets{};  // +Inf last
     std::atomic<uint64_t> sum_ns{0};
@@ -164,6 +161,7 @@ class Gateway {
   std::unique_ptr<Destination[]> destinations_;
 
   std::unique_ptr<http::Server> server_;
+  std::unique_ptr<Pools> pools_;  // made by Listen, emptied by Stop before server_ goes
   int port_ = 0;
   std::atomic<bool> draining_{false};
   std::thread prober_thread_;

@@ -3,7 +3,8 @@
 // Gateway in front of it and, when the haproxy binary exists, an HAProxy (`balance leastconn`,
 // HTTP mode, keep-alive both sides) in front of the same upstream. An open-loop load generator
 // sends --rate requests/s on each path, interleaved in one run so that every path sees the same
-// machine load. Prints the percentiles of each path, the p50 each proxy adds over direct, and the
+// machine load. The gateway runs as a process of its own, like HAProxy (the cacheroute-gateway
+// binary beside this one; --gateway-binary ""  runs it in this process instead). Prints the percentiles of each path, the p50 each proxy adds over direct, and the
 // gateway's added p50 minus HAProxy's; with --repeat N, the median of N runs of those figures.
 //
 //   cacheroute-gateway-bench --rate 1000 --seconds 10 --repeat 3
@@ -18,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -96,8 +98,56 @@ struct HaProxy {
   }
 };
 
-struct PathResult {
-  std::vector<double> micros;
+// cacheroute-gateway as a process of its own (as HAProxy is), from `binary`; stopped by the
+// destructor. port is 0 when it did not start.
+struct ChildGateway {
+  pid_t pid = -1;
+  int port = 0;
+  std::filesystem::path config;
+  ChildGateway(const std::string& binary, const std::string& policy, uint32_t io_threads,
+               int upstream_port) {
+    config = std::filesystem::temp_directory_path() /
+             absl::StrCat("cacheroute-bench-gateway-", ::getpid(), ".yaml");
+    std::ofstream(config) << absl::StrFormat(
+        "listen: 127.0.0.1:0\npolicy: %s\nio_threads: %d\n"
+        "upstreams:\n  - {name: engine-0, url: \"http://127.0.0.1:%d\"}\n",
+        policy, io_threads, upstream_port);
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fds[1], 2);
+      ::close(fds[0]);
+      ::execl(binary.c_str(), binary.c_str(), "--config", config.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    std::string log;
+    char buffer[512];
+    for (ssize_t n; port == 0 && (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) {
+      log.append(buffer, n);
+      const size_t at = log.find("started gateway port=");
+      if (at != std::string::npos && log.find(' ', at + 21) != std::string::npos) {
+        port = std::atoi(log.c_str() + at + 21);
+      }
+    }
+    // Keep draining its stderr so that it never blocks on a full pipe.
+    std::thread([fd = fds[0]] {
+      char sink[512];
+      while (::read(fd, sink, sizeof sink) > 0) {
+      }
+      ::close(fd);
+    }).detach();
+  }
+  ~ChildGateway() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+    std::error_code ignored;
+    std::filesystem::remove(config, ignored);
+  }
 };
 
 }  // namespace
@@ -110,6 +160,8 @@ int main(int argc, char** argv) {
   std::string policy = "cacheroute";
   std::string haproxy = "/usr/sbin/haproxy";
   uint32_t io_threads = 0;
+  std::string gateway_binary =
+      (std::filesystem::path(argv[0]).parent_path() / "cacheroute-gateway").string();
   CLI::App app{"Gateway overhead: p50 latency through the gateway and HAProxy vs direct, on loopback."};
   app.add_option("--rate", rate, "Requests/s on each path (direct, gateway, haproxy)");
   app.add_option("--seconds", seconds, "Duration of one measurement");
@@ -117,6 +169,9 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "Runs; figures are their medians")->check(CLI::Range(1, 99));
   app.add_option("--policy", policy, "Gateway routing policy");
   app.add_option("--io-threads", io_threads, "Gateway I/O threads (0: one per core)");
+  app.add_option("--gateway-binary", gateway_binary,
+                 "cacheroute-gateway to run as a process of its own, as HAProxy runs (\"\" or "
+                 "missing: the gateway runs inside this process)");
   app.add_option("--haproxy", haproxy, "HAProxy binary (\"\" or missing: no HAProxy path)");
   CLI11_PARSE(app, argc, argv);
 
@@ -139,10 +194,24 @@ int main(int argc, char** argv) {
   config.policy = policy;
   config.io_threads = io_threads;
   config.upstreams = {{"engine-0", absl::StrCat("http://127.0.0.1:", upstream_port)}};
-  auto gateway = cacheroute::gateway::Gateway::Start(config);
-  if (!gateway.ok()) {
-    std::fprintf(stderr, "gateway: %s\n", std::string(gateway.status().message()).c_str());
-    return 1;
+  std::unique_ptr<cacheroute::gateway::Gateway> in_process;
+  std::unique_ptr<ChildGateway> child;
+  int gateway_port = 0;
+  if (!gateway_binary.empty() && std::filesystem::exists(gateway_binary)) {
+    child = std::make_unique<ChildGateway>(gateway_binary, policy, io_threads, upstream_port);
+    gateway_port = child->port;
+    if (gateway_port == 0) {
+      std::fprintf(stderr, "gateway: %s did not start\n", gateway_binary.c_str());
+      return 1;
+    }
+  } else {
+    auto gateway = cacheroute::gateway::Gateway::Start(config);
+    if (!gateway.ok()) {
+      std::fprintf(stderr, "gateway: %s\n", std::string(gateway.status().message()).c_str());
+      return 1;
+    }
+    in_process = *std::move(gateway);
+    gateway_port = in_process->port();
   }
   std::unique_ptr<HaProxy> proxy;
   if (!haproxy.empty() && std::filesystem::exists(haproxy)) {
@@ -156,14 +225,15 @@ int main(int argc, char** argv) {
     const char* name;
     int port;
   };
-  std::vector<Path> paths = {{"direct", upstream_port}, {"gateway", (*gateway)->port()}};
+  std::vector<Path> paths = {{"direct", upstream_port}, {"gateway", gateway_port}};
   if (proxy) paths.push_back({"haproxy", proxy->port});
   const size_t n_paths = paths.size();
 
   std::printf(
       "gateway overhead on loopback: %.0f req/s per path for %.1f s, %d threads, policy %s, %d "
-      "run(s)\n",
-      rate, seconds, threads, policy.c_str(), repeat);
+      "run(s), gateway %s\n",
+      rate, seconds, threads, policy.c_str(), repeat,
+      child ? "in its own process" : "in this process");
   std::printf("%-4s %-8s %8s %10s %10s %10s %10s\n", "run", "path", "requests", "p50_us", "p90_us",
               "p99_us", "max_us");
   std::vector<double> gateway_added, haproxy_added, gateway_vs_haproxy;
@@ -228,7 +298,8 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(total));
     failures_total += failures.load();
   }
-  (*gateway)->Stop();
+  if (in_process) in_process->Stop();
+  child.reset();
   proxy.reset();
   upstream.stop();
   upstream_thread.join();

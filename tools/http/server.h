@@ -119,6 +119,10 @@ class Server {
   size_t active() const { return active_.load(); }
   // Open client connections.
   size_t connections() const { return connections_.load(); }
+  // I/O threads, and the index in [0, threads()) of the calling one (-1 off every server's I/O
+  // threads): what a handler keys per-thread state by, which then needs no lock.
+  unsigned threads() const { return static_cast<unsigned>(contexts_.size()); }
+  static int CurrentThread();
 
   // Stops every thread; exchanges still in progress are cut. Idempotent.
   void Stop();
