@@ -32,6 +32,7 @@
 #include "cacheroute/dataplane/key_id.h"
 #include "planner/service/config.h"
 #include "tools/gateway/prometheus_text.h"
+#include "tools/http/reactive.h"
 #include "tools/http/watchdog.h"
 
 namespace cacheroute::gateway {
@@ -584,7 +585,9 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
       watch.emplace(http::Watchdog::Current(), connection->socket());
     }
     watch->Arm(ToChrono(config_.write_timeout));
-    auto [write_ec, written] = co_await bhttp::async_write(*connection, upstream, kNoThrow);
+    beast::error_code nb;
+    connection->socket().non_blocking(true, nb);
+    const beast::error_code write_ec = co_await http::ReactiveWrite(connection->socket(), upstream);
     watch->Disarm();
     const bool write_timed_out = watch->fired();
     beast::error_code ec = write_ec;
@@ -593,9 +596,8 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
     buffer.clear();
     if (!ec) {
       watch->Arm(ToChrono(config_.header_timeout));
-      auto [header_ec, n] = co_await bhttp::async_read_header(*connection, buffer, *parser, kNoThrow);
+      ec = co_await http::ReactiveReadHeader(connection->socket(), buffer, *parser);
       watch->Disarm();
-      ec = header_ec;
     }
     if (!ec) break;
     const bool timed_out = write_timed_out || watch->fired();
@@ -647,9 +649,8 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
     parser->get().body().data = chunk.get();
     parser->get().body().size = kChunk;
     watch->Arm(ToChrono(config_.read_timeout));
-    auto [read_ec, n] = co_await bhttp::async_read_some(*connection, buffer, *parser, kNoThrow);
+    beast::error_code ec = co_await http::ReactiveReadSome(connection->socket(), buffer, *parser);
     watch->Disarm();
-    beast::error_code ec = read_ec;
     if (ec == bhttp::error::need_buffer) ec = {};
     const size_t got = kChunk - parser->get().body().size;
     if (got > 0) {

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tools/http/reactive.h"
 #include "tools/http/watchdog.h"
 
 namespace cacheroute::http {
@@ -119,7 +120,14 @@ class StreamExchange final : public Exchange {
     Finish(response);
     response.prepare_payload();
     watch_.Arm(options_.write_timeout);
-    auto [ec, n] = co_await bhttp::async_write(stream_, response, kNoThrow);
+    beast::error_code ec;
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      stream_.socket().non_blocking(true, ec);
+      ec = co_await ReactiveWrite(stream_.socket(), response);
+    } else {
+      auto [wec, n] = co_await bhttp::async_write(stream_, response, kNoThrow);
+      ec = wec;
+    }
     watch_.Disarm();
     complete_ = !ec;
     failed_ = static_cast<bool>(ec);
@@ -204,6 +212,12 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     ~Count() { --n; }
   } connection(server->connections_);
   Watch watch(Watchdog::Current(), Lowest(stream).socket());
+  // Plain TCP is read and written reactively (reactive.h); TLS through Asio's operations.
+  constexpr bool kPlain = std::is_same_v<Stream, beast::tcp_stream>;
+  if constexpr (kPlain) {
+    beast::error_code nb;
+    stream.socket().non_blocking(true, nb);
+  }
 
   if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
     watch.Arm(options.read_timeout);
@@ -235,7 +249,13 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     parser.body_limit(options.body_limit);
     parser.header_limit(64u << 10);
     watch.Arm(options.idle_timeout);
-    auto [ec_first, n_first] = co_await bhttp::async_read_some(stream, buffer, parser, kNoThrow);
+    beast::error_code ec_first;
+    if constexpr (kPlain) {
+      ec_first = co_await ReactiveReadSome(stream.socket(), buffer, parser);
+    } else {
+      auto [e, n] = co_await bhttp::async_read_some(stream, buffer, parser, kNoThrow);
+      ec_first = e;
+    }
     watch.Disarm();
     state->idle = false;
     {
@@ -245,9 +265,15 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     beast::error_code ec = ec_first;
     if (!ec && !parser.is_done()) {
       watch.Arm(options.read_timeout);
-      auto [ec_rest, n_rest] = co_await bhttp::async_read(stream, buffer, parser, kNoThrow);
+      if constexpr (kPlain) {
+        while (!ec && !parser.is_done()) {
+          ec = co_await ReactiveReadSome(stream.socket(), buffer, parser);
+        }
+      } else {
+        auto [ec_rest, n_rest] = co_await bhttp::async_read(stream, buffer, parser, kNoThrow);
+        ec = ec_rest;
+      }
       watch.Disarm();
-      ec = ec_rest;
     }
     if (ec) {
       if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit) {

@@ -1,0 +1,75 @@
+// Reactive HTTP I/O on a plain TCP socket: try the operation at once, non-blocking, and wait for
+// readiness (async_wait) only when the socket would block. An Asio operation that completes at
+// once has its completion posted, and the scheduler polls the reactor (a zero-timeout epoll_wait)
+// before running it; a proxied request has several such operations, each a system call on its
+// own. These helpers need the socket in non-blocking mode (socket.non_blocking(true)); a
+// Watchdog cancelling the socket ends a wait with operation_aborted, as it ends any operation.
+//
+// Usage (in a coroutine; `socket` is the stream's tcp::socket):
+//   socket.non_blocking(true);
+//   beast::error_code ec = co_await http::ReactiveWrite(socket, request);
+//   ec = co_await http::ReactiveReadHeader(socket, buffer, parser);
+#pragma once
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace cacheroute::http {
+
+inline bool WouldBlock(const boost::beast::error_code& ec) {
+  return ec == boost::asio::error::would_block || ec == boost::asio::error::try_again;
+}
+
+// Waits until `socket` is ready for `what`; the error of the wait, if any.
+inline boost::asio::awaitable<boost::beast::error_code> WaitReady(
+    boost::asio::ip::tcp::socket& socket, boost::asio::ip::tcp::socket::wait_type what) {
+  auto [ec] = co_await socket.async_wait(what, boost::asio::as_tuple(boost::asio::use_awaitable));
+  co_return ec;
+}
+
+// Writes a whole message.
+template <bool isRequest, class Body, class Fields>
+boost::asio::awaitable<boost::beast::error_code> ReactiveWrite(
+    boost::asio::ip::tcp::socket& socket, boost::beast::http::message<isRequest, Body, Fields>& m) {
+  boost::beast::http::serializer<isRequest, Body, Fields> serializer{m};
+  while (!serializer.is_done()) {
+    boost::beast::error_code ec;
+    boost::beast::http::write_some(socket, serializer, ec);
+    if (WouldBlock(ec)) {
+      if (boost::beast::error_code w = co_await WaitReady(socket, socket.wait_write)) co_return w;
+      continue;
+    }
+    if (ec) co_return ec;
+  }
+  co_return boost::beast::error_code{};
+}
+
+// Reads until `parser` has the message's header.
+template <class Parser>
+boost::asio::awaitable<boost::beast::error_code> ReactiveReadHeader(
+    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser) {
+  for (;;) {
+    boost::beast::error_code ec;
+    boost::beast::http::read_header(socket, buffer, parser, ec);
+    if (!WouldBlock(ec)) co_return ec;
+    if (boost::beast::error_code w = co_await WaitReady(socket, socket.wait_read)) co_return w;
+  }
+}
+
+// Reads some of the message into `parser` (at least one byte, or the end of the message).
+template <class Parser>
+boost::asio::awaitable<boost::beast::error_code> ReactiveReadSome(
+    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser) {
+  for (;;) {
+    boost::beast::error_code ec;
+    boost::beast::http::read_some(socket, buffer, parser, ec);
+    if (!WouldBlock(ec)) co_return ec;
+    if (boost::beast::error_code w = co_await WaitReady(socket, socket.wait_read)) co_return w;
+  }
+}
+
+}  // namespace cacheroute::http
