@@ -59,11 +59,10 @@ void Log(absl::string_view level, absl::string_view event,
 
 // ---- HTTP helpers. ----
 
-// Request headers not passed upstream: hop-by-hop ones, Host (set to the upstream's) and
-// Content-Length (set from the body).
-bool SkipRequestHeader(bhttp::field field, absl::string_view name) {
+// Hop-by-hop headers (RFC 9110 §7.6.1) and Content-Length (set from the body that is sent) are
+// never copied from one side to the other; nor is a request's Host (set to the upstream's).
+bool HopByHopOrLength(bhttp::field field) {
   switch (field) {
-    case bhttp::field::host:
     case bhttp::field::content_length:
     case bhttp::field::connection:
     case bhttp::field::keep_alive:
@@ -77,21 +76,10 @@ bool SkipRequestHeader(bhttp::field field, absl::string_view name) {
       return false;
   }
 }
-
-bool SkipResponseHeader(bhttp::field field) {
-  switch (field) {
-    case bhttp::field::content_length:
-    case bhttp::field::connection:
-    case bhttp::field::keep_alive:
-    case bhttp::field::transfer_encoding:
-    case bhttp::field::te:
-    case bhttp::field::trailer:
-    case bhttp::field::upgrade:
-      return true;
-    default:
-      return false;
-  }
+bool SkipRequestHeader(bhttp::field field) {
+  return field == bhttp::field::host || HopByHopOrLength(field);
 }
+bool SkipResponseHeader(bhttp::field field) { return HopByHopOrLength(field); }
 
 std::chrono::microseconds ToChrono(absl::Duration d) { return absl::ToChronoMicroseconds(d); }
 
@@ -526,7 +514,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   const http::Request& request = x.request();
   bhttp::request<bhttp::string_body> upstream{request.method(), request.target(), 11};
   for (const auto& field : request) {
-    if (SkipRequestHeader(field.name(), {})) continue;
+    if (SkipRequestHeader(field.name())) continue;
     if (!api_keys_.empty() && field.name() == bhttp::field::authorization) continue;
     upstream.insert(field.name_string(), field.value());
   }
