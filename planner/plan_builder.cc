@@ -1,4 +1,4 @@
-// Implementation of Algorithm 1 (shared/paper/cacheroute.txt §3.1). See plan_builder.h.
+// Implementation of Algorithm 1 (the CacheRoute paper, §3.1). See plan_builder.h.
 //
 // Speed: the paper's O(|B| log |B| + Σk_b log R) becomes O(|B| + Σk_b log R) here.
 // - Order. Non-negative IEEE doubles order like their bit patterns, so "decreasing rate" is a

@@ -1,5 +1,6 @@
 // PlanBuilder: the periodic routing-table construction of the CacheRoute paper
-// (shared/paper/cacheroute.txt, §3.1 and Algorithm 1), as a pure function.
+// (the CacheRoute paper, "CacheRoute: Planned Prefix-Affinity Routing for Large-Scale LLM
+// Serving", §3.1 and Algorithm 1), as a pure function.
 //
 // Given per-key request rates λ_b, R destinations, a per-assignment load cap q_cap and W warm
 // prefix slots per destination (C = R·W), it

@@ -1,7 +1,7 @@
 // RateAggregator: the planner's per-key request-rate estimator. Gateways report how many requests
 // each key received (cacheroute.v1.ReportRatesRequest, which the service converts to RateReport);
 // the aggregator sums them across gateways and smooths them over time into the per-key rates λ_b
-// that PlanBuilder plans from (shared/paper/cacheroute.txt §6: "rate estimates that remain
+// that PlanBuilder plans from (the CacheRoute paper, §6: "rate estimates that remain
 // useful for at least one cache-warming interval").
 //
 // The estimator

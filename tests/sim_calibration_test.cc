@@ -1,6 +1,6 @@
 // Tests for tools/sim/calibration: the closed-loop benchmark simulation (hand-checked at
 // concurrency 1), the shipped 70B profile against the NIM benchmark it is fitted to (the figures of
-// shared/design/EVALUATION.md, copied here as literals), and the decode-line fit recovering a
+// docs/references.md, copied here as literals), and the decode-line fit recovering a
 // line it generated itself.
 #include <catch2/catch.hpp>
 #include <vector>

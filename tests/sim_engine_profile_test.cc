@@ -1,5 +1,5 @@
 // Tests for tools/sim/engine_profile: the profiles reproduce the measurements they were calibrated
-// from (shared/design/EVALUATION.md, copied here as literals), and bad profiles are rejected.
+// from (docs/references.md, copied here as literals), and bad profiles are rejected.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>

@@ -1,5 +1,5 @@
 // cacheroute-synth-rates: writes a semi-synthetic `key,rate` CSV with the paper's key-rate skew
-// (lognormal, σ ≈ 1.65; shared/paper/cacheroute.txt Table 6), for `cacheroutectl plan` and demos.
+// (lognormal, σ ≈ 1.65; the CacheRoute paper, Table 6), for `cacheroutectl plan` and demos.
 // The measured Gini, top-4% share and largest key share go to stderr next to the paper's targets.
 #include <cstdio>
 #include <fstream>

@@ -1,5 +1,5 @@
 // Chunking: splitting a TableUpdate that exceeds the gRPC message limit into several chunks, and
-// putting them back together on the gateway (table.proto, TableUpdate; PROTOCOL.md "Message size").
+// putting them back together on the gateway (table.proto, TableUpdate; docs/protocol.md).
 //
 // Invariants of Chunk's output: every chunk has the update's nonce, chunk_index 0, 1, …, and the
 // same chunk_count; chunk 0 carries every header field (version, base, destinations, loads, built

@@ -5,8 +5,8 @@
 //
 // Invariants: current() only ever moves to a valid table with a version at least as new (a full
 // table older than current(), or with the zero version, is NACKed; a delta applies only on top of
-// exactly its base); a rejected update leaves current() unchanged (PROTOCOL.md, "Keep the last
-// good table"). Not thread-safe.
+// exactly its base); a rejected update leaves current() unchanged, so a gateway keeps routing on
+// its last good table (docs/protocol.md, "Tables"). Not thread-safe.
 //
 // Usage:
 //   TableClientState state("gw-7", /*cached=*/LoadFromDisk());

@@ -1,6 +1,6 @@
 // TableStream: the server side of one gateway's TableService.StreamTable, as a pure state machine
 // (no gRPC, no clock, no threads). The gRPC reactor feeds it the gateway's requests and every
-// published snapshot, and writes out whatever TakeUpdate returns. Protocol: PROTOCOL.md and
+// published snapshot, and writes out whatever TakeUpdate returns. Protocol: docs/protocol.md and
 // table.proto.
 //
 // Invariants:

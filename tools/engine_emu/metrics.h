@@ -1,4 +1,4 @@
-// The engine emulator's /metrics page: vLLM's Prometheus metric names (shared/design/EVALUATION.md,
+// The engine emulator's /metrics page: vLLM's Prometheus metric names (docs/references.md,
 // "What a vLLM server exposes"), every sample labelled model_name and engine, so dashboards and
 // scrapers written for vLLM read the emulator unchanged. Accepted by `promtool check metrics`
 // (tests/engine_emu_test.cc runs it when promtool is installed).

@@ -1,5 +1,5 @@
 // The engine emulator's deterministic stand-in for a tokenizer, and the block hashes vLLM's prefix
-// cache would compute from the tokens (shared/design/EVALUATION.md, "Engines": 16-token blocks,
+// cache would compute from the tokens (docs/references.md, "Engines": 16-token blocks,
 // each block's hash chaining its parent's).
 //
 // Tokens. One token per maximal run of non-white-space bytes (white space: space, \t, \n, \r, \f,

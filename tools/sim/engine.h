@@ -1,5 +1,5 @@
 // Engine: one continuous-batching model server, modelled on vLLM's scheduler with chunked prefill
-// and automatic prefix caching (shared/design/EVALUATION.md, "Engines"), driven by events so that
+// and automatic prefix caching (docs/references.md, "Engines"), driven by events so that
 // a fleet simulator can run many engines under one event queue, and the HTTP engine emulator can
 // run one from wall-clock time. Time is seconds passed in by the caller; it must never go back.
 //

@@ -1,5 +1,5 @@
 // The calibrated engine profiles. Every constant names its source; docs/simulator.md ("Engine
-// profiles") shows the arithmetic. EVALUATION.md is shared/design/EVALUATION.md.
+// profiles") shows the arithmetic. The facts and their sources are in docs/references.md.
 #include "tools/sim/engine_profile.h"
 
 #include <algorithm>
@@ -17,7 +17,7 @@ constexpr double kUs = 1e-6;
 constexpr double kNs = 1e-9;
 
 // vLLM's scheduler on H100-class GPUs: chunked prefill with max_num_batched_tokens = 8,192 and
-// max_num_seqs = 1,024 (EVALUATION.md, "Engines").
+// max_num_seqs = 1,024 (docs/references.md, "Engines").
 constexpr uint32_t kVllmTokenBudget = 8192;
 constexpr uint32_t kVllmMaxRunning = 1024;
 
@@ -30,13 +30,13 @@ EngineProfile Llama70bFp8Tp2H100() {
       "Llama-3.3-70B fp8, tensor parallel 2 on 2xH100 (NVIDIA NIM benchmark, decode line fitted "
       "by simulating it at ISL 5,000 / OSL 500; paper section 4)";
   // NIM benchmark at concurrency 1: TTFT = 8 ms + 0.080 ms per prefill token (406.8 ms at 5,000
-  // input tokens: (406.8 − 8) / 5,000 = 0.0798 ms) (EVALUATION.md).
+  // input tokens: (406.8 − 8) / 5,000 = 0.0798 ms) (docs/references.md).
   p.prefill_base_s = 8.0 * kMs;
   p.prefill_per_token_s = 0.080 * kMs;
-  // NIM inter-token latency 18.6 ms at concurrency 1, 38.8 at 25, 59.7 at 50 (EVALUATION.md),
+  // NIM inter-token latency 18.6 ms at concurrency 1, 38.8 at 25, 59.7 at 50 (docs/references.md),
   // measured closed-loop with 5,000-token prompts, so at c > 1 it includes the other clients'
   // prefills. FitDecodeLine (calibration.h) runs that benchmark on this engine model, assuming
-  // OSL = 500 (NIM's 5,000-in pairs are 500-out; the OSL is not in EVALUATION.md), and fits
+  // OSL = 500 (NIM's 5,000-in pairs are 500-out; the OSL is not in docs/references.md), and fits
   // the line by least squares: simulated ITLs 18.6 / 38.8 / 59.7 ms, RMS error 0.03 ms. The
   // measured latencies include attention at the benchmark's context, so no separate context term.
   p.decode_base_s = 18.545 * kMs;
@@ -83,15 +83,15 @@ EngineProfile Llama8bH100() {
   p.description =
       "Llama-3.1-8B bf16 on 1xH100 (Vidur Llama-2-7B H100 profile; KV from 128 KiB/token)";
   // Vidur's Llama-2-7B profile on one H100 (linear layers): ≈ 5.6 ms per iteration + ≈ 20 µs
-  // per token at large batches (EVALUATION.md). A decoding sequence is one token through the same
-  // layers, so it costs the same 20 µs.
+  // per token at large batches (docs/references.md). A decoding sequence is one token through the
+  // same layers, so it costs the same 20 µs.
   p.prefill_base_s = 5.6 * kMs;
   p.prefill_per_token_s = 20 * kUs;
   p.decode_base_s = 5.6 * kMs;
   p.decode_per_seq_s = 20 * kUs;
   // Vidur's figure leaves out attention. A decode step reads each sequence's whole KV: 128 KiB per
-  // token for Llama-3-8B bf16 (EVALUATION.md) at the H100 SXM's 3.35 TB/s HBM3 bandwidth (NVIDIA
-  // H100 datasheet): 131,072 B / 3.35e12 B/s = 39 ns per context token.
+  // token for Llama-3-8B bf16 (docs/references.md) at the H100 SXM's 3.35 TB/s HBM3 bandwidth
+  // (NVIDIA H100 datasheet): 131,072 B / 3.35e12 B/s = 39 ns per context token.
   p.decode_per_context_token_s = 39 * kNs;
   // 80 GiB × 0.90 (vLLM's default gpu_memory_utilization) = 72 GiB, minus the weights
   // (8.03e9 parameters × 2 bytes = 14.96 GiB, Meta's model card) and ≈ 2 GiB for activations and

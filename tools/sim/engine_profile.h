@@ -1,6 +1,6 @@
 // EngineProfile: how long one continuous-batching iteration of a model server takes, how much KV
 // cache it has and how its scheduler is limited, as named profiles calibrated from public
-// measurements (shared/design/EVALUATION.md, "Engines"; the arithmetic is in docs/simulator.md,
+// measurements (docs/references.md, "Engines"; the arithmetic is in docs/simulator.md,
 // "Engine profiles"). The engine model (engine.h) and the HTTP engine emulator read them.
 //
 // Iteration time. One iteration computes `prefill_tokens` new prompt tokens (chunks of one or more

@@ -1,5 +1,5 @@
 // RunFleet: a deterministic discrete-event simulation of the paper's serving setup
-// (shared/paper/cacheroute.txt §4): R engines (engine.h), each with its own prefix cache, behind
+// (the CacheRoute paper, §4): R engines (engine.h), each with its own prefix cache, behind
 // G gateways that route every request at its arrival with one of the six shipped dataplane
 // policies (dataplane/include/cacheroute/dataplane/policies.h), and, for CacheRoute, the shipped
 // planner core replanning every control interval (§3.1, Algorithm 1).

@@ -1,6 +1,6 @@
 // PrefixCache: a model of vLLM's automatic prefix caching (paged KV blocks with content hashes),
-// the cache whose hit rate CacheRoute's routing tries to keep high (shared/paper/cacheroute.txt
-// §2.2; the rules below are vLLM's, as summarised in shared/design/EVALUATION.md, "Engines").
+// the cache whose hit rate CacheRoute's routing tries to keep high (the CacheRoute paper,
+// §2.2; the rules below are vLLM's, as summarised in docs/references.md, "Engines").
 //
 // The cache has a fixed number of KV blocks of kBlockTokens (16) tokens each. A request's prompt
 // is described by the chained hash of each of its full blocks (ChainBlockHashes): block i's hash

@@ -162,8 +162,8 @@ int Bound(const std::string& study_name, const std::string& config, double qps, 
   return 0;
 }
 
-// The NIM benchmark the 70B profile's decode line is fitted to (EVALUATION.md, "Engines"): mean
-// inter-token latency at concurrency 1, 25 and 50 with 5,000-token prompts.
+// The NIM benchmark the 70B profile's decode line is fitted to (docs/references.md, "Engines"):
+// mean inter-token latency at concurrency 1, 25 and 50 with 5,000-token prompts.
 constexpr cacheroute::sim::ItlPoint kNimItl[] = {{1, 0.0186}, {25, 0.0388}, {50, 0.0597}};
 constexpr double kNimTtftC1At5000 = 0.4068;
 

@@ -1,4 +1,4 @@
-// Per-key arrival processes for the semi-synthetic workload (shared/paper/cacheroute.txt §4 and
+// Per-key arrival processes for the semi-synthetic workload (the CacheRoute paper, §4 and
 // §5.4): Poisson, Gamma renewal with a chosen inter-arrival CV (the paper's "CV-matched Gamma"),
 // and a moving-block bootstrap of measured inter-arrival gaps rescaled to the key's rate.
 //

@@ -1,4 +1,4 @@
-// The semi-synthetic request stream of the paper's primary workload (shared/paper/cacheroute.txt
+// The semi-synthetic request stream of the paper's primary workload (the CacheRoute paper,
 // §2.1, §4 and Table 6): a key universe with lognormal rates, a top-K active set, per-key arrival
 // processes, multi-turn threads and prompts made of a global template, a per-key context, a
 // retrieved few-shot block, the thread's history and the current turn. Each prompt is described by

@@ -1,4 +1,4 @@
-// cacheroute-workload: generates the paper's semi-synthetic workload (shared/paper/cacheroute.txt
+// cacheroute-workload: generates the paper's semi-synthetic workload (the CacheRoute paper,
 // §2.1, Table 6) as Mooncake-format JSONL, and reads or converts Mooncake traces. Each command
 // prints the statistics it measured on the requests; `generate` prints them next to the targets.
 // Exit codes: 0 ok, 1 I/O failure while writing, 2 bad flags or bad input.

@@ -1,5 +1,5 @@
 // SLO capacity ("the knee") and Student-t intervals, exactly as the paper constructs them
-// (shared/paper/cacheroute.txt, §4 "Metrics and statistics" and Appendix B.2):
+// (the CacheRoute paper, §4 "Metrics and statistics" and Appendix B.2):
 //   - for each run (one seed of one policy swept over the offered-load ladder), capacity is the
 //     largest ladder point whose p99 TTFT is at or below the SLO and whose failure rate is at most
 //     5%. The largest passing point counts even if a lower point fails (p99 is not always

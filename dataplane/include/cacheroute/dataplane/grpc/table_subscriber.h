@@ -1,5 +1,5 @@
 // TableSubscriber: keeps a gateway's Router on the planner's latest routing table. A background
-// thread holds TableService.StreamTable open (docs/protocol.md, shared PROTOCOL.md lessons):
+// thread holds TableService.StreamTable open (docs/protocol.md):
 //   - on every (re)connect it sends the gateway id and the version it has applied;
 //   - it applies full tables and deltas through table::TableClientState (chunk reassembly,
 //     validation, "keep the last good table") and answers each update with an ACK or a NACK;
