@@ -169,9 +169,8 @@ std::string ErrorBody(absl::string_view message, absl::string_view type, int cod
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-// Per upstream: idle keep-alive connections, failure accounting and per-destination metrics.
+// Per upstream: failure accounting and per-destination metrics (idle connections are in Pools).
 struct Gateway::Destination {
-  std::mutex mu;
   std::atomic<uint32_t> consecutive_failures{0};
   std::atomic<uint64_t> errors{0};
   std::array<std::atomic<uint64_t>, kErrorKinds> error_kinds{};
@@ -493,8 +492,11 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   const auto executor = co_await asio::this_coro::executor;
   Destination& destination = destinations_[d];
   const bool planned = in_flight.planned();
-  const std::string who =
-      absl::StrCat("upstream ", config_.upstreams[d].name, " (", config_.upstreams[d].url, ")");
+  // "upstream NAME (URL)", for error answers only (never built on the way of a success).
+  const auto who = [this, d] {
+    return absl::StrCat("upstream ", config_.upstreams[d].name, " (", config_.upstreams[d].url,
+                        ")");
+  };
   // The in-flight count and the per-destination duration end when the upstream's part is over,
   // before the last bytes go to the client (who may send the next request at once).
   struct Done {
@@ -564,7 +566,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
                                       : absl::StrCat("could not connect: ", ec.message());
         RecordError(d, ErrorKind::kConnect, error);
         done();
-        co_await SendError(x, 502, absl::StrCat(who, " failed: ", error), "upstream_error", d);
+        co_await SendError(x, 502, absl::StrCat(who(), " failed: ", error), "upstream_error", d);
         co_return 502;
       }
       beast::error_code ignored;
@@ -596,7 +598,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
                        absl::FormatDuration(write_ec ? config_.write_timeout : config_.header_timeout));
       RecordError(d, ErrorKind::kHeaderTimeout, error);
       done();
-        co_await SendError(x, 504, absl::StrCat(who, ": ", error), "upstream_timeout", d);
+        co_await SendError(x, 504, absl::StrCat(who(), ": ", error), "upstream_timeout", d);
       co_return 504;
     }
     const bool protocol = ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category() &&
@@ -606,7 +608,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
                  : absl::StrCat("connection closed before the response headers (", ec.message(), ")");
     RecordError(d, protocol ? ErrorKind::kProtocol : ErrorKind::kReset, error);
     done();
-        co_await SendError(x, 502, absl::StrCat(who, " failed: ", error), "upstream_error", d);
+        co_await SendError(x, 502, absl::StrCat(who(), " failed: ", error), "upstream_error", d);
     co_return 502;
   }
   RecordSuccess(d);
@@ -672,7 +674,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
     if (usage.usage()) RecordUsage(d, planned, *usage.usage());
   } else if (broken) {
     done();
-        co_await SendError(x, 502, absl::StrCat(who, " failed: the response body broke off"),
+        co_await SendError(x, 502, absl::StrCat(who(), " failed: the response body broke off"),
                        "upstream_error", d);
   } else {
     if (absl::StrContains(body, "\"usage\"")) {

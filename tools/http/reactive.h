@@ -48,28 +48,37 @@ boost::asio::awaitable<boost::beast::error_code> ReactiveWrite(
   co_return boost::beast::error_code{};
 }
 
+// Calls `read(ec)` (a synchronous Beast read on the non-blocking socket) until it does not
+// block, waiting for readability in between.
+template <class Read>
+boost::asio::awaitable<boost::beast::error_code> ReactiveRead(boost::asio::ip::tcp::socket& socket,
+                                                              Read& read) {
+  for (;;) {
+    boost::beast::error_code ec;
+    read(ec);
+    if (!WouldBlock(ec)) co_return ec;
+    if (boost::beast::error_code w = co_await WaitReady(socket, socket.wait_read)) co_return w;
+  }
+}
+
 // Reads until `parser` has the message's header.
 template <class Parser>
 boost::asio::awaitable<boost::beast::error_code> ReactiveReadHeader(
     boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser) {
-  for (;;) {
-    boost::beast::error_code ec;
+  auto read = [&socket, &buffer, &parser](boost::beast::error_code& ec) {
     boost::beast::http::read_header(socket, buffer, parser, ec);
-    if (!WouldBlock(ec)) co_return ec;
-    if (boost::beast::error_code w = co_await WaitReady(socket, socket.wait_read)) co_return w;
-  }
+  };
+  co_return co_await ReactiveRead(socket, read);
 }
 
 // Reads some of the message into `parser` (at least one byte, or the end of the message).
 template <class Parser>
 boost::asio::awaitable<boost::beast::error_code> ReactiveReadSome(
     boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser) {
-  for (;;) {
-    boost::beast::error_code ec;
+  auto read = [&socket, &buffer, &parser](boost::beast::error_code& ec) {
     boost::beast::http::read_some(socket, buffer, parser, ec);
-    if (!WouldBlock(ec)) co_return ec;
-    if (boost::beast::error_code w = co_await WaitReady(socket, socket.wait_read)) co_return w;
-  }
+  };
+  co_return co_await ReactiveRead(socket, read);
 }
 
 }  // namespace cacheroute::http

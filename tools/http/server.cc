@@ -92,7 +92,6 @@ struct Server::Impl {
 template <typename Stream>
 struct Connection {
   Stream stream;
-  uint64_t idle_id = 0;
   bool idle = false;
   explicit Connection(Stream s) : stream(std::move(s)) {}
 };
@@ -227,24 +226,24 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
   }
   beast::flat_buffer buffer;
   buffer.reserve(8192);  // a typical request in one read (the default 512 bytes takes several)
-  for (;;) {
-    // Wait for the next request as an idle connection that StopAccepting may close.
-    uint64_t id;
-    {
-      auto executor = co_await asio::this_coro::executor;
-      std::weak_ptr<Connection<Stream>> weak = state;
-      std::lock_guard<std::mutex> lock(idle_mu);
-      if (server->stopped_accepting_.load()) break;
-      id = next_id++;
-      state->idle = true;
-      state->idle_id = id;
-      idle.emplace(id, [executor, weak, id] {
-        asio::post(executor, [weak, id] {
-          std::shared_ptr<Connection<Stream>> c = weak.lock();
-          if (c && c->idle && c->idle_id == id) Lowest(c->stream).cancel();
-        });
+  // Registered once: StopAccepting closes the connection if it is waiting for a request then.
+  uint64_t id;
+  {
+    auto executor = co_await asio::this_coro::executor;
+    std::weak_ptr<Connection<Stream>> weak = state;
+    std::lock_guard<std::mutex> lock(idle_mu);
+    id = next_id++;
+    idle.emplace(id, [executor, weak] {
+      asio::post(executor, [weak] {
+        std::shared_ptr<Connection<Stream>> c = weak.lock();
+        if (c && c->idle) Lowest(c->stream).cancel();
       });
-    }
+    });
+  }
+  // Waits for the next request unless StopAccepting came first (both on this thread's turn).
+  for (;;) {
+    if (server->stopped_accepting_.load()) break;
+    state->idle = true;
     bhttp::request_parser<bhttp::string_body> parser;
     parser.body_limit(options.body_limit);
     parser.header_limit(64u << 10);
@@ -258,10 +257,6 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     }
     watch.Disarm();
     state->idle = false;
-    {
-      std::lock_guard<std::mutex> lock(idle_mu);
-      idle.erase(id);
-    }
     beast::error_code ec = ec_first;
     if (!ec && !parser.is_done()) {
       watch.Arm(options.read_timeout);
@@ -276,32 +271,30 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
       watch.Disarm();
     }
     if (ec) {
-      if (ec == bhttp::error::body_limit || ec == bhttp::error::header_limit) {
+      // A request that is too large or malformed gets an answer; a closed or timed-out
+      // connection gets none.
+      const bool too_large = ec == bhttp::error::body_limit || ec == bhttp::error::header_limit;
+      const bool malformed =
+          !too_large && parser.got_some() && ec != bhttp::error::end_of_stream &&
+          ec != asio::error::eof && ec != beast::error::timeout &&
+          ec != asio::error::operation_aborted && ec != asio::error::connection_reset &&
+          ec != asio::ssl::error::stream_truncated;
+      if (too_large || malformed) {
+        const unsigned status = ec == bhttp::error::body_limit     ? 413
+                                : ec == bhttp::error::header_limit ? 431
+                                                                   : 400;
+        const std::string message =
+            status == 413   ? absl::StrCat("request body larger than ", options.body_limit, " bytes")
+            : status == 431 ? absl::StrCat("request header larger than ", 64u << 10, " bytes")
+                            : absl::StrCat("malformed HTTP request: ", ec.message());
         Request stub;
         stub.version(11);
         StreamExchange<Stream> x(stream, watch, options, server->stopped_accepting_, std::move(stub),
                                  remote);
         Response r = TextResponse(
-            x.request(), ec == bhttp::error::body_limit ? 413 : 431, "application/json",
-            absl::StrCat(R"({"error":{"message":"request )",
-                         ec == bhttp::error::body_limit ? "body larger than " : "header larger than ",
-                         ec == bhttp::error::body_limit ? options.body_limit : (64u << 10),
-                         R"( bytes","type":"invalid_request_error","param":null,"code":)",
-                         ec == bhttp::error::body_limit ? 413 : 431, "}}"));
-        r.keep_alive(false);
-        co_await x.Send(std::move(r));
-      } else if (ec != bhttp::error::end_of_stream && ec != asio::error::eof &&
-                 ec != beast::error::timeout && ec != asio::error::operation_aborted &&
-                 ec != asio::error::connection_reset && ec != asio::ssl::error::stream_truncated &&
-                 parser.got_some()) {
-        Request stub;
-        stub.version(11);
-        StreamExchange<Stream> x(stream, watch, options, server->stopped_accepting_, std::move(stub),
-                                 remote);
-        Response r = TextResponse(
-            x.request(), 400, "application/json",
-            absl::StrCat(R"({"error":{"message":"malformed HTTP request: )", ec.message(),
-                         R"(","type":"invalid_request_error","param":null,"code":400}})"));
+            x.request(), status, "application/json",
+            absl::StrCat(R"({"error":{"message":")", message,
+                         R"(","type":"invalid_request_error","param":null,"code":)", status, "}}"));
         r.keep_alive(false);
         co_await x.Send(std::move(r));
       }
@@ -326,6 +319,10 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
           R"({"error":{"message":"internal error: no response","type":"internal_error","param":null,"code":500}})"));
     }
     if (x.failed() || !x.complete() || !x.keep_alive()) break;
+  }
+  {
+    std::lock_guard<std::mutex> lock(idle_mu);
+    idle.erase(id);
   }
   co_await Close(stream, watch);
 }
