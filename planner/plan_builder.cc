@@ -547,6 +547,36 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   return plan;
 }
 
+Plan Plan::Remapped(std::span<const uint32_t> index, uint32_t destinations) const {
+  const auto mapped = [&](uint32_t d) { return d < index.size() ? index[d] : kNoSpill; };
+  Plan out;
+  out.config_ = config_;
+  out.config_.destinations = destinations;
+  out.admitted_ = admitted_;
+  out.stats_ = stats_;
+  out.offsets_.reserve(offsets_.size());
+  out.destination_ids_.reserve(destination_ids_.size());
+  for (size_t i = 0; i < size(); ++i) {
+    out.offsets_.push_back(static_cast<uint32_t>(out.destination_ids_.size()));
+    const size_t first = out.destination_ids_.size();
+    for (uint32_t d : this->destinations(i)) {
+      if (mapped(d) != kNoSpill) out.destination_ids_.push_back(mapped(d));
+    }
+    std::sort(out.destination_ids_.begin() + static_cast<std::ptrdiff_t>(first),
+              out.destination_ids_.end());
+  }
+  out.offsets_.push_back(static_cast<uint32_t>(out.destination_ids_.size()));
+  if (!spills_.empty()) {
+    out.spills_.reserve(spills_.size());
+    for (uint32_t s : spills_) out.spills_.push_back(s == kNoSpill ? kNoSpill : mapped(s));
+  }
+  out.loads_.assign(destinations, 0.0);
+  for (size_t d = 0; d < loads_.size(); ++d) {
+    if (mapped(static_cast<uint32_t>(d)) != kNoSpill) out.loads_[mapped(d)] = loads_[d];
+  }
+  return out;
+}
+
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
                                Clock* clock, const Plan* previous) {
   return PlanBuilder(clock).Build(rates, config, previous);

@@ -127,6 +127,12 @@ class Plan {
   const PlanStats& stats() const { return stats_; }
   const PlanConfig& config() const { return config_; }
 
+  // The same plan over other destination indices, as placement hysteresis needs after a
+  // membership change: destination d becomes index[d], or is dropped when index[d] is kNoSpill
+  // (a key may be left with no destination); `destinations` is the new R (loads of new indices
+  // are 0). Each index[d] that is not kNoSpill must be < destinations and distinct.
+  Plan Remapped(std::span<const uint32_t> index, uint32_t destinations) const;
+
  private:
   friend class PlanBuilder;
   PlanConfig config_;

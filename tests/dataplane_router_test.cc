@@ -377,6 +377,58 @@ TEST_CASE("Install rejects a table over a different destination count", "[router
   CHECK(router.Stats(clock.Now()).version == TableVersion{1, 1});
 }
 
+TEST_CASE("Resize changes the destinations routed over, with the re-mapped table", "[router]") {
+  SeededRandom random(16);
+  ManualClock clock;
+  Router router({.destination_count = 3, .capacity = 5}, random);
+  CHECK(router.capacity() == 5);
+  REQUIRE(router.Install(MakeTable({1, 4}, 3, {{kSolo, {2}}}), clock.Now()).ok);
+  InFlight held = router.Pick(kSolo, clock.Now());  // on 2, across the resizes below
+  REQUIRE(held.destination() == 2);
+
+  // Grow to 5 with the same version re-mapped: the key now lives on 4.
+  REQUIRE(router.Resize(5, MakeTable({1, 4}, 5, {{kSolo, {4}}}), clock.Now()).ok);
+  CHECK(router.destination_count() == 5);
+  CHECK(router.loads().size() == 5);
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 4);
+  // Unplanned keys spread over all five.
+  std::vector<int> seen(5, 0);
+  for (int i = 0; i < 500; ++i) {
+    seen[router.Pick(KeyId("tail-" + std::to_string(i)), clock.Now()).destination()]++;
+  }
+  for (int count : seen) CHECK(count > 50);
+
+  // Shrink to 2 without a table: nothing goes to 2, 3 or 4 any more, but the token held on 2
+  // is still released there.
+  REQUIRE(router.Resize(2, nullptr, clock.Now()).ok);
+  CHECK_FALSE(router.Stats(clock.Now()).has_table);
+  for (int i = 0; i < 200; ++i) {
+    const InFlight r = router.Pick(KeyId("tail-" + std::to_string(i)), clock.Now());
+    REQUIRE(r.ok());
+    CHECK(r.destination() < 2);
+    CHECK(r.reason() == Reason::kNoTable);
+  }
+  CHECK(router.Stats(clock.Now()).in_flight.size() == 2);
+  held.Release();
+  REQUIRE(router.Resize(3, nullptr, clock.Now()).ok);
+  CHECK(router.Stats(clock.Now()).in_flight[2] == 0);
+
+  // Refused: past the capacity, zero, a table of another count, an older version.
+  CHECK_FALSE(router.Resize(6, nullptr, clock.Now()).ok);
+  CHECK_FALSE(router.Resize(0, MakeTable({1, 5}, 1, {{kSolo, {0}}}), clock.Now()).ok);
+  CHECK_FALSE(router.Resize(3, MakeTable({1, 5}, 4, {{kSolo, {3}}}), clock.Now()).ok);
+  REQUIRE(router.Install(MakeTable({1, 6}, 3, {{kSolo, {1}}}), clock.Now()).ok);
+  const Status older = router.Resize(3, MakeTable({1, 5}, 3, {{kSolo, {0}}}), clock.Now());
+  CHECK_FALSE(older.ok);
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 1);
+  // A table over the new count installs only through Resize.
+  CHECK_FALSE(router.Install(MakeTable({1, 7}, 4, {{kSolo, {3}}}), clock.Now()).ok);
+  REQUIRE(router.Resize(4, MakeTable({1, 7}, 4, {{kSolo, {3}}}), clock.Now()).ok);
+  CHECK(router.Pick(kSolo, clock.Now()).destination() == 3);
+  CHECK(router.SetLoad(4, 1.0).ok);  // within capacity
+  CHECK_FALSE(router.SetLoad(5, 1.0).ok);
+}
+
 TEST_CASE("A table older than its TTL falls back until refreshed", "[router]") {
   SeededRandom random(7);
   ManualClock clock;

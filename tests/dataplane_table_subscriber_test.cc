@@ -51,9 +51,10 @@ const std::vector<std::string> kNames = {"d0", "d1", "d2"};
 
 struct Gateway {
   explicit Gateway(InProcessPlanner& planner,
-                   TableSubscriberOptions options = SubscriberOptions(kNames))
+                   TableSubscriberOptions options = SubscriberOptions(kNames), uint32_t capacity = 0)
       : random(11),
         router({.destination_count = static_cast<uint32_t>(options.destinations.size()),
+                .capacity = capacity,
                 .table_ttl = std::chrono::seconds(30)},
                random),
         subscriber(planner.NewChannel(), router, std::move(options), clock, random) {}
@@ -154,6 +155,74 @@ TEST_CASE("a table naming a destination the gateway does not know is NACKed") {
   InFlight pick = gateway.router.Pick(KeyId("a"), gateway.clock.Now());
   CHECK(pick.reason() == Reason::kNoTable);
   CHECK(pick.ok());
+}
+
+TEST_CASE("with ignore_unknown_destinations, a destination the gateway lacks is left out") {
+  // Four keys with k_b = 1 and C = R = 4 (Algorithm 1: no split for balance): LPT puts one on
+  // each destination, one of them on d9.
+  service::PlannerConfig config = PlannerWith({"d0", "d1", "d2", "d9"});
+  config.algorithm = "cacheroute-paper";
+  InProcessPlanner planner(config);
+  planner.Report("gw-rates", 1, {{"a", 500}, {"b", 400}, {"c", 300}, {"d", 200}});
+  REQUIRE(planner.Replan().version().number() == 1);
+  TableSubscriberOptions options = SubscriberOptions(kNames);
+  options.ignore_unknown_destinations = true;
+  Gateway gateway(planner, options);
+  REQUIRE(gateway.subscriber.Start().ok);
+  REQUIRE(gateway.WaitForVersion(1));
+  CHECK(gateway.subscriber.Stats().nacks == 0);
+  int admitted_here = 0;
+  for (const char* key : {"a", "b", "c", "d"}) {
+    admitted_here += gateway.router.table()->Find(KeyId(key)).empty() ? 0 : 1;
+  }
+  CHECK(admitted_here == 3);
+}
+
+TEST_CASE("a membership change re-maps the installed table to the new indices") {
+  InProcessPlanner planner(PlannerWith(kNames));
+  planner.Report("gw-rates", 1, {{"a", 3000}, {"b", 2000}, {"c", 500}});
+  REQUIRE(planner.Replan().version().number() == 1);
+  TableSubscriberOptions options = SubscriberOptions(kNames);
+  options.ignore_unknown_destinations = true;
+  Gateway gateway(planner, options, /*capacity=*/8);
+  REQUIRE(gateway.subscriber.Start().ok);
+  REQUIRE(gateway.WaitForVersion(1));
+  const auto names_of = [&](const std::string& key, const std::vector<std::string>& names) {
+    std::set<std::string> out;
+    for (uint32_t d : gateway.TableSet(key)) out.insert(names[d]);
+    return out;
+  };
+  const std::set<std::string> a_before = names_of("a", kNames);
+
+  // Reordered, one added: the same version, now over four destinations, each key on the same
+  // names as before.
+  const std::vector<std::string> next = {"d2", "d0", "d1", "d3"};
+  REQUIRE(gateway.subscriber.SetDestinations(next).ok);
+  CHECK(gateway.router.destination_count() == 4);
+  CHECK(gateway.VersionNumber() == 1);
+  CHECK(names_of("a", next) == a_before);
+  InFlight a = gateway.router.Pick(KeyId("a"), gateway.clock.Now());
+  CHECK(a.planned());
+  CHECK(a_before.count(next[a.destination()]) == 1);
+
+  // One removed: its keys are no longer planned here until the planner replans.
+  const std::string gone = *a_before.begin();
+  std::vector<std::string> fewer;
+  for (const std::string& n : next) {
+    if (n != gone) fewer.push_back(n);
+  }
+  REQUIRE(gateway.subscriber.SetDestinations(fewer).ok);
+  CHECK(gateway.router.destination_count() == 3);
+  if (a_before.size() == 1) CHECK(gateway.router.table()->Find(KeyId("a")).empty());
+  // Refused: duplicates, past the Router's capacity.
+  CHECK_FALSE(gateway.subscriber.SetDestinations({"d0", "d0"}).ok);
+  CHECK_FALSE(
+      gateway.subscriber.SetDestinations({"a", "b", "c", "d", "e", "f", "g", "h", "i"}).ok);
+  CHECK(gateway.router.destination_count() == 3);
+  // No member at all (a Service with no ready endpoint): nothing is routed.
+  REQUIRE(gateway.subscriber.SetDestinations({}).ok);
+  CHECK(gateway.router.destination_count() == 0);
+  CHECK_FALSE(gateway.router.Pick(KeyId("a"), gateway.clock.Now()).ok());
 }
 
 TEST_CASE("planner killed and restarted: routing continues on the last table, then resumes") {

@@ -183,10 +183,23 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
                                         .balance_share = config_.algorithm == "cacheroute"
                                                              ? planner::kCacheRouteBalanceShare
                                                              : 0.0};
-  // Hysteresis needs the previous plan in the same destination indices: none after a drain or
-  // undrain changed the active set (or after a restart), so such a plan is placed from scratch.
-  const planner::Plan* previous =
-      last_plan_.has_value() && last_plan_active_ == active ? &*last_plan_ : nullptr;
+  // Hysteresis against the previous plan (none after a restart). After a membership change, a
+  // drain or an undrain it is re-mapped by name to the new active indices, so only the keys of a
+  // destination that left are placed anew and every other key stays where its cache is warm.
+  std::vector<std::string> active_names;
+  active_names.reserve(active.size());
+  for (uint32_t d : active) active_names.push_back(destinations_[d]);
+  std::optional<planner::Plan> remapped;
+  const planner::Plan* previous = last_plan_.has_value() ? &*last_plan_ : nullptr;
+  if (previous != nullptr && last_plan_active_ != active_names) {
+    std::vector<uint32_t> index(last_plan_active_.size(), planner::kNoSpill);
+    for (size_t i = 0; i < last_plan_active_.size(); ++i) {
+      const auto it = std::find(active_names.begin(), active_names.end(), last_plan_active_[i]);
+      if (it != active_names.end()) index[i] = static_cast<uint32_t>(it - active_names.begin());
+    }
+    remapped = previous->Remapped(index, static_cast<uint32_t>(active.size()));
+    previous = &*remapped;
+  }
   absl::StatusOr<planner::Plan> plan = builder_.Build(last_rates_, plan_config, previous);
   if (!plan.ok()) return plan.status();
   ++counters_.plans;
@@ -213,7 +226,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
     *published = std::move(candidate);
   }
   last_plan_ = *std::move(plan);
-  last_plan_active_ = active;
+  last_plan_active_ = std::move(active_names);
   PersistLocked();
   return outcome;
 }
@@ -260,6 +273,24 @@ absl::StatusOr<PlanOutcome> PlannerCore::SetDestinations(std::vector<std::string
   absl::StatusOr<PlanOutcome> outcome;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Order does not matter (every gateway may list its members differently): members that stay
+    // keep their index order, new ones follow in the order given. The same set changes nothing.
+    std::vector<std::string> ordered;
+    ordered.reserve(destinations.size());
+    for (const std::string& name : destinations_) {
+      if (std::find(destinations.begin(), destinations.end(), name) != destinations.end()) {
+        ordered.push_back(name);
+      }
+    }
+    for (const std::string& name : destinations) {
+      if (std::find(destinations_.begin(), destinations_.end(), name) == destinations_.end()) {
+        ordered.push_back(name);
+      }
+    }
+    destinations = std::move(ordered);
+    if (destinations == destinations_ && !history_.empty()) {
+      return PlanOutcome{.version = history_.back()->version(), .changed = false};
+    }
     // A destination that stays keeps its drained flag.
     std::vector<bool> drained(destinations.size(), false);
     for (size_t i = 0; i < destinations.size(); ++i) {

@@ -64,8 +64,11 @@ class PlannerCore {
   // persists. Also what the control-interval ticker calls.
   absl::StatusOr<PlanOutcome> Replan();
 
-  // Membership. Both replan at once. InvalidArgument for bad names or an unknown destination;
-  // FailedPrecondition when draining would leave no destination.
+  // Membership. Both replan at once, keeping every key that stays placeable where it was
+  // (hysteresis by name); only a leaving destination's keys are placed anew. SetDestinations takes
+  // the members in any order: those that stay keep their indices' order, new ones are appended,
+  // and the same set again is a no-op (no replan, no version). InvalidArgument for bad names or
+  // an unknown destination; FailedPrecondition when draining would leave no destination.
   absl::StatusOr<PlanOutcome> SetDestinations(std::vector<std::string> destinations);
   absl::StatusOr<PlanOutcome> Drain(const std::string& destination, bool undrain);
 
@@ -124,7 +127,8 @@ class PlannerCore {
   planner::PlanStats last_stats_ ABSL_GUARDED_BY(mu_);
   // The last plan built and the active destinations it was built over (for placement hysteresis).
   std::optional<planner::Plan> last_plan_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> last_plan_active_ ABSL_GUARDED_BY(mu_);
+  // The names of the destinations last_plan_ was built over (its index i is the i-th of them).
+  std::vector<std::string> last_plan_active_ ABSL_GUARDED_BY(mu_);
   int64_t last_plan_unix_ms_ ABSL_GUARDED_BY(mu_) = 0;
   struct StreamInfo {
     bool subscribed = false;

@@ -75,7 +75,8 @@ struct TableEntry {
   bool operator==(const TableEntry&) const = default;
 };
 
-class TableSnapshot {
+// Made only as std::shared_ptr (the factories below), so weak_from_this() names its owner.
+class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
  public:
   // From a plan: `plan` was built over the `active` destinations (plan destination index i is
   // member index active[i]); `destinations` are all member names, drained ones included, so that

@@ -8,6 +8,8 @@
 // Install() (control path, serialised by a mutex) validates a new table against the installed one
 // (its version must be strictly newer, its destination count must equal the Router's) and keeps
 // the last good table on rejection, as the table stream's NACK rule requires (docs/protocol.md).
+// Membership: Resize changes the destination count (up to RouterOptions::capacity) together with
+// the table re-mapped to it; indices stay stable and the in-flight counts with them.
 //
 // Why not std::atomic<std::shared_ptr>: libstdc++ 12 implements it, and std::atomic_load on a
 // shared_ptr, with a lock, so request threads would contend on it. Instead the Router keeps
@@ -228,6 +230,9 @@ struct DispatchOptions {
 
 struct RouterOptions {
   uint32_t destination_count = 0;
+  // Room for destinations when membership changes at run time (Resize): ≥ destination_count;
+  // 0 means destination_count.
+  uint32_t capacity = 0;
   DispatchOptions dispatch{};
   // A table not installed or refreshed within this long is treated as absent. Zero: never stale.
   Duration table_ttl = Duration::zero();
@@ -305,11 +310,13 @@ class Router {
   Router(RouterOptions options, Random& random)
       : options_(options),
         random_(random),
-        groups_((options.destination_count + kGroupSize - 1) / kGroupSize),
+        capacity_(std::max(options.capacity, options.destination_count)),
+        count_(options.destination_count),
+        groups_((capacity_ + kGroupSize - 1) / kGroupSize),
         region_bytes_(RegionBytes(groups_)),
         regions_(static_cast<std::byte*>(::operator new[](router_internal::kShards* region_bytes_,
                                                           std::align_val_t{kPageBytes}))),
-        health_(new Health[options.destination_count]),
+        health_(new Health[capacity_]),
         tail_history_(options.dispatch.tail == TailRouting::kHashedPair &&
                               options.dispatch.tail_memory_log2 > 0
                           ? std::make_unique<KeyHistory>(
@@ -332,18 +339,59 @@ class Router {
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
-  uint32_t destination_count() const { return options_.destination_count; }
+  // The destinations routed over now, [0, destination_count()); Resize changes it.
+  uint32_t destination_count() const { return count_.load(std::memory_order_relaxed); }
+  uint32_t capacity() const { return capacity_; }
 
   // Installs `table` if it is valid for this Router; otherwise keeps the current one and returns
   // the reason (what the table stream sends back as a NACK).
   Status Install(std::shared_ptr<const RoutingTable> table, Time now) {
     std::lock_guard<std::mutex> lock(install_mu_);
-    Status status = CheckInstallableLocked(table.get());
+    Status status = CheckInstallableLocked(table.get(), /*same_version_ok=*/false);
     if (!status.ok) {
       ++rejected_installs_;
       last_rejection_ = status.message;
       return status;
     }
+    InstallLocked(std::move(table), now);
+    ++installs_;
+    return Status::Ok();
+  }
+
+  // A membership change (control path): from now on the Router routes over `count` destinations
+  // (count ≤ capacity(); 0, with no table, routes nowhere), and `table` replaces the installed one in the same step: a table of
+  // `count` destinations at least as new as the installed one (the same version re-mapped to the
+  // new indices is the usual case), or null to route without a table until the next Install.
+  // Destinations at or past `count` are never chosen again, but tokens already counted there are
+  // still released there; a destination that comes back keeps its health flag and external load
+  // (the caller resets them for a new member). The TTL restarts with the table.
+  Status Resize(uint32_t count, std::shared_ptr<const RoutingTable> table, Time now) {
+    std::lock_guard<std::mutex> lock(install_mu_);
+    if (count > capacity_ || (count == 0 && table != nullptr)) {
+      return Status::Error("destination count " + std::to_string(count) + " is not in [" +
+                           (table != nullptr ? "1" : "0") + ", " + std::to_string(capacity_) +
+                           "] (the Router's capacity)");
+    }
+    if (table != nullptr) {
+      if (table->destination_count() != count) {
+        return Status::Error("table " + ToString(table->version()) + " has destination_count " +
+                             std::to_string(table->destination_count()) + ", not the new count " +
+                             std::to_string(count));
+      }
+      Status status = CheckInstallableLocked(table.get(), /*same_version_ok=*/true);
+      if (!status.ok) return status;
+    }
+    count_.store(count, std::memory_order_seq_cst);
+    if (table != nullptr) {
+      InstallLocked(std::move(table), now);
+    } else {
+      current_.store(-1, std::memory_order_seq_cst);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  void InstallLocked(std::shared_ptr<const RoutingTable> table, Time now) {
     const int current = current_.load(std::memory_order_seq_cst);
     int target = -1;
     while (target < 0) {
@@ -362,9 +410,9 @@ class Router {
     installed_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     refreshed_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     current_.store(target, std::memory_order_seq_cst);
-    ++installs_;
-    return Status::Ok();
   }
+
+ public:
 
   // The installed table is confirmed current at `now` (e.g. the table stream is healthy and the
   // planner had nothing newer), which restarts its TTL.
@@ -399,7 +447,7 @@ class Router {
 
   // Sets the externally reported load of `destination` (see the blend above).
   Status SetLoad(uint32_t destination, double value) {
-    if (destination >= options_.destination_count) return UnknownDestination(destination);
+    if (destination >= capacity_) return UnknownDestination(destination);
     if (!(value >= 0) || value == std::numeric_limits<double>::infinity()) {
       return Status::Error("load " + std::to_string(value) + " for destination " +
                            std::to_string(destination) + " is not a finite non-negative number");
@@ -445,7 +493,8 @@ class Router {
       stats.no_destination += shard.no_destination.load(std::memory_order_relaxed);
     }
     for (int r = 0; r < kReasonCount; ++r) stats.fallback_total += stats.fallback[r];
-    for (uint32_t d = 0; d < options_.destination_count; ++d) {
+    const uint32_t count = destination_count();
+    for (uint32_t d = 0; d < count; ++d) {
       stats.in_flight.push_back(static_cast<int32_t>(SumInFlight(d, /*exclude=*/0)));
       stats.up.push_back(health_[d].up.load(std::memory_order_relaxed));
     }
@@ -537,7 +586,7 @@ class Router {
   class Loads final : public LoadView {
    public:
     explicit Loads(Router& router) : router_(router) {}
-    uint32_t size() const override { return router_.options_.destination_count; }
+    uint32_t size() const override { return router_.count_.load(std::memory_order_relaxed); }
     double Load(uint32_t d) const override {
       return router_.LoadOn(router_internal::CurrentThreadShard(), d);
     }
@@ -551,7 +600,8 @@ class Router {
 
   InFlight TrackOnShard(const router_internal::ThreadShard& thread_shard,
                         const Decision& decision) {
-    if (decision.destination >= options_.destination_count) {
+    // Past the count but within capacity: a decision made just before a Resize shrank it.
+    if (decision.destination >= capacity_) {
       return InFlight(nullptr, {kNoDestination, decision.planned, decision.reason});
     }
     UseShard(thread_shard.index());
@@ -642,7 +692,7 @@ class Router {
   // stores a valid sum, so the view holds one of them per destination.)
   void RefreshView(uint32_t s, uint32_t group, uint32_t now_tick) {
     const uint32_t first = group * kGroupSize;
-    const uint32_t n = std::min(kGroupSize, options_.destination_count - first);
+    const uint32_t n = std::min(kGroupSize, capacity_ - first);
     const uint64_t exclude = uint64_t{1} << s;
     std::array<uint32_t, kGroupSize> sums{};
     for (uint64_t m = used_shards_.load(std::memory_order_acquire) & ~exclude; m != 0; m &= m - 1) {
@@ -743,7 +793,7 @@ class Router {
   template <typename View, typename LoadFn>
   Decision TailOrPowerOfTwo(uint64_t key_id, const View& loads, Reason reason, LoadFn load) {
     if (options_.dispatch.tail == TailRouting::kHashedPair) {
-      auto [warm, other] = HashedPair(key_id, options_.destination_count);
+      auto [warm, other] = HashedPair(key_id, loads.size());
       if (warm != other && loads.Up(warm) && loads.Up(other)) {
         const uint32_t last = tail_history_ != nullptr ? tail_history_->Get(key_id) : kNoDestination;
         if (last == other) std::swap(warm, other);
@@ -811,7 +861,7 @@ class Router {
   // destinations either way.
   Decision Fallback(uint64_t key_id, const Loads& loads, Reason reason,
                     const router_internal::ThreadShard& thread_shard) {
-    const uint32_t n = options_.destination_count;
+    const uint32_t n = loads.size();
     if (options_.dispatch.tail != TailRouting::kPowerOfTwo) {
       return TailOrPowerOfTwo(key_id, loads, reason,
                               [&](uint32_t d) { return LoadOn(thread_shard, d); });
@@ -883,15 +933,17 @@ class Router {
     return {chosen, true, Reason::kPlanned, /*spilled=*/chosen != best};
   }
 
-  Status CheckInstallableLocked(const RoutingTable* table) const {
+  Status CheckInstallableLocked(const RoutingTable* table, bool same_version_ok) const {
     if (table == nullptr) return Status::Error("table is null");
-    if (table->destination_count() != options_.destination_count) {
+    if (!same_version_ok && table->destination_count() != destination_count()) {
       return Status::Error(
           "table " + ToString(table->version()) + " has destination_count " +
           std::to_string(table->destination_count()) + ", the router routes over " +
-          std::to_string(options_.destination_count) + " destinations (unknown destination)");
+          std::to_string(destination_count()) + " destinations (unknown destination)");
     }
-    if (current_.load(std::memory_order_seq_cst) >= 0 && !(installed_version_ < table->version())) {
+    const bool older = same_version_ok ? table->version() < installed_version_
+                                       : !(installed_version_ < table->version());
+    if (current_.load(std::memory_order_seq_cst) >= 0 && older) {
       return Status::Error("version regression: table " + ToString(table->version()) +
                            " is not newer than the installed " + ToString(installed_version_));
     }
@@ -899,19 +951,20 @@ class Router {
   }
 
   Status SetUp(uint32_t destination, bool up) {
-    if (destination >= options_.destination_count) return UnknownDestination(destination);
+    if (destination >= capacity_) return UnknownDestination(destination);
     health_[destination].up.store(up, std::memory_order_relaxed);
     return Status::Ok();
   }
 
   Status UnknownDestination(uint32_t destination) const {
     return Status::Error("unknown destination " + std::to_string(destination) +
-                         " (destination_count = " + std::to_string(options_.destination_count) +
-                         ")");
+                         " (capacity = " + std::to_string(capacity_) + ")");
   }
 
   const RouterOptions options_;
   Random& random_;
+  const uint32_t capacity_;
+  std::atomic<uint32_t> count_;  // destinations routed over (Resize), ≤ capacity_
   const uint32_t groups_;  // destination groups of kGroupSize
   const size_t region_bytes_;
   std::unique_ptr<std::byte[], RegionsDelete> regions_;  // kShards regions (see Region)

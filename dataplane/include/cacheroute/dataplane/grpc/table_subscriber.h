@@ -17,8 +17,10 @@
 // Pick never waits for any of this: the subscriber only calls Router::Install and Refresh.
 //
 // The table's destinations are matched to the Router's indices by name: `destinations[i]` in the
-// options is the name of Router destination i. Unknown names NACK the table; destinations the
-// gateway knows but the table does not name get no planned keys and expected load 0.
+// options is the name of Router destination i. Unknown names NACK the table (or, with
+// ignore_unknown_destinations, are left out of it); destinations the gateway knows but the table
+// does not name get no planned keys and expected load 0. SetDestinations changes the names when
+// the gateway's membership changes, and re-installs the last table re-mapped (Router::Resize).
 //
 // Invariants: Start at most once; Stop is idempotent, ends the stream (TryCancel) and joins the
 // threads; the destructor calls Stop. Stats() is safe from any thread.
@@ -82,7 +84,8 @@ struct Backoff {
 
 struct TableSubscriberOptions {
   std::string gateway_id;
-  // Router destination i is named destinations[i]; must have Router's destination_count entries.
+  // Router destination i is named destinations[i]; must have Router's destination_count entries
+  // (at least one, unless ignore_unknown_destinations).
   std::vector<std::string> destinations;
   // Where to keep the last applied table across restarts; empty: no disk cache.
   std::string cache_path;
@@ -91,6 +94,10 @@ struct TableSubscriberOptions {
   Duration refresh_period = std::chrono::seconds(1);
   // Sent as "authorization: Bearer <token>" when non-empty (the planner's auth.token_file).
   std::string bearer_token;
+  // For a membership that changes at run time, where the planner may name a destination this
+  // gateway has not seen yet (or no longer has): such a destination is dropped from the table's
+  // entries (an entry left with none is not admitted here) instead of the table being NACKed.
+  bool ignore_unknown_destinations = false;
 };
 
 struct TableSubscriberStats {
@@ -132,7 +139,9 @@ class TableSubscriber {
     if (options_.destinations.size() != index_by_name_.size()) {
       return Status::Error("destinations: names must be distinct");
     }
-    if (options_.destinations.empty()) return Status::Error("destinations: empty");
+    if (options_.destinations.empty() && !options_.ignore_unknown_destinations) {
+      return Status::Error("destinations: empty");
+    }
     if (!(options_.refresh_period > Duration::zero())) {
       return Status::Error("refresh_period: must be positive");
     }
@@ -159,33 +168,45 @@ class TableSubscriber {
     return stats_;
   }
 
+  // Membership change: Router destination i is now named names[i] (non-empty, distinct, at most
+  // the Router's capacity; none at all only with ignore_unknown_destinations). The last table accepted is re-mapped to the new indices and installed
+  // with the new count in one Router::Resize (without one, or when it names a destination that is
+  // gone and unknown names are not ignored, the Router is resized without a table until the
+  // planner's next). Any thread; serialised with the stream's installs.
+  Status SetDestinations(std::vector<std::string> names) {
+    std::unordered_map<std::string, uint32_t> index;
+    for (uint32_t i = 0; i < names.size(); ++i) {
+      if (names[i].empty()) return Status::Error("destinations[" + std::to_string(i) + "]: empty");
+      if (!index.emplace(names[i], i).second) {
+        return Status::Error("destinations[" + std::to_string(i) + "]: '" + names[i] +
+                             "' appears twice");
+      }
+    }
+    std::lock_guard<std::mutex> lock(map_mu_);
+    if (names.empty() && !options_.ignore_unknown_destinations) {
+      return Status::Error("destinations: empty");
+    }
+    options_.destinations = std::move(names);
+    index_by_name_ = std::move(index);
+    std::shared_ptr<const RoutingTable> remapped;
+    if (last_ != nullptr && !options_.destinations.empty()) {
+      Result<RoutingTable> converted = ConvertLocked(*last_);
+      if (converted.ok()) {
+        remapped = std::make_shared<const RoutingTable>(*std::move(converted));
+      } else {
+        std::lock_guard<std::mutex> stats_lock(mu_);
+        stats_.last_error = "membership change: " + converted.status().message;
+      }
+    }
+    return router_.Resize(static_cast<uint32_t>(options_.destinations.size()), std::move(remapped),
+                          clock_.Now());
+  }
+
   // The table's name → Router index mapping, applied to a planner table (exposed for tests and
   // for gateways that fetch tables another way, e.g. TableService.GetTable).
   Result<RoutingTable> Convert(const table::TableSnapshot& table) const {
-    std::vector<uint32_t> index(table.destinations().size());
-    for (size_t i = 0; i < index.size(); ++i) {
-      auto it = index_by_name_.find(table.destinations()[i]);
-      if (it == index_by_name_.end()) {
-        return Status::Error("destinations[" + std::to_string(i) + "]: '" +
-                             table.destinations()[i] + "' is not a destination of this gateway");
-      }
-      index[i] = it->second;
-    }
-    std::vector<double> loads(options_.destinations.size(), 0.0);
-    for (size_t i = 0; i < index.size(); ++i) loads[index[i]] = table.expected_loads()[i];
-    std::vector<TableEntry> entries;
-    entries.reserve(table.entries().size());
-    for (const table::TableEntry& e : table.entries()) {
-      TableEntry& out = entries.emplace_back();
-      out.key_id = e.key_id;
-      out.destinations.reserve(e.destinations.size());
-      for (uint32_t d : e.destinations) out.destinations.push_back(index[d]);
-      if (e.spill.has_value()) out.spill = index[*e.spill];
-    }
-    const table::TableVersion v = table.version();
-    return RoutingTable::Build({.epoch = v.epoch, .number = v.number},
-                               static_cast<uint32_t>(options_.destinations.size()),
-                               std::move(loads), entries);
+    std::lock_guard<std::mutex> lock(map_mu_);
+    return ConvertLocked(table);
   }
 
   static Clock& DefaultClock() {
@@ -199,20 +220,60 @@ class TableSubscriber {
   }
 
  private:
+  Result<RoutingTable> ConvertLocked(const table::TableSnapshot& table) const {
+    std::vector<uint32_t> index(table.destinations().size());
+    for (size_t i = 0; i < index.size(); ++i) {
+      auto it = index_by_name_.find(table.destinations()[i]);
+      if (it != index_by_name_.end()) {
+        index[i] = it->second;
+      } else if (options_.ignore_unknown_destinations) {
+        index[i] = kNoDestination;
+      } else {
+        return Status::Error("destinations[" + std::to_string(i) + "]: '" +
+                             table.destinations()[i] + "' is not a destination of this gateway");
+      }
+    }
+    std::vector<double> loads(options_.destinations.size(), 0.0);
+    for (size_t i = 0; i < index.size(); ++i) {
+      if (index[i] != kNoDestination) loads[index[i]] = table.expected_loads()[i];
+    }
+    std::vector<TableEntry> entries;
+    entries.reserve(table.entries().size());
+    for (const table::TableEntry& e : table.entries()) {
+      TableEntry out;
+      out.key_id = e.key_id;
+      out.destinations.reserve(e.destinations.size());
+      for (uint32_t d : e.destinations) {
+        if (index[d] != kNoDestination) out.destinations.push_back(index[d]);
+      }
+      if (out.destinations.empty()) continue;  // every member unknown here: not admitted
+      std::sort(out.destinations.begin(), out.destinations.end());
+      if (e.spill.has_value() && index[*e.spill] != kNoDestination) out.spill = index[*e.spill];
+      entries.push_back(std::move(out));
+    }
+    const table::TableVersion v = table.version();
+    return RoutingTable::Build({.epoch = v.epoch, .number = v.number},
+                               static_cast<uint32_t>(options_.destinations.size()),
+                               std::move(loads), entries);
+  }
+
   // Runs inside TableClientState::OnUpdate on the stream thread: install or refuse.
   absl::Status Accept(const table::TableSnapshot& table) {
+    std::lock_guard<std::mutex> lock(map_mu_);
     const table::TableVersion v = table.version();
     std::shared_ptr<const RoutingTable> installed = router_.table();
     if (installed != nullptr && installed->version() == TableVersion{v.epoch, v.number}) {
       // The same version again (e.g. after a reconnect): nothing to install, but it is current.
       router_.Refresh(clock_.Now());
+      last_ = table.weak_from_this().lock();
       return absl::OkStatus();
     }
-    Result<RoutingTable> converted = Convert(table);
+    Result<RoutingTable> converted = ConvertLocked(table);
     if (!converted.ok()) return absl::InvalidArgumentError(converted.status().message);
     Status s =
         router_.Install(std::make_shared<const RoutingTable>(*std::move(converted)), clock_.Now());
     if (!s.ok) return absl::FailedPreconditionError(s.message);
+    last_ = table.weak_from_this().lock();
     return absl::OkStatus();
   }
 
@@ -344,10 +405,14 @@ class TableSubscriber {
 
   std::unique_ptr<v1::TableService::Stub> stub_;
   Router& router_;
-  const TableSubscriberOptions options_;
+  // options_.destinations and index_by_name_ change only in SetDestinations; both, and last_,
+  // are guarded by map_mu_ once Start has run. Lock order: map_mu_, then the Router's.
+  TableSubscriberOptions options_;
   Clock& clock_;
   Random& random_;
+  mutable std::mutex map_mu_;
   std::unordered_map<std::string, uint32_t> index_by_name_;
+  std::shared_ptr<const table::TableSnapshot> last_;  // the last table accepted
   table::TableClientState state_;  // stream thread only (and Start, before the thread exists)
 
   mutable std::mutex mu_;
