@@ -7,6 +7,7 @@ CACHEROUTE_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpp-httplib-dev pkg-config openssl python3
   libboost1.81-dev nlohmann-json3-dev libssl-dev
+  libc-ares-dev
 )
 
 cacheroute_ensure_packages() {
