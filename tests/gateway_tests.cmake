@@ -16,3 +16,7 @@ target_include_directories(gateway_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(gateway_test PRIVATE
                            CACHEROUTE_GATEWAY_PATH="$<TARGET_FILE:cacheroute-gateway>")
 add_dependencies(gateway_test cacheroute-gateway)
+# Membership sources: the upstreams file and DNS (c-ares against a test DNS server on loopback).
+cacheroute_add_test(NAME gateway_membership_test SOURCES gateway_membership_test.cc
+                    LIBS cacheroute::gateway)
+target_include_directories(gateway_membership_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
