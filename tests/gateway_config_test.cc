@@ -167,6 +167,14 @@ TEST_CASE("bad values are errors that name the field and the value") {
        {"upstreams[0].weight", "unknown key"}},
       {"upstreams:\n  - {name: a, url: \"http://x:1\"}\n  - {name: a, url: \"http://y:1\"}\n",
        {"upstreams[1].name", "duplicate", "\"a\""}},
+      {base + "upstreams_file: /etc/upstreams.yaml\n", {"upstreams_file", "one membership source"}},
+      {"upstreams_file: /a.yaml\nupstreams_dns: \"engines:8000\"\n",
+       {"upstreams_dns", "one membership source"}},
+      {"upstreams_dns: engines\n", {"upstreams_dns", "HOST:PORT", "\"engines\""}},
+      {"upstreams_dns: \"engines:0\"\n", {"upstreams_dns", "1 to 65535", "\"engines:0\""}},
+      {"upstreams_dns: \"engines:8000\"\ndns_server: nowhere\n", {"dns_server", "\"nowhere\""}},
+      {"upstreams_dns: \"engines:8000\"\nmembership_interval: 0s\n", {"membership_interval"}},
+      {"upstreams_dns: \"engines:8000\"\nmax_upstreams: 0\n", {"max_upstreams", "0"}},
       {"listen: [1, 2\n", {"line"}},
       {"- a\n- b\n", {"mapping"}},
       {"", {"upstreams", "at least one"}},
@@ -178,6 +186,25 @@ TEST_CASE("bad values are errors that name the field and the value") {
     REQUIRE_FALSE(message.empty());
     for (const std::string& part : c.expected) CHECK(message.find(part) != std::string::npos);
   }
+}
+
+TEST_CASE("a dynamic membership source replaces the static list") {
+  absl::StatusOr<GatewayConfig> dns = ParseGatewayConfigYaml(
+      "upstreams_dns: \"vllm.serving.svc.cluster.local:8000\"\ndns_server: \"10.0.0.10:53\"\n"
+      "membership_interval: 2s\nmax_upstreams: 64\n");
+  REQUIRE(dns.ok());
+  CHECK(ValidateGatewayConfig(*dns).ok());
+  CHECK(dns->upstreams.empty());
+  CHECK(dns->upstreams_dns == "vllm.serving.svc.cluster.local:8000");
+  CHECK(dns->dns_server == "10.0.0.10:53");
+  CHECK(dns->membership_interval == absl::Seconds(2));
+  CHECK(dns->max_upstreams == 64);
+  absl::StatusOr<GatewayConfig> file =
+      ParseGatewayConfigYaml("upstreams_file: /etc/cacheroute/upstreams.yaml\n");
+  REQUIRE(file.ok());
+  CHECK(ValidateGatewayConfig(*file).ok());
+  CHECK(file->membership_interval == absl::Seconds(5));
+  CHECK(file->max_upstreams == 256);
 }
 
 TEST_CASE("flags override the file") {

@@ -256,5 +256,29 @@ TEST_CASE("SameMembers compares (name, url) pairs in any order") {
   CHECK_FALSE(SameMembers({a}, {Upstream{"a2", a.url}}));
 }
 
+TEST_CASE("AssignIndices keeps the indices of members that stay and stays dense") {
+  using Names = std::vector<std::string>;
+  // The first membership: in the order given.
+  CHECK(AssignIndices({}, {"a", "b", "c"}, 8) == Names{"a", "b", "c"});
+  // Nothing changed, in another order: the same indices.
+  CHECK(AssignIndices({"a", "b", "c"}, {"c", "a", "b"}, 8) == Names{"a", "b", "c"});
+  // One joins: at the end.
+  CHECK(AssignIndices({"a", "b", "c"}, {"d", "c", "b", "a"}, 8) == Names{"a", "b", "c", "d"});
+  // One leaves and one joins: the new one takes the hole.
+  CHECK(AssignIndices({"a", "b", "c"}, {"a", "c", "x"}, 8) == Names{"a", "x", "c"});
+  // One leaves: the last moves into its hole.
+  CHECK(AssignIndices({"a", "b", "c", "d"}, {"a", "c", "d"}, 8) == Names{"a", "d", "c"});
+  // The last leaves: nothing moves.
+  CHECK(AssignIndices({"a", "b", "c", "d"}, {"a", "b", "c"}, 8) == Names{"a", "b", "c"});
+  // Two leave, one of them last: one move.
+  CHECK(AssignIndices({"a", "b", "c", "d", "e"}, {"a", "c", "d"}, 8) == Names{"a", "d", "c"});
+  // All leave.
+  CHECK(AssignIndices({"a", "b"}, {}, 8).empty());
+  // Past the capacity: the rest of `wanted` is left out, in its order.
+  CHECK(AssignIndices({"a"}, {"a", "b", "c", "d"}, 3) == Names{"a", "b", "c"});
+  // A hole marker ("") in the current list: a member whose URL changed, placed anew.
+  CHECK(AssignIndices({"a", "", "c"}, {"a", "b", "c"}, 8) == Names{"a", "b", "c"});
+}
+
 }  // namespace
 }  // namespace cacheroute::gateway

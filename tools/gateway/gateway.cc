@@ -25,12 +25,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/v1/admin.grpc.pb.h"
 #include "planner/service/config.h"
+#include "tools/gateway/membership.h"
 #include "tools/gateway/prometheus_text.h"
 #include "tools/http/reactive.h"
 #include "tools/http/watchdog.h"
@@ -118,6 +121,18 @@ constexpr auto kCheckIdleAfter = std::chrono::milliseconds(200);
 // A non-streamed answer larger than this is a 502 (it would have to be held in memory).
 constexpr size_t kMaxUnaryBody = 64u << 20;
 
+// Reads the configured dynamic membership source once.
+absl::StatusOr<std::vector<Upstream>> ReadMembershipSource(const GatewayConfig& config) {
+  if (!config.upstreams_file.empty()) return ReadUpstreamsFile(config.upstreams_file);
+  DnsSource source;
+  const size_t colon = config.upstreams_dns.rfind(':');
+  source.name = config.upstreams_dns.substr(0, colon);
+  absl::SimpleAtoi(config.upstreams_dns.substr(colon + 1), &source.port);
+  source.server = config.dns_server;
+  source.timeout = std::min(config.membership_interval, absl::Seconds(5));
+  return ResolveUpstreams(source);
+}
+
 // A pooled socket whose peer has closed (or sent bytes it should not have) is not reusable.
 bool StillOpen(int fd) {
   char byte;
@@ -175,6 +190,8 @@ struct Gateway::Destination {
   std::atomic<uint64_t> errors{0};
   std::array<std::atomic<uint64_t>, kErrorKinds> error_kinds{};
   std::atomic<uint64_t> marked_down{0};
+  std::atomic<uint32_t> health_failures{0};        // active health checks failed in a row
+  std::atomic<uint64_t> health_check_failures{0};  // in all
   std::atomic<double> reported_load{0};  // the last scraped load_metric (0 when it failed)
   std::atomic<uint64_t> scrape_failures{0};
   // Served tokens by [planned]: prompt tokens of responses that reported cached tokens, and those.
@@ -182,6 +199,24 @@ struct Gateway::Destination {
   std::array<std::atomic<uint64_t>, 2> cached_tokens{};
   Histogram ttft;      // streams: request received → first body chunk
   Histogram duration;  // request received → response complete
+};
+
+// One upstream as routed to: immutable, shared by the snapshots that hold it.
+struct Gateway::Member {
+  std::string name;
+  std::string url;
+  UpstreamAddress address;
+  std::string host_header;  // Host of requests to it
+  tcp::resolver::results_type endpoints;
+};
+
+// A membership snapshot: by_index[d] is destination d's member for d < count; past count, the
+// last member an index had (a request routed just before a change still reaches it), or null.
+struct Gateway::Members {
+  uint64_t generation = 0;
+  uint32_t count = 0;
+  std::vector<std::shared_ptr<const Member>> by_index;  // capacity_ entries
+  std::shared_ptr<dataplane::Policy> policy;            // null for `cacheroute`: Router::Pick
 };
 
 // Idle keep-alive upstream connections: pools[thread][destination], each touched only by its I/O
@@ -205,33 +240,234 @@ void Gateway::Histogram::Observe(std::chrono::nanoseconds elapsed) {
 
 Gateway::Gateway(const GatewayConfig& config)
     : config_(config),
+      dynamic_membership_(!config.upstreams_file.empty() || !config.upstreams_dns.empty()),
+      capacity_(dynamic_membership_ ? config.max_upstreams
+                                    : static_cast<uint32_t>(config.upstreams.size())),
       random_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())),
-      router_({.destination_count = static_cast<uint32_t>(config.upstreams.size()),
+      router_({.destination_count = 0,
+               .capacity = capacity_,
                .dispatch = config.policy == "cacheroute-paper" ? dataplane::DispatchOptions::Paper()
                                                                : dataplane::DispatchOptions{},
                .table_ttl = std::chrono::duration_cast<dataplane::Duration>(
                    absl::ToChronoNanoseconds(config.table_ttl)),
                .external_load_weight = config.external_load_weight},
               random_),
-      destinations_(new Destination[config.upstreams.size()]) {
-  const auto n = static_cast<uint32_t>(config.upstreams.size());
-  if (config.policy == "flatlb") {
-    policy_ = std::make_unique<dataplane::FlatLbPolicy>(random_);
-  } else if (config.policy == "sticky") {
-    policy_ = std::make_unique<dataplane::StickyPolicy>(n);
-  } else if (config.policy == "chwbl") {
-    policy_ = std::make_unique<dataplane::ChwblPolicy>(n, random_);
-  } else if (config.policy == "dualmap") {
-    policy_ = std::make_unique<dataplane::DualMapPolicy>(n, random_);
-  } else if (config.policy == "preble") {
-    policy_ = std::make_unique<dataplane::PreblePolicy>(random_);
+      destinations_(new Destination[capacity_]) {
+  auto empty = std::make_shared<Members>();
+  empty->by_index.resize(capacity_);
+  members_ = std::move(empty);
+}
+
+std::unique_ptr<dataplane::Policy> Gateway::MakePolicy(uint32_t n) {
+  const std::string& policy = config_.policy;
+  if (policy == "flatlb") return std::make_unique<dataplane::FlatLbPolicy>(random_);
+  if (policy == "sticky") return std::make_unique<dataplane::StickyPolicy>(n);
+  if (policy == "chwbl") return std::make_unique<dataplane::ChwblPolicy>(n, random_);
+  if (policy == "dualmap") return std::make_unique<dataplane::DualMapPolicy>(n, random_);
+  if (policy == "preble") return std::make_unique<dataplane::PreblePolicy>(random_);
+  return nullptr;  // cacheroute, cacheroute-paper: Router::Pick
+}
+
+std::shared_ptr<const Gateway::Members> Gateway::ControlMembers() const {
+  std::lock_guard<std::mutex> lock(members_mu_);
+  return members_;
+}
+
+std::shared_ptr<const Gateway::Members> Gateway::ThreadMembers() {
+  const int thread = http::Server::CurrentThread();
+  if (thread < 0 || static_cast<size_t>(thread) >= thread_members_.size()) return ControlMembers();
+  std::shared_ptr<const Members>& mine = thread_members_[thread];
+  if (mine != nullptr && mine->generation == members_generation_.load(std::memory_order_acquire)) {
+    return mine;
   }
-  for (const Upstream& upstream : config.upstreams) {
-    addresses_.push_back(*ParseUpstreamUrl("url", upstream.url));
-    const UpstreamAddress& a = addresses_.back();
-    host_headers_.push_back(absl::StrContains(a.host, ':')
-                                ? absl::StrCat("[", a.host, "]:", a.port)
-                                : absl::StrCat(a.host, ":", a.port));
+  // A copy of its own, so that holding it costs this thread an uncontended reference count.
+  auto fresh = std::make_shared<const Members>(*ControlMembers());
+  // Pooled connections to an index whose member changed go with the old member.
+  std::vector<std::vector<IdleConnection>>& pools = pools_->idle[thread];
+  for (uint32_t d = 0; d < pools.size(); ++d) {
+    if (mine == nullptr || mine->by_index[d] != fresh->by_index[d]) pools[d].clear();
+  }
+  mine = std::move(fresh);
+  return mine;
+}
+
+const Gateway::Member* Gateway::MemberAt(const Members& members, uint32_t d) {
+  return d < members.by_index.size() ? members.by_index[d].get() : nullptr;
+}
+
+absl::Status Gateway::ApplyMembership(const std::vector<Upstream>& upstreams) {
+  std::lock_guard<std::mutex> apply(apply_mu_);
+  const std::shared_ptr<const Members> current = ControlMembers();
+  std::vector<std::string> current_names;
+  for (uint32_t d = 0; d < current->count; ++d) current_names.push_back(current->by_index[d]->name);
+
+  // New members are resolved first; one that does not resolve is left out (and logged).
+  std::vector<std::string> wanted;
+  std::vector<std::shared_ptr<const Member>> made;
+  for (size_t i = 0; i < upstreams.size(); ++i) {
+    const Upstream& u = upstreams[i];
+    const auto it = std::find(current_names.begin(), current_names.end(), u.name);
+    if (it != current_names.end() && current->by_index[it - current_names.begin()]->url == u.url) {
+      wanted.push_back(u.name);
+      continue;
+    }
+    absl::StatusOr<UpstreamAddress> address =
+        ParseUpstreamUrl(absl::StrCat("upstreams[", i, "].url"), u.url);
+    if (!address.ok()) return address.status();
+    auto member = std::make_shared<Member>();
+    member->name = u.name;
+    member->url = u.url;
+    member->address = *address;
+    member->host_header = absl::StrContains(address->host, ':')
+                              ? absl::StrCat("[", address->host, "]:", address->port)
+                              : absl::StrCat(address->host, ":", address->port);
+    tcp::resolver resolver(server_->context());
+    beast::error_code ec;
+    member->endpoints = resolver.resolve(address->host, std::to_string(address->port), ec);
+    if (ec || member->endpoints.empty()) {
+      const std::string error = absl::StrCat("upstreams[", i, "].url: cannot resolve \"",
+                                             address->host, "\": ", ec.message());
+      if (!dynamic_membership_) return absl::InvalidArgumentError(error);
+      Log("warning", "member_unresolved", {{"destination", u.name}, {"error", absl::StrCat("\"", error, "\"")}});
+      continue;
+    }
+    wanted.push_back(u.name);
+    made.push_back(std::move(member));
+  }
+  // A member whose URL changed is a new member under the same name: it leaves, then joins.
+  std::vector<std::string> staying = current_names;
+  for (std::string& name : staying) {
+    for (const auto& m : made) {
+      if (m->name == name) name.clear();
+    }
+  }
+  const std::vector<std::string> next = AssignIndices(staying, wanted, capacity_);
+  if (next.size() < wanted.size()) {
+    Log("warning", "members_over_capacity",
+        {{"members", absl::StrCat(wanted.size())}, {"max_upstreams", absl::StrCat(capacity_)}});
+  }
+
+  auto members = std::make_shared<Members>(*current);
+  members->generation = current->generation + 1;
+  members->count = static_cast<uint32_t>(next.size());
+  for (uint32_t d = 0; d < next.size(); ++d) {
+    std::shared_ptr<const Member> member;
+    bool moved = false;
+    uint32_t from = dataplane::kNoDestination;
+    for (const auto& m : made) {
+      if (m->name == next[d]) member = m;
+    }
+    if (member == nullptr) {  // one that stays, at its index or moved here
+      const auto it = std::find(staying.begin(), staying.end(), next[d]);
+      from = static_cast<uint32_t>(it - staying.begin());
+      member = current->by_index[from];
+      moved = from != d;
+    }
+    if (member == members->by_index[d] && !moved) continue;
+    // A new occupant of index d: fresh counters, and the health of where it came from.
+    Destination& destination = destinations_[d];
+    destination.consecutive_failures.store(0, std::memory_order_relaxed);
+    destination.errors.store(0, std::memory_order_relaxed);
+    for (auto& k : destination.error_kinds) k.store(0, std::memory_order_relaxed);
+    destination.marked_down.store(0, std::memory_order_relaxed);
+    destination.health_failures.store(0, std::memory_order_relaxed);
+    destination.health_check_failures.store(0, std::memory_order_relaxed);
+    destination.reported_load.store(0, std::memory_order_relaxed);
+    destination.scrape_failures.store(0, std::memory_order_relaxed);
+    for (auto& t : destination.prompt_tokens) t.store(0, std::memory_order_relaxed);
+    for (auto& t : destination.cached_tokens) t.store(0, std::memory_order_relaxed);
+    for (Histogram* h : {&destination.ttft, &destination.duration}) {
+      for (auto& b : h->buckets) b.store(0, std::memory_order_relaxed);
+      h->sum_ns.store(0, std::memory_order_relaxed);
+    }
+    (void)router_.SetLoad(d, 0);
+    const bool up = moved ? router_.loads().Up(from) : true;
+    (void)(up ? router_.MarkUp(d) : router_.MarkDown(d));
+    members->by_index[d] = std::move(member);
+  }
+  if (members->policy == nullptr || members->count != current->count) {
+    // Hash-based policies are built for a destination count; the others keep their memory.
+    const bool by_count = config_.policy == "sticky" || config_.policy == "chwbl" ||
+                          config_.policy == "dualmap";
+    if (members->policy == nullptr || by_count) members->policy = MakePolicy(members->count);
+  }
+  const bool changed = next != current_names;
+  {
+    std::lock_guard<std::mutex> lock(members_mu_);
+    members_ = members;
+  }
+  members_generation_.store(members->generation, std::memory_order_release);
+  // The Router (and the table, re-mapped) last: a request routed to a new index before its
+  // thread saw the snapshot looks again.
+  dataplane::Status resized = subscriber_ != nullptr
+                                  ? subscriber_->SetDestinations(next)
+                                  : router_.Resize(members->count, nullptr, clock_.Now());
+  if (!resized.ok) return absl::InternalError(absl::StrCat("membership: ", resized.message));
+  if (changed) {
+    Log("info", "membership", {{"members", absl::StrCat(members->count)},
+                               {"names", absl::StrCat("\"", absl::StrJoin(next, ","), "\"")}});
+    if (dynamic_membership_) planner_has_members_.store(false);
+  }
+  return absl::OkStatus();
+}
+
+void Gateway::PollMembership() {
+  absl::StatusOr<std::vector<Upstream>> upstreams = ReadMembershipSource(config_);
+  if (!upstreams.ok()) {
+    const std::string error(upstreams.status().message());
+    if (error != last_membership_error_) {  // once per distinct error, the members are kept
+      Log("warning", "membership_read_failed", {{"error", absl::StrCat("\"", error, "\"")}});
+      last_membership_error_ = error;
+    }
+    return;
+  }
+  last_membership_error_.clear();
+  std::vector<Upstream> current;
+  {
+    const std::shared_ptr<const Members> members = ControlMembers();
+    for (uint32_t d = 0; d < members->count; ++d) {
+      current.push_back({members->by_index[d]->name, members->by_index[d]->url});
+    }
+  }
+  if (SameMembers(current, *upstreams)) return;
+  if (absl::Status s = ApplyMembership(*upstreams); !s.ok()) {
+    Log("warning", "membership_apply_failed", {{"error", absl::StrCat("\"", s.message(), "\"")}});
+  }
+}
+
+void Gateway::ReportMembership() {
+  if (planner_channel_ == nullptr || planner_has_members_.load()) return;
+  const std::shared_ptr<const Members> members = ControlMembers();
+  if (members->count == 0) return;  // the planner keeps its list rather than none
+  v1::SetDestinationsRequest request;
+  for (uint32_t d = 0; d < members->count; ++d) request.add_destinations(members->by_index[d]->name);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!planner_token_.empty()) context.AddMetadata("authorization", "Bearer " + planner_token_);
+  v1::SetDestinationsResponse response;
+  const grpc::Status status =
+      v1::AdminService::NewStub(planner_channel_)->SetDestinations(&context, request, &response);
+  if (!status.ok()) {
+    Log("warning", "membership_report_failed",
+        {{"code", absl::StrCat(status.error_code())},
+         {"error", absl::StrCat("\"", status.error_message(), "\"")}});
+    return;
+  }
+  // Only if nothing changed meanwhile (else the next round sends the newer list).
+  if (ControlMembers() == members) planner_has_members_.store(true);
+  Log("info", "membership_reported", {{"members", absl::StrCat(members->count)},
+                                      {"version", absl::StrCat(response.version().number())}});
+}
+
+void Gateway::RunMembership() {
+  const auto interval = ToChrono(config_.membership_interval);
+  for (;;) {
+    ReportMembership();
+    {
+      std::unique_lock<std::mutex> lock(stop_mu_);
+      if (stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) return;
+    }
+    if (dynamic_membership_) PollMembership();
   }
 }
 
@@ -240,9 +476,30 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
   std::unique_ptr<Gateway> gateway(new Gateway(config));
   if (absl::Status s = gateway->Listen(); !s.ok()) return s;
 
+  // The first membership: the static list, or the source read once. A file that cannot be read
+  // is a bad configuration; a DNS name without addresses yet (a Service whose engines are not
+  // ready) is not: the gateway starts with none and answers 503 until some appear.
+  std::vector<Upstream> initial = config.upstreams;
+  if (gateway->dynamic_membership_) {
+    absl::StatusOr<std::vector<Upstream>> read = ReadMembershipSource(config);
+    if (!read.ok() && (absl::IsInvalidArgument(read.status()) || !config.upstreams_file.empty())) {
+      return read.status();
+    }
+    if (read.ok()) {
+      initial = *std::move(read);
+    } else {
+      Log("warning", "membership_read_failed",
+          {{"error", absl::StrCat("\"", read.status().message(), "\"")}});
+    }
+  }
+  if (absl::Status s = gateway->ApplyMembership(initial); !s.ok()) return s;
+
   if (!config.planner.empty()) {
     std::vector<std::string> names;
-    for (const Upstream& u : config.upstreams) names.push_back(u.name);
+    {
+      const std::shared_ptr<const Members> members = gateway->ControlMembers();
+      for (uint32_t d = 0; d < members->count; ++d) names.push_back(members->by_index[d]->name);
+    }
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
         PlannerCredentials(config);
     if (!credentials.ok()) return credentials.status();
@@ -259,6 +516,10 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
     table_options.destinations = std::move(names);
     table_options.cache_path = config.table_cache;
     table_options.bearer_token = token;
+    table_options.ignore_unknown_destinations = gateway->dynamic_membership_;
+    gateway->planner_channel_ = channel;
+    gateway->planner_token_ = token;
+    gateway->planner_has_members_.store(!gateway->dynamic_membership_);
     gateway->subscriber_ = std::make_unique<dataplane::TableSubscriber>(channel, gateway->router_,
                                                                         std::move(table_options));
     if (dataplane::Status s = gateway->subscriber_->Start(); !s.ok) {
@@ -280,6 +541,9 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
           "(the key's hashed pair, or power of two choices) and no rates are reported\""}});
   }
   gateway->prober_thread_ = std::thread([g = gateway.get()] { g->RunProber(); });
+  if (gateway->dynamic_membership_) {
+    gateway->membership_thread_ = std::thread([g = gateway.get()] { g->RunMembership(); });
+  }
   if (config.load_scrape_interval > absl::ZeroDuration()) {
     gateway->scraper_thread_ = std::thread([g = gateway.get()] { g->RunLoadScraper(); });
   }
@@ -310,10 +574,18 @@ absl::Status Gateway::Listen() {
     std::sort(api_keys_.begin(), api_keys_.end());
   }
 
+  // Per-thread state exists before the first request can arrive (the server serves from Start).
+  const unsigned threads =
+      config_.io_threads > 0 ? config_.io_threads : std::max(1u, std::thread::hardware_concurrency());
+  pools_ = std::make_unique<Pools>();
+  pools_->idle.resize(threads);
+  for (auto& by_destination : pools_->idle) by_destination.resize(capacity_);
+  thread_members_.resize(threads);
+
   http::ServerOptions options;
   options.host = host;
   options.port = port;
-  options.threads = config_.io_threads;
+  options.threads = threads;
   options.write_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       ToChrono(config_.write_timeout));
   options.tls_cert_file = config_.tls_cert_file;
@@ -327,22 +599,6 @@ absl::Status Gateway::Listen() {
   }
   server_ = *std::move(server);
   port_ = server_->port();
-  pools_ = std::make_unique<Pools>();
-  pools_->idle.resize(server_->threads());
-  for (auto& by_destination : pools_->idle) by_destination.resize(config_.upstreams.size());
-
-  // Upstream addresses, resolved once here (a name that does not resolve is a bad config).
-  tcp::resolver resolver(server_->context());
-  for (uint32_t d = 0; d < addresses_.size(); ++d) {
-    beast::error_code ec;
-    auto results =
-        resolver.resolve(addresses_[d].host, std::to_string(addresses_[d].port), ec);
-    if (ec || results.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "upstreams[", d, "].url: cannot resolve \"", addresses_[d].host, "\": ", ec.message()));
-    }
-    endpoints_.push_back(std::move(results));
-  }
   return absl::OkStatus();
 }
 
@@ -379,6 +635,7 @@ void Gateway::Stop() {
   stop_cv_.notify_all();
   if (server_ != nullptr) server_->Stop();
   pools_.reset();  // their sockets use the server's contexts
+  if (membership_thread_.joinable()) membership_thread_.join();
   if (prober_thread_.joinable()) prober_thread_.join();
   if (scraper_thread_.joinable()) scraper_thread_.join();
   if (subscriber_ != nullptr) subscriber_->Stop();
@@ -396,11 +653,11 @@ bool Gateway::Authorized(const http::Request& request) const {
 }
 
 asio::awaitable<void> Gateway::SendError(http::Exchange& x, int status, absl::string_view message,
-                                         absl::string_view type, uint32_t d) {
+                                         absl::string_view type, absl::string_view destination) {
   http::Response r = http::TextResponse(x.request(), status, "application/json",
                                         ErrorBody(message, type, status));
-  if (d != dataplane::kNoDestination) {
-    r.set("X-CacheRoute-Destination", config_.upstreams[d].name);
+  if (!destination.empty()) {
+    r.set("X-CacheRoute-Destination", std::string_view(destination.data(), destination.size()));
   }
   co_await x.Send(std::move(r));
 }
@@ -461,41 +718,46 @@ asio::awaitable<void> Gateway::HandleCompletion(http::Exchange& x, Endpoint endp
   if (const auto it = x.request().find(config_.key_header); it != x.request().end()) {
     header.emplace(it->value().data(), it->value().size());
   }
-  dataplane::InFlight in_flight = Route(RoutingKey(config_.key_from, header, fields));
-  if (!in_flight.ok()) {
+  std::shared_ptr<const Members> members = ThreadMembers();
+  dataplane::InFlight in_flight = Route(RoutingKey(config_.key_from, header, fields), *members);
+  const uint32_t d = in_flight.destination();
+  // Routed to an index this thread's snapshot does not have yet: the membership just changed.
+  if (in_flight.ok() && MemberAt(*members, d) == nullptr) members = ThreadMembers();
+  const Member* member = in_flight.ok() ? MemberAt(*members, d) : nullptr;
+  if (member == nullptr) {
     co_await SendError(x, 503, "no upstream is up", "service_unavailable");
     Finish(endpoint, 503, start);
     co_return;
   }
-  const uint32_t d = in_flight.destination();
-  const int status = co_await Forward(x, d, std::move(in_flight), start);
+  const int status = co_await Forward(x, d, *member, std::move(in_flight), start);
   Finish(endpoint, status, start);
 }
 
 asio::awaitable<void> Gateway::HandleModels(http::Exchange& x) {
   const SteadyTime start = std::chrono::steady_clock::now();
+  const std::shared_ptr<const Members> members = ThreadMembers();
   dataplane::InFlight in_flight =
       router_.Track({dataplane::RandomUpDestination(router_.loads(), random_), false,
                      dataplane::Reason::kPolicy});
+  const Member* member = in_flight.ok() ? MemberAt(*members, in_flight.destination()) : nullptr;
   int status = 503;
-  if (!in_flight.ok()) {
+  if (member == nullptr) {
     co_await SendError(x, 503, "no upstream is up", "service_unavailable");
   } else {
     const uint32_t d = in_flight.destination();
-    status = co_await Forward(x, d, std::move(in_flight), start);
+    status = co_await Forward(x, d, *member, std::move(in_flight), start);
   }
   Finish(Endpoint::kModels, status, start);
 }
 
-asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
+asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d, const Member& member,
                                       dataplane::InFlight in_flight, SteadyTime start) {
   const auto executor = co_await asio::this_coro::executor;
   Destination& destination = destinations_[d];
   const bool planned = in_flight.planned();
   // "upstream NAME (URL)", for error answers only (never built on the way of a success).
-  const auto who = [this, d] {
-    return absl::StrCat("upstream ", config_.upstreams[d].name, " (", config_.upstreams[d].url,
-                        ")");
+  const auto who = [&member] {
+    return absl::StrCat("upstream ", member.name, " (", member.url, ")");
   };
   // The in-flight count and the per-destination duration end when the upstream's part is over,
   // before the last bytes go to the client (who may send the next request at once).
@@ -520,7 +782,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
     if (!api_keys_.empty() && field.name() == bhttp::field::authorization) continue;
     upstream.insert(field.name_string(), field.value());
   }
-  upstream.set(bhttp::field::host, host_headers_[d]);
+  upstream.set(bhttp::field::host, member.host_header);
   upstream.body() = request.body();
   upstream.keep_alive(true);
   upstream.prepare_payload();
@@ -558,15 +820,15 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
       connection.emplace(executor);
       watch.emplace(http::Watchdog::Current(), connection->socket());
       watch->Arm(ToChrono(config_.connect_timeout));
-      auto [ec, endpoint] = co_await connection->async_connect(endpoints_[d], kNoThrow);
+      auto [ec, endpoint] = co_await connection->async_connect(member.endpoints, kNoThrow);
       watch->Disarm();
       if (ec) {
         const std::string error = watch->fired()
                                       ? "connect timed out"
                                       : absl::StrCat("could not connect: ", ec.message());
-        RecordError(d, ErrorKind::kConnect, error);
+        RecordError(d, member, ErrorKind::kConnect, error);
         done();
-        co_await SendError(x, 502, absl::StrCat(who(), " failed: ", error), "upstream_error", d);
+        co_await SendError(x, 502, absl::StrCat(who(), " failed: ", error), "upstream_error", member.name);
         co_return 502;
       }
       beast::error_code ignored;
@@ -596,9 +858,9 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
       const std::string error =
           absl::StrCat(write_ec ? "sending the request" : "the response headers", " took longer than ",
                        absl::FormatDuration(write_ec ? config_.write_timeout : config_.header_timeout));
-      RecordError(d, ErrorKind::kHeaderTimeout, error);
+      RecordError(d, member, ErrorKind::kHeaderTimeout, error);
       done();
-        co_await SendError(x, 504, absl::StrCat(who(), ": ", error), "upstream_timeout", d);
+        co_await SendError(x, 504, absl::StrCat(who(), ": ", error), "upstream_timeout", member.name);
       co_return 504;
     }
     const bool protocol = ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category() &&
@@ -606,9 +868,9 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
     const std::string error =
         protocol ? absl::StrCat("malformed response: ", ec.message())
                  : absl::StrCat("connection closed before the response headers (", ec.message(), ")");
-    RecordError(d, protocol ? ErrorKind::kProtocol : ErrorKind::kReset, error);
+    RecordError(d, member, protocol ? ErrorKind::kProtocol : ErrorKind::kReset, error);
     done();
-        co_await SendError(x, 502, absl::StrCat(who(), " failed: ", error), "upstream_error", d);
+        co_await SendError(x, 502, absl::StrCat(who(), " failed: ", error), "upstream_error", member.name);
     co_return 502;
   }
   RecordSuccess(d);
@@ -620,7 +882,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   for (const auto& field : answer) {
     if (!SkipResponseHeader(field.name())) header.insert(field.name_string(), field.value());
   }
-  header.set("X-CacheRoute-Destination", config_.upstreams[d].name);
+  header.set("X-CacheRoute-Destination", member.name);
   header.set("X-CacheRoute-Planned", planned ? "1" : "0");
   const bool streamed = answer.chunked() || !answer.has_content_length();
 
@@ -663,7 +925,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
           watch->fired() ? absl::StrCat("no body bytes for ", absl::FormatDuration(config_.read_timeout))
                         : absl::StrCat("the body broke off: ", ec.message());
       // After the headers the destination has answered: counted, never marked down for it.
-      RecordError(d, kind, error, /*may_mark_down=*/false);
+      RecordError(d, member, kind, error, /*may_mark_down=*/false);
       break;
     }
   }
@@ -675,7 +937,7 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d,
   } else if (broken) {
     done();
         co_await SendError(x, 502, absl::StrCat(who(), " failed: the response body broke off"),
-                       "upstream_error", d);
+                       "upstream_error", member.name);
   } else {
     if (absl::StrContains(body, "\"usage\"")) {
       if (std::optional<Usage> u = ReadUsage(body); u.has_value()) RecordUsage(d, planned, *u);
@@ -726,7 +988,8 @@ void Gateway::RecordSuccess(uint32_t d) {
   destinations_[d].consecutive_failures.store(0, std::memory_order_relaxed);
 }
 
-void Gateway::RecordError(uint32_t d, ErrorKind kind, absl::string_view error, bool may_mark_down) {
+void Gateway::RecordError(uint32_t d, const Member& member, ErrorKind kind, absl::string_view error,
+                          bool may_mark_down) {
   Destination& destination = destinations_[d];
   destination.errors.fetch_add(1, std::memory_order_relaxed);
   destination.error_kinds[static_cast<int>(kind)].fetch_add(1, std::memory_order_relaxed);
@@ -737,14 +1000,19 @@ void Gateway::RecordError(uint32_t d, ErrorKind kind, absl::string_view error, b
   // Exactly one request crosses the threshold, so the destination is marked down (and logged)
   // once per outage.
   if (failures == config_.failure_threshold) {
-    router_.MarkDown(d);
-    destination.marked_down.fetch_add(1, std::memory_order_relaxed);
-    Log("warning", "destination_down",
-        {{"destination", config_.upstreams[d].name},
-         {"url", config_.upstreams[d].url},
-         {"consecutive_failures", absl::StrCat(failures)},
-         {"error", absl::StrCat("\"", error, "\"")}});
+    MarkDown(d, member, "consecutive_failures", failures, absl::StrCat("\"", error, "\""));
   }
+}
+
+void Gateway::MarkDown(uint32_t d, const Member& member, absl::string_view count_name,
+                       uint32_t count, std::string error) {
+  router_.MarkDown(d);
+  destinations_[d].marked_down.fetch_add(1, std::memory_order_relaxed);
+  Log("warning", "destination_down",
+      {{"destination", member.name},
+       {"url", member.url},
+       {count_name, absl::StrCat(count)},
+       {"error", std::move(error)}});
 }
 
 void Gateway::Finish(Endpoint endpoint, int status, SteadyTime start) {
@@ -755,10 +1023,18 @@ void Gateway::Finish(Endpoint endpoint, int status, SteadyTime start) {
 }
 
 uint32_t Gateway::DestinationIndex(absl::string_view name) const {
-  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
-    if (config_.upstreams[d].name == name) return d;
+  const std::shared_ptr<const Members> members = ControlMembers();
+  for (uint32_t d = 0; d < members->count; ++d) {
+    if (members->by_index[d]->name == name) return d;
   }
   return dataplane::kNoDestination;
+}
+
+std::vector<std::string> Gateway::DestinationNames() const {
+  const std::shared_ptr<const Members> members = ControlMembers();
+  std::vector<std::string> names;
+  for (uint32_t d = 0; d < members->count; ++d) names.push_back(members->by_index[d]->name);
+  return names;
 }
 
 std::optional<dataplane::TableSubscriberStats> Gateway::SubscriberStats() const {
@@ -771,7 +1047,8 @@ std::optional<dataplane::RateReporterStats> Gateway::ReporterStats() const {
   return reporter_->Stats();
 }
 
-dataplane::InFlight Gateway::Route(const std::optional<std::string>& key) {
+dataplane::InFlight Gateway::Route(const std::optional<std::string>& key,
+                                   const Members& members) {
   if (!key.has_value()) {
     picks_[kNoKeyPick].fetch_add(1, std::memory_order_relaxed);
     return router_.Track({dataplane::PowerOfTwoChoices(router_.loads(), random_), false,
@@ -779,34 +1056,67 @@ dataplane::InFlight Gateway::Route(const std::optional<std::string>& key) {
   }
   const uint64_t key_id = dataplane::KeyId(*key);
   recorder_.Record(key_id);
-  dataplane::InFlight in_flight = policy_ == nullptr
+  dataplane::Policy* policy = members.policy.get();
+  dataplane::InFlight in_flight = policy == nullptr
                                       ? router_.Pick(key_id, clock_.Now())
-                                      : router_.Track(policy_->Pick(key_id, router_.loads()));
+                                      : router_.Track(policy->Pick(key_id, router_.loads()));
   picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
   return in_flight;
 }
 
+// GET /health of `member`: its status, or 0 when there was no answer within `timeout`.
+int Gateway::GetHealth(const Member& member, absl::Duration timeout) const {
+  httplib::Client client(member.address.host, member.address.port);
+  const auto [connect_s, connect_us] = SecondsAndMicros(ToChrono(config_.connect_timeout));
+  const auto [read_s, read_us] = SecondsAndMicros(ToChrono(timeout));
+  client.set_connection_timeout(connect_s, connect_us);
+  client.set_read_timeout(read_s, read_us);
+  httplib::Result result = client.Get("/health");
+  return result ? result->status : 0;
+}
+
 void Gateway::RunProber() {
   const auto interval = ToChrono(config_.probe_interval);
+  const bool active = config_.health_check_interval > absl::ZeroDuration();
+  auto next_check = std::chrono::steady_clock::now() + ToChrono(config_.health_check_interval);
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(stop_mu_);
       if (stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) return;
     }
-    for (uint32_t d = 0; d < router_.destination_count(); ++d) {
+    const std::shared_ptr<const Members> members = ControlMembers();
+    // Down members: a 200 brings one back.
+    for (uint32_t d = 0; d < members->count; ++d) {
       if (router_.loads().Up(d)) continue;
-      httplib::Client client(addresses_[d].host, addresses_[d].port);
-      const auto [connect_s, connect_us] = SecondsAndMicros(ToChrono(config_.connect_timeout));
-      client.set_connection_timeout(connect_s, connect_us);
-      client.set_read_timeout(connect_s, connect_us);
-      httplib::Result result = client.Get("/health");
-      if (result && result->status == 200) {
+      const Member& member = *members->by_index[d];
+      const int status = GetHealth(member, config_.connect_timeout);
+      if (status == 200) {
         destinations_[d].consecutive_failures.store(0, std::memory_order_relaxed);
+        destinations_[d].health_failures.store(0, std::memory_order_relaxed);
         router_.MarkUp(d);
         Log("info", "destination_up",
-            {{"destination", config_.upstreams[d].name},
-             {"url", config_.upstreams[d].url},
-             {"health_status", absl::StrCat(result->status)}});
+            {{"destination", member.name}, {"url", member.url}, {"health_status", "200"}});
+      }
+    }
+    // Active health checks of up members (health_check_interval): failure_threshold failed
+    // checks in a row (no answer within health_check_timeout, or not 200) mark one down.
+    if (!active || std::chrono::steady_clock::now() < next_check) continue;
+    next_check = std::chrono::steady_clock::now() + ToChrono(config_.health_check_interval);
+    for (uint32_t d = 0; d < members->count; ++d) {
+      if (!router_.loads().Up(d)) continue;
+      const Member& member = *members->by_index[d];
+      Destination& destination = destinations_[d];
+      const int status = GetHealth(member, config_.health_check_timeout);
+      if (status == 200) {
+        destination.health_failures.store(0, std::memory_order_relaxed);
+        continue;
+      }
+      destination.health_check_failures.fetch_add(1, std::memory_order_relaxed);
+      const uint32_t failures =
+          destination.health_failures.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (failures == config_.failure_threshold) {
+        MarkDown(d, member, "failed_health_checks", failures,
+                 status == 0 ? "none" : absl::StrCat("HTTP ", status));
       }
     }
   }
@@ -814,9 +1124,11 @@ void Gateway::RunProber() {
 
 void Gateway::ScrapeLoads() {
   const auto [connect_s, connect_us] = SecondsAndMicros(ToChrono(config_.connect_timeout));
-  for (uint32_t d = 0; d < router_.destination_count(); ++d) {
+  const std::shared_ptr<const Members> members = ControlMembers();
+  for (uint32_t d = 0; d < members->count; ++d) {
     if (!router_.loads().Up(d)) continue;
-    httplib::Client client(addresses_[d].host, addresses_[d].port);
+    const Member& member = *members->by_index[d];
+    httplib::Client client(member.address.host, member.address.port);
     client.set_connection_timeout(connect_s, connect_us);
     client.set_read_timeout(connect_s, connect_us);
     httplib::Result result = client.Get("/metrics");
@@ -827,8 +1139,8 @@ void Gateway::ScrapeLoads() {
           destinations_[d].scrape_failures.fetch_add(1, std::memory_order_relaxed);
       if (failures == 0) {  // the first one is worth a line; the counter tells the rest
         Log("warning", "load_scrape_failed",
-            {{"destination", config_.upstreams[d].name},
-             {"url", config_.upstreams[d].url},
+            {{"destination", member.name},
+             {"url", member.url},
              {"metric", config_.load_metric},
              {"detail", result ? absl::StrCat("\"HTTP ", result->status,
                                               ", or no finite sample of the metric\"")
@@ -861,10 +1173,13 @@ std::string Gateway::RenderMetrics() {
     absl::StrAppend(&out, kPrefix, name, labels.empty() ? "" : "{", labels,
                     labels.empty() ? "" : "}", " ", Number(value), "\n");
   };
-  const auto destination_label = [&](uint32_t d) {
-    return absl::StrCat("destination=\"", LabelValue(config_.upstreams[d].name), "\"");
-  };
+  const std::shared_ptr<const Members> members = ControlMembers();
   const dataplane::RouterStats stats = router_.Stats(clock_.Now());
+  // The members the Router counts (the two agree but for a moment during a change).
+  const uint32_t count = std::min<uint32_t>(members->count, stats.in_flight.size());
+  const auto destination_label = [&](uint32_t d) {
+    return absl::StrCat("destination=\"", LabelValue(members->by_index[d]->name), "\"");
+  };
 
   family("requests_total", "counter", "Requests answered, by endpoint and status class.");
   for (int e = 0; e < kEndpoints; ++e) {
@@ -896,7 +1211,7 @@ std::string Gateway::RenderMetrics() {
   const auto per_destination = [&](absl::string_view name, absl::string_view type,
                                    absl::string_view help, const auto& value_of) {
     family(name, type, help);
-    for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+    for (uint32_t d = 0; d < count; ++d) {
       sample(name, static_cast<double>(value_of(d)), destination_label(d));
     }
   };
@@ -912,6 +1227,9 @@ std::string Gateway::RenderMetrics() {
   per_destination("destination_marked_down_total", "counter",
                   "Times each destination was marked down after failure_threshold connect failures or resets.",
                   [&](uint32_t d) { return relaxed(destinations_[d].marked_down); });
+  per_destination("health_check_failures_total", "counter",
+                  "Active health checks (health_check_interval) of an up destination that failed.",
+                  [&](uint32_t d) { return relaxed(destinations_[d].health_check_failures); });
   per_destination("reported_load", "gauge",
                   "The load_metric each destination last reported (load_scrape_interval; 0 when "
                   "off or the scrape failed).",
@@ -938,20 +1256,20 @@ std::string Gateway::RenderMetrics() {
   histogram("request_duration_seconds", latency_, "");
   family("destination_request_duration_seconds", "histogram",
          "Per destination: time from receiving a request to the end of its upstream answer.");
-  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+  for (uint32_t d = 0; d < count; ++d) {
     histogram("destination_request_duration_seconds", destinations_[d].duration,
               destination_label(d));
   }
   family("time_to_first_token_seconds", "histogram",
          "Per destination, streamed answers: time from receiving a request to the first body "
          "chunk.");
-  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+  for (uint32_t d = 0; d < count; ++d) {
     histogram("time_to_first_token_seconds", destinations_[d].ttft, destination_label(d));
   }
   family("upstream_error_kinds_total", "counter",
          "Upstream errors by kind: connect, reset (before the headers: both count towards "
          "marking down; after them: counted only), header_timeout, idle_timeout, protocol.");
-  for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+  for (uint32_t d = 0; d < count; ++d) {
     for (int k = 0; k < kErrorKinds; ++k) {
       sample("upstream_error_kinds_total",
              static_cast<double>(destinations_[d].error_kinds[k].load(std::memory_order_relaxed)),
@@ -965,7 +1283,7 @@ std::string Gateway::RenderMetrics() {
          "Of those, tokens served from the prefix cache (usage.prompt_tokens_details."
          "cached_tokens): the served KV hit is cached / prompt.");
   for (const char* name : {"prompt_tokens_total", "cached_tokens_total"}) {
-    for (uint32_t d = 0; d < config_.upstreams.size(); ++d) {
+    for (uint32_t d = 0; d < count; ++d) {
       for (int planned = 0; planned < 2; ++planned) {
         const auto& counter = absl::string_view(name) == "prompt_tokens_total"
                                   ? destinations_[d].prompt_tokens[planned]
@@ -978,6 +1296,11 @@ std::string Gateway::RenderMetrics() {
   family("measured_kv_hit", "gauge",
          "The served KV hit given to the router (cached / prompt tokens over ~1,000 answers).");
   sample("measured_kv_hit", measured_hit().value_or(0));
+  family("members", "gauge",
+         "Upstreams routed to (the membership: static, upstreams_file or upstreams_dns).");
+  sample("members", static_cast<double>(members->count));
+  family("membership_changes_total", "counter", "Membership changes applied since the start.");
+  sample("membership_changes_total", static_cast<double>(members->generation - 1));
   family("open_streams", "gauge", "Streamed answers in progress.");
   sample("open_streams", static_cast<double>(open_streams()));
   family("active_requests", "gauge", "Requests in progress.");

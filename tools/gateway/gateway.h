@@ -18,12 +18,21 @@
 //
 // Slow is not dead: a destination is marked down after `failure_threshold` consecutive connect
 // failures or resets before the response headers (502 each; a stale pooled connection is retried
-// once on a fresh one); a prober's GET /health brings it back. A response whose headers take
+// once on a fresh one), or as many failed active health checks (health_check_interval, off by
+// default); a prober's GET /health brings it back. A response whose headers take
 // longer than header_timeout is a 504, and a stream idle for longer than read_timeout is cut;
 // neither marks the destination down. Upstream 4xx/5xx pass through unchanged.
 //
 // Served KV hit: `usage.prompt_tokens_details.cached_tokens` of every response (or stream) is
 // counted per destination and planned/unplanned, and feeds Router::SetMeasuredHit.
+//
+// Membership (GatewayConfig: upstreams, upstreams_file or upstreams_dns): a membership thread
+// re-reads a dynamic source every membership_interval. A change keeps the indices of members
+// that stay, puts new ones into free indices and moves the last member into a hole left by one
+// that went (so indices stay dense), then swaps an immutable snapshot that each I/O thread picks
+// up at its next request (one relaxed load when nothing changed), re-maps the table
+// (TableSubscriber::SetDestinations) and sends the new list to the planner (SetDestinations),
+// which replans the leavers' keys. Requests in progress finish where they were sent.
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(config);
@@ -84,6 +93,8 @@ class Gateway {
   const GatewayConfig& config() const { return config_; }
   // Index of the upstream named `name`, or kNoDestination.
   uint32_t DestinationIndex(absl::string_view name) const;
+  // The current members' names, by destination index.
+  std::vector<std::string> DestinationNames() const;
   // Requests in progress, and streams among them.
   size_t active_requests() const { return server_ ? server_->active() : 0; }
   size_t open_streams() const { return open_streams_.load(std::memory_order_relaxed); }
@@ -115,7 +126,9 @@ class Gateway {
       0.5,    1,     2.5,    5,     10,   30,    60,   120, 300};
 
   struct Destination;
-  struct Pools;  // idle upstream connections per I/O thread and destination
+  struct Pools;    // idle upstream connections per I/O thread and destination
+  struct Member;   // one upstream: name, URL, Host header, resolved endpoints
+  struct Members;  // an immutable membership snapshot, with the policy built for it
   struct Histogram {
     std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> buckets{};  // +Inf last
     std::atomic<uint64_t> sum_ns{0};
@@ -127,35 +140,63 @@ class Gateway {
   http::asio::awaitable<void> Handle(http::Exchange& x);
   http::asio::awaitable<void> HandleCompletion(http::Exchange& x, Endpoint endpoint);
   http::asio::awaitable<void> HandleModels(http::Exchange& x);
-  // Sends the exchange's request to `d` and its answer back. Releases `in_flight` at the end.
-  http::asio::awaitable<int> Forward(http::Exchange& x, uint32_t d, dataplane::InFlight in_flight,
+  // Sends the exchange's request to `d` (`member`) and its answer back. Releases `in_flight` at
+  // the end.
+  http::asio::awaitable<int> Forward(http::Exchange& x, uint32_t d, const Member& member,
+                                     dataplane::InFlight in_flight,
                                      std::chrono::steady_clock::time_point start);
-  // An OpenAI-style error answer; with `d`, naming the destination in X-CacheRoute-Destination.
+  // An OpenAI-style error answer; with `destination`, naming it in X-CacheRoute-Destination.
   http::asio::awaitable<void> SendError(http::Exchange& x, int status, absl::string_view message,
                                         absl::string_view type,
-                                        uint32_t d = dataplane::kNoDestination);
-  dataplane::InFlight Route(const std::optional<std::string>& key);
+                                        absl::string_view destination = "");
+  dataplane::InFlight Route(const std::optional<std::string>& key, const Members& members);
   bool Authorized(const http::Request& request) const;
 
+  // Membership. The control snapshot (membership thread, prober, scraper, metrics) and this I/O
+  // thread's own copy of it (refreshed when the generation moved; off an I/O thread, the control
+  // one). The member routed to as `d`, or null when the index is not (or no longer) known.
+  std::shared_ptr<const Members> ControlMembers() const;
+  std::shared_ptr<const Members> ThreadMembers();
+  static const Member* MemberAt(const Members& members, uint32_t d);
+  // Resolves and installs `upstreams` as the membership (control path; serialised).
+  absl::Status ApplyMembership(const std::vector<Upstream>& upstreams);
+  std::unique_ptr<dataplane::Policy> MakePolicy(uint32_t destinations);
+  void RunMembership();
+  // Reads the dynamic source once; applies it when it changed.
+  void PollMembership();
+  // Sends the membership to the planner (SetDestinations) when it has not taken it yet.
+  void ReportMembership();
+
+  // Marks `d` down (counted, logged with `count_name`=count and the error); once per outage.
+  void MarkDown(uint32_t d, const Member& member, absl::string_view count_name, uint32_t count,
+                std::string error);
   void RecordSuccess(uint32_t d);
-  void RecordError(uint32_t d, ErrorKind kind, absl::string_view error, bool may_mark_down = true);
+  void RecordError(uint32_t d, const Member& member, ErrorKind kind, absl::string_view error,
+                   bool may_mark_down = true);
   void RecordUsage(uint32_t d, bool planned, const Usage& usage);
   void Finish(Endpoint endpoint, int status, std::chrono::steady_clock::time_point start);
+  int GetHealth(const Member& member, absl::Duration timeout) const;
   void RunProber();
   // Reads load_metric from every up destination's /metrics into Router::SetLoad.
   void ScrapeLoads();
   void RunLoadScraper();
 
   const GatewayConfig config_;
-  std::vector<UpstreamAddress> addresses_;
-  std::vector<std::string> host_headers_;  // Host of requests to each upstream
-  std::vector<http::asio::ip::tcp::resolver::results_type> endpoints_;  // resolved by Listen
+  const bool dynamic_membership_;  // upstreams_file or upstreams_dns
+  const uint32_t capacity_;        // destinations the Router has room for
   std::vector<std::string> api_keys_;  // sorted; empty: no client authentication
   dataplane::SteadyClock clock_;
   dataplane::SeededRandom random_;
   dataplane::Router router_;
-  std::unique_ptr<dataplane::Policy> policy_;  // null for `cacheroute`: Router::Pick
   dataplane::RateRecorder recorder_;
+
+  mutable std::mutex members_mu_;           // guards members_
+  std::shared_ptr<const Members> members_;  // the control snapshot
+  std::atomic<uint64_t> members_generation_{0};
+  std::vector<std::shared_ptr<const Members>> thread_members_;  // [I/O thread], its own copy
+  std::mutex apply_mu_;                     // serialises ApplyMembership
+  std::atomic<bool> planner_has_members_{true};  // false: ReportMembership has work
+  std::string last_membership_error_;       // membership thread only
   std::unique_ptr<dataplane::TableSubscriber> subscriber_;
   std::unique_ptr<dataplane::RateReporter> reporter_;
   std::unique_ptr<Destination[]> destinations_;
@@ -164,6 +205,9 @@ class Gateway {
   std::unique_ptr<Pools> pools_;  // made by Listen, emptied by Stop before server_ goes
   int port_ = 0;
   std::atomic<bool> draining_{false};
+  std::shared_ptr<grpc::Channel> planner_channel_;
+  std::string planner_token_;
+  std::thread membership_thread_;  // with a dynamic source or a planner to tell
   std::thread prober_thread_;
   std::thread scraper_thread_;  // with load_scrape_interval > 0
   std::mutex stop_mu_;

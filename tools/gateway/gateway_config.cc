@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "planner/service/config.h"
+#include "tools/gateway/membership.h"
 #include "tools/gateway/openai_fields.h"
 #include "yaml-cpp/yaml.h"
 
@@ -139,6 +140,23 @@ absl::Status CheckMetricName(absl::string_view name, absl::string_view value) {
 absl::Status CheckWeight(absl::string_view name, double value) {
   if (std::isfinite(value) && value >= 0) return absl::OkStatus();
   return Invalid(name, absl::StrCat("must be a finite number >= 0, got ", value));
+}
+
+// NAME:PORT of upstreams_dns (empty: not used); the port is the engines' and must not be 0.
+absl::Status CheckDnsName(absl::string_view name, absl::string_view value) {
+  if (value.empty()) return absl::OkStatus();
+  absl::StatusOr<UpstreamAddress> address = SplitHostPort(name, value);
+  if (!address.ok()) return address.status();
+  if (address->port == 0) {
+    return Invalid(name, absl::StrCat("the engines' port must be 1 to 65535, got ", Quote(value)));
+  }
+  return absl::OkStatus();
+}
+
+// dns_server: empty, or IPV4:PORT as membership.h's resolver takes it.
+absl::Status CheckDnsServer(absl::string_view name, absl::string_view value) {
+  if (value.empty()) return absl::OkStatus();
+  return ParseDnsServer(name, value).status();
 }
 
 absl::Status CheckUpstreams(absl::string_view name, const std::vector<Upstream>& upstreams) {
@@ -347,6 +365,11 @@ const std::vector<YamlField>& Fields() {
          config.upstreams = *std::move(value);
          return absl::OkStatus();
        }},
+      StringField("upstreams_file", &GatewayConfig::upstreams_file, nullptr),
+      StringField("upstreams_dns", &GatewayConfig::upstreams_dns, CheckDnsName),
+      StringField("dns_server", &GatewayConfig::dns_server, CheckDnsServer),
+      DurationField("membership_interval", &GatewayConfig::membership_interval),
+      CountField("max_upstreams", &GatewayConfig::max_upstreams, 4096),
       StringField("policy", &GatewayConfig::policy, CheckPolicy),
       StringField("key_header", &GatewayConfig::key_header, CheckHeaderName),
       StringField(
@@ -366,6 +389,9 @@ const std::vector<YamlField>& Fields() {
       DurationField("write_timeout", &GatewayConfig::write_timeout),
       CountField("failure_threshold", &GatewayConfig::failure_threshold, 1'000'000),
       DurationField("probe_interval", &GatewayConfig::probe_interval),
+      DurationField("health_check_interval", &GatewayConfig::health_check_interval,
+                    /*zero_is_off=*/true),
+      DurationField("health_check_timeout", &GatewayConfig::health_check_timeout),
       CountField("io_threads", &GatewayConfig::io_threads, 256, 0),
       DurationField("drain_delay", &GatewayConfig::drain_delay, /*zero_is_off=*/true),
       DurationField("drain_timeout", &GatewayConfig::drain_timeout),
@@ -453,6 +479,8 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, GatewayConfig& 
     }
     if (absl::Status s = CheckUpstreams("--upstream", upstreams); !s.ok()) return s;
     config.upstreams = std::move(upstreams);
+    config.upstreams_file.clear();  // the flags replace the file's membership, whatever its source
+    config.upstreams_dns.clear();
   }
   return absl::OkStatus();
 }
@@ -522,16 +550,57 @@ absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::s
   return address;
 }
 
-absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml, GatewayConfig base) {
+namespace {
+
+// Runs `parse`, turning yaml-cpp's exceptions into InvalidArgument (with the line and column)
+// and any other into Internal.
+template <typename Parse>
+auto CatchingYaml(Parse parse) -> decltype(parse()) {
   try {
-    return ParseYamlOrThrow(yaml, std::move(base));
+    return parse();
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat("YAML: ", e.msg));
     return absl::InvalidArgumentError(
         absl::StrCat("line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("parsing the YAML configuration: ", e.what()));
+    return absl::InternalError(absl::StrCat("parsing the YAML: ", e.what()));
   }
+}
+
+absl::StatusOr<std::vector<Upstream>> ParseUpstreamListOrThrow(absl::string_view yaml) {
+  const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+  if (documents.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected one YAML document, got ", documents.size(), " (separated by ---)"));
+  }
+  if (documents.empty() || documents[0].IsNull()) {
+    return YamlUpstreams("upstreams", YAML::Node(YAML::NodeType::Sequence));  // none: an error
+  }
+  const YAML::Node& root = documents[0];
+  if (root.IsSequence()) return YamlUpstreams("upstreams", root);
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the document must be a list of {name, url} or a mapping with the key upstreams, got ",
+        DescribeNode(root)));
+  }
+  for (const auto& entry : root) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    if (key != "upstreams") {
+      return Invalid(absl::CHexEscape(key), "unknown key; the only key is upstreams");
+    }
+  }
+  if (root.size() > 1) return Invalid("upstreams", "given more than once");
+  return YamlUpstreams("upstreams", root["upstreams"]);
+}
+
+}  // namespace
+
+absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml, GatewayConfig base) {
+  return CatchingYaml([&] { return ParseYamlOrThrow(yaml, std::move(base)); });
+}
+
+absl::StatusOr<std::vector<Upstream>> ParseUpstreamListYaml(absl::string_view yaml) {
+  return CatchingYaml([&] { return ParseUpstreamListOrThrow(yaml); });
 }
 
 absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* argv) {
@@ -542,10 +611,29 @@ absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* arg
   }
 }
 
+namespace {
+// Exactly one of upstreams, upstreams_file and upstreams_dns; a static list within
+// max_upstreams is not required (the Router is sized by it), but a dynamic source needs room.
+absl::Status CheckMembershipSource(const GatewayConfig& config) {
+  const int sources = (config.upstreams.empty() ? 0 : 1) + (config.upstreams_file.empty() ? 0 : 1) +
+                      (config.upstreams_dns.empty() ? 0 : 1);
+  if (sources > 1) {
+    return Invalid(!config.upstreams_dns.empty() ? "upstreams_dns" : "upstreams_file",
+                   "give one membership source: upstreams, upstreams_file or upstreams_dns");
+  }
+  if (sources == 0 || !config.upstreams.empty()) return CheckUpstreams("upstreams", config.upstreams);
+  if (config.max_upstreams < 1) return Invalid("max_upstreams", "must be >= 1, got 0");
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
   for (absl::Status s : {
            CheckHostPort("listen", config.listen, false),
-           CheckUpstreams("upstreams", config.upstreams),
+           CheckMembershipSource(config),
+           CheckDnsName("upstreams_dns", config.upstreams_dns),
+           CheckDnsServer("dns_server", config.dns_server),
+           CheckPositiveDuration("membership_interval", config.membership_interval),
            CheckPolicy("policy", config.policy),
            CheckHeaderName("key_header", config.key_header),
            CheckHostPort("planner", config.planner, true),
@@ -558,6 +646,8 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
            CheckPositiveDuration("drain_timeout", config.drain_timeout),
            CheckOffOrPositiveDuration("drain_delay", config.drain_delay),
            CheckPositiveDuration("probe_interval", config.probe_interval),
+           CheckOffOrPositiveDuration("health_check_interval", config.health_check_interval),
+           CheckPositiveDuration("health_check_timeout", config.health_check_timeout),
            CheckOffOrPositiveDuration("load_scrape_interval", config.load_scrape_interval),
            CheckMetricName("load_metric", config.load_metric),
            CheckWeight("external_load_weight", config.external_load_weight),

@@ -37,7 +37,18 @@ struct Upstream {
 struct GatewayConfig {
   // HTTP address of the gateway, HOST:PORT (port 0: pick a free one, logged at start).
   std::string listen = "127.0.0.1:8080";
+  // Membership, from exactly one source: the static `upstreams` list; `upstreams_file`, a file
+  // of the same list (membership.h) re-read every membership_interval; or `upstreams_dns`,
+  // NAME:PORT, whose A/AAAA records are the engines (a Kubernetes headless Service), re-resolved
+  // as often, each address named "IP:PORT" (`dns_server` HOST:PORT overrides the system
+  // resolver). With a dynamic source, changes reach the planner (SetDestinations) and at most
+  // max_upstreams members are routed to.
   std::vector<Upstream> upstreams;
+  std::string upstreams_file;
+  std::string upstreams_dns;
+  std::string dns_server;
+  absl::Duration membership_interval = absl::Seconds(5);
+  uint32_t max_upstreams = 256;
   std::string policy = "cacheroute";
   // The request header that carries the routing key (key_from's "header").
   std::string key_header = "X-CacheRoute-Key";
@@ -76,6 +87,11 @@ struct GatewayConfig {
   uint32_t failure_threshold = 3;
   // How often a down destination's GET /health is tried; a 200 marks it up again.
   absl::Duration probe_interval = absl::Seconds(2);
+  // Active health checks (0: off): every health_check_interval each up destination's GET /health
+  // must answer 200 within health_check_timeout; failure_threshold failures in a row mark it down
+  // (vLLM answers /health at once however long its queue, so a busy engine passes).
+  absl::Duration health_check_interval = absl::ZeroDuration();
+  absl::Duration health_check_timeout = absl::Seconds(5);
 
   // I/O threads serving every connection (0: one per core).
   uint32_t io_threads = 0;
@@ -110,6 +126,11 @@ struct GatewayConfig {
 absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml,
                                                      GatewayConfig base = {});
 
+// An upstream list on its own (membership.h's upstreams_file): YAML, either a sequence of
+// {name, url} or a mapping whose one key `upstreams` holds it; checked as `upstreams` is (at
+// least one, distinct names, http://HOST:PORT), errors naming `upstreams[i].…`. Pure.
+absl::StatusOr<std::vector<Upstream>> ParseUpstreamListYaml(absl::string_view yaml);
+
 // Full loading: defaults, then `--config FILE`, then the flags:
 //   --config FILE --listen HOST:PORT --planner HOST:PORT --gateway-id ID --policy NAME
 //   --upstream NAME=URL (repeatable; replaces the file's list)
@@ -117,7 +138,8 @@ absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml,
 // validated (ValidateGatewayConfig).
 absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* argv);
 
-// Checks consistency: at least one upstream, names distinct and non-empty, URLs http://HOST:PORT;
+// Checks consistency: one membership source (at least one static upstream, or upstreams_file,
+// or upstreams_dns), names distinct and non-empty, URLs http://HOST:PORT;
 // listen and planner HOST:PORT (planner may be empty); a policy from kPolicyNames; a gateway_id
 // when a planner is set; positive durations; failure_threshold >= 1; key_from names from
 // kKeySources without repeats; tls_cert_file and tls_key_file both or neither; a

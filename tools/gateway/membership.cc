@@ -1,8 +1,6 @@
-// Membership sources (membership.h): the upstreams file, read with yaml-cpp and checked by the
-// configuration loader's own `upstreams` parser, and DNS resolution with c-ares.
-//
-// The file: both shapes are turned into the one-key document `upstreams: [...]` and handed to
-// ParseGatewayConfigYaml, so the checks and their messages are exactly the configuration's.
+// Membership sources (membership.h): the upstreams file, parsed by the configuration loader's
+// own `upstreams` parser (ParseUpstreamListYaml, so the checks and messages are the
+// configuration's), and DNS resolution with c-ares.
 //
 // DNS: one c-ares channel per call, driven with ares_getsock + poll + ares_process_fd (not select:
 // in a gateway holding thousands of connections the resolver's socket may be above FD_SETSIZE),
@@ -34,7 +32,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "yaml-cpp/yaml.h"
 
 namespace cacheroute::gateway {
 namespace {
@@ -74,74 +71,6 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path, absl::string_
   }
   close(fd);
   return content;
-}
-
-std::string DescribeNode(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "null";
-    case YAML::NodeType::Sequence:
-      return "a sequence";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Scalar:
-      return Quote(node.Scalar());
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "nothing";
-}
-
-// The file's text as the configuration document `upstreams: [...]`, or InvalidArgument (without
-// the file prefix). Throws yaml-cpp's exceptions.
-absl::StatusOr<std::string> AsConfigDocumentOrThrow(const std::string& text) {
-  const std::vector<YAML::Node> documents = YAML::LoadAll(text);
-  if (documents.size() > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected one YAML document, got ", documents.size(), " (separated by ---)"));
-  }
-  YAML::Node list;
-  if (documents.empty() || documents[0].IsNull()) {
-    list = YAML::Node(YAML::NodeType::Sequence);  // empty: rejected below as an empty list
-  } else if (documents[0].IsSequence()) {
-    list = documents[0];
-  } else if (documents[0].IsMap()) {
-    bool seen = false;
-    for (const auto& entry : documents[0]) {
-      const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
-      if (key != "upstreams") {
-        return Invalid(absl::CHexEscape(key), "unknown key; the only key is upstreams");
-      }
-      if (seen) return Invalid("upstreams", "given more than once");
-      seen = true;
-      list = entry.second;
-    }
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the document must be a list of {name, url} or a mapping with the key upstreams, got ",
-        DescribeNode(documents[0])));
-  }
-  YAML::Node document(YAML::NodeType::Map);
-  document["upstreams"] = list;
-  YAML::Emitter out;
-  out << document;
-  if (!out.good()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot re-emit the list: ", out.GetLastError()));
-  }
-  return std::string(out.c_str());
-}
-
-absl::StatusOr<std::string> AsConfigDocument(const std::string& text) {
-  try {
-    return AsConfigDocumentOrThrow(text);
-  } catch (const YAML::Exception& e) {
-    if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat("YAML: ", e.msg));
-    return absl::InvalidArgumentError(
-        absl::StrCat("line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("parsing the YAML: ", e.what()));
-  }
 }
 
 // ---- DNS. ----
@@ -266,21 +195,12 @@ absl::StatusOr<std::vector<Upstream>> ReadUpstreamsFile(const std::string& path)
   const std::string what = absl::StrCat("upstreams_file ", Quote(path));
   absl::StatusOr<std::string> text = ReadWholeFile(path, what);
   if (!text.ok()) return text.status();
-  absl::StatusOr<std::string> document = AsConfigDocument(*text);
-  if (!document.ok()) {
-    return absl::Status(document.status().code(),
-                        absl::StrCat(what, ": ", document.status().message()));
+  absl::StatusOr<std::vector<Upstream>> upstreams = ParseUpstreamListYaml(*text);
+  if (!upstreams.ok()) {
+    return absl::Status(upstreams.status().code(),
+                        absl::StrCat(what, ": ", upstreams.status().message()));
   }
-  absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(*document);
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(what, ": ", config.status().message()));
-  }
-  if (config->upstreams.empty()) {  // kept an error even if the configuration may list none
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": upstreams: must list at least one upstream, got none"));
-  }
-  return std::move(config->upstreams);
+  return upstreams;
 }
 
 absl::StatusOr<DnsServerAddress> ParseDnsServer(absl::string_view key, absl::string_view value) {
@@ -410,6 +330,37 @@ bool SameMembers(const std::vector<Upstream>& a, const std::vector<Upstream>& b)
     return set;
   };
   return pairs(a) == pairs(b);
+}
+
+std::vector<std::string> AssignIndices(const std::vector<std::string>& current,
+                                       const std::vector<std::string>& wanted, size_t capacity) {
+  std::vector<std::string> next(current.size());
+  std::vector<bool> placed(wanted.size(), false);
+  for (size_t i = 0; i < current.size(); ++i) {
+    const auto it = std::find(wanted.begin(), wanted.end(), current[i]);
+    if (it != wanted.end()) {
+      next[i] = current[i];
+      placed[it - wanted.begin()] = true;
+    }
+  }
+  size_t hole = 0;
+  for (size_t w = 0; w < wanted.size(); ++w) {
+    if (placed[w]) continue;
+    while (hole < next.size() && !next[hole].empty()) ++hole;
+    if (hole < next.size()) {
+      next[hole] = wanted[w];
+    } else if (next.size() < capacity) {
+      next.push_back(wanted[w]);
+    }
+  }
+  for (;;) {
+    while (!next.empty() && next.back().empty()) next.pop_back();
+    const auto first_hole = std::find(next.begin(), next.end(), std::string());
+    if (first_hole == next.end()) break;
+    *first_hole = std::move(next.back());
+    next.pop_back();
+  }
+  return next;
 }
 
 }  // namespace cacheroute::gateway

@@ -69,4 +69,12 @@ absl::StatusOr<DnsServerAddress> ParseDnsServer(absl::string_view key, absl::str
 // Whether a and b hold the same set of (name, url) pairs, in any order.
 bool SameMembers(const std::vector<Upstream>& a, const std::vector<Upstream>& b);
 
+// Destination indices for a new membership, from the current one (current[i] is destination i's
+// name; "" marks an index whose member left): members of `wanted` that stay keep their index; new
+// ones take the holes, lowest first, then the end; holes still left are filled by moving the last
+// member into the lowest, so the result is dense. At most `capacity` members: the rest of
+// `wanted`, in its order, are left out. Pure.
+std::vector<std::string> AssignIndices(const std::vector<std::string>& current,
+                                       const std::vector<std::string>& wanted, size_t capacity);
+
 }  // namespace cacheroute::gateway
