@@ -15,3 +15,6 @@ cacheroute_add_test(NAME cacheroutectl_online_test SOURCES cacheroutectl_online_
 target_compile_definitions(cacheroutectl_online_test PRIVATE
                            CACHEROUTECTL_PATH="$<TARGET_FILE:cacheroutectl>")
 add_dependencies(cacheroutectl_online_test cacheroutectl)
+target_link_libraries(plan_output_test PRIVATE cacheroute::workload_gen)  # support/json_reader.h
+target_link_libraries(cacheroutectl_test PRIVATE cacheroute::workload_gen)  # support/json_reader.h
+target_link_libraries(cacheroutectl_online_test PRIVATE cacheroute::workload_gen)  # support/json_reader.h

@@ -5,3 +5,4 @@ target_include_directories(dataplane_bench_test PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(dataplane_bench_test PRIVATE
                            CACHEROUTE_DATAPLANE_BENCH_PATH="$<TARGET_FILE:cacheroute-dataplane-bench>")
 add_dependencies(dataplane_bench_test cacheroute-dataplane-bench)
+target_link_libraries(dataplane_bench_test PRIVATE cacheroute::workload_gen)  # support/json_reader.h

@@ -34,47 +34,18 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "planner/service/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cacheroute::service {
 namespace {
 
+using namespace yaml;  // NOLINT: the shared checks, parsers and field makers
+using YamlField = yaml::Field<PlannerConfig>;
+
 constexpr absl::string_view kProgram = "cacheroute-planner";
 
-std::string Quote(absl::string_view text) {
-  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
-}
-
-absl::Status Invalid(absl::string_view name, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(name, ": ", problem));
-}
-
 // ---- Per-value checks. `name` is the YAML key or the flag the value came from. ----
-
-absl::Status CheckPositiveFinite(absl::string_view name, double value) {
-  if (std::isfinite(value) && value > 0) return absl::OkStatus();
-  return Invalid(name, absl::StrCat("must be a finite number > 0, got ", value));
-}
-
-absl::Status CheckNonNegativeFinite(absl::string_view name, double value) {
-  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
-  return Invalid(name, absl::StrCat("must be a finite number >= 0, got ", value));
-}
-
-absl::Status CheckPositiveDuration(absl::string_view name, absl::Duration value) {
-  if (value > absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
-  return Invalid(name,
-                 absl::StrCat("must be a finite duration > 0, got ", absl::FormatDuration(value)));
-}
-
-absl::Status CheckIntegerRange(absl::string_view name, uint64_t value, uint64_t min, uint64_t max) {
-  if (value >= min && value <= max) return absl::OkStatus();
-  if (max == std::numeric_limits<uint64_t>::max()) {
-    return Invalid(name, absl::StrCat("must be an integer >= ", min, ", got ", value));
-  }
-  return Invalid(name,
-                 absl::StrCat("must be an integer between ", min, " and ", max, ", got ", value));
-}
 
 absl::Status CheckAlgorithm(absl::string_view name, absl::string_view value) {
   if (value == "cacheroute" || value == "cacheroute-paper") return absl::OkStatus();
@@ -158,131 +129,7 @@ std::vector<std::string> NumberedDestinations(uint64_t count) {
 
 // ---- Text → value, shared by YAML scalars and flags. ----
 
-absl::StatusOr<double> ParseNumber(absl::string_view name, absl::string_view text) {
-  double value = 0;
-  // YAML spells infinity and NaN its own way; map them so the range check can name them.
-  const std::string lower = absl::AsciiStrToLower(text);
-  if (lower == ".inf" || lower == "+.inf") return std::numeric_limits<double>::infinity();
-  if (lower == "-.inf") return -std::numeric_limits<double>::infinity();
-  if (lower == ".nan") return std::numeric_limits<double>::quiet_NaN();
-  if (!absl::SimpleAtod(text, &value)) {
-    return Invalid(name, absl::StrCat("expected a number, got ", Quote(text)));
-  }
-  return value;
-}
-
-absl::StatusOr<uint64_t> ParseInteger(absl::string_view name, absl::string_view text, uint64_t min,
-                                      uint64_t max) {
-  int64_t negative = 0;
-  if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "-") &&
-      absl::SimpleAtoi(text, &negative)) {
-    if (max == std::numeric_limits<uint64_t>::max()) {
-      return Invalid(name, absl::StrCat("must be an integer >= ", min, ", got ", negative));
-    }
-    return Invalid(
-        name, absl::StrCat("must be an integer between ", min, " and ", max, ", got ", negative));
-  }
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value)) {
-    return Invalid(name, absl::StrCat("expected an integer, got ", Quote(text)));
-  }
-  if (absl::Status status = CheckIntegerRange(name, value, min, max); !status.ok()) return status;
-  return value;
-}
-
-absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view name, absl::string_view text) {
-  absl::Duration value;
-  if (!absl::ParseDuration(absl::StripAsciiWhitespace(text), &value)) {
-    return Invalid(
-        name,
-        absl::StrCat(Quote(text), " is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")"));
-  }
-  if (absl::Status status = CheckPositiveDuration(name, value); !status.ok()) return status;
-  return value;
-}
-
 // ---- YAML. ----
-
-std::string DescribeNode(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "null";
-    case YAML::NodeType::Sequence:
-      return "a sequence";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Scalar:
-      return Quote(node.Scalar());
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "nothing";
-}
-
-// Any scalar, quoted or not (a name like `0` or a port-like `50051` is still a string).
-absl::StatusOr<std::string> YamlString(absl::string_view name, const YAML::Node& node) {
-  if (!node.IsScalar()) {
-    return Invalid(name, absl::StrCat("expected a string, got ", DescribeNode(node),
-                                      node.IsNull() ? " (write \"\" for an empty string)" : ""));
-  }
-  return node.Scalar();
-}
-
-// A plain (unquoted) scalar: `q_cap: "8"` is a string in YAML, and a number where a string is
-// meant usually is a mistake, so typed keys reject quoted values.
-absl::StatusOr<std::string> YamlPlainScalar(absl::string_view name, const YAML::Node& node,
-                                            absl::string_view expected) {
-  if (!node.IsScalar()) {
-    return Invalid(name, absl::StrCat("expected ", expected, ", got ", DescribeNode(node)));
-  }
-  if (node.Tag() == "!") {
-    return Invalid(name, absl::StrCat("expected ", expected, ", got the quoted string ",
-                                      Quote(node.Scalar())));
-  }
-  return node.Scalar();
-}
-
-absl::StatusOr<double> YamlPositiveNumber(absl::string_view name, const YAML::Node& node) {
-  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "a number");
-  if (!text.ok()) return text.status();
-  absl::StatusOr<double> value = ParseNumber(name, *text);
-  if (!value.ok()) return value.status();
-  if (absl::Status status = CheckPositiveFinite(name, *value); !status.ok()) return status;
-  return value;
-}
-
-absl::StatusOr<double> YamlNonNegativeNumber(absl::string_view name, const YAML::Node& node) {
-  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "a number");
-  if (!text.ok()) return text.status();
-  absl::StatusOr<double> value = ParseNumber(name, *text);
-  if (!value.ok()) return value.status();
-  if (absl::Status status = CheckNonNegativeFinite(name, *value); !status.ok()) return status;
-  return value;
-}
-
-absl::StatusOr<uint64_t> YamlInteger(absl::string_view name, const YAML::Node& node, uint64_t min,
-                                     uint64_t max) {
-  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "an integer");
-  if (!text.ok()) return text.status();
-  return ParseInteger(name, *text, min, max);
-}
-
-absl::StatusOr<bool> YamlBool(absl::string_view name, const YAML::Node& node) {
-  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "true or false");
-  if (!text.ok()) return text.status();
-  const std::string lower = absl::AsciiStrToLower(*text);
-  if (lower == "true") return true;
-  if (lower == "false") return false;
-  return Invalid(name, absl::StrCat("expected true or false, got ", Quote(*text)));
-}
-
-absl::StatusOr<absl::Duration> YamlDuration(absl::string_view name, const YAML::Node& node) {
-  if (!node.IsScalar()) {
-    return Invalid(name,
-                   absl::StrCat("expected a duration such as \"10s\", got ", DescribeNode(node)));
-  }
-  return ParseDurationText(name, node.Scalar());
-}
 
 bool LooksLikeInteger(absl::string_view text) {
   absl::ConsumePrefix(&text, "-");
@@ -313,91 +160,6 @@ absl::StatusOr<std::vector<std::string>> YamlDestinations(absl::string_view name
                  absl::StrCat("expected a count or a list of names, got ", DescribeNode(node)));
 }
 
-// A mapping key and what to do with its value. `name` is the full key for messages ("tls.key").
-struct YamlField {
-  absl::string_view key;
-  std::function<absl::Status(absl::string_view name, const YAML::Node& value, PlannerConfig&)>
-      apply;
-};
-
-// Edit distance, for "did you mean" on unknown keys; keys are short.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-absl::Status UnknownKey(absl::string_view prefix, absl::string_view key,
-                        const std::vector<YamlField>& fields) {
-  const std::string name = absl::StrCat(prefix, absl::CHexEscape(key));
-  absl::string_view closest;
-  size_t best = std::numeric_limits<size_t>::max();
-  for (const YamlField& field : fields) {
-    // A truncated key ("cert" for "cert_file") is as good a guess as a typo.
-    const bool truncated = key.size() >= 3 && absl::StartsWith(field.key, key);
-    const size_t distance = truncated ? 0 : EditDistance(key, field.key);
-    if (distance < best) {
-      best = distance;
-      closest = field.key;
-    }
-  }
-  if (best <= 2 || best * 3 <= key.size()) {
-    return Invalid(name, absl::StrCat("unknown key (did you mean ", prefix, closest, "?)"));
-  }
-  std::vector<absl::string_view> known;
-  for (const YamlField& field : fields) known.push_back(field.key);
-  return Invalid(name, absl::StrCat("unknown key; known keys: ", absl::StrJoin(known, ", ")));
-}
-
-// Applies every key of the mapping `node`. Returns the keys seen, for checks across keys.
-absl::StatusOr<std::set<std::string>> ApplyMapping(absl::string_view prefix, const YAML::Node& node,
-                                                   const std::vector<YamlField>& fields,
-                                                   PlannerConfig& config) {
-  std::set<std::string> seen;
-  for (const auto& entry : node) {
-    if (!entry.first.IsScalar()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(prefix.empty() ? "the document" : prefix.substr(0, prefix.size() - 1),
-                       ": keys must be strings, got ", DescribeNode(entry.first), " as a key"));
-    }
-    const std::string& key = entry.first.Scalar();
-    const auto field = std::find_if(fields.begin(), fields.end(),
-                                    [&](const YamlField& f) { return f.key == key; });
-    if (field == fields.end()) return UnknownKey(prefix, key, fields);
-    const std::string name = absl::StrCat(prefix, key);
-    if (!seen.insert(key).second) return Invalid(name, "given more than once");
-    if (absl::Status status = field->apply(name, entry.second, config); !status.ok()) {
-      return status;
-    }
-  }
-  return seen;
-}
-
-// A field that holds a string, checked by `check` (may be null).
-YamlField StringField(absl::string_view key, std::string PlannerConfig::*member,
-                      std::function<absl::Status(absl::string_view, absl::string_view)> check) {
-  return {key,
-          [member, check](absl::string_view name, const YAML::Node& node,
-                          PlannerConfig& config) -> absl::Status {
-            absl::StatusOr<std::string> value = YamlString(name, node);
-            if (!value.ok()) return value.status();
-            if (check) {
-              if (absl::Status status = check(name, *value); !status.ok()) return status;
-            }
-            config.*member = *std::move(value);
-            return absl::OkStatus();
-          }};
-}
-
 YamlField TlsStringField(absl::string_view key, std::string TlsConfig::*member) {
   return {key,
           [member](absl::string_view name, const YAML::Node& node,
@@ -405,52 +167,6 @@ YamlField TlsStringField(absl::string_view key, std::string TlsConfig::*member) 
             absl::StatusOr<std::string> value = YamlString(name, node);
             if (!value.ok()) return value.status();
             config.tls.*member = *std::move(value);
-            return absl::OkStatus();
-          }};
-}
-
-YamlField DurationField(absl::string_view key, absl::Duration PlannerConfig::*member) {
-  return {key,
-          [member](absl::string_view name, const YAML::Node& node,
-                   PlannerConfig& config) -> absl::Status {
-            absl::StatusOr<absl::Duration> value = YamlDuration(name, node);
-            if (!value.ok()) return value.status();
-            config.*member = *value;
-            return absl::OkStatus();
-          }};
-}
-
-template <typename Int>
-YamlField IntegerField(absl::string_view key, Int PlannerConfig::*member, uint64_t min,
-                       uint64_t max) {
-  return {key,
-          [member, min, max](absl::string_view name, const YAML::Node& node,
-                             PlannerConfig& config) -> absl::Status {
-            absl::StatusOr<uint64_t> value = YamlInteger(name, node, min, max);
-            if (!value.ok()) return value.status();
-            config.*member = static_cast<Int>(*value);
-            return absl::OkStatus();
-          }};
-}
-
-YamlField PositiveNumberField(absl::string_view key, double PlannerConfig::*member) {
-  return {key,
-          [member](absl::string_view name, const YAML::Node& node,
-                   PlannerConfig& config) -> absl::Status {
-            absl::StatusOr<double> value = YamlPositiveNumber(name, node);
-            if (!value.ok()) return value.status();
-            config.*member = *value;
-            return absl::OkStatus();
-          }};
-}
-
-YamlField NonNegativeNumberField(absl::string_view key, double PlannerConfig::*member) {
-  return {key,
-          [member](absl::string_view name, const YAML::Node& node,
-                   PlannerConfig& config) -> absl::Status {
-            absl::StatusOr<double> value = YamlNonNegativeNumber(name, node);
-            if (!value.ok()) return value.status();
-            config.*member = *value;
             return absl::OkStatus();
           }};
 }
@@ -778,16 +494,8 @@ absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::st
   return text;
 }
 
-absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view yaml, PlannerConfig base) {
-  try {
-    return ParseYamlOrThrow(yaml, std::move(base));
-  } catch (const YAML::Exception& e) {
-    if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat("YAML: ", e.msg));
-    return absl::InvalidArgumentError(
-        absl::StrCat("line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("parsing the YAML configuration: ", e.what()));
-  }
+absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view text, PlannerConfig base) {
+  return CatchingYaml([&] { return ParseYamlOrThrow(text, std::move(base)); });
 }
 
 absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* argv) {

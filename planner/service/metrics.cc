@@ -9,60 +9,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "planner/service/exposition.h"
 #include "planner/service/http_listen.h"
 
 namespace cacheroute::service {
-namespace {
-
-constexpr char kPrefix[] = "cacheroute_planner_";
-
-// Label values escape backslash, quote and newline (exposition format).
-std::string LabelValue(absl::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
-}
-
-std::string Number(double v) { return absl::StrFormat("%.17g", v); }
-
-class Writer {
- public:
-  void Family(absl::string_view name, absl::string_view type, absl::string_view help) {
-    absl::StrAppend(&text_, "# HELP ", kPrefix, name, " ", help, "\n# TYPE ", kPrefix, name, " ",
-                    type, "\n");
-  }
-  void Sample(absl::string_view name, double value, absl::string_view labels = "") {
-    absl::StrAppend(&text_, kPrefix, name, labels.empty() ? "" : "{", labels,
-                    labels.empty() ? "" : "}", " ", Number(value), "\n");
-  }
-  void Gauge(absl::string_view name, absl::string_view help, double value) {
-    Family(name, "gauge", help);
-    Sample(name, value);
-  }
-  void Counter(absl::string_view name, absl::string_view help, double value) {
-    Family(name, "counter", help);
-    Sample(name, value);
-  }
-  std::string Take() { return std::move(text_); }
-
- private:
-  std::string text_;
-};
-
-}  // namespace
 
 std::string RenderMetrics(const v1::GetStatusResponse& status,
                           const PlannerCore::Counters& counters, absl::Time now) {
-  Writer w;
+  Exposition w("cacheroute_planner_");
   w.Family("table_version", "gauge", "Number of the latest published table version.");
   w.Sample("table_version", static_cast<double>(status.version().number()),
            absl::StrCat("epoch=\"", status.version().epoch(), "\""));
@@ -81,7 +35,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   w.Family("destination_expected_load", "gauge", "Expected load per destination (req/s).");
   for (int i = 0; i < status.destinations_size() && i < status.expected_loads_size(); ++i) {
     w.Sample("destination_expected_load", status.expected_loads(i),
-             absl::StrCat("destination=\"", LabelValue(status.destinations(i)), "\""));
+             Exposition::Label("destination", status.destinations(i)));
   }
   w.Counter("plans_total", "Planning steps run.", counters.plans);
   w.Counter("versions_published_total", "Table versions published.", counters.versions_published);
@@ -92,7 +46,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   w.Counter("key_counts_accepted_total", "Per-key counts applied.", counters.key_counts_accepted);
   w.Family("reports_rejected_total", "counter", "Rate reports rejected, by the field at fault.");
   for (const auto& [reason, count] : counters.reports_rejected) {
-    w.Sample("reports_rejected_total", count, absl::StrCat("reason=\"", LabelValue(reason), "\""));
+    w.Sample("reports_rejected_total", count, Exposition::Label("reason", reason));
   }
   int subscribers = 0;
   for (const auto& g : status.gateways()) subscribers += g.subscribed() ? 1 : 0;
@@ -101,7 +55,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   for (const auto& g : status.gateways()) {
     if (g.acked_version().number() == 0 && !g.subscribed()) continue;
     w.Sample("gateway_acked_version", static_cast<double>(g.acked_version().number()),
-             absl::StrCat("gateway=\"", LabelValue(g.gateway_id()), "\""));
+             Exposition::Label("gateway", g.gateway_id()));
   }
   return w.Take();
 }

@@ -3,50 +3,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "planner/service/exposition.h"
 
 namespace cacheroute::engine_emu {
-namespace {
 
-std::string LabelValue(std::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string Number(double v) { return absl::StrFormat("%.17g", v); }
-
-class Page {
- public:
-  explicit Page(std::string labels) : labels_(std::move(labels)) {}
-  void Family(absl::string_view name, absl::string_view type, absl::string_view help) {
-    absl::StrAppend(&text_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-  }
-  void Sample(absl::string_view name, double value, absl::string_view extra_labels = "") {
-    absl::StrAppend(&text_, name, "{", labels_, extra_labels.empty() ? "" : ",", extra_labels, "} ",
-                    Number(value), "\n");
-  }
-  std::string Take() { return std::move(text_); }
-
- private:
-  const std::string labels_;
-  std::string text_;
-};
-
-}  // namespace
+using service::Exposition;
 
 std::string RenderMetrics(const EngineMetrics& m, std::string_view model_name,
                           std::string_view engine) {
-  Page page("model_name=\"" + LabelValue(model_name) + "\",engine=\"" + LabelValue(engine) + "\"");
+  Exposition page("", absl::StrCat(Exposition::Label("model_name", absl::string_view(model_name.data(), model_name.size())), ",",
+                                   Exposition::Label("engine", absl::string_view(engine.data(), engine.size()))));
   auto counter = [&](absl::string_view name, absl::string_view help, double value) {
     page.Family(name, "counter", help);
     page.Sample(name, value);

@@ -33,6 +33,7 @@
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
 #include "planner/service/config.h"
+#include "planner/service/exposition.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/prometheus_text.h"
 #include "tools/http/reactive.h"
@@ -90,24 +91,6 @@ template <typename Duration>
 std::pair<time_t, time_t> SecondsAndMicros(Duration d) {
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
   return {static_cast<time_t>(micros / 1'000'000), static_cast<time_t>(micros % 1'000'000)};
-}
-
-std::string Number(double v) { return absl::StrFormat("%.17g", v); }
-
-std::string LabelValue(absl::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 constexpr absl::string_view kEndpointNames[] = {"completions", "chat_completions", "models"};
@@ -1163,22 +1146,19 @@ void Gateway::RunLoadScraper() {
 }
 
 std::string Gateway::RenderMetrics() {
-  constexpr absl::string_view kPrefix = "cacheroute_gateway_";
-  std::string out;
+  service::Exposition page("cacheroute_gateway_");
   const auto family = [&](absl::string_view name, absl::string_view type, absl::string_view help) {
-    absl::StrAppend(&out, "# HELP ", kPrefix, name, " ", help, "\n# TYPE ", kPrefix, name, " ",
-                    type, "\n");
+    page.Family(name, type, help);
   };
   const auto sample = [&](absl::string_view name, double value, absl::string_view labels = "") {
-    absl::StrAppend(&out, kPrefix, name, labels.empty() ? "" : "{", labels,
-                    labels.empty() ? "" : "}", " ", Number(value), "\n");
+    page.Sample(name, value, labels);
   };
   const std::shared_ptr<const Members> members = ControlMembers();
   const dataplane::RouterStats stats = router_.Stats(clock_.Now());
   // The members the Router counts (the two agree but for a moment during a change).
   const uint32_t count = std::min<uint32_t>(members->count, stats.in_flight.size());
   const auto destination_label = [&](uint32_t d) {
-    return absl::StrCat("destination=\"", LabelValue(members->by_index[d]->name), "\"");
+    return service::Exposition::Label("destination", members->by_index[d]->name);
   };
 
   family("requests_total", "counter", "Requests answered, by endpoint and status class.");
@@ -1239,17 +1219,12 @@ std::string Gateway::RenderMetrics() {
                   [&](uint32_t d) { return relaxed(destinations_[d].scrape_failures); });
   // A histogram family; `labels` (may be empty) go before le.
   const auto histogram = [&](absl::string_view name, const Histogram& h, absl::string_view labels) {
-    uint64_t cumulative = 0;
-    const std::string prefix = labels.empty() ? "" : absl::StrCat(labels, ",");
-    for (size_t b = 0; b <= kLatencyBuckets.size(); ++b) {
-      cumulative += h.buckets[b].load(std::memory_order_relaxed);
-      const std::string le = b == kLatencyBuckets.size() ? "+Inf" : Number(kLatencyBuckets[b]);
-      sample(absl::StrCat(name, "_bucket"), static_cast<double>(cumulative),
-             absl::StrCat(prefix, "le=\"", le, "\""));
+    std::array<uint64_t, kLatencyBuckets.size() + 1> counts;
+    for (size_t b = 0; b < counts.size(); ++b) {
+      counts[b] = h.buckets[b].load(std::memory_order_relaxed);
     }
-    sample(absl::StrCat(name, "_sum"),
-           static_cast<double>(h.sum_ns.load(std::memory_order_relaxed)) * 1e-9, labels);
-    sample(absl::StrCat(name, "_count"), static_cast<double>(cumulative), labels);
+    page.Histogram(name, kLatencyBuckets, counts,
+                   static_cast<double>(h.sum_ns.load(std::memory_order_relaxed)) * 1e-9, labels);
   };
   family("request_duration_seconds", "histogram",
          "Time from receiving a request to the end of its response (streams: the last chunk).");
@@ -1321,7 +1296,7 @@ std::string Gateway::RenderMetrics() {
   family("rate_report_failures_total", "counter", "Rate report RPCs that failed (retried).");
   sample("rate_report_failures_total",
          reporter ? static_cast<double>(reporter->failed_attempts) : 0);
-  return out;
+  return page.Take();
 }
 
 }  // namespace cacheroute::gateway

@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "planner/service/config.h"
+#include "planner/service/yaml_fields.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/openai_fields.h"
 #include "yaml-cpp/yaml.h"
@@ -31,13 +32,8 @@
 namespace cacheroute::gateway {
 namespace {
 
-std::string Quote(absl::string_view text) {
-  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
-}
-
-absl::Status Invalid(absl::string_view name, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(name, ": ", problem));
-}
+using namespace service::yaml;  // NOLINT: the shared checks, parsers and field makers
+using YamlField = service::yaml::Field<GatewayConfig>;
 
 // ---- Per-value checks; `name` is the YAML key or the flag. ----
 
@@ -97,35 +93,6 @@ absl::Status CheckHeaderName(absl::string_view name, absl::string_view value) {
   return Invalid(name, absl::StrCat("must be a non-empty HTTP header name, got ", Quote(value)));
 }
 
-absl::Status CheckPositiveDuration(absl::string_view name, absl::Duration value) {
-  if (value > absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
-  return Invalid(name,
-                 absl::StrCat("must be a finite duration > 0, got ", absl::FormatDuration(value)));
-}
-
-// A finite duration >= 0 (0 turns the feature off).
-absl::Status CheckOffOrPositiveDuration(absl::string_view name, absl::Duration value) {
-  if (value >= absl::ZeroDuration() && value != absl::InfiniteDuration()) return absl::OkStatus();
-  return Invalid(name, absl::StrCat("must be 0 (off) or a finite duration > 0, got ",
-                                    absl::FormatDuration(value)));
-}
-
-absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view name, absl::string_view text,
-                                                 bool zero_is_off = false) {
-  absl::Duration value;
-  if (!absl::ParseDuration(absl::StripAsciiWhitespace(text), &value)) {
-    return Invalid(
-        name,
-        absl::StrCat(Quote(text), " is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")"));
-  }
-  if (absl::Status s = zero_is_off ? CheckOffOrPositiveDuration(name, value)
-                                   : CheckPositiveDuration(name, value);
-      !s.ok()) {
-    return s;
-  }
-  return value;
-}
-
 // A Prometheus metric name: [a-zA-Z_:][a-zA-Z0-9_:]*.
 absl::Status CheckMetricName(absl::string_view name, absl::string_view value) {
   bool ok = !value.empty() && !absl::ascii_isdigit(static_cast<unsigned char>(value[0]));
@@ -135,11 +102,6 @@ absl::Status CheckMetricName(absl::string_view name, absl::string_view value) {
   return Invalid(name,
                  absl::StrCat("must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*), got ",
                               Quote(value)));
-}
-
-absl::Status CheckWeight(absl::string_view name, double value) {
-  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
-  return Invalid(name, absl::StrCat("must be a finite number >= 0, got ", value));
 }
 
 // NAME:PORT of upstreams_dns (empty: not used); the port is the engines' and must not be 0.
@@ -179,116 +141,6 @@ absl::Status CheckUpstreams(absl::string_view name, const std::vector<Upstream>&
 }
 
 // ---- YAML. ----
-
-std::string DescribeNode(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "null";
-    case YAML::NodeType::Sequence:
-      return "a sequence";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Scalar:
-      return Quote(node.Scalar());
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "nothing";
-}
-
-absl::StatusOr<std::string> YamlString(absl::string_view name, const YAML::Node& node) {
-  if (!node.IsScalar()) {
-    return Invalid(name, absl::StrCat("expected a string, got ", DescribeNode(node)));
-  }
-  return node.Scalar();
-}
-
-absl::StatusOr<uint64_t> YamlInteger(absl::string_view name, const YAML::Node& node, uint64_t min,
-                                     uint64_t max) {
-  if (!node.IsScalar() || node.Tag() == "!") {
-    return Invalid(name, absl::StrCat("expected an integer, got ", DescribeNode(node)));
-  }
-  const std::string& text = node.Scalar();
-  int64_t signed_value = 0;
-  uint64_t value = 0;
-  if (absl::StartsWith(text, "-") && absl::SimpleAtoi(text, &signed_value)) {
-    return Invalid(name, absl::StrCat("must be an integer between ", min, " and ", max, ", got ",
-                                      signed_value));
-  }
-  if (!absl::SimpleAtoi(text, &value)) {
-    return Invalid(name, absl::StrCat("expected an integer, got ", Quote(text)));
-  }
-  if (value < min || value > max) {
-    return Invalid(name,
-                   absl::StrCat("must be an integer between ", min, " and ", max, ", got ", value));
-  }
-  return value;
-}
-
-using Apply =
-    std::function<absl::Status(absl::string_view name, const YAML::Node&, GatewayConfig&)>;
-struct YamlField {
-  absl::string_view key;
-  Apply apply;
-};
-
-YamlField StringField(absl::string_view key, std::string GatewayConfig::*member,
-                      std::function<absl::Status(absl::string_view, absl::string_view)> check) {
-  return {key,
-          [member, check](absl::string_view name, const YAML::Node& node,
-                          GatewayConfig& config) -> absl::Status {
-            absl::StatusOr<std::string> value = YamlString(name, node);
-            if (!value.ok()) return value.status();
-            if (check) {
-              if (absl::Status s = check(name, *value); !s.ok()) return s;
-            }
-            config.*member = *std::move(value);
-            return absl::OkStatus();
-          }};
-}
-
-YamlField DurationField(absl::string_view key, absl::Duration GatewayConfig::*member,
-                        bool zero_is_off = false) {
-  return {
-      key,
-      [member, zero_is_off](absl::string_view name, const YAML::Node& node,
-                            GatewayConfig& config) -> absl::Status {
-        if (!node.IsScalar()) {
-          return Invalid(
-              name, absl::StrCat("expected a duration such as \"10s\", got ", DescribeNode(node)));
-        }
-        absl::StatusOr<absl::Duration> value = ParseDurationText(name, node.Scalar(), zero_is_off);
-        if (!value.ok()) return value.status();
-        config.*member = *value;
-        return absl::OkStatus();
-      }};
-}
-
-YamlField WeightField(absl::string_view key, double GatewayConfig::*member) {
-  return {key,
-          [member](absl::string_view name, const YAML::Node& node,
-                   GatewayConfig& config) -> absl::Status {
-            double value;
-            if (!node.IsScalar() || node.Tag() == "!" || !absl::SimpleAtod(node.Scalar(), &value)) {
-              return Invalid(name, absl::StrCat("expected a number, got ", DescribeNode(node)));
-            }
-            if (absl::Status s = CheckWeight(name, value); !s.ok()) return s;
-            config.*member = value;
-            return absl::OkStatus();
-          }};
-}
-
-YamlField CountField(absl::string_view key, uint32_t GatewayConfig::*member, uint64_t max,
-                     uint64_t min = 1) {
-  return {key,
-          [member, max, min](absl::string_view name, const YAML::Node& node,
-                             GatewayConfig& config) -> absl::Status {
-            absl::StatusOr<uint64_t> value = YamlInteger(name, node, min, max);
-            if (!value.ok()) return value.status();
-            config.*member = static_cast<uint32_t>(*value);
-            return absl::OkStatus();
-          }};
-}
 
 absl::StatusOr<std::vector<Upstream>> YamlUpstreams(absl::string_view name,
                                                     const YAML::Node& node) {
@@ -358,7 +210,7 @@ const std::vector<YamlField>& Fields() {
       StringField(
           "listen", &GatewayConfig::listen,
           [](absl::string_view n, absl::string_view v) { return CheckHostPort(n, v, false); }),
-      {"upstreams",
+      YamlField{"upstreams",
        [](absl::string_view name, const YAML::Node& node, GatewayConfig& config) -> absl::Status {
          absl::StatusOr<std::vector<Upstream>> value = YamlUpstreams(name, node);
          if (!value.ok()) return value.status();
@@ -369,7 +221,7 @@ const std::vector<YamlField>& Fields() {
       StringField("upstreams_dns", &GatewayConfig::upstreams_dns, CheckDnsName),
       StringField("dns_server", &GatewayConfig::dns_server, CheckDnsServer),
       DurationField("membership_interval", &GatewayConfig::membership_interval),
-      CountField("max_upstreams", &GatewayConfig::max_upstreams, 4096),
+      IntegerField("max_upstreams", &GatewayConfig::max_upstreams, 1, 4096),
       StringField("policy", &GatewayConfig::policy, CheckPolicy),
       StringField("key_header", &GatewayConfig::key_header, CheckHeaderName),
       StringField(
@@ -387,23 +239,23 @@ const std::vector<YamlField>& Fields() {
       DurationField("header_timeout", &GatewayConfig::header_timeout),
       DurationField("read_timeout", &GatewayConfig::read_timeout),
       DurationField("write_timeout", &GatewayConfig::write_timeout),
-      CountField("failure_threshold", &GatewayConfig::failure_threshold, 1'000'000),
+      IntegerField("failure_threshold", &GatewayConfig::failure_threshold, 1, 1'000'000),
       DurationField("probe_interval", &GatewayConfig::probe_interval),
       DurationField("health_check_interval", &GatewayConfig::health_check_interval,
                     /*zero_is_off=*/true),
       DurationField("health_check_timeout", &GatewayConfig::health_check_timeout),
-      CountField("io_threads", &GatewayConfig::io_threads, 256, 0),
+      IntegerField("io_threads", &GatewayConfig::io_threads, 0, 256),
       DurationField("drain_delay", &GatewayConfig::drain_delay, /*zero_is_off=*/true),
       DurationField("drain_timeout", &GatewayConfig::drain_timeout),
-      {"key_from", KeyFrom},
-      CountField("prefix_bytes", &GatewayConfig::prefix_bytes, 1u << 20),
+      YamlField{"key_from", KeyFrom},
+      IntegerField("prefix_bytes", &GatewayConfig::prefix_bytes, 1, 1u << 20),
       StringField("tls_cert_file", &GatewayConfig::tls_cert_file, nullptr),
       StringField("tls_key_file", &GatewayConfig::tls_key_file, nullptr),
       StringField("api_key_file", &GatewayConfig::api_key_file, nullptr),
       DurationField("load_scrape_interval", &GatewayConfig::load_scrape_interval,
                     /*zero_is_off=*/true),
       StringField("load_metric", &GatewayConfig::load_metric, CheckMetricName),
-      WeightField("external_load_weight", &GatewayConfig::external_load_weight),
+      NonNegativeNumberField("external_load_weight", &GatewayConfig::external_load_weight),
   };
   return *fields;
 }
@@ -421,24 +273,8 @@ absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayCo
         absl::StrCat("the document must be a mapping of keys (e.g. \"policy: cacheroute\"), got ",
                      DescribeNode(root)));
   }
-  std::set<std::string> seen;
-  for (const auto& entry : root) {
-    if (!entry.first.IsScalar()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("keys must be strings, got ", DescribeNode(entry.first), " as a key"));
-    }
-    const std::string& key = entry.first.Scalar();
-    const auto field = std::find_if(Fields().begin(), Fields().end(),
-                                    [&](const YamlField& f) { return f.key == key; });
-    if (field == Fields().end()) {
-      std::vector<absl::string_view> known;
-      for (const YamlField& f : Fields()) known.push_back(f.key);
-      return Invalid(absl::CHexEscape(key),
-                     absl::StrCat("unknown key; known keys: ", absl::StrJoin(known, ", ")));
-    }
-    if (!seen.insert(key).second) return Invalid(key, "given more than once");
-    if (absl::Status s = field->apply(key, entry.second, config); !s.ok()) return s;
-  }
+  absl::StatusOr<std::set<std::string>> seen = ApplyMapping("", root, Fields(), config);
+  if (!seen.ok()) return seen.status();
   return config;
 }
 
@@ -552,21 +388,6 @@ absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::s
 
 namespace {
 
-// Runs `parse`, turning yaml-cpp's exceptions into InvalidArgument (with the line and column)
-// and any other into Internal.
-template <typename Parse>
-auto CatchingYaml(Parse parse) -> decltype(parse()) {
-  try {
-    return parse();
-  } catch (const YAML::Exception& e) {
-    if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat("YAML: ", e.msg));
-    return absl::InvalidArgumentError(
-        absl::StrCat("line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("parsing the YAML: ", e.what()));
-  }
-}
-
 absl::StatusOr<std::vector<Upstream>> ParseUpstreamListOrThrow(absl::string_view yaml) {
   const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
   if (documents.size() > 1) {
@@ -650,7 +471,7 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
            CheckPositiveDuration("health_check_timeout", config.health_check_timeout),
            CheckOffOrPositiveDuration("load_scrape_interval", config.load_scrape_interval),
            CheckMetricName("load_metric", config.load_metric),
-           CheckWeight("external_load_weight", config.external_load_weight),
+           CheckNonNegativeFinite("external_load_weight", config.external_load_weight),
        }) {
     if (!s.ok()) return s;
   }

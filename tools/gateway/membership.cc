@@ -32,17 +32,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/service/yaml_fields.h"
 
 namespace cacheroute::gateway {
 namespace {
 
-std::string Quote(absl::string_view text) {
-  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
-}
-
-absl::Status Invalid(absl::string_view key, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(key, ": ", problem));
-}
+using service::yaml::Invalid;
+using service::yaml::Quote;
 
 // ---- The upstreams file. ----
 

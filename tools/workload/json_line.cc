@@ -4,278 +4,107 @@
 #include <charconv>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace cacheroute::workload {
 namespace {
 
-class Parser {
+// Builds a JsonValue from nlohmann's SAX events (its parser is iterative, so depth is bounded
+// here, not by the stack). Numbers keep their text: floats as written, integers formatted.
+class Builder final : public nlohmann::json_sax<nlohmann::json> {
  public:
-  explicit Parser(std::string_view text) : text_(text) {}
-
-  absl::StatusOr<JsonValue> Document() {
-    JsonValue value;
-    SkipSpace();
-    if (!Value(&value, 0)) return Error();
-    SkipSpace();
-    if (pos_ != text_.size()) {
-      Fail("unexpected text after the JSON value");
-      return Error();
-    }
-    return value;
+  bool null() override { return Scalar(JsonValue{}); }
+  bool boolean(bool value) override {
+    JsonValue v;
+    v.type = JsonValue::Type::kBool;
+    v.boolean = value;
+    return Scalar(std::move(v));
   }
-
- private:
-  absl::Status Error() const {
-    return absl::InvalidArgumentError(absl::StrFormat("column %d: %s", error_pos_ + 1, error_));
+  bool number_integer(number_integer_t value) override { return Number(absl::StrCat(value)); }
+  bool number_unsigned(number_unsigned_t value) override { return Number(absl::StrCat(value)); }
+  bool number_float(number_float_t, const string_t& text) override { return Number(text); }
+  bool string(string_t& value) override {
+    JsonValue v;
+    v.type = JsonValue::Type::kString;
+    v.text = std::move(value);
+    return Scalar(std::move(v));
   }
-
-  bool Fail(std::string message) {
+  bool binary(binary_t&) override { return false; }  // not produced by the JSON parser
+  bool start_object(std::size_t) override { return Open(JsonValue::Type::kObject); }
+  bool key(string_t& name) override {
+    stack_.back()->members.emplace_back(std::move(name), JsonValue{});
+    return true;
+  }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(JsonValue::Type::kArray); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& e) override {
     if (error_.empty()) {
-      error_ = std::move(message);
-      error_pos_ = pos_;
+      error_ = e.what();
+      // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error …": keep
+      // what follows the position, which the message below gives as a column of its own.
+      if (const size_t colon = error_.find(": "); colon != std::string::npos) {
+        error_ = error_.substr(colon + 2);
+      }
+      position_ = position;
     }
     return false;
   }
 
-  void SkipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
-                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
-      ++pos_;
+  absl::StatusOr<JsonValue> Result(bool ok) {
+    if (!error_.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat("column %d: %s", position_, error_));
     }
+    if (!ok || !done_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("column %d: nested more than %d levels deep", position_, kMaxJsonDepth));
+    }
+    return std::move(root_);
   }
+  void set_position(size_t position) { position_ = position; }
 
-  bool Literal(std::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) {
-      return Fail(absl::StrFormat("invalid literal (expected \"%s\")", word));
-    }
-    pos_ += word.size();
+ private:
+  // Where the next value goes: the root, the last key's value, or a new array item.
+  JsonValue* Slot() {
+    if (stack_.empty()) return &root_;
+    JsonValue* parent = stack_.back();
+    if (parent->type == JsonValue::Type::kArray) return &parent->items.emplace_back();
+    return &parent->members.back().second;
+  }
+  bool Scalar(JsonValue value) {
+    *Slot() = std::move(value);
+    done_ = stack_.empty();
+    return true;
+  }
+  bool Number(std::string text) {
+    JsonValue v;
+    v.type = JsonValue::Type::kNumber;
+    v.text = std::move(text);
+    return Scalar(std::move(v));
+  }
+  bool Open(JsonValue::Type type) {
+    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth)) return false;
+    JsonValue* slot = Slot();
+    slot->type = type;
+    stack_.push_back(slot);
+    return true;
+  }
+  bool Close() {
+    stack_.pop_back();
+    done_ = stack_.empty();
     return true;
   }
 
-  bool Value(JsonValue* out, int depth) {
-    if (depth >= kMaxJsonDepth) return Fail("nested too deeply");
-    if (pos_ >= text_.size()) return Fail("unexpected end of line (expected a value)");
-    switch (text_[pos_]) {
-      case '{':
-        return Object(out, depth);
-      case '[':
-        return Array(out, depth);
-      case '"':
-        out->type = JsonValue::Type::kString;
-        return String(&out->text);
-      case 't':
-        out->type = JsonValue::Type::kBool;
-        out->boolean = true;
-        return Literal("true");
-      case 'f':
-        out->type = JsonValue::Type::kBool;
-        return Literal("false");
-      case 'n':
-        out->type = JsonValue::Type::kNull;
-        return Literal("null");
-      default:
-        out->type = JsonValue::Type::kNumber;
-        return Number(&out->text);
-    }
-  }
-
-  bool Object(JsonValue* out, int depth) {
-    out->type = JsonValue::Type::kObject;
-    ++pos_;  // '{'
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == '}') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      SkipSpace();
-      if (pos_ >= text_.size() || text_[pos_] != '"') return Fail("expected a member name");
-      std::string name;
-      if (!String(&name)) return false;
-      SkipSpace();
-      if (pos_ >= text_.size() || text_[pos_] != ':') return Fail("expected ':' after a name");
-      ++pos_;
-      SkipSpace();
-      JsonValue value;
-      if (!Value(&value, depth + 1)) return false;
-      out->members.emplace_back(std::move(name), std::move(value));
-      SkipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < text_.size() && text_[pos_] == '}') {
-        ++pos_;
-        return true;
-      }
-      return Fail("expected ',' or '}' in an object");
-    }
-  }
-
-  bool Array(JsonValue* out, int depth) {
-    out->type = JsonValue::Type::kArray;
-    ++pos_;  // '['
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == ']') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      SkipSpace();
-      JsonValue item;
-      if (!Value(&item, depth + 1)) return false;
-      out->items.push_back(std::move(item));
-      SkipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < text_.size() && text_[pos_] == ']') {
-        ++pos_;
-        return true;
-      }
-      return Fail("expected ',' or ']' in an array");
-    }
-  }
-
-  static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-  bool Number(std::string* out) {
-    const size_t start = pos_;
-    if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
-    if (pos_ >= text_.size() || !IsDigit(text_[pos_])) {
-      pos_ = start;
-      return Fail("expected a value");
-    }
-    if (text_[pos_] == '0') {
-      ++pos_;
-    } else {
-      while (pos_ < text_.size() && IsDigit(text_[pos_])) ++pos_;
-    }
-    if (pos_ < text_.size() && text_[pos_] == '.') {
-      ++pos_;
-      if (pos_ >= text_.size() || !IsDigit(text_[pos_])) return Fail("expected a digit after '.'");
-      while (pos_ < text_.size() && IsDigit(text_[pos_])) ++pos_;
-    }
-    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
-      ++pos_;
-      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
-      if (pos_ >= text_.size() || !IsDigit(text_[pos_])) return Fail("expected an exponent");
-      while (pos_ < text_.size() && IsDigit(text_[pos_])) ++pos_;
-    }
-    out->assign(text_.substr(start, pos_ - start));
-    return true;
-  }
-
-  bool Hex4(uint32_t* out) {
-    if (pos_ + 4 > text_.size()) return Fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_ + i];
-      v <<= 4;
-      if (IsDigit(c)) {
-        v |= static_cast<uint32_t>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        v |= static_cast<uint32_t>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        v |= static_cast<uint32_t>(c - 'A' + 10);
-      } else {
-        return Fail("invalid \\u escape");
-      }
-    }
-    pos_ += 4;
-    *out = v;
-    return true;
-  }
-
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
-  bool String(std::string* out) {
-    ++pos_;  // '"'
-    out->clear();
-    while (true) {
-      if (pos_ >= text_.size()) return Fail("unterminated string");
-      const unsigned char c = static_cast<unsigned char>(text_[pos_]);
-      if (c == '"') {
-        ++pos_;
-        return true;
-      }
-      if (c < 0x20) return Fail("control character in a string");
-      if (c != '\\') {
-        out->push_back(static_cast<char>(c));
-        ++pos_;
-        continue;
-      }
-      ++pos_;
-      if (pos_ >= text_.size()) return Fail("unterminated string");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out->push_back(e);
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u': {
-          uint32_t cp;
-          if (!Hex4(&cp)) return false;
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            // A high surrogate must be followed by an escaped low surrogate.
-            uint32_t low;
-            if (text_.substr(pos_, 2) != "\\u") return Fail("unpaired surrogate in \\u escape");
-            pos_ += 2;
-            if (!Hex4(&low)) return false;
-            if (low < 0xDC00 || low >= 0xE000) return Fail("unpaired surrogate in \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            return Fail("unpaired surrogate in \\u escape");
-          }
-          AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          --pos_;
-          return Fail(absl::StrFormat("invalid escape '\\%c'", e));
-      }
-    }
-  }
-
-  std::string_view text_;
-  size_t pos_ = 0;
+  JsonValue root_;
+  std::vector<JsonValue*> stack_;  // open arrays and objects; items never move while open
+  bool done_ = false;
   std::string error_;
-  size_t error_pos_ = 0;
+  size_t position_ = 0;
 };
 
 }  // namespace
@@ -308,7 +137,12 @@ std::optional<uint64_t> JsonValue::AsUint64() const {
   return static_cast<uint64_t>(*d);
 }
 
-absl::StatusOr<JsonValue> ParseJson(std::string_view text) { return Parser(text).Document(); }
+absl::StatusOr<JsonValue> ParseJson(std::string_view text) {
+  Builder builder;
+  const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &builder,
+                                            nlohmann::json::input_format_t::json, /*strict=*/true);
+  return builder.Result(ok);
+}
 
 std::string JsonQuote(std::string_view text) {
   std::string out = "\"";

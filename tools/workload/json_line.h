@@ -1,6 +1,7 @@
-// A small strict JSON (RFC 8259) reader for one line of a JSONL trace. Numbers keep their text, so
-// 64-bit integers (hash ids) are read without passing through a double. Nesting is limited to
-// kMaxJsonDepth levels so a hostile line cannot exhaust the stack. Errors name the column.
+// A strict JSON (RFC 8259) reader for one line of a JSONL trace, on nlohmann's parser (its SAX
+// events build a JsonValue). Numbers keep their text, so 64-bit integers (hash ids) are read
+// without passing through a double. Nesting is limited to kMaxJsonDepth levels. Errors name the
+// column.
 //
 // Usage:
 //   absl::StatusOr<JsonValue> v = ParseJson(R"({"timestamp": 0, "hash_ids": [1, 2]})");

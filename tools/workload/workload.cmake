@@ -1,5 +1,6 @@
 # The semi-synthetic workload generator and trace reader (issue 5). Included from
 # tools/CMakeLists.txt, so paths are relative to this file's folder.
+find_package(nlohmann_json 3 CONFIG REQUIRED)
 add_library(cacheroute_workload_gen
             ${CMAKE_CURRENT_LIST_DIR}/arrivals.cc
             ${CMAKE_CURRENT_LIST_DIR}/json_line.cc
@@ -11,7 +12,7 @@ target_include_directories(cacheroute_workload_gen PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(cacheroute_workload_gen
                       PUBLIC cacheroute::workload absl::status absl::statusor
                       PRIVATE absl::flat_hash_map absl::flat_hash_set absl::str_format
-                              absl::strings)
+                              absl::strings nlohmann_json::nlohmann_json)
 
 add_executable(cacheroute-workload ${CMAKE_CURRENT_LIST_DIR}/workload_main.cc)
 target_link_libraries(cacheroute-workload PRIVATE cacheroute::workload_gen CLI11::CLI11
