@@ -9,33 +9,17 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
+#include <nlohmann/json.hpp>
+
 namespace cacheroute::service {
 namespace {
 
 bool json_format = false;
 
+// A JSON string literal (nlohmann's escaping; invalid UTF-8 becomes U+FFFD).
 std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+  return nlohmann::json(std::string(s)).dump(-1, ' ', false,
+                                             nlohmann::json::error_handler_t::replace);
 }
 
 // Text values are quoted only when they contain spaces, quotes or '='.

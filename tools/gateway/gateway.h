@@ -1,39 +1,20 @@
 // Gateway: an OpenAI-compatible HTTP reverse proxy in front of a fleet of model servers (vLLM),
 // routing each request with the dataplane so that prefix KV caches stay warm. docs/gateway.md has
-// the configuration and the operator's view; this is the contract.
+// the configuration, the operator's view and the design; this is the contract.
 //
-//   POST /v1/completions, /v1/chat/completions  forwarded unchanged to the chosen upstream; a
-//                                               streamed (chunked) answer passes through chunk by
-//                                               chunk as it arrives, with back-pressure
+//   POST /v1/completions, /v1/chat/completions  forwarded unchanged to the chosen upstream;
+//                                               streams pass through chunk by chunk
 //   GET  /v1/models                             forwarded to any up upstream
 //   GET  /metrics, /healthz                     the gateway's own (/healthz: 503 while draining)
 //
-// Serving: event-driven (http::Server, Boost.Beast) on io_threads threads; upstream connections
-// are pooled per destination; Pick runs on the I/O thread. No thread per connection or stream.
+// Event-driven (http::Server) on io_threads threads; Pick runs on the I/O thread. The routing key
+// is the first of `key_from` a request has; responses carry X-CacheRoute-Destination and
+// X-CacheRoute-Planned. Slow is not dead: only connect failures, resets before the response
+// headers and failed active health checks mark a destination down ("Failures"). Membership
+// follows its source (static, upstreams_file, upstreams_dns; "Membership"): indices stay stable,
+// the table is re-mapped and the planner told. Served KV hit feeds Router::SetMeasuredHit.
 //
-// Routing: the key is the first of `key_from` the request has (openai_fields.h: the key header,
-// the body's `user`, a hash of the system prompt). A keyed request is counted in the RateRecorder
-// and routed by the policy; one without a key goes to power of two choices and is not counted.
-// Responses carry `X-CacheRoute-Destination` and `X-CacheRoute-Planned: 0|1`.
-//
-// Slow is not dead: a destination is marked down after `failure_threshold` consecutive connect
-// failures or resets before the response headers (502 each; a stale pooled connection is retried
-// once on a fresh one), or as many failed active health checks (health_check_interval, off by
-// default); a prober's GET /health brings it back. A response whose headers take
-// longer than header_timeout is a 504, and a stream idle for longer than read_timeout is cut;
-// neither marks the destination down. Upstream 4xx/5xx pass through unchanged.
-//
-// Served KV hit: `usage.prompt_tokens_details.cached_tokens` of every response (or stream) is
-// counted per destination and planned/unplanned, and feeds Router::SetMeasuredHit.
-//
-// Membership (GatewayConfig: upstreams, upstreams_file or upstreams_dns): a membership thread
-// re-reads a dynamic source every membership_interval. A change keeps the indices of members
-// that stay, puts new ones into free indices and moves the last member into a hole left by one
-// that went (so indices stay dense), then swaps an immutable snapshot that each I/O thread picks
-// up at its next request (one relaxed load when nothing changed), re-maps the table
-// (TableSubscriber::SetDestinations) and sends the new list to the planner (SetDestinations),
-// which replans the leavers' keys. Requests in progress finish where they were sent.
-//
+// Thread-safety: every public method may be called from any thread.
 // Usage:
 //   absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(config);
 //   … (*gateway)->Drain();   // SIGTERM: /healthz 503, stop accepting, streams finish

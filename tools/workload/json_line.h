@@ -42,7 +42,7 @@ struct JsonValue {
 // else, with the 1-based column of the problem.
 absl::StatusOr<JsonValue> ParseJson(std::string_view text);
 
-// `text` as a JSON string literal, quotes included.
+// `text` as a JSON string literal, quotes included (nlohmann's escaping; invalid UTF-8 becomes U+FFFD).
 std::string JsonQuote(std::string_view text);
 
 }  // namespace cacheroute::workload
