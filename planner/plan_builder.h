@@ -1,23 +1,20 @@
-// PlanBuilder: the periodic routing-table construction of the CacheRoute paper
-// (the CacheRoute paper, "CacheRoute: Planned Prefix-Affinity Routing for Large-Scale LLM
-// Serving", §3.1 and Algorithm 1), as a pure function.
+// PlanBuilder: the periodic routing-table construction of the CacheRoute paper ("CacheRoute:
+// Planned Prefix-Affinity Routing for Large-Scale LLM Serving", §3.1, Algorithm 1), as a pure
+// function.
 //
 // Given per-key request rates λ_b, R destinations, a per-assignment load cap q_cap and W warm
-// prefix slots per destination (C = R·W), it
-//   1. gives every key k_b = max(1, ⌈λ_b/q_cap⌉) destinations, capped at R;
-//   2. admits keys in decreasing λ (ties: key id ascending) while Σk_b ≤ C, stopping at the first
-//      key that does not fit; keys with zero rate are never admitted;
-//   3. pre-loads every destination with its share of the unadmitted ("cold-tail") rate;
-//   4. places each admitted key, in decreasing rate, on the k_b distinct destinations with the
-//      smallest expected load (ties: lowest index), each receiving λ_b/k_b (LPT, Graham 1969).
+// prefix slots per destination (C = R·W), it gives every key k_b = max(1, ⌈λ_b/q_cap⌉)
+// destinations (capped at R), admits keys in decreasing λ while Σk_b ≤ C, and places each admitted
+// key by LPT on its k_b least-loaded destinations, after pre-loading each with its share of the
+// unadmitted ("cold-tail") rate. The steps, with their tie rules: docs/planner.md, "Plan building".
 //
 // Invariants of a returned Plan: Σk_b ≤ C; the admitted keys are a prefix of the rate order; each
 // key's destinations are distinct and sorted; λ_b/k_b ≤ q_cap unless k_b was capped at R (or
 // replication is switched off, below); the expected loads sum to the total rate. The result
 // depends only on the multiset of (key, rate) pairs, not on their order in the input, and is
-// bit-for-bit reproducible.
-//
-// No I/O, no clock, no randomness: time is read only through an injected Clock, if one is given.
+// bit-for-bit reproducible. No I/O, no clock, no randomness: time is read only through an
+// injected Clock, if one is given. One Build at a time per PlanBuilder; BuildPlan builds with a
+// fresh one.
 //
 // Usage:
 //   std::vector<cacheroute::planner::KeyRate> rates = {{/*key=*/7, /*rate=*/3.5}, {9, 0.25}};

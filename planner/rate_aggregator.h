@@ -1,75 +1,27 @@
 // RateAggregator: the planner's per-key request-rate estimator. Gateways report how many requests
 // each key received (cacheroute.v1.ReportRatesRequest, which the service converts to RateReport);
 // the aggregator sums them across gateways and smooths them over time into the per-key rates λ_b
-// that PlanBuilder plans from (the CacheRoute paper, §6: "rate estimates that remain
-// useful for at least one cache-warming interval").
+// that PlanBuilder plans from (the CacheRoute paper, §6).
 //
-// The estimator
-//   Time is the planner's own: the caller passes `now` to every Apply and CloseInterval. The
-//   CloseInterval calls cut time into intervals [t_{i−1}, t_i), where t_0 is the start time given
-//   to the constructor. Counts belong to the interval in which the planner applies them; a
-//   report's window is validated but not used for the arithmetic, so gateway clocks never skew
-//   the rates. Gateways should therefore report at least as often as the planner closes
-//   intervals; jitter in when reports arrive is noise that the smoothing removes.
-//
-//   CloseInterval(t_i), with Δt = t_i − t_{i−1} in seconds and τ = options.smoothing in seconds,
-//   updates every known key b:
-//       s_b = C_b / Δt                  C_b: the sum of b's counts over all reports applied in
-//                                       the interval (0 if no report listed b)
-//       α   = 1 − exp(−Δt/τ)
-//       λ_b ← α·s_b + (1 − α)·λ_b
-//   and updates the unkeyed rate λ_other the same way from the reports' other_count values.
-//   This is an exponentially weighted moving average in continuous time with time constant τ:
-//   a count weighs exp(−age/τ). For a steady true rate s the estimate after a time T is
-//   s·(1 − exp(−T/τ)) + exp(−T/τ)·λ(0), however T is cut into intervals.
-//
-//   A key seen for the first time starts from λ_b = 0, like a key that was always known and got no
-//   traffic. So a new key reaches 63% of its true rate after τ, 95% after 3τ and 99% after 4.6τ.
-//   The choice keeps the estimator linear: Σ_b λ_b + λ_other is exactly the same average of the
-//   fleet's total rate (up to the residue of expired keys), so a key that a gateway moves from
-//   other_count to its own entry (when it becomes a heavy hitter) shifts rate between the two
-//   without changing the total, and a single burst for a new key is not mistaken for a steady rate.
-//   (Starting a new key at its first sample instead would react faster but would break both
-//   properties.) The same holds after construction: every rate starts at 0, so a planner started
-//   from scratch should not trust its plan before about 3τ; one that restarts should Restore the
-//   state it exported.
-//
-//   After the update, keys whose last report is older than key_ttl (an Apply listing them at a
-//   `now` before t_i − key_ttl) are forgotten: rate, name and all. By then their rate has decayed
-//   to about exp(−key_ttl/τ) of what it was (e^−10 ≈ 4.5·10^−5 with the defaults). A forgotten key
-//   that is reported again starts from 0. Gateways silent for longer than key_ttl are forgotten
-//   the same way (see Apply for what that means for their sequence numbers).
-//
-//   A CloseInterval at or before the last one (a zero-length interval, or a clock that stepped
-//   back) changes nothing: the counts stay pending for the next interval.
-//
-// Reports
-//   Apply validates the whole report before applying any of it: a bad report changes nothing and
-//   gets InvalidArgument naming the field and the value. Each gateway's reports carry increasing
-//   sequence numbers; a report whose sequence is at or below the last one applied for its gateway
-//   is a duplicate (a retry): it is acknowledged with duplicate = true and not applied again. A
-//   gateway that restarts its sequence from a lower number is therefore ignored until it passes
-//   its old number or has been silent for key_ttl, so gateways should make ids unique per process
-//   instance or persist their sequence.
+// Time is the caller's `now` at every Apply and CloseInterval; counts belong to the interval in
+// which they are applied. CloseInterval(t_i) updates every known key b, with Δt = t_i − t_{i−1}
+// and τ = options.smoothing: λ_b ← α·C_b/Δt + (1 − α)·λ_b, α = 1 − exp(−Δt/τ) (C_b: b's counts in
+// the interval), and λ_other likewise from other_count. New keys start from 0 (63% of their rate
+// after τ, 95% after 3τ); keys not reported within key_ttl are forgotten. Apply validates the
+// whole report first (InvalidArgument naming the field and the value); a report whose sequence is
+// at or below its gateway's last applied one is a duplicate, acknowledged and not applied again.
 //
 // Invariants: every rate and pending count is finite and ≥ 0 (counts above kMaxCount are
-// rejected, so sums cannot overflow); each known key was listed in a report applied within
-// key_ttl of the last CloseInterval, or after it; a rejected or duplicate report changes nothing.
-// Every result depends only on the options, the start time and the calls made with their
-// arguments, and is bit-for-bit reproducible; Rates() is in ascending key id order.
-//
-// Pure: no I/O, no threads, no clock. Not thread-safe; the service serialises calls. Cost: Apply
-// is two linear passes over the report (one hash-map access per entry; about 40 ns per entry
-// with 128k known keys on the 2-core development machine); CloseInterval and Rates() are linear
-// in the known keys. Memory: one 40-byte hash-map slot and a control byte per key (47 to 94
-// bytes at abseil's load factors), plus the readable key on the heap only for keys sent with one.
+// rejected); a rejected or duplicate report changes nothing; results depend only on the options,
+// the start time and the calls, bit for bit; Rates() is in ascending key id order. No I/O, no
+// threads, no clock. Not thread-safe; the service serialises calls.
+// Derivation, choices and costs: docs/planner.md, "Rate estimation".
 //
 // Usage:
 //   RateAggregator aggregator(RateAggregatorOptions{}, clock->Now());
 //   absl::StatusOr<ReportResult> result = aggregator.Apply(report, clock->Now());
 //   if (!result.ok()) return result.status();  // InvalidArgument naming the field and value
-//   ...  // once per control interval:
-//   aggregator.CloseInterval(clock->Now());
+//   aggregator.CloseInterval(clock->Now());    // once per control interval
 //   std::vector<KeyRate> rates = aggregator.Rates();
 //   absl::StatusOr<Plan> plan = builder.Build(rates, config);
 #pragma once

@@ -1,25 +1,22 @@
 // EngineRunner: one sim::Engine (tools/sim/engine.h, the same model the fleet simulator runs)
 // driven from wall-clock time on a thread of its own, for the HTTP engine emulator.
 //
-// Time. The engine's clock is in modelled seconds. With time_scale s > 0, modelled time t is wall
-// time start + t·s: the runner waits s times each modelled iteration in real time (s = 1: real
-// time; s = 0.1: ten times faster). With s = 0 it never waits: it runs iterations back to back and
-// requests arrive at the engine's current modelled time, so the emulator is as fast as the HTTP
-// layer allows. Either way modelled time never goes back (requests submitted while the engine is
-// late are submitted at the later of the two clocks).
+// Time. With time_scale s > 0, modelled time t is wall time start + t·s (s = 1: real time; s =
+// 0.1: ten times faster). With s = 0 it never waits: iterations run back to back and requests
+// arrive at the engine's current modelled time. Either way modelled time never goes back.
 //
 // Requests. Submit() hands a request to the engine thread and returns a PendingRequest whose
 // phase moves kWaiting → kFirstToken → kFinished, or ends in a rejection, a timeout or shutdown.
 // A waiter either blocks (WaitFirstToken, WaitDone) or, without a thread of its own, registers
 // OnAdvance and re-checks phase(): the callback runs after every later phase change, so
 // "register, check, wait for the callback, check again" misses none. Counters for /metrics are
-// updated on the engine thread before the request's waiter is woken or called, so a client that
-// has its response sees its tokens counted.
+// updated before the request's waiter is woken or called, so a client that has its response sees
+// its tokens counted.
 //
-// Lock discipline: mu_ guards the submission queue and the stop flag; metrics_mu_ guards the
-// metrics; each PendingRequest has its own lock. The engine itself is touched only by its thread.
-// OnAdvance callbacks run on the engine thread with none of these locks held; they must be quick
+// Thread safety: Submit and PendingRequest from any thread; the engine itself is touched only by
+// its thread. OnAdvance callbacks run on the engine thread with no lock held; they must be quick
 // and must not block (post to the waiter's executor and return).
+// Time and locks in detail: docs/engine-emu.md, "The engine runner".
 //
 // Usage:
 //   auto runner = EngineRunner::Start({.profile = *FindEngineProfile("llama-8b-h100"),

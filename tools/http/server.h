@@ -1,24 +1,20 @@
 // http::Server: an event-driven HTTP/1.1 server on Boost.Beast and Asio, shared by the gateway
-// and the engine emulator. A few I/O threads serve every connection; a request is handed to the
-// Handler, a C++20 coroutine, on its connection's I/O thread: each thread runs an io_context of
-// its own and connections are dealt to them in turn, so a request is served on one thread from
-// its first byte to its last. No thread is held per connection or per stream.
+// and the engine emulator. A request is handed to the Handler, a C++20 coroutine, and served on
+// its connection's I/O thread from its first byte to its last.
 //
 // The Handler answers each Exchange exactly once, with Send (a whole response) or with
 // StartStream, SendChunk… and EndStream (chunked transfer encoding; each chunk is written to the
-// client before SendChunk returns, which is the back-pressure a proxy needs). A handler that
-// returns without answering gets a 500; one that throws, too (logged). Every write returns false
-// once the client is gone; the handler should then stop and release what it holds.
+// client before SendChunk returns). A handler that returns without answering gets a 500; one that
+// throws, too (logged). Every write returns false once the client is gone; the handler should
+// then stop and release what it holds.
 //
 // Keep-alive follows the request (HTTP/1.1 default on). Timeouts: `idle_timeout` for a
 // connection waiting for its next request, `read_timeout` for reading one request once it has
 // begun, `write_timeout` for any single write to the client. A body larger than `body_limit`
-// gets 413, a malformed request 400; both close the connection.
-//
-// Draining: StopAccepting closes the listener and idle keep-alive connections; exchanges in
-// progress continue (their responses carry `Connection: close`) and active() counts them, so a
-// caller can wait for them before Stop. TLS: with tls_cert_file and tls_key_file (PEM) every
-// connection is TLS.
+// gets 413, a malformed request 400; both close the connection. StopAccepting closes the listener
+// and idle keep-alive connections; exchanges in progress continue (`Connection: close`) and
+// active() counts them. TLS: with tls_cert_file and tls_key_file (PEM) every connection is TLS.
+// Threads, back-pressure and draining: docs/gateway.md, "The HTTP server".
 //
 // Usage:
 //   auto server = http::Server::Start({.host = "127.0.0.1", .port = 0},

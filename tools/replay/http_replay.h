@@ -1,25 +1,18 @@
 // The HTTP side of cacheroute-replay: sends a workload open-loop to OpenAI-compatible endpoints
 // (vLLM, cacheroute-engine-emu, or a gateway in front of them) and records what came back.
 //
-// Open loop. Each request is sent at its arrival time whatever happened to earlier ones, so a slow
-// fleet shows up as queueing in TTFT and latency, not as a lower offered rate. At most
+// Open loop: each request is sent at its arrival time whatever happened to earlier ones. At most
 // `concurrency` requests are open at once; a request arriving when that many are open is not sent
-// and counts as failed (kind "rejected"): delaying it instead would turn the replay into a closed
-// loop and hide exactly the overload it is meant to reveal.
+// and counts as failed (kind "rejected").
 //
-// Requests. POST /v1/completions with max_tokens = the request's output length, "ignore_eos": true
-// (vLLM's switch for exact output lengths), stream + stream_options.include_usage when streaming,
-// the header X-CacheRoute-Key: <key>, and the engine-emulator extension fields
-// (cacheroute_hash_ids, cacheroute_block_size, cacheroute_input_length) so an emulator reproduces
-// the workload's prefix sharing exactly. The prompt text (PromptText) reproduces it for a real
-// engine too: every hash id becomes block_size words chosen from that id, so requests with equal
-// leading ids have equal leading text. A real tokenizer will not make each word exactly one token,
-// so prompt lengths there are approximate.
-//
-// Measurement. TTFT is the time to the first byte of the response body (the first SSE data
-// chunk) when streaming, else the whole latency. Token counts come from the response's usage
-// (prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens; vLLM fills the last
-// only with --enable-prompt-tokens-details, else it counts as 0).
+// Requests: POST /v1/completions with max_tokens = the request's output length, "ignore_eos":
+// true, streaming with usage when streaming, the header X-CacheRoute-Key: <key>, and the
+// engine-emulator extension fields (cacheroute_hash_ids, cacheroute_block_size,
+// cacheroute_input_length); the prompt text (PromptText) gives equal leading text to requests with
+// equal leading hash ids. TTFT is the time to the first SSE data chunk when streaming, else the
+// whole latency; token counts come from the response's usage (prompt_tokens, completion_tokens,
+// prompt_tokens_details.cached_tokens, which counts as 0 when absent).
+// Why open loop, the prompt text and the usage fields: docs/replay.md, "The HTTP side".
 //
 // Usage:
 //   HttpReplayOptions options{.targets = {"http://127.0.0.1:8001", "http://127.0.0.1:8002"}};
@@ -58,8 +51,8 @@ HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* d
 // "http://" prepended when `url` has no scheme; a trailing '/' dropped.
 std::string NormalizeUrl(const std::string& url);
 
-// The prompt text for a request (see the header comment); `index` makes the words of blocks
-// without a hash id unique to the request.
+// The prompt text for a request (docs/replay.md, "The HTTP side"); `index` makes the words of
+// blocks without a hash id unique to the request.
 std::string PromptText(const workload::Request& request, uint32_t block_size, uint64_t index);
 
 // The JSON body sent for a request.

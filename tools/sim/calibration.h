@@ -2,26 +2,16 @@
 // serving benchmark drives a server, so that a profile's parameters can be fitted to the
 // benchmark's numbers under the benchmark's own conditions rather than read off them directly.
 //
-// The benchmark is closed-loop at a fixed concurrency c, as NVIDIA NIM's LLM benchmarks (built on
-// genai-perf) are: c clients each send one request, and the moment it finishes send the next, with
-// no think time. Every request has the same input length (ISL) and output length (OSL) and unique
-// content, so nothing is served from the prefix cache. The reported figures are per-request means:
-//   TTFT = first token − send,   ITL = (end-to-end − TTFT) / (OSL − 1),
-// i.e. genai-perf's inter-token latency. At c > 1 a request's ITL therefore includes the iterations
-// in which other clients' prompts were prefilled alongside its decode steps: reading ITL as the
-// time of one decode step counts that prefill twice (docs/simulator.md, "Engine profiles").
+// RunClosedLoopBenchmark runs c clients closed-loop (each sends its next request the moment the
+// last finishes, no think time), every request with the same input and output lengths and unique
+// content, and reports genai-perf's per-request means: TTFT = first token − send, ITL =
+// (end-to-end − TTFT) / (OSL − 1). FitDecodeLine searches (decode_base_s, decode_per_seq_s) so
+// that the simulated ITLs match measured ones at several concurrencies, keeping every other field
+// of the profile. Clients start evenly over one request cycle by default; kTogether starts them
+// all at once.
 //
-// FitDecodeLine searches (decode_base_s, decode_per_seq_s) so that the simulated ITLs match
-// measured ones at several concurrencies, keeping every other field of the profile (in particular
-// the prefill line, which the concurrency-1 TTFT fixes on its own).
-//
-// Client phases. Started all at once, identical requests stay clumped: their prompts queue
-// behind each other and then decode side by side, so fewer prefills land inside any one request's
-// decode. In a real benchmark small jitter (tokenization, network, iteration-time noise) spreads
-// the clients over the request cycle, so the default starts them evenly over one cycle: client i
-// at i/c of a lone request's duration under the profile. kTogether is kept for sensitivity.
-//
-// Deterministic: no randomness.
+// Deterministic: no randomness. Why the benchmark is simulated and why the clients are spread:
+// docs/simulator.md, "Calibration internals".
 //
 // Usage:
 //   EngineProfile p = *FindEngineProfile("llama-70b-fp8-tp2-h100");

@@ -2,31 +2,17 @@
 // and automatic prefix caching (docs/references.md, "Engines"), driven by events so that
 // a fleet simulator can run many engines under one event queue, and the HTTP engine emulator can
 // run one from wall-clock time. Time is seconds passed in by the caller; it must never go back.
-//
-// The model. Requests wait in one FCFS queue. Every iteration is scheduled at the moment the
-// previous one ends:
-//   1. every decoding sequence gets one token (1 each against the token budget, as in vLLM);
-//   2. sequences still prefilling get their next chunk, oldest first, while budget remains;
-//   3. waiting requests are admitted, in order, while budget remains, fewer than max_running
-//      sequences run, and the prefix cache can hold the request's whole KV (prompt + output
-//      tokens; the head of the queue blocks the rest, FCFS). Cached prompt tokens are skipped, so
-//      an admitted request has prompt − cached tokens to prefill, then a first chunk.
-// The iteration lasts profile.IterationSeconds(prefill tokens, decoding sequences, their context
-// tokens). When it ends, a sequence whose prefill completed emits its first token (TTFT) and
-// starts decoding in the next iteration; a sequence that has produced all its output tokens
-// finishes and frees its blocks tail-first.
-// Simplifications, on purpose: KV is reserved for the whole output at admission, so there is no
-// preemption; generated tokens are never published to the cache (a later turn's prompt hits only
-// the blocks its predecessor's prompt published); attention cost is the profile's context term.
+// Requests wait in one FCFS queue; Step(NextEventTime()) completes the running iteration and
+// returns its events (first tokens, finishes, timeouts). KV is reserved for the whole output at
+// admission (no preemption); generated tokens are never published to the prefix cache.
 //
 // Failures. With options.max_waiting > 0, Submit rejects a request when that many already wait.
 // A request needing more KV blocks than the engine has is rejected as too large. With a finite
 // options.timeout_s, a request not finished that long after Submit is aborted at the next iteration
 // boundary (like a client that gives up) and reported as kTimedOut; its blocks are freed.
 //
-// Cost: each Step is O(log n) per sequence that starts, finishes or changes prefill chunk, plus
-// O(1); decoding sequences are tracked by the iteration in which they finish (a heap), not visited
-// every iteration. Not thread-safe.
+// Not thread-safe. The scheduling model, its simplifications and cost: docs/simulator.md,
+// "Engine internals".
 //
 // Usage:
 //   Engine engine(*FindEngineProfile("llama-70b-fp8-tp2-h100"), {.timeout_s = 60});

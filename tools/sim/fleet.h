@@ -4,37 +4,16 @@
 // policies (dataplane/include/cacheroute/dataplane/policies.h), and, for CacheRoute, the shipped
 // planner core replanning every control interval (§3.1, Algorithm 1).
 //
-// Dispatch. A request goes to a gateway (round-robin, or seeded-random), which asks its policy
-// for a destination against its own load view: the requests it dispatched that have not finished
-// yet, per destination (gateways do not see each other's traffic). The request is then submitted
-// to that engine; it leaves the gateway's count when it finishes, times out or is rejected.
-//
-// CacheRoute. Every gateway counts its requests per key in a RateRecorder. Every
-// control_interval_s of simulated time, each gateway's counts are drained and reported to one
-// RateAggregator, which smooths them into rates; a PlanBuilder turns the rates into a plan, the
-// plan becomes a RoutingTable, and every gateway's Router installs it. Before the first plan the
-// Routers have no table and route by power of two choices, as a freshly started deployment would.
-// The ablation switch reproduces the paper's component study (§5.2, Table 4): kAffinityOnly
-// (k_b = 1, hashed placement), kReplication (k_b = ⌈λ_b/q_cap⌉, hashed placement), kFull (LPT).
-// max_plans stops replanning after that many plans, so one plan can be held for the rest of the
-// run ("the table remains fixed for a control interval", §1, §3.2). stickiness > 0 gives the
-// planner the previous plan (placement hysteresis, planner/plan_builder.h): keys keep their
-// destinations while that keeps each within (1 + stickiness) × the mean expected load.
-//
-// Request content. A SimRequest carries one hash id per block of block_size prompt tokens (the
-// workload generator's and the Mooncake trace's format). Each is expanded into block_size/16
-// cache blocks whose content ids derive from (hash id, index within it); blocks past the last
-// whole 16 tokens of the prompt, or past the hash ids, are never cached.
-//
-// Metrics. Requests arriving before warmup_s are simulated but left out of every metric. Latencies
-// are over completed requests: TTFT = first token − arrival, e2e = finish − arrival, percentiles
-// by nearest rank. Failed = rejected by a queue cap + timed out. KV hit is served and
-// token-weighted: Σ cached / Σ prompt tokens over completed requests. Imbalance is max/mean over
-// destinations of prefill work, the uncached prompt tokens of the requests each one admitted.
+// Each gateway routes against its own load view: its dispatched requests not yet finished, timed
+// out or rejected. For CacheRoute, every control_interval_s of simulated time the gateways' rate
+// counts go to one RateAggregator, a PlanBuilder plans, and every gateway's Router installs the
+// table (power of two choices before the first plan). `ablation` reproduces the paper's component
+// study (§5.2, Table 4), max_plans holds a plan for the rest of the run, stickiness > 0 gives the
+// planner the previous plan (placement hysteresis). Metrics leave out requests arriving before
+// warmup_s; latencies are over completed requests; KV hit is served and token-weighted.
 //
 // Determinism: the result (all but the wall-clock fields) depends only on the config and the
-// requests. Cost: O(log R) per engine iteration and per arrival, plus policy and planning work;
-// no per-token work.
+// requests. Dispatch, request content, metrics and cost: docs/simulator.md, "Fleet internals".
 //
 // Usage:
 //   FleetConfig config{.policy = PolicyKind::kCacheRoute, .engines = 30,

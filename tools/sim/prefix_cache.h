@@ -1,33 +1,22 @@
 // PrefixCache: a model of vLLM's automatic prefix caching (paged KV blocks with content hashes),
 // the cache whose hit rate CacheRoute's routing tries to keep high (the CacheRoute paper,
-// §2.2; the rules below are vLLM's, as summarised in docs/references.md, "Engines").
+// §2.2; the rules are vLLM's, as summarised in docs/references.md, "Engines").
 //
 // The cache has a fixed number of KV blocks of kBlockTokens (16) tokens each. A request's prompt
-// is described by the chained hash of each of its full blocks (ChainBlockHashes): block i's hash
-// mixes block i−1's hash with block i's content id, so one block of content under two different
-// prefixes has two different hashes. The rules:
-//   - only full prompt blocks are cached; the last partial block and the blocks holding generated
-//     tokens are allocated but never published;
-//   - a lookup takes the longest chain of cached blocks from the start of the prompt, and at most
-//     prompt_tokens − 1 tokens (the engine must compute at least the last prompt token to sample
-//     the first output token), so cached tokens are a multiple of 16 below the prompt length;
-//   - blocks held by running requests carry a reference count and are never evicted; blocks with
-//     count 0 sit in one free queue, least recently used at the front; taking a new block pops the
-//     front, evicting its cached content if it has any;
-//   - when a request ends, its blocks are freed tail-first (its last block enters the queue first),
-//     so a prompt's suffix is evicted before its prefix.
-// A published hash maps to one block. Two requests that compute the same block at the same time
-// both hold a copy; the second copy is not published (vLLM keeps the first too).
+// is described by the chained hash of each of its full blocks (ChainBlockHashes), so one block of
+// content under two different prefixes has two different hashes. Only full prompt blocks are
+// cached; a lookup takes the longest cached chain from the start of the prompt, at most
+// prompt_tokens − 1 tokens; blocks held by running requests are never evicted, free blocks are
+// evicted least recently used first, and a request's blocks are freed tail-first.
 //
 // Time-free and transport-free: the engine model drives it, and the HTTP engine emulator can too.
-// Not thread-safe. Cost: Match and Allocate are one hash-map probe per prompt block; Free is
-// O(blocks); all other calls O(1).
+// Not thread-safe. The rules in full and the cost: docs/simulator.md, "Prefix cache internals".
 //
 // Usage:
 //   PrefixCache cache(/*capacity_blocks=*/40071);
-//   std::vector<uint64_t> hashes = ChainBlockHashes(content_ids);  // one id per full 16-token
-//   block PrefixCache::Allocation a; if (!cache.Allocate(hashes, prompt_tokens, prompt_tokens +
-//   output_tokens, a)) Wait();
+//   std::vector<uint64_t> hashes = ChainBlockHashes(content_ids);  // one per full block
+//   PrefixCache::Allocation a;
+//   if (!cache.Allocate(hashes, prompt_tokens, prompt_tokens + output_tokens, a)) Wait();
 //   ... compute prompt tokens [a.cached_tokens, n) ...
 //   cache.Commit(hashes, n, a);   // publish the full blocks now computed
 //   cache.Free(a);                // when the request ends

@@ -4,64 +4,17 @@
 // reporter calls Drain() once per report interval; the snapshot maps one to one onto a
 // ReportRatesRequest (counts[i].count = count, other_count = other_count).
 //
-// What a snapshot means. A window is the time between two Drain calls. For every window:
-//   - total is exactly the number of Record calls counted in the window, and
-//     Σ counts[i].count + other_count == total, exactly;
-//   - counts lists each key at most once, ascending by key_id; for a listed key with true count f
-//     in the window, count ≤ f ≤ count + error. Every count is exact (error 0) while each shard
-//     has seen at most max_keys distinct keys in the window and no Record overflowed (below);
-//   - every key with f > total / max_keys is listed, unless max_report_keys cut it (below) or
-//     Records overflowed (below);
-//   - other_count holds everything else: requests of keys evicted from the sketch, the inherited
-//     uncertainty (error) of listed keys, and folded keys.
-// A Record that runs concurrently with a Drain is counted in that window or in the next one,
-// never in both and never in neither. So the reports of one gateway add up to its traffic.
+// A window is the time between two Drain calls. In every window total is exactly the number of
+// Records counted and Σ counts[i].count + other_count == total; counts lists each key at most
+// once, ascending by key_id, with count ≤ true count ≤ count + error (exact while each shard has
+// seen at most max_keys distinct keys); every key above total / max_keys is listed unless
+// max_report_keys cut it or Records overflowed. A Record that runs concurrently with a Drain is
+// counted in that window or in the next one, never in both and never in neither.
 //
-// The sketch (operator docs). Each shard keeps a SpaceSaving heavy-hitter sketch with max_keys
-// counters (Metwally, Agrawal, El Abbadi 2005; see space_saving.h): a key holding a counter is
-// counted exactly from the moment it took the counter; when all counters are taken, a new key
-// takes the counter with the smallest count m and inherits m as its error (the evicted key's
-// requests go to other_count). A key without a counter has at most the smallest count, which is
-// at most the shard's total / max_keys, so the heavy keys hold counters and the light tail is what
-// gets folded. Drain merges the shards:
-//   count = Σ over shards of the requests seen while the key held a counter (a lower bound);
-//   upper = Σ over shards holding the key of its counter + Σ over shards not holding it that
-//           evicted in the window of that shard's smallest count (an upper bound, because a key
-//           without a counter has at most the smallest count); error = upper − count.
-// Fold rule: a key is listed when error == 0 (its count is exact) or upper > total / max_keys
-// (it may be a heavy hitter). Otherwise it is folded into other_count: such a key took its
-// counter by eviction and even its upper bound is below the heavy-hitter threshold, so listing it
-// would only report the churn of the sketch's smallest counter. If more than max_report_keys keys
-// remain, the ones with the largest counts (ties: smaller key_id) are kept and the rest folded.
-// Sizing: a gateway that sees K distinct keys per window gets exact counts with max_keys ≥ K;
-// with fewer counters, keys above total / max_keys of the traffic are always listed, and a listed
-// key's error is at most total / max_keys (the smallest counts of all shards add up to no more).
-//
-// Concurrency design and cost. Record takes no shared lock and never waits: the recorder has
-// `shards` shards (a power of two), each a cache-line-aligned try-lock (one atomic flag) guarding
-// the shard's active sketch. A thread's home shard is its process-wide thread index (assigned on
-// its first Record) modulo `shards`, so with shards ≥ recording threads each shard is used by one
-// thread and its flag is uncontended: a Record is one atomic exchange, a hash probe and a heap
-// sift, with no allocation (everything is allocated by the constructor). If the home shard is
-// busy (another thread mapped to it, or a Drain is swapping it), Record tries the next shards, up
-// to kRecordAttempts; if all are busy it increments one shared atomic counter that the next Drain
-// adds to other_count (and, since those requests have no key, to every listed key's error; the
-// overflow count stays 0 unless more threads than shards record at once).
-// Each shard has two sketches. Drain takes each shard's flag only to swap the active sketch with
-// the spare one (O(1); a Record finding the flag taken moves on to the next shard), then reads and
-// clears the retired sketch without any lock. Drain does the merging, allocates and may spin
-// briefly on a flag; Drains are serialised by their own mutex. Drain costs O(shards × max_keys)
-// plus sorting the listed keys.
-// Measured on the 2-core development machine (the [.benchmark] case of
-// tests/dataplane_rate_recorder_test): about 9 ns per Record while the window's keys fit the
-// sketch, 30 to 50 ns on a Zipf tail of 100,000 keys that keeps evicting (each eviction sifts the
-// new key down the heap past the other smallest counts); the same with one or two threads.
-// Memory: 2 × shards × max_keys counters of about 44 to 52 bytes (space_saving.h): with the
-// defaults on a 16-thread machine (32 shards, 2048 keys) about 6 MB.
-//
-// Invariants: Record never locks a mutex, blocks or allocates; every Record is counted in exactly
-// one snapshot; given the same options and the same single-threaded sequence of calls the
-// snapshots are identical.
+// Thread safety and invariants: Record from any thread never locks a mutex, blocks or allocates;
+// Drains are serialised by their own mutex. Every Record is counted in exactly one snapshot; given
+// the same options and the same single-threaded sequence of calls the snapshots are identical.
+// The sketch, its error bounds, design and measurements: docs/dataplane.md, "Rate recorder".
 //
 // Usage:
 //   RateRecorder recorder({.max_keys = 4096});        // options pass ValidateOptions

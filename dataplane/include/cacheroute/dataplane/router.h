@@ -2,96 +2,23 @@
 // an admitted key goes to the least-loaded member of its planned set T(b), or past a margin to its
 // planned spill or a random destination; every other request to the lighter of its hashed pair
 // within a margin (DispatchOptions; DispatchOptions::Paper() is the paper's rule: least-loaded
-// member, power of two choices for the rest). Gateways call Pick on every request.
+// member, power of two choices for the rest). Gateways call Pick on every request. No table, a
+// table not refreshed within table_ttl, an unadmitted key or a wholly down set: the tail rule.
+// Install() keeps the last good table unless the new one is strictly newer and has the Router's
+// destination count (the NACK rule, docs/protocol.md); Resize changes the count with the table.
+// load(d) = in_flight(d) + external_load_weight · external(d) (the last SetLoad(d)); loads() sees
+// other threads' requests at most 1,024 of its Load calls or 100 µs of `now` late; Stats() is
+// exact. With RouterOptions::rate_recorder set, Pick Records its key (so the gateway must not).
 //
-// Tables. The Router holds the latest good RoutingTable as a shared_ptr<const RoutingTable>.
-// Install() (control path, serialised by a mutex) validates a new table against the installed one
-// (its version must be strictly newer, its destination count must equal the Router's) and keeps
-// the last good table on rejection, as the table stream's NACK rule requires (docs/protocol.md).
-// Membership: Resize changes the destination count (up to RouterOptions::capacity) together with
-// the table re-mapped to it; indices stay stable and the in-flight counts with them.
-//
-// Why not std::atomic<std::shared_ptr>: libstdc++ 12 implements it, and std::atomic_load on a
-// shared_ptr, with a lock, so request threads would contend on it. Instead the Router keeps
-// kTableSlots slots, each a shared_ptr, an atomic index of the current slot, and reader counts.
-// A reader increments its count for the current slot, re-reads the index, and backs off if it
-// moved; the writer fills a slot that is neither current nor read, then publishes its index. Both
-// sides use sequentially consistent operations, so either the reader sees the new index or the
-// writer sees the reader's count (the Dekker pattern): a reader never reads a slot the writer is
-// overwriting. Readers never block and retry only when the writer made progress, so the read side
-// is lock-free; only the writer may wait (for a reader to leave an old slot, a few nanoseconds of
-// lookup). Old tables are destroyed on the writer's thread, never on a request.
-//
-// Per-thread shards. One reader count per slot, shared by all request threads, would bounce its
-// cache line between cores on every Pick, and so would shared stats and in-flight counters. So the
-// reader counts, the stats counters and the in-flight counts live in kShards shards: a thread
-// claims a shard of its own on its first Pick (process-wide, so the same index in every Router) and
-// returns it when it exits. In its own shard a thread is the only writer, so it leaves a slot and
-// counts stats with plain stores; only entering a slot needs a locked instruction (the Dekker
-// store). Threads beyond the first kShards - 1 share the last shard with atomic read-modify-write
-// operations: still correct, merely contended. Install reads every shard's count of a slot;
-// Stats() adds the shards up.
-//
-// In-flight counts. One atomic per destination written by every Pick and every release would be
-// a cross-core cache miss on nearly every request once two threads route (30 such lines between
-// two cores); so each shard counts, per destination, the requests its thread counted in flight
-// (Pick, Track: `picked`) and the tokens its thread released (`released`; any thread may release
-// a token, and counts it in its own shard). Both are monotonic 32-bit counters written only by the
-// shard's thread, with plain stores (exact in modular arithmetic while a destination has fewer
-// than 2^31 requests in flight). in_flight(d) = Σ picked − Σ released over the shards this Router
-// has used. Stats() computes it exactly: it reads the released counts before the picked counts
-// (acquire), so a snapshot during traffic never counts a release without its pick (never
-// negative), and at rest it is the number of live tokens.
-// What policies see (loads()) must not read every shard on every Pick, so a thread reads its own
-// shard live and, for the other shards, cached sums kept in its shard, refreshed by groups of 16
-// destinations (one 128-byte block of counts per other shard). Bounded staleness, precisely: a
-// group's cached sums are re-read at the first Load of one of its destinations after this thread
-// has made kViewTicks (1,024) Load calls since they were read, and a Pick whose `now` is more than
-// kMaxViewAge (100 µs) past the last such drop drops all of its thread's cached sums. So load(d)
-// counts this thread's own requests exactly, and the other threads' as of at most 1,024 of this
-// thread's Load calls and, on a thread that routes by Pick, at most 100 µs of `now` ago. What it
-// misses is the other threads' picks and releases since: over 100 µs the in-flight counts move by
-// about 100 µs / (request duration) of themselves, under 10% for 1 ms requests and 0.01% for 1 s
-// ones, which changes power-of-two and least-loaded choices negligibly. Every outstanding token
-// is eventually counted by every thread: a thread catches up within 1,024 Load calls (or at its
-// first Pick 100 µs later); Stats() is exact at any time. A load(d) that the mix would make
-// negative (a request another thread picked after the cached read, released by this thread)
-// reads as 0. Threads in the shared shard update its counts and cached sums with atomic
-// read-modify-writes and plain atomic stores (concurrent refreshes each store a valid sum).
-// Layout: each shard's state (reader counts, stats, view tick, and per group of 16 destinations a
-// 128-byte block of counts and one of cached sums) is a region of whole 4 KiB pages, because the
-// L2 streamer prefetches neighbouring lines within a page. Measured by CPU time per pick on the
-// 2-core development machine: two request threads on one Router did 1.3x the picks of one with a
-// shared atomic per destination, 1.7x with shards side by side, 1.9x with shards on pages of their
-// own (a private Router per thread: 1.95x).
-// Memory: kShards regions of max(4 KiB, 256 B + 16 B per destination rounded up to pages), so
-// 256 KiB per Router up to 240 destinations. Cost on one thread: about 2 to 4 ns per Pick over one
-// shared atomic per destination (its Load reads three words instead of one).
-//
-// Load signal. load(d) = in_flight(d) + external_load_weight · external(d), where in_flight(d) is
-// this Router's count of outstanding requests (InFlight tokens alive) and external(d) the last
-// value given to SetLoad(d) (e.g. a shared queue-depth report, so gateways that each see only
-// their own traffic do not drift; docs/protocol.md). in_flight(d) is
-// counted per thread (above); the external load and health are single atomics, read-mostly.
-//
-// Rate counting. With RouterOptions::rate_recorder set, Pick also counts its key in that
-// RateRecorder (one Record, ~10 ns, no lock; see rate_recorder.h), so a gateway need not call
-// Record itself (and must not, or it counts each request twice). Decide and Track do not record:
-// a gateway routing by another policy records its keys itself.
-//
-// Fallback. With no table, with a table not refreshed within table_ttl (Install or Refresh), for
-// an unadmitted key, or for an admitted key whose whole set is down, the request takes the tail
-// rule (DispatchOptions::tail: the key's hashed pair, or power of two choices over up
-// destinations). Stats() counts each reason separately.
-//
-// Invariants: Pick, Track, loads() and releasing a token never throw, allocate or lock (except
-// that a thread's very first call of any of them registers its shard claim for release at thread
-// exit, once); an InFlight token counts one release of the destination it counted, once; tokens
-// must not outlive their Router.
+// Thread safety and invariants: Install and Resize are serialised by a mutex; the request side is
+// lock-free: Pick, Track, loads() and releasing a token never throw, allocate or lock (except that
+// a thread's very first call of any of them registers its shard claim for release at thread exit,
+// once); an InFlight token counts one release of the destination it counted, once; tokens must
+// not outlive their Router. Design and measurements: docs/dataplane.md, "Router".
 //
 // Usage:
 //   ThreadLocalRandom random(1);
-//   RateRecorder recorder;   // drained by a RateReporter
+//   RateRecorder recorder;                                     // drained by a RateReporter
 //   Router router({.destination_count = 30, .table_ttl = std::chrono::seconds(60),
 //                  .rate_recorder = &recorder}, random);
 //   Status s = router.Install(std::make_shared<const RoutingTable>(*std::move(table)), now);
@@ -303,7 +230,7 @@ struct RouterStats {
 class Router {
  public:
   static constexpr int kTableSlots = 4;
-  // Bounded staleness of the other threads' in-flight counts in loads() (see the header comment).
+  // Bounded staleness of the other threads' in-flight counts in loads() (docs/dataplane.md).
   static constexpr uint32_t kViewTicks = 1024;
   static constexpr Duration kMaxViewAge = std::chrono::microseconds(100);
 
@@ -522,7 +449,7 @@ class Router {
   // 1.7x instead of 2.0x of one with 256-byte shards side by side).
   static constexpr size_t kPageBytes = 4096;
 
-  // In-flight counts and views (see the header comment), by groups of kGroupSize destinations:
+  // In-flight counts and views (docs/dataplane.md, "Router"), by groups of kGroupSize destinations:
   // one block of counts and one of cached sums per group and shard, so that a refresh moves one
   // block per other shard for sixteen destinations.
   struct DestinationCounts {
@@ -554,7 +481,7 @@ class Router {
     std::atomic<uint64_t> spilled{0};
     std::array<std::atomic<uint64_t>, kReasonCount> fallback{};  // by Reason
     std::atomic<uint64_t> no_destination{0};
-    // The in-flight view (see the header comment): its tick, advanced by every Load and by
+    // The in-flight view (docs/dataplane.md, "Router"): its tick, advanced by every Load and by
     // kViewTicks when a Pick's `now` finds it older than kMaxViewAge; `now` when it last was.
     alignas(64) std::atomic<uint32_t> view_tick{kViewTicks};  // every cached sum starts stale
     std::atomic<Duration::rep> view_time{0};
@@ -669,7 +596,8 @@ class Router {
            options_.external_load_weight * health_[d].external.load(std::memory_order_relaxed);
   }
 
-  // in_flight(d) as this thread sees it: its own shard live, the others' cached (header comment).
+  // in_flight(d) as this thread sees it: its own shard live, the others' cached
+  // (docs/dataplane.md, "Router").
   int64_t InFlightSeen(const router_internal::ThreadShard& thread_shard, uint32_t d) {
     const uint32_t s = thread_shard.index();
     std::atomic<uint32_t>& tick = ShardAt(s).view_tick;
@@ -737,7 +665,7 @@ class Router {
                                         thread_shard.owned(), std::memory_order_release);
   }
 
-  // Holds the current table slot for the duration of one lookup (see the header comment).
+  // Holds the current table slot for the duration of one lookup (docs/dataplane.md, "Router").
   class ReadGuard {
    public:
     ReadGuard(const Router& router, Shard& shard, bool owned) : owned_(owned) {
@@ -774,7 +702,7 @@ class Router {
     const RoutingTable* table_ = nullptr;
   };
 
-  // Whether any thread is reading table slot `s` (Install only; see the header comment).
+  // Whether any thread is reading table slot `s` (Install only; docs/dataplane.md).
   bool HasReadersLocked(int s) const {
     for (uint32_t i = 0; i < router_internal::kShards; ++i) {
       if (ShardAt(i).readers[s].load(std::memory_order_seq_cst) != 0) return true;

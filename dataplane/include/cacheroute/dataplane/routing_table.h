@@ -3,42 +3,16 @@
 //
 // A table holds its version (epoch, number; ordered lexicographically, docs/protocol.md), the
 // destination count R, the planner's expected load per destination, and for each admitted key id
-// its small set of destination indices. Lookup is one probe sequence in a flat open-addressing
-// table with ordered linear probing (Robin Hood hashing whose order is the key order):
-//   - n keys get H = max(1, ⌈n / kMaxLoadFactor⌉) home slots, any H (not a power of two); a key's
-//     home is the multiply-high range reduction ⌊key_id · H / 2^64⌋ (key ids are already
-//     splitmix64-mixed, docs/protocol.md). Home is monotone in key_id, so the Robin Hood rule
-//     "along a probe run, slots are ordered by home" becomes "occupied slots are sorted by key id";
-//   - a key sits at or after its home, with every slot in between occupied. Probes run forward
-//     and never wrap: keys pushed past the last home slot spill into a short tail, and one empty
-//     slot always ends the array. Empty slots hold key id 2^64 - 1, so the lookup loop is a single
-//     comparison per slot: skip while the slot's tag (below) is less than the key's, then the key
-//     is present exactly when a slot from there holds it (low halves decide among equal tags). A
-//     key that is NOT in the table stops at the first larger key or empty slot, after about as
-//     many slots as a hit; most requests are for unadmitted keys, so misses must be as cheap as
-//     hits;
-//   - a slot is 12 bytes in two parallel arrays, so that a probe reads only 4-byte tags (16 to a
-//     cache line; 0.64 MB for the 128,824-key table, which stays in a core's L2 beside the rest):
-//     the tag is the high half of the key id, compared first (tags are in key order too), and
-//     beside it, read only on a tag match (the key itself, or about n / 2^32 of the time another
-//     key), the low half and a 32-bit value: 0 for an empty slot, d + 1 for the one destination
-//     d (k_b = 1, the paper's whole primary distribution), both halves of a pair (one
-//     destination and its spill, when R ≤ 32,768), or a flag and an offset into an overflow
-//     array that stores [size, d0, d1, ..., spill] as uint32 for larger sets. A miss reads one
-//     line of tags; a hit one more, for its value (and a third for a set of two or more).
-// Memory (memory_bytes()): (H + spare)·12 bytes plus the overflow array, where the spare slots
-// (8 + ⌊H/512⌋, grown only if the tail outruns them) hold the tail and the end slot. With k_b = 1
-// that is at most 12·(n/0.8 + 1) + 12·(8 + H/512) ≈ 15.03·n + 108 bytes: 15.03 bytes/key at
-// 100,000 and at 128,824 keys, at most 16.1 bytes/key from 100 keys up, so ≤ 24 at every size
-// (a set of k ≥ 2 adds 4·(k + 1) bytes). tests/dataplane_routing_table_test.cc checks sizes from
-// 100 to 300,000, including around each power of two. Smaller tables have a floor of 9 slots
-// (108 bytes). The tail is a few slots for mixed ids (KeyId output); ids crowded into one home can
-// make it as long as the run, up to n slots, which costs memory and probes but not correctness.
+// its small set of destination indices. Find(key_id) is one probe sequence in a flat
+// open-addressing table with ordered linear probing (Robin Hood hashing) over 4-byte key tags; a
+// miss (an unadmitted key, as most requests are) costs about as much as a hit. Memory
+// (memory_bytes()): with one destination per key at most 16.1 bytes/key from 100 keys up.
 //
 // Invariants of a built table: every set is non-empty, sorted ascending, free of duplicates and
 // holds only indices < destination_count; key ids are unique; expected_loads has
 // destination_count finite non-negative entries. Build() checks all of these and returns an
-// error naming the key and the value otherwise. A table never changes after Build.
+// error naming the key and the value otherwise. A table never changes after Build, so any number
+// of threads may read it at once. Layout and memory figures: docs/dataplane.md, "Routing table".
 //
 // Usage:
 //   std::vector<TableEntry> entries = {{.key_id = KeyId("tenant-1"), .destinations = {3}},

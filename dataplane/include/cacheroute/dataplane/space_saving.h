@@ -2,27 +2,18 @@
 // El Abbadi, "Efficient Computation of Frequent and Top-k Elements in Data Streams" (ICDT 2005).
 // RateRecorder keeps one per shard; it is single-threaded and does no locking of its own.
 //
-// The sketch has `capacity` counters, each (key, count, error). Add(key):
-//   - the key holds a counter: count += 1;
-//   - a counter is free: the key takes it with count = 1, error = 0;
-//   - otherwise the key takes the counter with the smallest count m (the minimum key is evicted)
-//     and gets count = m + 1, error = m: the evicted key's m requests are inherited, and error
-//     bounds how many of them may not be the new key's.
-// While at most `capacity` distinct keys have been added, every count is exact (error 0). After
-// that, with N the number of Add calls and f(k) a key's true count:
+// The sketch has `capacity` counters, each (key, count, error). Add(key) counts a key that holds a
+// counter, gives a free counter to a new key (count 1, error 0), or else gives the new key the
+// counter with the smallest count m (evicting its key) with count = m + 1, error = m. While at
+// most `capacity` distinct keys have been added, every count is exact (error 0). After that, with
+// N the number of Add calls and f(k) a key's true count:
 //   - count − error ≤ f(k) ≤ count for every key holding a counter; count − error is exactly the
 //     number of Adds of the key since it last took its counter;
 //   - a key without a counter has f(k) ≤ min_count() ≤ N / capacity, so every key with
 //     f(k) > N / capacity holds a counter;
 //   - the counts sum to N.
-//
-// Cost: Add is one hash probe (linear probing over a power-of-two index at most half full) and a
-// sift in a binary min-heap of counters, O(1) for the heavy keys that sit at the bottom of the
-// heap and O(log capacity) at worst. Nothing allocates after construction. Memory: 32 bytes per
-// counter, 4 per heap entry and 8 per counter for the index (bit_ceil(2 · capacity) slots of 4
-// bytes): about 44 to 52 bytes per counter. Clear() is O(capacity).
-//
-// Deterministic: the same sequence of calls gives the same counters, in the same slots.
+// Nothing allocates after construction. Deterministic: the same sequence of calls gives the same
+// counters, in the same slots. Cost and memory: docs/dataplane.md, "Space-saving".
 //
 // Usage:
 //   SpaceSaving sketch(/*capacity=*/1024);

@@ -2,19 +2,14 @@
 // proto/cacheroute/v1/rates.proto). Every `interval` a background thread drains the RateRecorder
 // into one report: the listed keys' counts, `other_count` (the keys not reported one by one, so the
 // planner sees the whole cold-tail rate), the window's start and end, and a sequence number.
-//
 // Windows without requests are not reported; the next report's window then starts where the
 // last report's ended.
 //
-// Delivery. The planner applies a (gateway_id, sequence) at most once and answers a repeat with
-// `duplicate` (planner/rate_aggregator.h), so a report whose RPC failed is retried unchanged, with
-// the same sequence, until it is accepted: a report the planner applied but whose answer was lost
-// is not counted twice. Reports go out in sequence order; while the planner is away, new windows
-// queue behind the failed one, up to `max_pending` reports; beyond that the oldest is dropped and
-// counted in Stats().dropped_reports (its requests are lost to the planner, whose rates decay
-// anyway). Sequences start at the wall-clock time in milliseconds when the reporter is built and
-// go up by one per report: reports are at least a millisecond apart, so a restarted gateway with
-// the same id starts above every sequence it used before, which the planner requires.
+// Delivery: a report whose RPC failed is retried unchanged, with the same sequence, until it is
+// accepted (the planner applies a sequence at most once). Reports go out in sequence order; up to
+// `max_pending` wait behind a failed one, beyond that the oldest is dropped and counted in
+// Stats().dropped_reports. Sequences start at the wall-clock time in milliseconds when the
+// reporter is built and go up by one per report. Why: docs/dataplane.md, "Rate reporter".
 //
 // Invariants: Start at most once; Stop is idempotent, sends one last report of the counts drained
 // so far (best effort, bounded by rpc_timeout) and joins the thread; ReportOnce may be called
