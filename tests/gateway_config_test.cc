@@ -125,6 +125,26 @@ planner_tls_key_file: /etc/gw/gw.key
   CHECK(off->load_scrape_interval == absl::ZeroDuration());
 }
 
+TEST_CASE("text on which yaml-cpp's LoadAll never ends is read at once (found by fuzzing)") {
+  // yaml-cpp 0.7 hands out the same empty document forever on a lone "," (jbeder/yaml-cpp#1040);
+  // LoadAll collected them until memory ran out. It is one empty document now.
+  for (const std::string yaml : {",", ",\n", "\n,\n"}) {
+    absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(yaml);
+    REQUIRE(config.ok());
+    CHECK(config->upstreams.empty());
+    absl::StatusOr<std::vector<Upstream>> list = ParseUpstreamListYaml(yaml);
+    REQUIRE_FALSE(list.ok());
+    CHECK_THAT(std::string(list.status().message()),
+               Catch::Contains("upstreams: must list at least one upstream"));
+  }
+  CHECK(ErrorOf(std::string(kMinimal) + "---\n,\n") ==
+        "expected one YAML document, got 2 (separated by ---)");
+  absl::StatusOr<std::vector<Upstream>> two =
+      ParseUpstreamListYaml("- {name: a, url: \"http://h:1\"}\n---\n,");
+  REQUIRE_FALSE(two.ok());
+  CHECK_THAT(std::string(two.status().message()), Catch::Contains("got 2"));
+}
+
 TEST_CASE("bad values are errors that name the field and the value") {
   const std::string base = kMinimal;
   struct Case {

@@ -332,6 +332,18 @@ TEST_CASE("malformed YAML reports the position") {
         "the document: keys must be strings, got a sequence as a key");
 }
 
+TEST_CASE("text on which yaml-cpp's LoadAll never ends is read at once (found by fuzzing)") {
+  // yaml-cpp 0.7 hands out the same empty document forever on a lone "," (jbeder/yaml-cpp#1040);
+  // LoadAll collected them until memory ran out. It is one empty document now.
+  PlannerConfig base;
+  base.q_cap = 3.5;
+  for (const std::string yaml : {",", ",\n", "\n,\n", "# c\n,"}) {
+    CHECK(ParseOk(yaml, base).q_cap == 3.5);
+  }
+  CHECK(ParseError("q_cap: 1\n---\n,\n") ==
+        "expected one YAML document, got 2 (separated by ---)");
+}
+
 // ---- Validation ----
 
 TEST_CASE("defaults with destinations validate") {

@@ -253,13 +253,13 @@ const std::vector<YamlField>& TopLevelFields() {
 }
 
 absl::StatusOr<PlannerConfig> ParseYamlOrThrow(absl::string_view yaml, PlannerConfig config) {
-  const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
-  if (documents.size() > 1) {
+  const YamlDocuments documents = LoadDocuments(std::string(yaml));
+  if (documents.count > 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("expected one YAML document, got ", documents.size(), " (separated by ---)"));
+        absl::StrCat("expected one YAML document, got ", documents.count, " (separated by ---)"));
   }
-  if (documents.empty() || documents[0].IsNull()) return config;
-  const YAML::Node& root = documents[0];
+  if (documents.count == 0 || documents.first.IsNull()) return config;
+  const YAML::Node& root = documents.first;
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the document must be a mapping of keys (e.g. \"q_cap: 8\"), got ", DescribeNode(root)));

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -11,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "yaml-cpp/eventhandler.h"
 
 namespace cacheroute::service::yaml {
 
@@ -221,6 +224,56 @@ absl::Status UnknownKey(absl::string_view prefix, absl::string_view key,
     return Invalid(name, absl::StrCat("unknown key (did you mean ", prefix, closest, "?)"));
   }
   return Invalid(name, absl::StrCat("unknown key; known keys: ", absl::StrJoin(known, ", ")));
+}
+
+namespace {
+
+// Remembers where the current document's first event is; ignores everything else.
+class FirstMark final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override { mark_.reset(); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Saw(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Saw(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Saw(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Saw(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Saw(mark);
+  }
+  void OnMapEnd() override {}
+  std::optional<int> pos() const { return mark_; }
+
+ private:
+  void Saw(const YAML::Mark& mark) {
+    if (!mark_.has_value()) mark_ = mark.pos;
+  }
+  std::optional<int> mark_;
+};
+
+}  // namespace
+
+YamlDocuments LoadDocuments(const std::string& text) {
+  YamlDocuments documents;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  FirstMark mark;
+  std::optional<int> previous;
+  while (parser.HandleNextDocument(mark)) {
+    if (documents.count > 0 && mark.pos() == previous) break;  // nothing consumed: stalled
+    previous = mark.pos();
+    ++documents.count;
+  }
+  // The first document on its own: YAML::Load reads just one, so it cannot stall.
+  if (documents.count > 0) documents.first = YAML::Load(text);
+  return documents;
 }
 
 absl::Status YamlExceptionStatus(const std::exception& e) {

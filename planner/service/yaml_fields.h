@@ -161,6 +161,19 @@ Field<Config> NonNegativeNumberField(absl::string_view key, double Config::*memb
   return ParsedField(key, member, YamlNonNegativeNumber);
 }
 
+// ---- Documents. ----
+// What YAML::LoadAll tells a loader that takes one document: how many documents the text holds
+// and the first of them (a null node when there is none). Unlike LoadAll it always returns:
+// yaml-cpp 0.7 (Debian 12's) hands out an empty document forever, without consuming anything,
+// on some malformed text such as a lone "," (jbeder/yaml-cpp#1040), and LoadAll collects them
+// until memory runs out. A document that starts where the previous one did ends the count here,
+// so "," is one empty document. Throws yaml-cpp's exceptions, as LoadAll does.
+struct YamlDocuments {
+  size_t count = 0;
+  YAML::Node first;
+};
+YamlDocuments LoadDocuments(const std::string& text);
+
 // Runs `parse` (which may throw yaml-cpp's exceptions) and returns its result, or the exception
 // as InvalidArgument ("line L, column C: …") or Internal.
 absl::Status YamlExceptionStatus(const std::exception& e);

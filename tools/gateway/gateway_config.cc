@@ -261,13 +261,13 @@ const std::vector<YamlField>& Fields() {
 }
 
 absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayConfig config) {
-  const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
-  if (documents.size() > 1) {
+  const YamlDocuments documents = LoadDocuments(std::string(yaml));
+  if (documents.count > 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("expected one YAML document, got ", documents.size(), " (separated by ---)"));
+        absl::StrCat("expected one YAML document, got ", documents.count, " (separated by ---)"));
   }
-  if (documents.empty() || documents[0].IsNull()) return config;
-  const YAML::Node& root = documents[0];
+  if (documents.count == 0 || documents.first.IsNull()) return config;
+  const YAML::Node& root = documents.first;
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the document must be a mapping of keys (e.g. \"policy: cacheroute\"), got ",
@@ -389,15 +389,15 @@ absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::s
 namespace {
 
 absl::StatusOr<std::vector<Upstream>> ParseUpstreamListOrThrow(absl::string_view yaml) {
-  const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
-  if (documents.size() > 1) {
+  const YamlDocuments documents = LoadDocuments(std::string(yaml));
+  if (documents.count > 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("expected one YAML document, got ", documents.size(), " (separated by ---)"));
+        absl::StrCat("expected one YAML document, got ", documents.count, " (separated by ---)"));
   }
-  if (documents.empty() || documents[0].IsNull()) {
+  if (documents.count == 0 || documents.first.IsNull()) {
     return YamlUpstreams("upstreams", YAML::Node(YAML::NodeType::Sequence));  // none: an error
   }
-  const YAML::Node& root = documents[0];
+  const YAML::Node& root = documents.first;
   if (root.IsSequence()) return YamlUpstreams("upstreams", root);
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(absl::StrCat(
