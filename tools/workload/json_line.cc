@@ -36,7 +36,7 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
   bool binary(binary_t&) override { return false; }  // not produced by the JSON parser
   bool start_object(std::size_t) override { return Open(JsonValue::Type::kObject); }
   bool key(string_t& name) override {
-    stack_.back()->members.emplace_back(std::move(name), JsonValue{});
+    stack_.back()->members.push_back({std::move(name), JsonValue{}});
     return true;
   }
   bool end_object() override { return Close(); }
@@ -74,7 +74,7 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
     if (stack_.empty()) return &root_;
     JsonValue* parent = stack_.back();
     if (parent->type == JsonValue::Type::kArray) return &parent->items.emplace_back();
-    return &parent->members.back().second;
+    return &parent->members.back().value;
   }
   bool Scalar(JsonValue value) {
     *Slot() = std::move(value);
@@ -111,7 +111,7 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
 
 const JsonValue* JsonValue::Find(std::string_view name) const {
   for (auto it = members.rbegin(); it != members.rend(); ++it) {
-    if (it->first == name) return &it->second;
+    if (it->name == name) return &it->value;
   }
   return nullptr;
 }

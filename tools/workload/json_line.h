@@ -21,13 +21,18 @@ namespace cacheroute::workload {
 
 inline constexpr int kMaxJsonDepth = 32;
 
+// One member of an object; defined below. Not std::pair<std::string, JsonValue>: clang with
+// libstdc++ cannot instantiate that pair while JsonValue is being defined (its constructor
+// constraints recurse into the incomplete pair), so the header did not compile with clang.
+struct JsonMember;
+
 struct JsonValue {
   enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
   Type type = Type::kNull;
   bool boolean = false;
   std::string text;              // a number as written, or a string decoded to UTF-8
   std::vector<JsonValue> items;  // kArray
-  std::vector<std::pair<std::string, JsonValue>> members;  // kObject, in document order
+  std::vector<JsonMember> members;  // kObject, in document order
 
   // The last member named `name` (JSON leaves duplicates to the reader; the last one wins).
   const JsonValue* Find(std::string_view name) const;
@@ -36,6 +41,11 @@ struct JsonValue {
   // The number as an unsigned integer, if this is a number written as an integer in range
   // (or with a zero fraction, like 3.0; 1e3 is accepted too).
   std::optional<uint64_t> AsUint64() const;
+};
+
+struct JsonMember {
+  std::string name;
+  JsonValue value;
 };
 
 // Parses exactly one JSON value (surrounding white space allowed). InvalidArgument on anything
