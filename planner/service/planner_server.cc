@@ -46,6 +46,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   return text.str();
 }
 
+}  // namespace
+
 planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
   planner::RateReport report;
   report.gateway_id = request.gateway_id();
@@ -64,8 +66,6 @@ planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
   }
   return report;
 }
-
-}  // namespace
 
 // All three services, sharing the core, the auth check and the set of live table streams.
 class PlannerServices final : public v1::RateService::CallbackService,

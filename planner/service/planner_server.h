@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "cacheroute/v1/rates.pb.h"
 #include "grpcpp/server.h"
 #include "planner/clock.h"
 #include "planner/service/config.h"
@@ -24,6 +25,10 @@
 namespace cacheroute::service {
 
 class PlannerServices;
+
+// What RateService.ReportRates hands the core: the wire report field by field (prompt_tokens only
+// when set). Validation is PlannerCore::ReportRates'; exposed for tests and the fuzz target.
+planner::RateReport ToRateReport(const v1::ReportRatesRequest& request);
 
 class PlannerServer {
  public:
