@@ -816,12 +816,26 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d, const Membe
       }
       beast::error_code ignored;
       connection->socket().set_option(tcp::no_delay(true), ignored);
+      // The connect left the socket registered for EPOLLOUT (Asio keeps a write interest once
+      // an operation waited for it), and edge-triggered EPOLLOUT fires after every write whose
+      // data the peer acknowledged: an extra wake-up of this thread per request on a connection
+      // that is pooled for many. Registering the descriptor afresh drops that interest; a later
+      // write that must wait adds it back.
+      watch.reset();  // it refers to the socket that is replaced
+      const int fd = connection->socket().release(ignored);
+      if (!ignored) {
+        connection.emplace(executor);
+        connection->socket().assign(endpoint.protocol(), fd, ignored);
+        if (ignored) ::close(fd);  // not usable: the request fails below as a reset
+      }
+      watch.emplace(http::Watchdog::Current(), connection->socket());
     } else {
       watch.emplace(http::Watchdog::Current(), connection->socket());
     }
     watch->Arm(ToChrono(config_.write_timeout));
     beast::error_code nb;
-    connection->socket().non_blocking(true, nb);
+    // Once per connection: a pooled one is non-blocking already (each set is an ioctl).
+    if (!connection->socket().non_blocking()) connection->socket().non_blocking(true, nb);
     const beast::error_code write_ec = co_await http::ReactiveWrite(connection->socket(), upstream);
     watch->Disarm();
     const bool write_timed_out = watch->fired();
@@ -831,7 +845,9 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d, const Membe
     buffer.clear();
     if (!ec) {
       watch->Arm(ToChrono(config_.header_timeout));
-      ec = co_await http::ReactiveReadHeader(connection->socket(), buffer, *parser);
+      // The answer to a request just written is not there yet.
+      ec = co_await http::ReactiveReadHeader(connection->socket(), buffer, *parser,
+                                             /*expect_data=*/false);
       watch->Disarm();
     }
     if (!ec) break;

@@ -1,5 +1,5 @@
-// Reactive HTTP I/O on a plain TCP socket: try the operation at once, non-blocking, and wait for
-// readiness (async_wait) only when the socket would block. An Asio operation that completes at
+// Reactive HTTP I/O on a plain TCP socket: try the operation at once, non-blocking, and go through
+// Asio (a wait, or an asynchronous read) only when the socket would block. An Asio operation that completes at
 // once has its completion posted, and the scheduler polls the reactor (a zero-timeout epoll_wait)
 // before running it; a proxied request has several such operations, each a system call on its
 // own. These helpers need the socket in non-blocking mode (socket.non_blocking(true)); a
@@ -48,37 +48,54 @@ boost::asio::awaitable<boost::beast::error_code> ReactiveWrite(
   co_return boost::beast::error_code{};
 }
 
-// Calls `read(ec)` (a synchronous Beast read on the non-blocking socket) until it does not
-// block, waiting for readability in between.
-template <class Read>
-boost::asio::awaitable<boost::beast::error_code> ReactiveRead(boost::asio::ip::tcp::socket& socket,
-                                                              Read& read) {
-  for (;;) {
+// Calls `read(ec)` (a synchronous Beast read on the non-blocking socket); when it would block,
+// finishes with `async_read()` (the same read through Asio, whose wait needs no epoll_ctl: an
+// async_wait re-arms the descriptor with one on every wait). With `expect_data` false (nothing
+// can have arrived yet: the answer to a request just sent, a keep-alive client's next request)
+// the synchronous try, which would only fail, is skipped.
+template <class Read, class AsyncRead>
+boost::asio::awaitable<boost::beast::error_code> ReactiveRead(Read& read, AsyncRead& async_read,
+                                                              bool expect_data) {
+  if (expect_data) {
     boost::beast::error_code ec;
     read(ec);
     if (!WouldBlock(ec)) co_return ec;
-    if (boost::beast::error_code w = co_await WaitReady(socket, socket.wait_read)) co_return w;
   }
+  co_return co_await async_read();
 }
 
 // Reads until `parser` has the message's header.
 template <class Parser>
 boost::asio::awaitable<boost::beast::error_code> ReactiveReadHeader(
-    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser) {
+    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser,
+    bool expect_data = true) {
   auto read = [&socket, &buffer, &parser](boost::beast::error_code& ec) {
     boost::beast::http::read_header(socket, buffer, parser, ec);
   };
-  co_return co_await ReactiveRead(socket, read);
+  auto async_read = [&socket, &buffer,
+                     &parser]() -> boost::asio::awaitable<boost::beast::error_code> {
+    auto [ec, n] = co_await boost::beast::http::async_read_header(
+        socket, buffer, parser, boost::asio::as_tuple(boost::asio::use_awaitable));
+    co_return ec;
+  };
+  co_return co_await ReactiveRead(read, async_read, expect_data);
 }
 
 // Reads some of the message into `parser` (at least one byte, or the end of the message).
 template <class Parser>
 boost::asio::awaitable<boost::beast::error_code> ReactiveReadSome(
-    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser) {
+    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser,
+    bool expect_data = true) {
   auto read = [&socket, &buffer, &parser](boost::beast::error_code& ec) {
     boost::beast::http::read_some(socket, buffer, parser, ec);
   };
-  co_return co_await ReactiveRead(socket, read);
+  auto async_read = [&socket, &buffer,
+                     &parser]() -> boost::asio::awaitable<boost::beast::error_code> {
+    auto [ec, n] = co_await boost::beast::http::async_read_some(
+        socket, buffer, parser, boost::asio::as_tuple(boost::asio::use_awaitable));
+    co_return ec;
+  };
+  co_return co_await ReactiveRead(read, async_read, expect_data);
 }
 
 }  // namespace cacheroute::http

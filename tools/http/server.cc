@@ -121,7 +121,8 @@ class StreamExchange final : public Exchange {
     watch_.Arm(options_.write_timeout);
     beast::error_code ec;
     if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
-      stream_.socket().non_blocking(true, ec);
+      // Set once per connection (each set is an ioctl); the read loop set it already.
+      if (!stream_.socket().non_blocking()) stream_.socket().non_blocking(true, ec);
       ec = co_await ReactiveWrite(stream_.socket(), response);
     } else {
       auto [wec, n] = co_await bhttp::async_write(stream_, response, kNoThrow);
@@ -241,6 +242,7 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     });
   }
   // Waits for the next request unless StopAccepting came first (both on this thread's turn).
+  bool first_request = true;
   for (;;) {
     if (server->stopped_accepting_.load()) break;
     state->idle = true;
@@ -250,7 +252,10 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     watch.Arm(options.idle_timeout);
     beast::error_code ec_first;
     if constexpr (kPlain) {
-      ec_first = co_await ReactiveReadSome(stream.socket(), buffer, parser);
+      // A keep-alive client's next request is not there yet, unless it was pipelined.
+      ec_first = co_await ReactiveReadSome(stream.socket(), buffer, parser,
+                                           /*expect_data=*/first_request || buffer.size() > 0);
+      first_request = false;
     } else {
       auto [e, n] = co_await bhttp::async_read_some(stream, buffer, parser, kNoThrow);
       ec_first = e;
