@@ -28,7 +28,7 @@
 #include "client/rates_csv.h"
 #include "client/text_format.h"
 #include "planner/key_id.h"
-#include "planner/table/table_client_state.h"
+#include "proto/table/table_client_state.h"
 
 namespace cacheroute::client {
 namespace {

@@ -19,7 +19,7 @@
 #include "client/json_writer.h"
 #include "client/load_chart.h"
 #include "client/text_format.h"
-#include "planner/table/table_snapshot.h"
+#include "proto/table/table_snapshot.h"
 
 namespace cacheroute::client {
 namespace {

@@ -24,7 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "planner/clock.h"
 #include "planner/key_id.h"
-#include "planner/table/table_snapshot.h"
+#include "proto/table/table_snapshot.h"
 #include "tests/support/test_certs.h"
 
 namespace cacheroute::service {

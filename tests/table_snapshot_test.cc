@@ -1,7 +1,8 @@
-// Tests for planner/table/table_snapshot: building from a Plan, the wire round trip and every
-// validation error, SameRouting, deltas (a property test over seeded random pairs of tables,
-// checked against a brute-force expectation) and their errors, and Diff on hand-made tables.
-#include "planner/table/table_snapshot.h"
+// Tests for proto/table/table_snapshot: building from a Plan (planner/plan_snapshot), the wire
+// round trip and every validation error, SameRouting, deltas (a property test over seeded random
+// pairs of tables, checked against a brute-force expectation) and their errors, and Diff on
+// hand-made tables.
+#include "proto/table/table_snapshot.h"
 
 #include <google/protobuf/util/message_differencer.h>
 
@@ -19,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "planner/plan_builder.h"
+#include "planner/plan_snapshot.h"
 
 namespace cacheroute::table {
 namespace {
@@ -88,7 +90,7 @@ TEST_CASE("TableVersion orders by epoch, then number, and prints as epoch.number
   CHECK(TableVersion::FromProto(TableVersion{3, 17}.ToProto()) == TableVersion{3, 17});
 }
 
-TEST_CASE("FromPlan maps plan destinations to member indices and keeps drained ones") {
+TEST_CASE("SnapshotFromPlan maps plan destinations to member indices and keeps drained ones") {
   // Four members, "b" drained: the plan is built over the three active ones.
   const std::vector<uint32_t> active = {0, 2, 3};
   absl::StatusOr<planner::Plan> plan = planner::BuildPlan(
@@ -98,7 +100,7 @@ TEST_CASE("FromPlan maps plan destinations to member indices and keeps drained o
   REQUIRE(plan->size() == 4);  // the zero-rate key is not admitted
 
   std::map<uint64_t, std::string> names = {{1, "one"}, {3, "three"}};
-  Snapshot t = TableSnapshot::FromPlan(
+  Snapshot t = planner::SnapshotFromPlan(
       {4, 7}, *plan, {"a", "b", "c", "d"}, active,
       [&](uint64_t id) -> std::string_view {
         auto it = names.find(id);
@@ -131,19 +133,39 @@ TEST_CASE("FromPlan maps plan destinations to member indices and keeps drained o
     CHECK(e.destinations == expected);
     CHECK(t->Find(e.key_id) == &e);
   }
-  // Whatever FromPlan builds passes FromProto's validation.
+  // Whatever SnapshotFromPlan builds passes FromProto's validation.
   CHECK(TableSnapshot::FromProto(t->ToProto()).ok());
 }
 
-TEST_CASE("FromPlan sorts destination sets when the active list is not ascending") {
+TEST_CASE("SnapshotFromPlan sorts destination sets when the active list is not ascending") {
   absl::StatusOr<planner::Plan> plan =
       planner::BuildPlan(std::vector<planner::KeyRate>{{1, 9.0}, {2, 1.0}},
                          {.destinations = 3, .q_cap = 4.0, .slots_per_destination = 10});
   REQUIRE(plan.ok());
   const std::vector<uint32_t> active = {3, 0, 2};
-  Snapshot t = TableSnapshot::FromPlan({1, 1}, *plan, {"a", "b", "c", "d"}, active, nullptr, 0, 1);
+  Snapshot t =
+      planner::SnapshotFromPlan({1, 1}, *plan, {"a", "b", "c", "d"}, active, nullptr, 0, 1);
   CHECK(t->Find(1)->destinations == std::vector<uint32_t>{0, 2, 3});
   CHECK(t->Find(1)->key.empty());
+  CHECK(TableSnapshot::FromProto(t->ToProto()).ok());
+}
+
+TEST_CASE("FromEntries keeps the content it is given") {
+  std::vector<TableEntry> entries = {
+      {.key_id = 7, .rate = 3.0, .destinations = {0, 2}, .key = "seven", .spill = 1},
+      {.key_id = 8, .rate = 3.0, .destinations = {1}, .key = "", .spill = std::nullopt},
+      {.key_id = 9, .rate = 0.5, .destinations = {2}, .key = "", .spill = std::nullopt}};
+  Snapshot t = TableSnapshot::FromEntries({1, 2}, {"a", "b", "c"}, {2.0, 3.5, 1.0}, entries,
+                                          /*built_unix_ms=*/42, /*ttl_seconds=*/30);
+  CHECK(t->version() == TableVersion{1, 2});
+  CHECK(t->destinations() == std::vector<std::string>{"a", "b", "c"});
+  CHECK(t->expected_loads() == std::vector<double>{2.0, 3.5, 1.0});
+  CHECK(t->entries() == entries);
+  CHECK(t->built_unix_ms() == 42);
+  CHECK(t->ttl_seconds() == 30);
+  REQUIRE(t->Find(8) != nullptr);
+  CHECK(t->Find(8)->destinations == std::vector<uint32_t>{1});
+  CHECK(t->Find(10) == nullptr);
   CHECK(TableSnapshot::FromProto(t->ToProto()).ok());
 }
 
@@ -153,7 +175,7 @@ TEST_CASE("ToProto and FromProto round-trip a table exactly") {
       {.destinations = 2, .q_cap = 4.0, .slots_per_destination = 4});
   REQUIRE(plan.ok());
   const std::vector<uint32_t> active = {0, 1};
-  Snapshot t = TableSnapshot::FromPlan(
+  Snapshot t = planner::SnapshotFromPlan(
       {2, 5}, *plan, {"x", "y"}, active, [](uint64_t) { return std::string_view("k"); }, 99, 15.5);
   v1::RoutingTable wire = t->ToProto();
   CHECK(wire.version().epoch() == 2);

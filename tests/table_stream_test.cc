@@ -1,8 +1,8 @@
-// Tests for planner/table/chunking, table_stream and table_client_state: chunking large updates
+// Tests for proto/table/chunking, table_stream and table_client_state: chunking large updates
 // and reassembling them, and the server's TableStream driven against the gateway's
 // TableClientState through an in-memory loop (full first, ACK, deltas, coalescing for a slow
 // gateway, NACKs, stale nonces, protocol violations, version regressions).
-#include "planner/table/table_stream.h"
+#include "proto/table/table_stream.h"
 
 #include <google/protobuf/util/message_differencer.h>
 
@@ -17,9 +17,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "planner/table/chunking.h"
-#include "planner/table/table_client_state.h"
-#include "planner/table/table_snapshot.h"
+#include "proto/table/chunking.h"
+#include "proto/table/table_client_state.h"
+#include "proto/table/table_snapshot.h"
 
 namespace cacheroute::table {
 namespace {

@@ -33,7 +33,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
-#include "planner/table/table_client_state.h"
+#include "proto/table/table_client_state.h"
 #include "tools/workload/lognormal_rates.h"
 
 namespace {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "planner/plan_snapshot.h"
 #include "planner/service/state_convert.h"
 
 namespace cacheroute::service {
@@ -209,7 +210,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   const std::shared_ptr<const table::TableSnapshot> latest =
       history_.empty() ? nullptr : history_.back();
   const table::TableVersion next{epoch_, last_number_ + 1};
-  std::shared_ptr<const table::TableSnapshot> candidate = table::TableSnapshot::FromPlan(
+  std::shared_ptr<const table::TableSnapshot> candidate = planner::SnapshotFromPlan(
       next, *plan, destinations_, active,
       [this](uint64_t key_id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return rates_.KeyName(key_id); },
       last_plan_unix_ms_, config_.table_ttl_seconds);

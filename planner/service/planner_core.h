@@ -39,7 +39,7 @@
 #include "planner/rate_aggregator.h"
 #include "planner/service/config.h"
 #include "planner/service/state_store.h"
-#include "planner/table/table_snapshot.h"
+#include "proto/table/table_snapshot.h"
 
 namespace cacheroute::service {
 

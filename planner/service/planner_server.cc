@@ -18,7 +18,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "planner/key_id.h"
 #include "planner/service/logging.h"
-#include "planner/table/table_stream.h"
+#include "proto/table/table_stream.h"
 
 namespace cacheroute::service {
 namespace {

@@ -58,7 +58,7 @@
 #include "cacheroute/dataplane/routing_table.h"
 #include "cacheroute/dataplane/status.h"
 #include "cacheroute/v1/table.grpc.pb.h"
-#include "planner/table/table_client_state.h"
+#include "proto/table/table_client_state.h"
 
 namespace cacheroute::dataplane {
 

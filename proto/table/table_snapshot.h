@@ -1,29 +1,24 @@
-// TableSnapshot: one published, immutable routing table (a planner Plan with its version, the
-// destination names and the readable keys), and the deltas and diffs between two of them.
+// TableSnapshot: one published, immutable routing table (version, destination names, expected
+// loads, admitted keys with their destination sets), and the deltas and diffs between two of them.
+// Part of the table protocol layer (proto/table/), which knows the wire messages but not the
+// planner: the planner builds snapshots from its plans (planner/plan_snapshot.h, SnapshotFromPlan).
 //
-// The planner builds a snapshot from each Plan and publishes it by pointer swap; gateway streams,
-// the admin API and persistence read it concurrently without locks, so a snapshot is only ever
-// held as std::shared_ptr<const TableSnapshot> and never changes after construction.
+// Snapshots are published by pointer swap and read concurrently without locks, so a snapshot is
+// only ever held as std::shared_ptr<const TableSnapshot> and never changes after construction.
 //
-// Invariants of every snapshot (whether built by FromPlan, FromProto or ApplyDelta):
+// Invariants of every snapshot (whether built by FromEntries, FromProto or ApplyDelta):
 //   - at least one destination; names are non-empty and distinct; expected_loads() has one finite
-//     load >= 0 per destination (FromPlan gives a drained destination, which keeps its index,
-//     load 0);
-//   - every entry has a distinct key_id, a finite rate >= 0 and a non-empty, strictly ascending
-//     destination set of indices into destinations();
+//     load >= 0 per destination;
+//   - every entry has a distinct key_id, a finite rate >= 0, a non-empty, strictly ascending
+//     destination set of indices into destinations(), and a spill (if any) in range, not in it;
 //   - entries() are hottest first (rates non-increasing);
 //   - ttl_seconds() is finite and >= 0, built_unix_ms() >= 0.
 //
-// Deltas (the wire's TableDelta) carry only what routing needs: keys that are new or whose
-// destination set changed, keys removed, and the full destination list and loads. A key whose
-// rate alone changed is not sent, so ApplyDelta(base, ComputeDelta(base, target)) has the same
-// routing, version, destinations, loads, built time and TTL as `target`, and the rates of keys
-// that were not sent stay those of `base` (the gateway does not route by rate).
+// A delta carries only what routing needs (keys new or moved, keys removed, destinations, loads):
+// ApplyDelta(base, ComputeDelta(base, target)) routes like `target`; docs/protocol.md, "Tables".
 //
 // Usage:
-//   auto candidate = TableSnapshot::FromPlan(published->version(), plan, member_names, active,
-//                                            /*key_name=*/nullptr, now_unix_ms,
-//                                            /*ttl_seconds=*/60);
+//   auto candidate = TableSnapshot::FromEntries(version, names, loads, std::move(entries), ms, 60);
 //   if (!candidate->SameRouting(*published)) published = candidate->WithVersion(next_version);
 //   v1::TableDelta delta = ComputeDelta(*acked, *published);  // planner → gateway
 //   absl::StatusOr<std::shared_ptr<const TableSnapshot>> next = ApplyDelta(*acked, delta);
@@ -32,19 +27,15 @@
 
 #include <compare>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "cacheroute/v1/admin.pb.h"
 #include "cacheroute/v1/table.pb.h"
-#include "planner/plan_builder.h"
 
 namespace cacheroute::table {
 
@@ -78,18 +69,16 @@ struct TableEntry {
 // Made only as std::shared_ptr (the factories below), so weak_from_this() names its owner.
 class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
  public:
-  // From a plan: `plan` was built over the `active` destinations (plan destination index i is
-  // member index active[i]); `destinations` are all member names, drained ones included, so that
-  // indices stay stable; `key_name(key_id)` gives the readable key or "" (`key_name` may be null;
-  // the view it returns is copied at once, but must not point into a temporary: a lambda that
-  // returns a std::string would leave it dangling).
-  // Preconditions (a caller bug otherwise, reported on stderr and aborting, since there is no
-  // input to reject): active.size() == plan.loads().size(); active's indices are distinct and
-  // < destinations.size(); names are non-empty and distinct; ttl_seconds finite and >= 0.
-  static std::shared_ptr<const TableSnapshot> FromPlan(
-      TableVersion version, const planner::Plan& plan, std::vector<std::string> destinations,
-      std::span<const uint32_t> active, std::function<std::string_view(uint64_t)> key_name,
-      int64_t built_unix_ms, double ttl_seconds);
+  // From content the caller built itself (the planner, from a Plan: planner/plan_snapshot.h).
+  // Preconditions: the snapshot invariants above hold for the arguments. They are checked (in
+  // O(entries + destinations)); a violation is a caller bug, reported on stderr and aborting,
+  // since there is no input to reject. Untrusted input goes through FromProto instead.
+  static std::shared_ptr<const TableSnapshot> FromEntries(TableVersion version,
+                                                          std::vector<std::string> destinations,
+                                                          std::vector<double> expected_loads,
+                                                          std::vector<TableEntry> entries,
+                                                          int64_t built_unix_ms,
+                                                          double ttl_seconds);
 
   // Validated conversion from the wire (persistence, gateways, tests). InvalidArgument, naming the
   // field and value, for: no destinations, an empty or repeated destination name, expected_loads

@@ -1,5 +1,5 @@
 // Implementation of TableClientState. See table_client_state.h.
-#include "planner/table/table_client_state.h"
+#include "proto/table/table_client_state.h"
 
 #include <utility>
 

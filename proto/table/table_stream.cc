@@ -1,12 +1,12 @@
 // Implementation of TableStream. See table_stream.h.
-#include "planner/table/table_stream.h"
+#include "proto/table/table_stream.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "planner/table/chunking.h"
+#include "proto/table/chunking.h"
 
 namespace cacheroute::table {
 

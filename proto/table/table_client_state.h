@@ -27,8 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "cacheroute/v1/table.pb.h"
-#include "planner/table/chunking.h"
-#include "planner/table/table_snapshot.h"
+#include "proto/table/chunking.h"
+#include "proto/table/table_snapshot.h"
 
 namespace cacheroute::table {
 

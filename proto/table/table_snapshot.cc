@@ -3,12 +3,14 @@
 // Validation is shared between FromProto and ApplyDelta (which checks a delta with the same rules,
 // its fields prefixed "delta."), so that a table a gateway builds from deltas is held to the same
 // invariants as one it receives whole.
-#include "planner/table/table_snapshot.h"
+#include "proto/table/table_snapshot.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string_view>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -132,10 +134,10 @@ void EntryToProto(const TableEntry& e, v1::Assignment* a) {
   if (e.spill.has_value()) a->set_spill(*e.spill);
 }
 
-// FromPlan's preconditions are the caller's to keep; breaking one is a programming error.
+// FromEntries' preconditions are the caller's to keep; breaking one is a programming error.
 void CheckPrecondition(bool ok, const std::string& what) {
   if (ok) return;
-  std::fprintf(stderr, "TableSnapshot::FromPlan: precondition violated: %s\n", what.c_str());
+  std::fprintf(stderr, "TableSnapshot::FromEntries: precondition violated: %s\n", what.c_str());
   std::abort();
 }
 
@@ -175,50 +177,49 @@ std::shared_ptr<const TableSnapshot> TableSnapshot::Create(
                         std::move(content), built_unix_ms, ttl_seconds));
 }
 
-std::shared_ptr<const TableSnapshot> TableSnapshot::FromPlan(
-    TableVersion version, const planner::Plan& plan, std::vector<std::string> destinations,
-    std::span<const uint32_t> active, std::function<std::string_view(uint64_t)> key_name,
-    int64_t built_unix_ms, double ttl_seconds) {
+std::shared_ptr<const TableSnapshot> TableSnapshot::FromEntries(
+    TableVersion version, std::vector<std::string> destinations, std::vector<double> expected_loads,
+    std::vector<TableEntry> entries, int64_t built_unix_ms, double ttl_seconds) {
   CheckPrecondition(!destinations.empty(), "no destinations");
-  CheckPrecondition(active.size() == plan.loads().size(),
-                    absl::StrFormat("%u active destinations for a plan over %u", active.size(),
-                                    plan.loads().size()));
   absl::flat_hash_set<std::string_view> names;
   for (const std::string& name : destinations) {
     CheckPrecondition(!name.empty() && names.insert(name).second,
                       absl::StrCat("empty or repeated destination name \"", name, "\""));
   }
+  CheckPrecondition(expected_loads.size() == destinations.size(),
+                    absl::StrFormat("%u expected loads for %u destinations", expected_loads.size(),
+                                    destinations.size()));
+  for (size_t i = 0; i < expected_loads.size(); ++i) {
+    if (IsFiniteNonNegative(expected_loads[i])) continue;
+    CheckPrecondition(false, absl::StrFormat("expected_loads[%u] = %s is not a finite number >= 0",
+                                             i, FormatNumber(expected_loads[i])));
+  }
   CheckPrecondition(built_unix_ms >= 0 && IsFiniteNonNegative(ttl_seconds),
                     "negative built_unix_ms, or ttl_seconds not a finite number >= 0");
-
-  std::vector<double> loads(destinations.size(), 0.0);  // drained destinations carry nothing
-  std::vector<bool> used(destinations.size(), false);
-  for (size_t i = 0; i < active.size(); ++i) {
-    CheckPrecondition(active[i] < destinations.size() && !used[active[i]],
-                      absl::StrFormat("active[%u] = %u is out of range for %u destinations or "
-                                      "repeated",
-                                      i, active[i], destinations.size()));
-    used[active[i]] = true;
-    loads[active[i]] = plan.loads()[i];
+  const size_t num_destinations = destinations.size();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TableEntry& e = entries[i];
+    const bool rate_ok = IsFiniteNonNegative(e.rate) && (i == 0 || e.rate <= entries[i - 1].rate);
+    const bool destinations_ok =
+        !e.destinations.empty() && e.destinations.back() < num_destinations &&
+        std::adjacent_find(e.destinations.begin(), e.destinations.end(),
+                           std::greater_equal<uint32_t>()) == e.destinations.end();
+    const bool spill_ok =
+        !e.spill.has_value() ||
+        (*e.spill < num_destinations &&
+         !std::binary_search(e.destinations.begin(), e.destinations.end(), *e.spill));
+    if (rate_ok && destinations_ok && spill_ok) continue;
+    const char* what = !rate_ok           ? "rate not a finite number >= 0 or not hottest first"
+                       : !destinations_ok ? "destinations empty, not ascending or out of range"
+                                          : "spill out of range or among the destinations";
+    CheckPrecondition(false, absl::StrFormat("entries[%u] (key_id %u): %s", i, e.key_id, what));
   }
-
-  std::vector<TableEntry> entries(plan.size());
-  for (size_t i = 0; i < plan.size(); ++i) {
-    TableEntry& e = entries[i];
-    e.key_id = plan.key(i);
-    e.rate = plan.rate(i);
-    std::span<const uint32_t> planned = plan.destinations(i);
-    e.destinations.reserve(planned.size());
-    for (uint32_t d : planned) e.destinations.push_back(active[d]);
-    // Plan sets are ascending in plan indices; they stay so only if `active` is ascending.
-    if (!std::is_sorted(e.destinations.begin(), e.destinations.end())) {
-      std::sort(e.destinations.begin(), e.destinations.end());
-    }
-    if (plan.spill(i) != planner::kNoSpill) e.spill = active[plan.spill(i)];
-    if (key_name) e.key = std::string(key_name(e.key_id));
-  }
-  return Create(version, std::move(destinations), std::move(loads), std::move(entries),
-                built_unix_ms, ttl_seconds);
+  std::shared_ptr<const TableSnapshot> snapshot =
+      Create(version, std::move(destinations), std::move(expected_loads), std::move(entries),
+             built_unix_ms, ttl_seconds);
+  CheckPrecondition(snapshot->content_->index.size() == snapshot->entries().size(),
+                    "repeated key_id among the entries");
+  return snapshot;
 }
 
 absl::StatusOr<std::shared_ptr<const TableSnapshot>> TableSnapshot::FromProto(

@@ -33,7 +33,7 @@
 
 #include "absl/status/status.h"
 #include "cacheroute/v1/table.pb.h"
-#include "planner/table/table_snapshot.h"
+#include "proto/table/table_snapshot.h"
 
 namespace cacheroute::table {
 

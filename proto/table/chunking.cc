@@ -4,7 +4,7 @@
 // serialised size is known (ByteSizeLong plus its tag and length prefix), removed ids are one
 // packed fixed64 field, and everything outside the body (nonce, the body's tag and length,
 // chunk_index, chunk_count) is bounded from above. So the whole split costs one size pass.
-#include "planner/table/chunking.h"
+#include "proto/table/chunking.h"
 
 #include <string>
 #include <utility>
