@@ -253,18 +253,8 @@ const std::vector<YamlField>& TopLevelFields() {
 }
 
 absl::StatusOr<PlannerConfig> ParseYamlOrThrow(absl::string_view yaml, PlannerConfig config) {
-  const YamlDocuments documents = LoadDocuments(std::string(yaml));
-  if (documents.count > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected one YAML document, got ", documents.count, " (separated by ---)"));
-  }
-  if (documents.count == 0 || documents.first.IsNull()) return config;
-  const YAML::Node& root = documents.first;
-  if (!root.IsMap()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the document must be a mapping of keys (e.g. \"q_cap: 8\"), got ", DescribeNode(root)));
-  }
-  absl::StatusOr<std::set<std::string>> seen = ApplyMapping("", root, TopLevelFields(), config);
+  absl::StatusOr<std::set<std::string>> seen =
+      ApplyDocument(yaml, TopLevelFields(), config, "q_cap: 8");
   if (!seen.ok()) return seen.status();
   if (seen->count("token") > 0 && seen->count("token_file") > 0) {
     return Invalid("token_file", "give either token or token_file, not both");

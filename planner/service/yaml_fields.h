@@ -186,4 +186,25 @@ auto CatchingYaml(Parse parse) -> decltype(parse()) {
   }
 }
 
+// Applies a whole configuration document to `config`: one YAML mapping of `fields` (an empty or
+// null document changes nothing). Returns the keys seen. `example` ("q_cap: 8") shows the shape
+// in the error for a document that is not a mapping. Throws yaml-cpp's exceptions (CatchingYaml).
+template <typename Config>
+absl::StatusOr<std::set<std::string>> ApplyDocument(absl::string_view text,
+                                                    const std::vector<Field<Config>>& fields,
+                                                    Config& config, absl::string_view example) {
+  const YamlDocuments documents = LoadDocuments(std::string(text));
+  if (documents.count > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected one YAML document, got ", documents.count, " (separated by ---)"));
+  }
+  if (documents.count == 0 || documents.first.IsNull()) return std::set<std::string>();
+  if (!documents.first.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat("the document must be a mapping of keys (e.g. \"",
+                                                   example, "\"), got ",
+                                                   DescribeNode(documents.first)));
+  }
+  return ApplyMapping("", documents.first, fields, config);
+}
+
 }  // namespace cacheroute::service::yaml

@@ -261,19 +261,8 @@ const std::vector<YamlField>& Fields() {
 }
 
 absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayConfig config) {
-  const YamlDocuments documents = LoadDocuments(std::string(yaml));
-  if (documents.count > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected one YAML document, got ", documents.count, " (separated by ---)"));
-  }
-  if (documents.count == 0 || documents.first.IsNull()) return config;
-  const YAML::Node& root = documents.first;
-  if (!root.IsMap()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the document must be a mapping of keys (e.g. \"policy: cacheroute\"), got ",
-                     DescribeNode(root)));
-  }
-  absl::StatusOr<std::set<std::string>> seen = ApplyMapping("", root, Fields(), config);
+  absl::StatusOr<std::set<std::string>> seen =
+      ApplyDocument(yaml, Fields(), config, "policy: cacheroute");
   if (!seen.ok()) return seen.status();
   return config;
 }
