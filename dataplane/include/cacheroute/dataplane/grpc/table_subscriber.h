@@ -1,26 +1,14 @@
 // TableSubscriber: keeps a gateway's Router on the planner's latest routing table. A background
-// thread holds TableService.StreamTable open (docs/protocol.md):
-//   - on every (re)connect it sends the gateway id and the version it has applied;
-//   - it applies full tables and deltas through table::TableClientState (chunk reassembly,
-//     validation, "keep the last good table") and answers each update with an ACK or a NACK;
-//   - a table is ACKed only after Router::Install accepted it, so a table the gateway cannot route
-//     by (a destination it does not know, a version regression) is NACKed with the reason;
-//   - while the stream is up, it refreshes the Router's table TTL every `refresh_period`: the
-//     planner sends nothing while routing is unchanged, so a live stream is what says "still
-//     current". When the stream is down the TTL runs, and after it the Router falls back to power
-//     of two choices on its own;
-//   - it reconnects with jittered exponential backoff (1 s, ×1.6, ±20%, capped at 120 s, reset
-//     after any update received), as gRPC's xDS client does;
-//   - with `cache_path`, every applied table is also written to disk (write to a temporary file,
-//     then rename), and Start() installs the cached table at once, so a restarting gateway routes
-//     by plan before the planner answers. The cached table gets a full TTL from Start().
-// Pick never waits for any of this: the subscriber only calls Router::Install and Refresh.
+// thread holds TableService.StreamTable open: on every (re)connect it sends the gateway id and
+// its applied version, applies full tables and deltas through table::TableClientState, and ACKs
+// an update only after Router::Install took it (else NACKs with the reason). A live stream
+// refreshes the table TTL every `refresh_period`; it reconnects with jittered exponential
+// backoff; with `cache_path` every applied table is also kept on disk and installed by Start().
+// Pick never waits for any of this. Design: docs/protocol.md, "The gateway's subscriber".
 //
-// The table's destinations are matched to the Router's indices by name: `destinations[i]` in the
-// options is the name of Router destination i. Unknown names NACK the table (or, with
-// ignore_unknown_destinations, are left out of it); destinations the gateway knows but the table
-// does not name get no planned keys and expected load 0. SetDestinations changes the names when
-// the gateway's membership changes, and re-installs the last table re-mapped (Router::Resize).
+// Destinations are matched by name: options.destinations[i] names Router destination i. Unknown
+// names NACK a table (with ignore_unknown_destinations: they are left out of it); a membership
+// change is SetDestinations, which re-installs the last table re-mapped (Router::Resize).
 //
 // Invariants: Start at most once; Stop is idempotent, ends the stream (TryCancel) and joins the
 // threads; the destructor calls Stop. Stats() is safe from any thread.
