@@ -182,6 +182,21 @@ struct Gateway::Destination {
   std::array<std::atomic<uint64_t>, 2> cached_tokens{};
   Histogram ttft;      // streams: request received → first body chunk
   Histogram duration;  // request received → response complete
+
+  // Zeroes every counter, for a new member at this index.
+  void Reset() {
+    const auto zero = [](auto& atomic) { atomic.store(0, std::memory_order_relaxed); };
+    for (auto* a : {&consecutive_failures, &health_failures}) zero(*a);
+    for (auto* a : {&errors, &marked_down, &health_check_failures, &scrape_failures}) zero(*a);
+    zero(reported_load);
+    for (auto& a : error_kinds) zero(a);
+    for (auto& a : prompt_tokens) zero(a);
+    for (auto& a : cached_tokens) zero(a);
+    for (Histogram* h : {&ttft, &duration}) {
+      for (auto& b : h->buckets) zero(b);
+      zero(h->sum_ns);
+    }
+  }
 };
 
 // One upstream as routed to: immutable, shared by the snapshots that hold it.
@@ -346,23 +361,9 @@ absl::Status Gateway::ApplyMembership(const std::vector<Upstream>& upstreams) {
       member = current->by_index[from];
       moved = from != d;
     }
-    if (member == members->by_index[d] && !moved) continue;
+    if (member == members->by_index[d]) continue;  // stays where it was
     // A new occupant of index d: fresh counters, and the health of where it came from.
-    Destination& destination = destinations_[d];
-    destination.consecutive_failures.store(0, std::memory_order_relaxed);
-    destination.errors.store(0, std::memory_order_relaxed);
-    for (auto& k : destination.error_kinds) k.store(0, std::memory_order_relaxed);
-    destination.marked_down.store(0, std::memory_order_relaxed);
-    destination.health_failures.store(0, std::memory_order_relaxed);
-    destination.health_check_failures.store(0, std::memory_order_relaxed);
-    destination.reported_load.store(0, std::memory_order_relaxed);
-    destination.scrape_failures.store(0, std::memory_order_relaxed);
-    for (auto& t : destination.prompt_tokens) t.store(0, std::memory_order_relaxed);
-    for (auto& t : destination.cached_tokens) t.store(0, std::memory_order_relaxed);
-    for (Histogram* h : {&destination.ttft, &destination.duration}) {
-      for (auto& b : h->buckets) b.store(0, std::memory_order_relaxed);
-      h->sum_ns.store(0, std::memory_order_relaxed);
-    }
+    destinations_[d].Reset();
     (void)router_.SetLoad(d, 0);
     const bool up = moved ? router_.loads().Up(from) : true;
     (void)(up ? router_.MarkUp(d) : router_.MarkDown(d));
