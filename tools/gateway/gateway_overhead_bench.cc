@@ -63,17 +63,17 @@ struct HaProxy {
   pid_t pid = -1;
   int port = 0;
   std::filesystem::path config;
-  HaProxy(const std::string& binary, int upstream_port) {
+  HaProxy(const std::string& binary, int upstream_port, unsigned threads) {
     port = FreePort();
     config = std::filesystem::temp_directory_path() /
              absl::StrCat("cacheroute-bench-haproxy-", ::getpid(), ".cfg");
     std::ofstream(config) << absl::StrFormat(
-        "global\n  maxconn 9000\n  nbthread 2\n"
+        "global\n  maxconn 9000\n  nbthread %u\n"
         "defaults\n  mode http\n  timeout connect 2s\n  timeout client 600s\n"
         "  timeout server 600s\n  option http-keep-alive\n"
         "frontend fe\n  bind 127.0.0.1:%d\n  default_backend be\n"
         "backend be\n  balance leastconn\n  server s0 127.0.0.1:%d\n",
-        port, upstream_port);
+        threads, port, upstream_port);
     pid = ::fork();
     if (pid == 0) {
       ::execl(binary.c_str(), binary.c_str(), "-f", config.c_str(), "-db", "-q",
@@ -215,7 +215,10 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<HaProxy> proxy;
   if (!haproxy.empty() && std::filesystem::exists(haproxy)) {
-    proxy = std::make_unique<HaProxy>(haproxy, upstream_port);
+    // As many threads as the gateway's I/O threads, so both proxies run alike.
+    const unsigned proxy_threads =
+        io_threads > 0 ? io_threads : std::max(1u, std::thread::hardware_concurrency());
+    proxy = std::make_unique<HaProxy>(haproxy, upstream_port, proxy_threads);
     if (proxy->port == 0) {
       std::fprintf(stderr, "haproxy did not start; measuring without it\n");
       proxy.reset();
@@ -230,9 +233,9 @@ int main(int argc, char** argv) {
   const size_t n_paths = paths.size();
 
   std::printf(
-      "gateway overhead on loopback: %.0f req/s per path for %.1f s, %d threads, policy %s, %d "
-      "run(s), gateway %s\n",
-      rate, seconds, threads, policy.c_str(), repeat,
+      "gateway overhead on loopback: %.0f req/s per path for %.1f s, %d client threads, gateway "
+      "I/O threads %u (haproxy nbthread the same), policy %s, %d run(s), gateway %s\n",
+      rate, seconds, threads, io_threads, policy.c_str(), repeat,
       child ? "in its own process" : "in this process");
   std::printf("%-4s %-8s %8s %10s %10s %10s %10s\n", "run", "path", "requests", "p50_us", "p90_us",
               "p99_us", "max_us");

@@ -1,9 +1,9 @@
 // See openai_fields.h.
 #include "tools/gateway/openai_fields.h"
 
-#include <algorithm>
+#include <simdjson.h>
 
-#include <nlohmann/json.hpp>
+#include <algorithm>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -13,40 +13,74 @@
 namespace cacheroute::gateway {
 namespace {
 
-using Json = nlohmann::json;
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::object;
 
 std::string Hashed(absl::string_view kind, absl::string_view text) {
   return absl::StrFormat("%s:%016x", kind, dataplane::KeyId(std::string_view(text.data(), text.size())));
 }
 
+// One parser per thread: it keeps its buffers between documents, so a parse allocates nothing
+// once the thread has seen a document as large. Its element views live until the next parse.
+simdjson::dom::parser& Parser() {
+  thread_local simdjson::dom::parser parser;
+  return parser;
+}
+
+// The whole text as one JSON object (the document is validated in full), or none.
+std::optional<object> ParseObject(absl::string_view text) {
+  object out;
+  if (Parser().parse(text.data(), text.size()).get_object().get(out) != simdjson::SUCCESS) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// The value of `key` in `o` when it is there with the asked-for type.
+template <typename T>
+std::optional<T> Member(const object& o, std::string_view key) {
+  T out;
+  if (o.at_key(key).get(out) != simdjson::SUCCESS) return std::nullopt;
+  return out;
+}
+
 // A message's content as text: a string, or the `text` of its parts.
-std::string ContentText(const Json& content) {
-  if (content.is_string()) return content.get<std::string>();
+std::string ContentText(const element& content) {
+  std::string_view text;
+  if (content.get_string().get(text) == simdjson::SUCCESS) return std::string(text);
   std::string out;
-  if (content.is_array()) {
-    for (const Json& part : content) {
-      if (part.is_object()) {
-        const auto text = part.find("text");
-        if (text != part.end() && text->is_string()) out += text->get_ref<const std::string&>();
-      }
+  array parts;
+  if (content.get_array().get(parts) == simdjson::SUCCESS) {
+    for (const element part : parts) {
+      object o;
+      if (part.get_object().get(o) != simdjson::SUCCESS) continue;
+      if (const auto t = Member<std::string_view>(o, "text")) out.append(t->data(), t->size());
     }
   }
   return out;
 }
 
-std::optional<std::string> SystemKey(const Json& body, size_t prefix_bytes) {
-  const auto messages = body.find("messages");
-  if (messages != body.end() && messages->is_array()) {
+// A token id as a signed 64-bit integer (one above INT64_MAX wraps round).
+std::optional<int64_t> Integer(const element& e) {
+  int64_t i;
+  if (e.get_int64().get(i) == simdjson::SUCCESS) return i;
+  uint64_t u;
+  if (e.get_uint64().get(u) == simdjson::SUCCESS) return static_cast<int64_t>(u);
+  return std::nullopt;
+}
+
+std::optional<std::string> SystemKey(const object& body, size_t prefix_bytes) {
+  if (const auto messages = Member<array>(body, "messages")) {
     std::string system;
     bool any = false;
-    for (const Json& m : *messages) {
-      if (!m.is_object()) continue;
-      const auto role = m.find("role");
-      if (role == m.end() || !role->is_string() || role->get_ref<const std::string&>() != "system") {
-        continue;
-      }
-      const auto content = m.find("content");
-      if (content == m.end()) continue;
+    for (const element m : *messages) {
+      object message;
+      if (m.get_object().get(message) != simdjson::SUCCESS) continue;
+      const auto role = Member<std::string_view>(message, "role");
+      if (!role.has_value() || *role != "system") continue;
+      const auto content = Member<element>(message, "content");
+      if (!content.has_value()) continue;
       if (any) system += '\n';
       system += ContentText(*content);
       any = true;
@@ -54,24 +88,30 @@ std::optional<std::string> SystemKey(const Json& body, size_t prefix_bytes) {
     if (!any) return std::nullopt;
     return Hashed("system", system);
   }
-  const auto prompt = body.find("prompt");
-  if (prompt == body.end()) return std::nullopt;
-  const Json* text = &*prompt;
-  if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_string()) text = &(*prompt)[0];
-  if (text->is_string()) {
-    const std::string& s = text->get_ref<const std::string&>();
-    if (s.empty()) return std::nullopt;
-    return Hashed("prompt", absl::string_view(s).substr(0, prefix_bytes));
+  auto text = Member<element>(body, "prompt");
+  if (!text.has_value()) return std::nullopt;
+  array list;
+  if (text->get_array().get(list) == simdjson::SUCCESS && list.size() > 0 &&
+      list.at(0).is_string()) {
+    text = list.at(0).value_unsafe();
   }
-  if (text->is_array() && !text->empty()) {  // token ids
-    std::string ids;
+  std::string_view s;
+  if (text->get_string().get(s) == simdjson::SUCCESS) {
+    if (s.empty()) return std::nullopt;
+    return Hashed("prompt", absl::string_view(s.data(), s.size()).substr(0, prefix_bytes));
+  }
+  array ids;
+  if (text->get_array().get(ids) == simdjson::SUCCESS && ids.size() > 0) {  // token ids
+    std::string joined;
     const size_t n = std::max<size_t>(1, prefix_bytes / 4);
-    for (size_t i = 0; i < text->size() && i < n; ++i) {
-      const Json& id = (*text)[i];
-      if (!id.is_number_integer()) return std::nullopt;
-      absl::StrAppendFormat(&ids, "%d,", id.get<int64_t>());
+    size_t i = 0;
+    for (const element id : ids) {
+      if (i++ >= n) break;
+      const std::optional<int64_t> value = Integer(id);
+      if (!value.has_value()) return std::nullopt;
+      absl::StrAppendFormat(&joined, "%d,", *value);
     }
-    return Hashed("prompt", ids);
+    return Hashed("prompt", joined);
   }
   return std::nullopt;
 }
@@ -80,13 +120,11 @@ std::optional<std::string> SystemKey(const Json& body, size_t prefix_bytes) {
 
 RequestFields ScanRequestFields(absl::string_view body, size_t prefix_bytes) {
   RequestFields fields;
-  const Json json = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) return fields;
-  const auto user = json.find("user");
-  if (user != json.end() && user->is_string()) fields.user = user->get<std::string>();
-  const auto stream = json.find("stream");
-  fields.stream = stream != json.end() && stream->is_boolean() && stream->get<bool>();
-  fields.system = SystemKey(json, prefix_bytes);
+  const std::optional<object> json = ParseObject(body);
+  if (!json.has_value()) return fields;
+  if (const auto user = Member<std::string_view>(*json, "user")) fields.user.emplace(*user);
+  fields.stream = Member<bool>(*json, "stream").value_or(false);
+  fields.system = SystemKey(*json, prefix_bytes);
   return fields;
 }
 
@@ -102,20 +140,16 @@ std::optional<std::string> RoutingKey(const std::vector<std::string>& key_from,
 }
 
 std::optional<Usage> ReadUsage(absl::string_view text) {
-  const Json json = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) return std::nullopt;
-  const auto usage = json.find("usage");
-  if (usage == json.end() || !usage->is_object()) return std::nullopt;
-  const auto prompt = usage->find("prompt_tokens");
-  if (prompt == usage->end() || !prompt->is_number_unsigned()) return std::nullopt;
-  Usage out{.prompt_tokens = prompt->get<uint64_t>(), .cached_tokens = std::nullopt};
-  const auto details = usage->find("prompt_tokens_details");
-  if (details != usage->end() && details->is_object()) {
-    const auto cached = details->find("cached_tokens");
-    if (cached != details->end() && cached->is_number_unsigned() &&
-        cached->get<uint64_t>() <= out.prompt_tokens) {
-      out.cached_tokens = cached->get<uint64_t>();
-    }
+  const std::optional<object> json = ParseObject(text);
+  if (!json.has_value()) return std::nullopt;
+  const auto usage = Member<object>(*json, "usage");
+  if (!usage.has_value()) return std::nullopt;
+  const auto prompt = Member<uint64_t>(*usage, "prompt_tokens");
+  if (!prompt.has_value()) return std::nullopt;
+  Usage out{.prompt_tokens = *prompt, .cached_tokens = std::nullopt};
+  if (const auto details = Member<object>(*usage, "prompt_tokens_details")) {
+    const auto cached = Member<uint64_t>(*details, "cached_tokens");
+    if (cached.has_value() && *cached <= out.prompt_tokens) out.cached_tokens = *cached;
   }
   return out;
 }

@@ -1,12 +1,14 @@
-// What the gateway reads from OpenAI-compatible bodies, parsed with nlohmann::json: the routing
-// key's sources in a request, and the served KV hit (`usage`) in a response or an SSE stream.
+// What the gateway reads from OpenAI-compatible bodies, parsed with simdjson's DOM parser (which
+// validates the whole document; one parser per thread): the routing key's sources in a request,
+// and the served KV hit (`usage`) in a response or an SSE stream.
 //
 // Request (POST /v1/completions or /v1/chat/completions): the top-level `user` string, `stream`,
 // and a hash of the prefix every request of one application shares: for chat, the system
 // message(s) (`messages[i].role == "system"`, content a string or text parts, joined with "\n");
 // for completions, the first `prefix_bytes` bytes of `prompt` (a string, the first of a list of
 // strings, or the first prefix_bytes/4 ids of a token list). A body that is not a JSON object
-// yields nothing (the request is forwarded all the same; the upstream answers it).
+// yields nothing (the request is forwarded all the same; the upstream answers it); so does one
+// with an integer beyond 64 bits, which simdjson does not parse. Of a duplicated key, the first.
 //
 // Response: `usage.prompt_tokens` and `usage.prompt_tokens_details.cached_tokens` (vLLM reports
 // the latter with --enable-prompt-tokens-details; in a stream only with

@@ -6,7 +6,7 @@ CACHEROUTE_PACKAGES=(
   libabsl-dev catch2 libcli11-dev libyaml-cpp-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpp-httplib-dev pkg-config openssl python3
-  libboost1.81-dev nlohmann-json3-dev libssl-dev
+  libboost1.81-dev nlohmann-json3-dev libsimdjson-dev libssl-dev
   libc-ares-dev
 )
 
