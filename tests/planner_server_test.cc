@@ -25,6 +25,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "proto/table/table_snapshot.h"
+#include "tests/support/rate_reports.h"
 #include "tests/support/test_certs.h"
 
 namespace cacheroute::service {
@@ -82,19 +83,8 @@ class Fixture {
   grpc::Status Report(const std::string& gateway, uint64_t sequence,
                       const std::vector<std::pair<std::string, double>>& counts,
                       v1::ReportRatesResponse* response = nullptr, const std::string& token = "") {
-    v1::ReportRatesRequest request;
-    request.set_gateway_id(gateway);
-    request.set_sequence(sequence);
-    const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
-    request.set_window_start_unix_ms(now_ms - 10'000);
-    request.set_window_end_unix_ms(now_ms);
-    for (const auto& [key, count] : counts) {
-      v1::KeyCount* kc = request.add_counts();
-      kc->set_key_id(KeyId(key));
-      kc->set_key(key);
-      kc->set_count(count);
-    }
-    return Report(request, response, token);
+    return Report(testing::MakeRateReport(gateway, sequence, clock_.Now(), counts), response,
+                  token);
   }
   grpc::Status Report(const v1::ReportRatesRequest& request,
                       v1::ReportRatesResponse* response = nullptr, const std::string& token = "") {

@@ -422,23 +422,13 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
       std::string(kProgram)};
   Flags flags;
   DeclareFlags(app, flags);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    return absl::NotFoundError(app.help());
-  } catch (const CLI::ParseError& e) {
-    return absl::InvalidArgumentError(e.what());
-  }
+  if (absl::Status s = ParseCommandLine(app, argc, argv); !s.ok()) return s;
 
   PlannerConfig config;
   if (app.count("--config") > 0) {
-    absl::StatusOr<std::string> text = ReadConfigFile("--config", flags.config);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<PlannerConfig> parsed = ParsePlannerConfigYaml(*text, config);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flags.config, ": ", parsed.status().message()));
-    }
+    absl::StatusOr<PlannerConfig> parsed =
+        ParseConfigFile(flags.config, config, &ParsePlannerConfigYaml);
+    if (!parsed.ok()) return parsed.status();
     config = *std::move(parsed);
   }
   if (absl::Status status = ApplyFlags(app, flags, config); !status.ok()) return status;
@@ -463,6 +453,17 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
 }
 
 }  // namespace
+
+absl::Status ParseCommandLine(CLI::App& app, int argc, const char* const* argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return absl::NotFoundError(app.help());
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");

@@ -22,6 +22,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
+#include "tests/support/rate_reports.h"
 
 namespace cacheroute::testing {
 
@@ -64,18 +65,7 @@ class InProcessPlanner {
   // Reports `counts` (key → requests in the last 10 s) as gateway `gateway`.
   void Report(const std::string& gateway, uint64_t sequence,
               const std::vector<std::pair<std::string, double>>& counts) {
-    v1::ReportRatesRequest request;
-    request.set_gateway_id(gateway);
-    request.set_sequence(sequence);
-    const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
-    request.set_window_start_unix_ms(now_ms - 10'000);
-    request.set_window_end_unix_ms(now_ms);
-    for (const auto& [key, count] : counts) {
-      v1::KeyCount* kc = request.add_counts();
-      kc->set_key_id(KeyId(key));
-      kc->set_key(key);
-      kc->set_count(count);
-    }
+    const v1::ReportRatesRequest request = MakeRateReport(gateway, sequence, clock_.Now(), counts);
     grpc::ClientContext context;
     Authorize(context);
     v1::ReportRatesResponse response;

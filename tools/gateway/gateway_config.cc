@@ -330,22 +330,12 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
   app.add_option("--upstream", flags.upstreams,
                  "Upstream model server, repeatable; replaces the file's list")
       ->type_name("NAME=URL");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    return absl::NotFoundError(app.help());
-  } catch (const CLI::ParseError& e) {
-    return absl::InvalidArgumentError(e.what());
-  }
+  if (absl::Status s = service::ParseCommandLine(app, argc, argv); !s.ok()) return s;
   GatewayConfig config;
   if (app.count("--config") > 0) {
-    absl::StatusOr<std::string> text = service::ReadConfigFile("--config", flags.config);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<GatewayConfig> parsed = ParseGatewayConfigYaml(*text, config);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flags.config, ": ", parsed.status().message()));
-    }
+    absl::StatusOr<GatewayConfig> parsed =
+        service::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml);
+    if (!parsed.ok()) return parsed.status();
     config = *std::move(parsed);
   }
   if (absl::Status s = ApplyFlags(app, flags, config); !s.ok()) return s;
