@@ -65,28 +65,7 @@ absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool
     if (allow_empty) return absl::OkStatus();
     return Invalid(name, "must be HOST:PORT, got \"\"");
   }
-  const size_t colon = value.rfind(':');
-  if (colon == absl::string_view::npos) {
-    return Invalid(name, absl::StrCat("must be HOST:PORT, got ", Quote(value)));
-  }
-  const absl::string_view host = value.substr(0, colon);
-  const absl::string_view port = value.substr(colon + 1);
-  if (host.empty() || (host.front() == '[') != (host.back() == ']') ||
-      (host.front() == '[' && host.size() < 3)) {
-    return Invalid(name,
-                   absl::StrCat("must be HOST:PORT with a non-empty host, got ", Quote(value)));
-  }
-  if (host.front() != '[' && absl::StrContains(host, ':')) {
-    return Invalid(
-        name, absl::StrCat("an IPv6 host goes in brackets, e.g. [::]:50051, got ", Quote(value)));
-  }
-  uint32_t port_number = 0;
-  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
-      !absl::SimpleAtoi(port, &port_number) || port_number > 65535) {
-    return Invalid(name,
-                   absl::StrCat("port must be an integer between 0 and 65535, got ", Quote(value)));
-  }
-  return absl::OkStatus();
+  return SplitHostPort(name, value, "[::]:50051").status();
 }
 
 // The token travels as "authorization: Bearer <token>", so it must be a valid header value

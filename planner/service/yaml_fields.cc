@@ -2,6 +2,7 @@
 // these so that both read and report a value the same way.
 #include "planner/service/yaml_fields.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -23,6 +24,33 @@ std::string Quote(absl::string_view text) {
 
 absl::Status Invalid(absl::string_view name, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(name, ": ", problem));
+}
+
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view name, absl::string_view value,
+                                       absl::string_view ipv6_example) {
+  const size_t colon = value.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return Invalid(name, absl::StrCat("must be HOST:PORT, got ", Quote(value)));
+  }
+  absl::string_view host = value.substr(0, colon);
+  const absl::string_view port = value.substr(colon + 1);
+  if (host.empty() || (host.front() == '[') != (host.back() == ']') ||
+      (host.front() == '[' && host.size() < 3)) {
+    return Invalid(name,
+                   absl::StrCat("must be HOST:PORT with a non-empty host, got ", Quote(value)));
+  }
+  if (host.front() != '[' && absl::StrContains(host, ':')) {
+    return Invalid(name, absl::StrCat("an IPv6 host goes in brackets, e.g. ", ipv6_example,
+                                      ", got ", Quote(value)));
+  }
+  if (host.front() == '[') host = host.substr(1, host.size() - 2);
+  int number = 0;
+  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(port, &number) || number > 65535) {
+    return Invalid(name,
+                   absl::StrCat("port must be an integer between 0 and 65535, got ", Quote(value)));
+  }
+  return HostPort{std::string(host), number};
 }
 
 absl::Status CheckPositiveFinite(absl::string_view name, double value) {

@@ -51,6 +51,14 @@ absl::StatusOr<uint64_t> ParseInteger(absl::string_view name, absl::string_view 
 // "10s", "500ms", "2m": positive, or with zero_is_off also 0.
 absl::StatusOr<absl::Duration> ParseDurationText(absl::string_view name, absl::string_view text,
                                                  bool zero_is_off = false);
+// HOST:PORT, the port 0 … 65535; an IPv6 host goes in brackets (the error shows `ipv6_example`,
+// e.g. "[::]:50051"). The host comes back without its brackets.
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view name, absl::string_view value,
+                                       absl::string_view ipv6_example);
 
 // ---- YAML values. ----
 // "null", "a sequence", "a mapping", the quoted scalar, or "nothing".

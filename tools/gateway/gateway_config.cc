@@ -37,37 +37,11 @@ using YamlField = service::yaml::Field<GatewayConfig>;
 
 // ---- Per-value checks; `name` is the YAML key or the flag. ----
 
-absl::StatusOr<int> ParsePort(absl::string_view name, absl::string_view value,
-                              absl::string_view port) {
-  int number = 0;
-  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
-      !absl::SimpleAtoi(port, &number) || number > 65535) {
-    return Invalid(name,
-                   absl::StrCat("port must be an integer between 0 and 65535, got ", Quote(value)));
-  }
-  return number;
-}
-
 // HOST:PORT; an IPv6 host goes in brackets. Returns the host without brackets and the port.
 absl::StatusOr<UpstreamAddress> SplitHostPort(absl::string_view name, absl::string_view value) {
-  const size_t colon = value.rfind(':');
-  if (colon == absl::string_view::npos) {
-    return Invalid(name, absl::StrCat("must be HOST:PORT, got ", Quote(value)));
-  }
-  absl::string_view host = value.substr(0, colon);
-  if (host.empty() || (host.front() == '[') != (host.back() == ']') ||
-      (host.front() == '[' && host.size() < 3)) {
-    return Invalid(name,
-                   absl::StrCat("must be HOST:PORT with a non-empty host, got ", Quote(value)));
-  }
-  if (host.front() != '[' && absl::StrContains(host, ':')) {
-    return Invalid(
-        name, absl::StrCat("an IPv6 host goes in brackets, e.g. [::1]:8000, got ", Quote(value)));
-  }
-  if (host.front() == '[') host = host.substr(1, host.size() - 2);
-  absl::StatusOr<int> port = ParsePort(name, value, value.substr(colon + 1));
-  if (!port.ok()) return port.status();
-  return UpstreamAddress{std::string(host), *port};
+  absl::StatusOr<HostPort> split = service::yaml::SplitHostPort(name, value, "[::1]:8000");
+  if (!split.ok()) return split.status();
+  return UpstreamAddress{std::move(split->host), split->port};
 }
 
 absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
