@@ -610,5 +610,52 @@ TEST_CASE("Diff compares destinations by name across a renumbering") {
   CHECK(Diff(*from, *Table({1, 3}, {"a"}, {{7, {0}, 0.0, ""}})).churn == 0.0);
 }
 
+TEST_CASE("A rollout travels with the table and its deltas, and changes the routing") {
+  Snapshot plain = Table({1, 1}, {"a", "b"}, {{1, {0}, 2.0, ""}, {2, {1}, 1.0, ""}});
+  CHECK_FALSE(plain->rollout().has_value());
+  CHECK(plain->table_fraction() == 1.0);
+  CHECK_FALSE(plain->ToProto().has_rollout());
+
+  const Snapshot canary = plain->WithRollout(TableRollout{"canary", 0.2});
+  CHECK(canary->table_fraction() == 0.2);
+  CHECK(canary->entries().size() == plain->entries().size());
+  CHECK(canary->WithVersion({1, 5})->rollout() == canary->rollout());
+  // A new split is a new routing: the planner publishes it as a new version.
+  CHECK_FALSE(canary->SameRouting(*plain));
+  CHECK_FALSE(canary->SameRouting(*canary->WithRollout(TableRollout{"canary", 0.3})));
+  CHECK(canary->SameRouting(*canary->WithVersion({1, 9})));
+
+  const v1::RoutingTable wire = canary->ToProto();
+  REQUIRE(wire.has_rollout());
+  CHECK(wire.rollout().state() == "canary");
+  CHECK(wire.rollout().table_fraction() == 0.2);
+  CHECK(MustFromProto(wire)->rollout() == canary->rollout());
+
+  // Deltas carry the target's rollout whole, and its absence.
+  const Snapshot next = canary->WithVersion({1, 2})->WithRollout(TableRollout{"enabled", 0.95});
+  absl::StatusOr<Snapshot> applied = ApplyDelta(*canary, ComputeDelta(*canary, *next));
+  REQUIRE(applied.ok());
+  CHECK((*applied)->rollout() == next->rollout());
+  const Snapshot cleared = next->WithVersion({1, 3})->WithRollout(std::nullopt);
+  applied = ApplyDelta(*next, ComputeDelta(*next, *cleared));
+  REQUIRE(applied.ok());
+  CHECK_FALSE((*applied)->rollout().has_value());
+  CHECK((*applied)->table_fraction() == 1.0);
+
+  for (double bad : {-0.1, 1.5, kNaN, kInf}) {
+    v1::RoutingTable t = wire;
+    t.mutable_rollout()->set_table_fraction(bad);
+    absl::StatusOr<Snapshot> s = TableSnapshot::FromProto(t);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(std::string(s.status().message()), Catch::Contains("rollout.table_fraction: "));
+    v1::TableDelta d = ComputeDelta(*canary, *next);
+    d.mutable_rollout()->set_table_fraction(bad);
+    s = ApplyDelta(*canary, d);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(std::string(s.status().message()),
+               Catch::Contains("delta.rollout.table_fraction: "));
+  }
+}
+
 }  // namespace
 }  // namespace cacheroute::table

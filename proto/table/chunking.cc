@@ -34,6 +34,7 @@ std::string SetHeaderField(const v1::TableUpdate& chunk) {
     if (!f.expected_loads().empty()) return "full.expected_loads";
     if (f.built_unix_ms() != 0) return "full.built_unix_ms";
     if (f.ttl_seconds() != 0) return "full.ttl_seconds";
+    if (f.has_rollout()) return "full.rollout";
   } else {
     const v1::TableDelta& d = chunk.delta();
     if (d.has_base()) return "delta.base";
@@ -42,6 +43,7 @@ std::string SetHeaderField(const v1::TableUpdate& chunk) {
     if (!d.expected_loads().empty()) return "delta.expected_loads";
     if (d.built_unix_ms() != 0) return "delta.built_unix_ms";
     if (d.ttl_seconds() != 0) return "delta.ttl_seconds";
+    if (d.has_rollout()) return "delta.rollout";
   }
   return "";
 }

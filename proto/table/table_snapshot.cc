@@ -79,6 +79,25 @@ absl::Status ValidateTiming(int64_t built_unix_ms, double ttl_seconds, const std
   return absl::OkStatus();
 }
 
+bool ValidFraction(double x) { return std::isfinite(x) && x >= 0.0 && x <= 1.0; }
+
+// The rollout of a table or delta (none when `present` is false); `prefix` is "" or "delta.".
+absl::StatusOr<std::optional<TableRollout>> RolloutFromProto(bool present, const v1::Rollout& r,
+                                                             const std::string& prefix) {
+  if (!present) return std::optional<TableRollout>();
+  if (!ValidFraction(r.table_fraction())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%srollout.table_fraction: %s is not a number in [0, 1]", prefix,
+                        FormatNumber(r.table_fraction())));
+  }
+  return std::optional<TableRollout>(TableRollout{r.state(), r.table_fraction()});
+}
+
+void RolloutToProto(const TableRollout& rollout, v1::Rollout* out) {
+  out->set_state(rollout.state);
+  out->set_table_fraction(rollout.table_fraction);
+}
+
 // Checks one assignment's destinations and rate; `field` names it, e.g. "assignments[4]".
 absl::Status ValidateAssignment(const v1::Assignment& a, const std::string& field,
                                 size_t num_destinations) {
@@ -155,17 +174,19 @@ v1::Version TableVersion::ToProto() const {
 TableSnapshot::TableSnapshot(TableVersion version, std::vector<std::string> destinations,
                              std::vector<double> expected_loads,
                              std::shared_ptr<const Content> content, int64_t built_unix_ms,
-                             double ttl_seconds)
+                             double ttl_seconds, std::optional<TableRollout> rollout)
     : version_(version),
       destinations_(std::move(destinations)),
       expected_loads_(std::move(expected_loads)),
       content_(std::move(content)),
       built_unix_ms_(built_unix_ms),
-      ttl_seconds_(ttl_seconds) {}
+      ttl_seconds_(ttl_seconds),
+      rollout_(std::move(rollout)) {}
 
 std::shared_ptr<const TableSnapshot> TableSnapshot::Create(
     TableVersion version, std::vector<std::string> destinations, std::vector<double> expected_loads,
-    std::vector<TableEntry> entries, int64_t built_unix_ms, double ttl_seconds) {
+    std::vector<TableEntry> entries, int64_t built_unix_ms, double ttl_seconds,
+    std::optional<TableRollout> rollout) {
   auto content = std::make_shared<Content>();
   content->index.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -174,7 +195,7 @@ std::shared_ptr<const TableSnapshot> TableSnapshot::Create(
   content->entries = std::move(entries);
   return std::shared_ptr<const TableSnapshot>(
       new TableSnapshot(version, std::move(destinations), std::move(expected_loads),
-                        std::move(content), built_unix_ms, ttl_seconds));
+                        std::move(content), built_unix_ms, ttl_seconds, std::move(rollout)));
 }
 
 std::shared_ptr<const TableSnapshot> TableSnapshot::FromEntries(
@@ -252,10 +273,13 @@ absl::StatusOr<std::shared_ptr<const TableSnapshot>> TableSnapshot::FromProto(
     }
     entries.push_back(EntryFromProto(a));
   }
+  absl::StatusOr<std::optional<TableRollout>> rollout =
+      RolloutFromProto(table.has_rollout(), table.rollout(), "");
+  if (!rollout.ok()) return rollout.status();
   return Create(TableVersion::FromProto(table.version()),
                 {table.destinations().begin(), table.destinations().end()},
                 {table.expected_loads().begin(), table.expected_loads().end()}, std::move(entries),
-                table.built_unix_ms(), table.ttl_seconds());
+                table.built_unix_ms(), table.ttl_seconds(), *std::move(rollout));
 }
 
 v1::RoutingTable TableSnapshot::ToProto() const {
@@ -267,11 +291,12 @@ v1::RoutingTable TableSnapshot::ToProto() const {
   for (const TableEntry& e : entries()) EntryToProto(e, table.add_assignments());
   table.set_built_unix_ms(built_unix_ms_);
   table.set_ttl_seconds(ttl_seconds_);
+  if (rollout_) RolloutToProto(*rollout_, table.mutable_rollout());
   return table;
 }
 
 bool TableSnapshot::SameRouting(const TableSnapshot& other) const {
-  if (destinations_ != other.destinations_) return false;
+  if (destinations_ != other.destinations_ || rollout_ != other.rollout_) return false;
   if (content_ == other.content_) return true;
   if (entries().size() != other.entries().size()) return false;
   for (const TableEntry& e : entries()) {
@@ -283,7 +308,16 @@ bool TableSnapshot::SameRouting(const TableSnapshot& other) const {
 
 std::shared_ptr<const TableSnapshot> TableSnapshot::WithVersion(TableVersion version) const {
   return std::shared_ptr<const TableSnapshot>(new TableSnapshot(
-      version, destinations_, expected_loads_, content_, built_unix_ms_, ttl_seconds_));
+      version, destinations_, expected_loads_, content_, built_unix_ms_, ttl_seconds_, rollout_));
+}
+
+std::shared_ptr<const TableSnapshot> TableSnapshot::WithRollout(
+    std::optional<TableRollout> rollout) const {
+  CheckPrecondition(!rollout || ValidFraction(rollout->table_fraction),
+                    "rollout.table_fraction is not in [0, 1]");
+  return std::shared_ptr<const TableSnapshot>(new TableSnapshot(
+      version_, destinations_, expected_loads_, content_, built_unix_ms_, ttl_seconds_,
+      std::move(rollout)));
 }
 
 const TableEntry* TableSnapshot::Find(uint64_t key_id) const {
@@ -307,6 +341,7 @@ v1::TableDelta ComputeDelta(const TableSnapshot& base, const TableSnapshot& targ
   }
   delta.set_built_unix_ms(target.built_unix_ms());
   delta.set_ttl_seconds(target.ttl_seconds());
+  if (target.rollout()) RolloutToProto(*target.rollout(), delta.mutable_rollout());
   return delta;
 }
 
@@ -332,6 +367,9 @@ absl::StatusOr<std::shared_ptr<const TableSnapshot>> ApplyDelta(const TableSnaps
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<std::optional<TableRollout>> rollout =
+      RolloutFromProto(delta.has_rollout(), delta.rollout(), "delta.");
+  if (!rollout.ok()) return rollout.status();
   const size_t num_destinations = delta.destinations_size();
 
   absl::flat_hash_map<uint64_t, int> upserted;  // key_id -> index in delta.upserts
@@ -399,7 +437,8 @@ absl::StatusOr<std::shared_ptr<const TableSnapshot>> ApplyDelta(const TableSnaps
   }
   return TableSnapshot::Create(version, {delta.destinations().begin(), delta.destinations().end()},
                                {delta.expected_loads().begin(), delta.expected_loads().end()},
-                               std::move(entries), delta.built_unix_ms(), delta.ttl_seconds());
+                               std::move(entries), delta.built_unix_ms(), delta.ttl_seconds(),
+                               *std::move(rollout));
 }
 
 TableDiff Diff(const TableSnapshot& from, const TableSnapshot& to) {

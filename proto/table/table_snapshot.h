@@ -12,7 +12,8 @@
 //   - every entry has a distinct key_id, a finite rate >= 0, a non-empty, strictly ascending
 //     destination set of indices into destinations(), and a spill (if any) in range, not in it;
 //   - entries() are hottest first (rates non-increasing);
-//   - ttl_seconds() is finite and >= 0, built_unix_ms() >= 0.
+//   - ttl_seconds() is finite and >= 0, built_unix_ms() >= 0; a rollout's table_fraction is in
+//     [0, 1] (FromProto and ApplyDelta reject others as rollout.table_fraction).
 //
 // A delta carries only what routing needs (keys new or moved, keys removed, destinations, loads):
 // ApplyDelta(base, ComputeDelta(base, target)) routes like `target`; docs/protocol.md, "Tables".
@@ -66,6 +67,15 @@ struct TableEntry {
   bool operator==(const TableEntry&) const = default;
 };
 
+// The rollout gate's split (v1::Rollout): keys whose ArmOf(key_id, table_fraction) is the table
+// arm are routed by the table, the others by the control policy.
+struct TableRollout {
+  std::string state;            // "shadow", "canary", "enabled", "rolled_back"
+  double table_fraction = 1.0;  // in [0, 1]
+
+  bool operator==(const TableRollout&) const = default;
+};
+
 // Made only as std::shared_ptr (the factories below), so weak_from_this() names its owner.
 class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
  public:
@@ -89,13 +99,16 @@ class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
       const v1::RoutingTable& table);
   v1::RoutingTable ToProto() const;
 
-  // Same routing: the same destination names (by index) and the same admitted keys, each with
-  // the same destination set; rates, loads, keys' names, version and times may differ. The planner
-  // publishes a new version only when this is false.
+  // Same routing: the same destination names (by index), the same rollout and the same admitted
+  // keys, each with the same destination set; rates, loads, keys' names, version and times may
+  // differ. The planner publishes a new version only when this is false.
   bool SameRouting(const TableSnapshot& other) const;
 
   // This table's content under another version (the entries are shared, not copied).
   std::shared_ptr<const TableSnapshot> WithVersion(TableVersion version) const;
+  // This table with another rollout (none: every key by the table). Precondition, checked as
+  // FromEntries checks its own: table_fraction is in [0, 1].
+  std::shared_ptr<const TableSnapshot> WithRollout(std::optional<TableRollout> rollout) const;
 
   // The entry for `key_id`, or null if the key is not admitted. One hash probe.
   const TableEntry* Find(uint64_t key_id) const;
@@ -106,6 +119,9 @@ class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
   const std::vector<TableEntry>& entries() const { return content_->entries; }  // hottest first
   int64_t built_unix_ms() const { return built_unix_ms_; }
   double ttl_seconds() const { return ttl_seconds_; }
+  const std::optional<TableRollout>& rollout() const { return rollout_; }
+  // The share of keys routed by the table: the rollout's, or 1 without one.
+  double table_fraction() const { return rollout_ ? rollout_->table_fraction : 1.0; }
 
  private:
   // The entries and their index, shared between snapshots that differ only in version.
@@ -119,13 +135,14 @@ class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
 
   TableSnapshot(TableVersion version, std::vector<std::string> destinations,
                 std::vector<double> expected_loads, std::shared_ptr<const Content> content,
-                int64_t built_unix_ms, double ttl_seconds);
+                int64_t built_unix_ms, double ttl_seconds, std::optional<TableRollout> rollout);
   // Indexes `entries` (whose key ids the caller has checked to be distinct) and wraps it all.
   static std::shared_ptr<const TableSnapshot> Create(TableVersion version,
                                                      std::vector<std::string> destinations,
                                                      std::vector<double> expected_loads,
                                                      std::vector<TableEntry> entries,
-                                                     int64_t built_unix_ms, double ttl_seconds);
+                                                     int64_t built_unix_ms, double ttl_seconds,
+                                                     std::optional<TableRollout> rollout = {});
 
   TableVersion version_;
   std::vector<std::string> destinations_;
@@ -133,6 +150,7 @@ class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
   std::shared_ptr<const Content> content_;
   int64_t built_unix_ms_ = 0;
   double ttl_seconds_ = 0.0;
+  std::optional<TableRollout> rollout_;
 };
 
 // The delta from `base` to `target`: upserts are the keys new in `target` or whose destination
