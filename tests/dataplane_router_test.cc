@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <set>
 #include <chrono>
 #include <limits>
 #include <memory>
@@ -84,6 +86,46 @@ TEST_CASE("Admitted keys are planned, others fall back", "[router]") {
   CHECK(stats.planned == 20);
   CHECK(stats.fallback[static_cast<int>(Reason::kNotAdmitted)] == 1);
   CHECK(stats.version == TableVersion{1, 1});
+}
+
+TEST_CASE("A rollout's control arm routes its keys by power of two, off the table", "[router]") {
+  SeededRandom random(21);
+  ManualClock clock;
+  Router router({.destination_count = 8}, random);
+  // 400 keys, each planned on destination 5 alone; 30% of them on the table arm.
+  std::vector<TableEntry> entries;
+  for (uint64_t i = 0; i < 400; ++i) entries.push_back({.key_id = KeyId("k" + std::to_string(i)),
+                                                        .destinations = {5}});
+  auto built = RoutingTable::Build({1, 1}, 8, std::vector<double>(8, 1.0), entries, 0.3);
+  REQUIRE(built.ok());
+  CHECK(built->table_fraction() == 0.3);
+  REQUIRE(router.Install(std::make_shared<const RoutingTable>(*std::move(built)), clock.Now()).ok);
+
+  int table_arm = 0;
+  std::set<uint32_t> control_destinations;
+  for (const TableEntry& e : entries) {
+    InFlight r = router.Pick(e.key_id, clock.Now());
+    if (ArmOf(e.key_id, 0.3) == Arm::kTable) {
+      ++table_arm;
+      CHECK(r.planned());
+      CHECK(r.destination() == 5);
+    } else {
+      CHECK_FALSE(r.planned());
+      CHECK(r.reason() == Reason::kControlArm);
+      control_destinations.insert(r.destination());
+    }
+  }
+  CHECK(table_arm > 80);   // about 120 of 400
+  CHECK(table_arm < 160);
+  CHECK(control_destinations.size() >= 6);  // spread, not sent to the planned 5
+  const RouterStats stats = router.Stats(clock.Now());
+  CHECK(stats.planned == static_cast<uint64_t>(table_arm));
+  CHECK(stats.fallback[static_cast<int>(Reason::kControlArm)] == 400 - table_arm);
+  CHECK(ReasonName(Reason::kControlArm) == "control_arm");
+
+  CHECK_FALSE(RoutingTable::Build({1, 2}, 8, std::vector<double>(8, 1.0), entries, 1.5).ok());
+  CHECK_FALSE(
+      RoutingTable::Build({1, 2}, 8, std::vector<double>(8, 1.0), entries, std::nan("")).ok());
 }
 
 TEST_CASE("A planned key goes to the least-loaded member of its set", "[router]") {

@@ -178,6 +178,21 @@ TEST_CASE("with ignore_unknown_destinations, a destination the gateway lacks is 
   CHECK(admitted_here == 3);
 }
 
+TEST_CASE("a table's rollout reaches the router as its table fraction") {
+  InProcessPlanner planner(PlannerWith(kNames));
+  Gateway gateway(planner);
+  const auto plain = table::TableSnapshot::FromEntries(
+      {1, 1}, kNames, std::vector<double>(kNames.size(), 1.0),
+      {{.key_id = KeyId("a"), .rate = 1.0, .destinations = {1}}}, 0, 60);
+  Result<RoutingTable> converted = gateway.subscriber.Convert(*plain);
+  REQUIRE(converted.ok());
+  CHECK(converted->table_fraction() == 1.0);
+  converted = gateway.subscriber.Convert(*plain->WithRollout(table::TableRollout{"canary", 0.2}));
+  REQUIRE(converted.ok());
+  CHECK(converted->table_fraction() == 0.2);
+  CHECK_FALSE(converted->Find(KeyId("a")).empty());  // the split is the router's, per pick
+}
+
 TEST_CASE("a membership change re-maps the installed table to the new indices") {
   InProcessPlanner planner(PlannerWith(kNames));
   planner.Report("gw-rates", 1, {{"a", 3000}, {"b", 2000}, {"c", 500}});

@@ -1188,7 +1188,8 @@ std::string Gateway::RenderMetrics() {
   }
   family("picks_total", "counter",
          "Routing decisions by reason: planned, the CacheRoute fallbacks (no_table, stale, "
-         "set_down, not_admitted), policy (other policies), no_key.");
+         "set_down, not_admitted), policy (other policies), control_arm (a rollout's control "
+         "arm), no_key.");
   for (int r = 0; r <= dataplane::kReasonCount; ++r) {
     const std::string_view name = dataplane::ReasonName(static_cast<dataplane::Reason>(r));
     const absl::string_view reason =

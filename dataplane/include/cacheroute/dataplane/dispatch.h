@@ -46,8 +46,9 @@ enum class Reason : uint8_t {
   kSetDown,      // an admitted key whose whole destination set is down
   kNotAdmitted,  // the key is not in the table
   kPolicy,       // decided by a non-table policy (flat-LB, sticky, CHWBL, DualMap, Preble)
+  kControlArm,   // the key is on the rollout's control arm (RoutingTable::table_fraction)
 };
-inline constexpr int kReasonCount = 6;
+inline constexpr int kReasonCount = 7;
 
 inline std::string_view ReasonName(Reason r) {
   switch (r) {
@@ -63,6 +64,8 @@ inline std::string_view ReasonName(Reason r) {
       return "not_admitted";
     case Reason::kPolicy:
       return "policy";
+    case Reason::kControlArm:
+      return "control_arm";
   }
   return "unknown";
 }

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/arm_evidence.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/rate_recorder.h"
@@ -813,6 +814,11 @@ class Router {
     const RoutingTable* table = guard.table();
     if (table == nullptr) return Fallback(key_id, loads, Reason::kNoTable, thread_shard);
     if (IsStale(now)) return Fallback(key_id, loads, Reason::kStale, thread_shard);
+    // A rollout keeps the keys of its control arm off the table, admitted or not: they get what
+    // Flat-LB gives (power of two choices), not the tail rule, so the arm measures the baseline.
+    if (table->table_fraction() < 1 && ArmOf(key_id, table->table_fraction()) == Arm::kControl) {
+      return {PowerOfTwoChoices(loads, random_), false, Reason::kControlArm};
+    }
     const DestinationSet set = table->Find(key_id);
     if (set.empty()) return Fallback(key_id, loads, Reason::kNotAdmitted, thread_shard);
     // Least-loaded up member; ties go to the lowest index, which keeps a lightly loaded key on

@@ -111,10 +111,13 @@ class RoutingTable {
 
   // Builds and validates a table. Errors (the table is not built): expected_loads of the wrong
   // size or with a negative/non-finite entry, an empty set, a destination >= destination_count,
-  // a destination repeated within a set, a key id listed twice.
+  // a destination repeated within a set, a key id listed twice, a table_fraction outside [0, 1].
+  // table_fraction: the rollout's share of keys routed by the table (arm_evidence.h, ArmOf);
+  // the router sends the others to its fallback as Reason::kControlArm.
   static Result<RoutingTable> Build(TableVersion version, uint32_t destination_count,
                                     std::vector<double> expected_loads,
-                                    std::span<const TableEntry> entries);
+                                    std::span<const TableEntry> entries,
+                                    double table_fraction = 1.0);
 
   // The destinations of key_id, or an empty set if it is not admitted. Lock-free, no allocation.
   DestinationSet Find(uint64_t key_id) const {
@@ -136,6 +139,7 @@ class RoutingTable {
   }
 
   TableVersion version() const { return version_; }
+  double table_fraction() const { return table_fraction_; }
   uint32_t destination_count() const { return destination_count_; }
   std::span<const double> expected_loads() const { return expected_loads_; }
   size_t key_count() const { return key_count_; }
@@ -185,6 +189,7 @@ class RoutingTable {
   }
 
   TableVersion version_;
+  double table_fraction_ = 1.0;
   uint32_t destination_count_ = 0;
   std::vector<double> expected_loads_;
   size_t key_count_ = 0;
@@ -196,7 +201,12 @@ class RoutingTable {
 
 inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t destination_count,
                                                 std::vector<double> expected_loads,
-                                                std::span<const TableEntry> entries) {
+                                                std::span<const TableEntry> entries,
+                                                double table_fraction) {
+  if (!(table_fraction >= 0 && table_fraction <= 1)) {
+    return Status::Error("table_fraction = " + std::to_string(table_fraction) +
+                         " is not in [0, 1]");
+  }
   if (expected_loads.size() != destination_count) {
     return Status::Error("expected_loads has " + std::to_string(expected_loads.size()) +
                          " entries, want destination_count = " + std::to_string(destination_count));
@@ -211,6 +221,7 @@ inline Result<RoutingTable> RoutingTable::Build(TableVersion version, uint32_t d
 
   RoutingTable table;
   table.version_ = version;
+  table.table_fraction_ = table_fraction;
   table.destination_count_ = destination_count;
   table.expected_loads_ = std::move(expected_loads);
   table.key_count_ = entries.size();

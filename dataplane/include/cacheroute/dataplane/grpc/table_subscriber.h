@@ -242,7 +242,7 @@ class TableSubscriber {
     const table::TableVersion v = table.version();
     return RoutingTable::Build({.epoch = v.epoch, .number = v.number},
                                static_cast<uint32_t>(options_.destinations.size()),
-                               std::move(loads), entries);
+                               std::move(loads), entries, table.table_fraction());
   }
 
   // Runs inside TableClientState::OnUpdate on the stream thread: install or refuse.
