@@ -224,6 +224,13 @@ TEST_CASE("ChunkAssembler rejects broken chunk sequences and starts over after a
          return std::vector{chunks[0], c};
        },
        "full.version: set in chunk 1"},
+      {"rollout repeated",
+       [&] {
+         v1::TableUpdate c = chunks[1];
+         c.mutable_full()->mutable_rollout()->set_table_fraction(0.5);
+         return std::vector{chunks[0], c};
+       },
+       "full.rollout: set in chunk 1"},
   };
   for (const Case& c : cases) {
     SECTION(c.what) {
