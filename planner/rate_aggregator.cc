@@ -133,6 +133,58 @@ absl::Status RateAggregator::ValidateOptions(const RateAggregatorOptions& option
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::Status ValidateArm(const ArmReport& arm, absl::string_view field) {
+  const uint64_t limit = RateAggregator::kMaxEvidenceCount;
+  for (const auto& [name, value] : {std::pair<const char*, uint64_t>{"requests", arm.requests},
+                                    {"failures", arm.failures},
+                                    {"prompt_tokens", arm.prompt_tokens},
+                                    {"cached_tokens", arm.cached_tokens}}) {
+    if (value > limit) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.%s: must be at most %u, got %u", field, name, limit, value));
+    }
+  }
+  if (arm.failures > arm.requests) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s.failures: %u is more than its requests (%u)", field, arm.failures, arm.requests));
+  }
+  if (arm.cached_tokens > arm.prompt_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.cached_tokens: %u is more than its prompt_tokens (%u)", field,
+                        arm.cached_tokens, arm.prompt_tokens));
+  }
+  const size_t buckets = dataplane::TtftHistogram::kBuckets;
+  if (!arm.ttft_bucket_counts.empty() && arm.ttft_bucket_counts.size() != buckets) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.ttft_bucket_counts: %u counts, want %u (one per bucket) or none",
+                        field, arm.ttft_bucket_counts.size(), buckets));
+  }
+  uint64_t samples = 0;
+  for (uint64_t c : arm.ttft_bucket_counts) samples += std::min(c, limit);
+  if (samples > arm.requests) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.ttft_bucket_counts: %u samples, more than its requests (%u)", field,
+                        samples, arm.requests));
+  }
+  return absl::OkStatus();
+}
+
+dataplane::ArmEvidence ToEvidence(const ArmReport& arm) {
+  dataplane::ArmEvidence out;
+  out.requests = arm.requests;
+  out.failures = arm.failures;
+  out.prompt_tokens = arm.prompt_tokens;
+  out.cached_tokens = arm.cached_tokens;
+  if (!arm.ttft_bucket_counts.empty()) {
+    out.ttft = *dataplane::TtftHistogram::FromCounts(arm.ttft_bucket_counts);
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::Status RateAggregator::ValidateReport(const RateReport& report) {
   if (absl::Status s = GatewayIdError("gateway_id", report.gateway_id); !s.ok()) return s;
   const int64_t start = report.window_start_unix_ms, end = report.window_end_unix_ms;
@@ -148,6 +200,17 @@ absl::Status RateAggregator::ValidateReport(const RateReport& report) {
                         kMaxWindowMs, start, end));
   }
   if (!IsValidCount(report.other_count)) return CountError("other_count", report.other_count);
+  if (report.evidence.has_value()) {
+    const double f = report.evidence->table_fraction;
+    if (!(f >= 0 && f <= 1)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "evidence.table_fraction: must be a number in [0, 1], got %s", FormatNumber(f)));
+    }
+    if (absl::Status s = ValidateArm(report.evidence->table, "evidence.table"); !s.ok()) return s;
+    if (absl::Status s = ValidateArm(report.evidence->control, "evidence.control"); !s.ok()) {
+      return s;
+    }
+  }
   const size_t n = report.counts.size();
   if (n > options_.max_keys_per_report) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -215,6 +278,19 @@ absl::StatusOr<ReportResult> RateAggregator::Apply(const RateReport& report, abs
   ++gateway->second.reports;
 
   unkeyed_pending_ += report.other_count;
+  if (report.evidence.has_value()) {
+    dataplane::Evidence e;
+    e.table = ToEvidence(report.evidence->table);
+    e.control = ToEvidence(report.evidence->control);
+    const double f = report.evidence->table_fraction;
+    auto it = std::find_if(evidence_.begin(), evidence_.end(),
+                           [f](const auto& entry) { return entry.first == f; });
+    if (it == evidence_.end()) {
+      evidence_.emplace_back(f, e);
+    } else {
+      it->second.Merge(e);
+    }
+  }
   const int64_t now_ns = absl::ToUnixNanos(now);
   const std::vector<KeyCountReport>& counts = report.counts;
   const size_t n = counts.size();
@@ -229,6 +305,15 @@ absl::StatusOr<ReportResult> RateAggregator::Apply(const RateReport& report, abs
     }
   }
   return ReportResult{.duplicate = false, .accepted_keys = n};
+}
+
+dataplane::Evidence RateAggregator::TakeEvidence(double table_fraction) {
+  dataplane::Evidence out;
+  for (const auto& [f, e] : evidence_) {
+    if (f == table_fraction) out.Merge(e);
+  }
+  evidence_.clear();
+  return out;
 }
 
 void RateAggregator::CloseInterval(absl::Time now) {

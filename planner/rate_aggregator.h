@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cacheroute/dataplane/arm_evidence.h"
 #include "planner/plan_builder.h"
 
 namespace cacheroute::planner {
@@ -51,6 +52,23 @@ struct KeyCountReport {
 };
 
 // One gateway's report (cacheroute.v1.ReportRatesRequest).
+// One rollout arm's evidence in a report (dataplane/arm_evidence.h, docs/gate.md): failures ≤
+// requests, cached_tokens ≤ prompt_tokens, and ttft_bucket_counts either empty or one count per
+// TtftHistogram bucket, their sum ≤ requests. Every number ≤ kMaxEvidenceCount.
+struct ArmReport {
+  uint64_t requests = 0;
+  uint64_t failures = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  std::vector<uint64_t> ttft_bucket_counts;
+};
+// The window's evidence for the rollout split at table_fraction (in [0, 1]).
+struct EvidenceReport {
+  double table_fraction = 1.0;
+  ArmReport table;
+  ArmReport control;
+};
+
 struct RateReport {
   std::string gateway_id;  // non-empty, ≤ 128 bytes
   uint64_t sequence = 0;   // increases by one per report from this gateway
@@ -58,6 +76,7 @@ struct RateReport {
   int64_t window_end_unix_ms = 0;      // > start; the window is at most 1 hour
   std::vector<KeyCountReport> counts;  // each key_id at most once; ≤ max_keys_per_report entries
   double other_count = 0;  // requests for keys not listed one by one; like KeyCountReport::count
+  std::optional<EvidenceReport> evidence;  // the rollout gate's, when the gateway sends it
 };
 
 struct ReportResult {
@@ -90,6 +109,8 @@ class RateAggregator {
   static constexpr size_t kMaxKeyBytes = 256;
   static constexpr size_t kMaxGatewayIdBytes = 128;
   static constexpr int64_t kMaxWindowMs = 3600 * 1000;
+  // Largest request or token count of one arm in one report (sums stay far from overflow).
+  static constexpr uint64_t kMaxEvidenceCount = uint64_t{1} << 50;
 
   // Everything needed to continue exactly where Export was called: a plain value the service
   // serialises. Restore accepts the keys and gateways in any order.
@@ -150,6 +171,11 @@ class RateAggregator {
   // Ascending by gateway_id.
   std::vector<GatewayInfo> Gateways() const;
 
+  // The rollout evidence applied since the last TakeEvidence for the split at table_fraction,
+  // merged exactly over reports (each applied once: duplicates add nothing), and forgets all of
+  // it: evidence of any other split belongs to an old table and is dropped.
+  dataplane::Evidence TakeEvidence(double table_fraction);
+
   State Export() const;
   // InvalidArgument naming the field and value for invalid options, a time that is not finite
   // (or outside the years 1678 to 2262), a rate or pending count that is negative or not finite,
@@ -187,6 +213,8 @@ class RateAggregator {
   absl::flat_hash_map<std::string, GatewayEntry> gateways_;
   std::vector<SeenSlot> seen_;
   uint32_t seen_generation_ = 0;
+  // Evidence since the last TakeEvidence, by the split it was measured at (few entries).
+  std::vector<std::pair<double, dataplane::Evidence>> evidence_;
 };
 
 }  // namespace cacheroute::planner

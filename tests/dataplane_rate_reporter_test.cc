@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cacheroute/dataplane/grpc/rate_reporter.h"
+#include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
 #include "support/temp_dir.h"
@@ -77,6 +78,50 @@ TEST_CASE("a report carries the hot keys and the cold tail, and the planner plan
   // The 40 cold keys were folded into other_count, which the planner counts as cold tail.
   CHECK(status.cold_tail_rate() > 0);
   CHECK(status.total_rate() > status.cold_tail_rate());
+}
+
+TEST_CASE("a report carries the window's rollout evidence, and the planner takes it once") {
+  InProcessPlanner planner(PlannerConfig());
+  RateRecorder recorder({.max_keys = 64});
+  EvidenceRecorder evidence;
+  int64_t now_ms = 1'800'000'000'000;
+  RateReporterOptions options = Options(&now_ms);
+  options.evidence = &evidence;
+  RateReporter reporter(planner.NewChannel(), recorder, options);
+
+  // A split that changes mid-window keeps only the new split's evidence.
+  evidence.Record(0.05, Arm::kTable, 0.1, false, 100, 50);
+  for (int i = 0; i < 30; ++i) {
+    recorder.Record(KeyId("k" + std::to_string(i)));
+    evidence.Record(0.2, i % 3 == 0 ? Arm::kTable : Arm::kControl, 0.01 * i, i == 7, 100, 40);
+  }
+  evidence.Record(0.2, Arm::kControl, std::nullopt, true, 0, 0);  // nothing came back
+  now_ms += 10'000;
+  REQUIRE(reporter.ReportOnce().ok);
+  // An evidence-only window is reported too (its requests were counted in an earlier window).
+  evidence.Record(0.2, Arm::kTable, 0.5, false, 10, 10);
+  now_ms += 10'000;
+  REQUIRE(reporter.ReportOnce().ok);
+  CHECK(reporter.Stats().reports_sent == 2);
+
+  CHECK(planner.core().TakeEvidence(0.05).table.requests == 0);  // dropped: another split
+  // Taking evidence forgets all of it, so take the 0.2 split from a fresh report pair.
+  evidence.Record(0.2, Arm::kTable, 0.5, false, 10, 10);
+  for (int i = 0; i < 30; ++i) {
+    evidence.Record(0.2, i % 3 == 0 ? Arm::kTable : Arm::kControl, 0.01 * i, i == 7, 100, 40);
+  }
+  evidence.Record(0.2, Arm::kControl, std::nullopt, true, 0, 0);
+  now_ms += 10'000;
+  REQUIRE(reporter.ReportOnce().ok);
+  const Evidence merged = planner.core().TakeEvidence(0.2);
+  CHECK(merged.table.requests == 11);  // i = 0, 3, … 27, and the 0.5 s one
+  CHECK(merged.control.requests == 21);
+  CHECK(merged.control.failures == 2);  // i = 7 and the one without a TTFT
+  CHECK(merged.control.ttft.count() == 20);
+  CHECK(merged.table.ttft.count() == 11);
+  CHECK(merged.table.prompt_tokens == 10 * 100 + 10);
+  CHECK(merged.table.cached_tokens == 10 * 40 + 10);
+  CHECK(planner.core().TakeEvidence(0.2).table.requests == 0);
 }
 
 TEST_CASE("sequences go up by one per report") {

@@ -99,7 +99,9 @@ TEST_CASE("A rollout's control arm routes its keys by power of two, off the tabl
   auto built = RoutingTable::Build({1, 1}, 8, std::vector<double>(8, 1.0), entries, 0.3);
   REQUIRE(built.ok());
   CHECK(built->table_fraction() == 0.3);
+  CHECK(router.table_fraction() == 1.0);  // no table yet
   REQUIRE(router.Install(std::make_shared<const RoutingTable>(*std::move(built)), clock.Now()).ok);
+  CHECK(router.table_fraction() == 0.3);
 
   int table_arm = 0;
   std::set<uint32_t> control_destinations;

@@ -5,6 +5,7 @@
 #include "planner/rate_aggregator.h"
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -505,6 +506,101 @@ TEST_CASE("Restore rejects an invalid state, naming the field and value") {
 // Not run by default (`rate_aggregator_test "[.benchmark]"` runs it): prints the cost of Apply per
 // entry for a steady state of `keys` known keys and reports of 100,000 random ones of them. Prints
 // figures only; asserts nothing about time.
+// An arm report whose TTFT samples are `ttft` (seconds), one request each, plus `extra` requests
+// without a TTFT; `failed` of them failed.
+ArmReport Arm(const std::vector<double>& ttft, uint64_t extra, uint64_t failed, uint64_t prompt,
+              uint64_t cached) {
+  dataplane::TtftHistogram h;
+  for (double t : ttft) h.Observe(t);
+  ArmReport arm;
+  arm.requests = ttft.size() + extra;
+  arm.failures = failed;
+  arm.prompt_tokens = prompt;
+  arm.cached_tokens = cached;
+  arm.ttft_bucket_counts.assign(h.counts().begin(), h.counts().end());
+  return arm;
+}
+
+TEST_CASE("per-arm evidence from several gateways merges exactly, once per report") {
+  const absl::Time t0 = absl::FromUnixSeconds(1'700'000'000);
+  RateAggregator aggregator(RateAggregatorOptions{}, t0);
+  std::mt19937_64 random(7);
+  std::uniform_real_distribution<double> seconds(0.0, 3.0);
+  dataplane::Evidence expected;
+  for (int g = 0; g < 3; ++g) {
+    for (uint64_t seq = 1; seq <= 4; ++seq) {
+      std::vector<double> table_ttft(20 + g), control_ttft(10 + seq);
+      for (double& t : table_ttft) t = seconds(random);
+      for (double& t : control_ttft) t = seconds(random);
+      RateReport report = Report("gw-" + std::to_string(g), seq, {{1, 5}});
+      report.evidence = EvidenceReport{.table_fraction = 0.2,
+                                       .table = Arm(table_ttft, 2, 1, 1000, 600),
+                                       .control = Arm(control_ttft, 0, 0, 500, 100)};
+      MustApply(aggregator, report, t0);
+      CHECK(MustApply(aggregator, report, t0).duplicate);  // a retry adds nothing
+      for (double t : table_ttft) expected.table.ttft.Observe(t);
+      for (double t : control_ttft) expected.control.ttft.Observe(t);
+      expected.table.requests += table_ttft.size() + 2;
+      expected.table.failures += 1;
+      expected.table.prompt_tokens += 1000;
+      expected.table.cached_tokens += 600;
+      expected.control.requests += control_ttft.size();
+      expected.control.prompt_tokens += 500;
+      expected.control.cached_tokens += 100;
+    }
+  }
+  // Evidence of another split (an older table) is dropped.
+  RateReport old = Report("gw-9", 1, {{1, 5}});
+  old.evidence = EvidenceReport{.table_fraction = 0.05, .table = Arm({9.0}, 0, 0, 0, 0)};
+  MustApply(aggregator, old, t0);
+
+  const dataplane::Evidence merged = aggregator.TakeEvidence(0.2);
+  CHECK(merged.table.requests == expected.table.requests);
+  CHECK(merged.table.failures == expected.table.failures);
+  CHECK(merged.table.prompt_tokens == expected.table.prompt_tokens);
+  CHECK(merged.table.cached_tokens == expected.table.cached_tokens);
+  CHECK(merged.table.ttft.counts() == expected.table.ttft.counts());
+  CHECK(merged.control.requests == expected.control.requests);
+  CHECK(merged.control.ttft.counts() == expected.control.ttft.counts());
+  CHECK(aggregator.TakeEvidence(0.2).table.requests == 0);  // taken
+}
+
+TEST_CASE("invalid evidence is rejected, naming the field and value, and applies nothing") {
+  const absl::Time t0 = absl::FromUnixSeconds(1'700'000'000);
+  RateAggregator aggregator(RateAggregatorOptions{}, t0);
+  struct Case {
+    std::function<void(EvidenceReport&)> mutate;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {[](EvidenceReport& e) { e.table_fraction = 1.5; },
+       "evidence.table_fraction: must be a number in [0, 1], got 1.5"},
+      {[](EvidenceReport& e) { e.table.failures = e.table.requests + 1; },
+       "evidence.table.failures: 4 is more than its requests (3)"},
+      {[](EvidenceReport& e) { e.control.cached_tokens = 11; },
+       "evidence.control.cached_tokens: 11 is more than its prompt_tokens (10)"},
+      {[](EvidenceReport& e) { e.table.ttft_bucket_counts.resize(5); },
+       "evidence.table.ttft_bucket_counts: 5 counts, want 22 (one per bucket) or none"},
+      {[](EvidenceReport& e) { e.table.ttft_bucket_counts[0] += 5; },
+       "evidence.table.ttft_bucket_counts: 8 samples, more than its requests (3)"},
+      {[](EvidenceReport& e) { e.control.requests = uint64_t{1} << 60; },
+       "evidence.control.requests: must be at most"},
+  };
+  for (const Case& c : cases) {
+    RateReport report = Report("gw", 1, {{1, 5}});
+    EvidenceReport e{.table_fraction = 0.2,
+                     .table = Arm({0.1, 0.2, 0.3}, 0, 0, 10, 5),
+                     .control = Arm({0.1}, 0, 0, 10, 5)};
+    c.mutate(e);
+    report.evidence = e;
+    absl::StatusOr<ReportResult> result = aggregator.Apply(report, t0);
+    REQUIRE_FALSE(result.ok());
+    CHECK_THAT(std::string(result.status().message()), Catch::Contains(c.message));
+  }
+  CHECK(aggregator.TakeEvidence(0.2).table.requests == 0);
+  CHECK(aggregator.Gateways().empty());
+}
+
 TEST_CASE("benchmark: Apply cost per entry", "[.benchmark]") {
   for (size_t keys : {size_t{128'824}, size_t{1'000'000}, size_t{10'000'000}}) {
     RateAggregator aggregator({}, kT0);

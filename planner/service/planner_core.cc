@@ -146,6 +146,11 @@ absl::Status PlannerCore::RestoreLocked(const v1::PlannerState& state) {
   return absl::OkStatus();
 }
 
+dataplane::Evidence PlannerCore::TakeEvidence(double table_fraction) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rates_.TakeEvidence(table_fraction);
+}
+
 absl::StatusOr<planner::ReportResult> PlannerCore::ReportRates(const planner::RateReport& report) {
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<planner::ReportResult> result = rates_.Apply(report, clock_->Now());

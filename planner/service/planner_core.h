@@ -59,6 +59,9 @@ class PlannerCore {
 
   // Rates. InvalidArgument (naming the field) leaves everything unchanged.
   absl::StatusOr<planner::ReportResult> ReportRates(const planner::RateReport& report);
+  // The rollout evidence reported since the last call, for the split at table_fraction, merged
+  // over gateways (RateAggregator::TakeEvidence). The rollout gate's input (docs/gate.md).
+  dataplane::Evidence TakeEvidence(double table_fraction);
 
   // One planning step now: closes the rate interval, plans, publishes if the routing changed,
   // persists. Also what the control-interval ticker calls.

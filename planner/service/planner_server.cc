@@ -64,6 +64,19 @@ planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
     if (in.has_prompt_tokens()) out.prompt_tokens = in.prompt_tokens();
     out.key = in.key();
   }
+  if (request.has_evidence()) {
+    const v1::GateEvidence& in = request.evidence();
+    planner::EvidenceReport& out = report.evidence.emplace();
+    out.table_fraction = in.table_fraction();
+    for (auto [from, to] : {std::pair{&in.table(), &out.table}, {&in.control(), &out.control}}) {
+      to->requests = from->requests();
+      to->failures = from->failures();
+      to->prompt_tokens = from->prompt_tokens();
+      to->cached_tokens = from->cached_tokens();
+      to->ttft_bucket_counts.assign(from->ttft_bucket_counts().begin(),
+                                    from->ttft_bucket_counts().end());
+    }
+  }
   return report;
 }
 

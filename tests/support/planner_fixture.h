@@ -56,6 +56,7 @@ class InProcessPlanner {
   }
   void Stop() { server_.reset(); }
   bool running() const { return server_ != nullptr; }
+  service::PlannerCore& core() { return server_->core(); }
 
   std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
   std::shared_ptr<grpc::Channel> NewChannel() const {

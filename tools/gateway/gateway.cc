@@ -513,6 +513,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
     report_options.gateway_id = config.gateway_id;
     report_options.interval = absl::ToChronoMilliseconds(config.report_interval);
     report_options.bearer_token = token;
+    report_options.evidence = &gateway->evidence_;
     gateway->reporter_ = std::make_unique<dataplane::RateReporter>(channel, gateway->recorder_,
                                                                    std::move(report_options));
     if (dataplane::Status s = gateway->reporter_->Start(); !s.ok) {
@@ -703,18 +704,36 @@ asio::awaitable<void> Gateway::HandleCompletion(http::Exchange& x, Endpoint endp
     header.emplace(it->value().data(), it->value().size());
   }
   std::shared_ptr<const Members> members = ThreadMembers();
-  dataplane::InFlight in_flight = Route(RoutingKey(config_.key_from, header, fields), *members);
+  const std::optional<std::string> key = RoutingKey(config_.key_from, header, fields);
+  dataplane::InFlight in_flight = Route(key, *members);
   const uint32_t d = in_flight.destination();
+  const dataplane::Reason reason = in_flight.reason();
   // Routed to an index this thread's snapshot does not have yet: the membership just changed.
   if (in_flight.ok() && MemberAt(*members, d) == nullptr) members = ThreadMembers();
   const Member* member = in_flight.ok() ? MemberAt(*members, d) : nullptr;
+  Outcome outcome;
   if (member == nullptr) {
     co_await SendError(x, 503, "no upstream is up", "service_unavailable");
     Finish(endpoint, 503, start);
+    if (key.has_value()) RecordEvidence(reason, 503, outcome);
     co_return;
   }
-  const int status = co_await Forward(x, d, *member, std::move(in_flight), start);
+  const int status = co_await Forward(x, d, *member, std::move(in_flight), start, &outcome);
   Finish(endpoint, status, start);
+  if (key.has_value()) RecordEvidence(reason, status, outcome);
+}
+
+void Gateway::RecordEvidence(dataplane::Reason reason, int status, const Outcome& outcome) {
+  const double table_fraction = router_.table_fraction();
+  if (table_fraction >= 1) return;
+  const dataplane::Arm arm =
+      reason == dataplane::Reason::kControlArm ? dataplane::Arm::kControl : dataplane::Arm::kTable;
+  uint64_t prompt = 0, cached = 0;
+  if (outcome.usage.has_value() && outcome.usage->cached_tokens.has_value()) {
+    prompt = outcome.usage->prompt_tokens;
+    cached = *outcome.usage->cached_tokens;
+  }
+  evidence_.Record(table_fraction, arm, outcome.ttft_seconds, status >= 500, prompt, cached);
 }
 
 asio::awaitable<void> Gateway::HandleModels(http::Exchange& x) {
@@ -735,7 +754,8 @@ asio::awaitable<void> Gateway::HandleModels(http::Exchange& x) {
 }
 
 asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d, const Member& member,
-                                      dataplane::InFlight in_flight, SteadyTime start) {
+                                      dataplane::InFlight in_flight, SteadyTime start,
+                                      Outcome* outcome) {
   const auto executor = co_await asio::this_coro::executor;
   Destination& destination = destinations_[d];
   const bool planned = in_flight.planned();
@@ -908,7 +928,13 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d, const Membe
     if (got > 0) {
       const absl::string_view bytes(chunk.get(), got);
       if (streamed) {
-        if (first) destination.ttft.Observe(std::chrono::steady_clock::now() - start);
+        if (first) {
+          const auto ttft = std::chrono::steady_clock::now() - start;
+          destination.ttft.Observe(ttft);
+          if (outcome != nullptr) {
+            outcome->ttft_seconds = std::chrono::duration<double>(ttft).count();
+          }
+        }
         first = false;
         usage.Feed(bytes);
         if (!co_await x.SendChunk(std::string_view(bytes.data(), bytes.size()))) client_gone = true;
@@ -934,13 +960,21 @@ asio::awaitable<int> Gateway::Forward(http::Exchange& x, uint32_t d, const Membe
     done();
     if (!broken && !client_gone) co_await x.EndStream();
     if (usage.usage()) RecordUsage(d, planned, *usage.usage());
+    if (outcome != nullptr) outcome->usage = usage.usage();
   } else if (broken) {
     done();
         co_await SendError(x, 502, absl::StrCat(who(), " failed: the response body broke off"),
                        "upstream_error", member.name);
   } else {
     if (absl::StrContains(body, "\"usage\"")) {
-      if (std::optional<Usage> u = ReadUsage(body); u.has_value()) RecordUsage(d, planned, *u);
+      if (std::optional<Usage> u = ReadUsage(body); u.has_value()) {
+        RecordUsage(d, planned, *u);
+        if (outcome != nullptr) outcome->usage = u;
+      }
+    }
+    if (outcome != nullptr) {
+      outcome->ttft_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     http::Response response{static_cast<bhttp::status>(status), x.request().version()};
     response.base() = std::move(header);
@@ -972,7 +1006,7 @@ void Gateway::RecordUsage(uint32_t d, bool planned, const Usage& usage) {
   Destination& destination = destinations_[d];
   destination.prompt_tokens[planned].fetch_add(usage.prompt_tokens, std::memory_order_relaxed);
   destination.cached_tokens[planned].fetch_add(*usage.cached_tokens, std::memory_order_relaxed);
-  // The fleet simulator's memory (tools/sim/fleet.cc): an exponential window of ~1,000 answers.
+  // The fleet simulator's memory (tools/eval/sim/fleet.cc): an exponential window of ~1,000 answers.
   constexpr double kKeep = 1 - 1.0 / 1000;
   double hit;
   {

@@ -36,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
+#include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/grpc/rate_reporter.h"
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
 #include "cacheroute/dataplane/policies.h"
@@ -121,11 +122,20 @@ class Gateway {
   http::asio::awaitable<void> Handle(http::Exchange& x);
   http::asio::awaitable<void> HandleCompletion(http::Exchange& x, Endpoint endpoint);
   http::asio::awaitable<void> HandleModels(http::Exchange& x);
-  // Sends the exchange's request to `d` (`member`) and its answer back. Releases `in_flight` at
-  // the end.
+  // What Forward saw of the answer, for the rollout evidence.
+  struct Outcome {
+    std::optional<double> ttft_seconds;  // to the first body byte of a stream; a unary answer's
+                                         // whole time (its client sees nothing before)
+    std::optional<Usage> usage;
+  };
+  // Sends the exchange's request to `d` (`member`) and its answer back, filling `outcome`.
+  // Releases `in_flight` at the end.
   http::asio::awaitable<int> Forward(http::Exchange& x, uint32_t d, const Member& member,
                                      dataplane::InFlight in_flight,
-                                     std::chrono::steady_clock::time_point start);
+                                     std::chrono::steady_clock::time_point start,
+                                     Outcome* outcome = nullptr);
+  // Adds a finished keyed request to the rollout evidence when the table has a rollout.
+  void RecordEvidence(dataplane::Reason reason, int status, const Outcome& outcome);
   // An OpenAI-style error answer; with `destination`, naming it in X-CacheRoute-Destination.
   http::asio::awaitable<void> SendError(http::Exchange& x, int status, absl::string_view message,
                                         absl::string_view type,
@@ -170,6 +180,7 @@ class Gateway {
   dataplane::SeededRandom random_;
   dataplane::Router router_;
   dataplane::RateRecorder recorder_;
+  dataplane::EvidenceRecorder evidence_;  // drained into the rate reports
 
   mutable std::mutex members_mu_;           // guards members_
   std::shared_ptr<const Members> members_;  // the control snapshot

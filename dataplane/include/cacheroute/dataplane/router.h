@@ -314,6 +314,7 @@ class Router {
       InstallLocked(std::move(table), now);
     } else {
       current_.store(-1, std::memory_order_seq_cst);
+      table_fraction_.store(1.0, std::memory_order_relaxed);
     }
     return Status::Ok();
   }
@@ -335,6 +336,7 @@ class Router {
     }
     tables_[target] = std::move(table);  // drops an old table here, off the request path
     installed_version_ = tables_[target]->version();
+    table_fraction_.store(tables_[target]->table_fraction(), std::memory_order_relaxed);
     installed_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     refreshed_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     current_.store(target, std::memory_order_seq_cst);
@@ -399,6 +401,10 @@ class Router {
 
   // This Router's blended loads and health, as policies see them.
   const LoadView& loads() const { return loads_; }
+
+  // The installed table's rollout share of keys on the table arm (1 without a table or rollout).
+  // Request path: one relaxed load.
+  double table_fraction() const { return table_fraction_.load(std::memory_order_relaxed); }
 
   // The installed table (nullptr before the first Install). Control path: takes the install lock.
   std::shared_ptr<const RoutingTable> table() const {
@@ -911,6 +917,7 @@ class Router {
   // tables_[s] is written only by Install, while slot s is not current and has no reader.
   std::array<std::shared_ptr<const RoutingTable>, kTableSlots> tables_;
   std::atomic<int> current_{-1};  // index into tables_, -1 before the first Install
+  std::atomic<double> table_fraction_{1.0};  // of the installed table
   std::atomic<Duration::rep> installed_at_{0};
   std::atomic<Duration::rep> refreshed_at_{0};
 

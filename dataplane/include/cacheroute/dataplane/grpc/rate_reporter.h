@@ -31,10 +31,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/status.h"
 #include "cacheroute/v1/rates.grpc.pb.h"
@@ -49,6 +51,8 @@ struct RateReporterOptions {
   std::chrono::milliseconds rpc_timeout{5000};
   // Sent as "authorization: Bearer <token>" when non-empty.
   std::string bearer_token;
+  // When set, each report carries the rollout evidence drained from it (evidence_recorder.h).
+  EvidenceRecorder* evidence = nullptr;
   // Wall-clock milliseconds since the Unix epoch, for window times and the first sequence.
   // Injected for tests; the default reads std::chrono::system_clock.
   std::function<int64_t()> now_unix_ms;
@@ -113,7 +117,9 @@ class RateReporter {
   Status ReportOnce() {
     if (Status s = Validate(); !s.ok) return s;
     std::lock_guard<std::mutex> send_lock(send_mu_);
-    Enqueue(recorder_.Drain());
+    std::optional<WindowEvidence> evidence;
+    if (options_.evidence != nullptr) evidence = options_.evidence->Drain();
+    Enqueue(recorder_.Drain(), evidence);
     while (true) {
       v1::ReportRatesRequest request;
       {
@@ -167,10 +173,10 @@ class RateReporter {
     return Status::Ok();
   }
 
-  void Enqueue(const RateSnapshot& snapshot) {
+  void Enqueue(const RateSnapshot& snapshot, const std::optional<WindowEvidence>& evidence) {
     // An empty window is not worth a report (the planner's estimate decays by itself), and while
     // the planner is away empty reports would only push real ones out of the bounded queue.
-    if (snapshot.total == 0) return;
+    if (snapshot.total == 0 && !evidence.has_value()) return;
     const int64_t end_ms = options_.now_unix_ms();
     v1::ReportRatesRequest request;
     request.set_gateway_id(options_.gateway_id);
@@ -186,6 +192,21 @@ class RateReporter {
       out->set_count(static_cast<double>(k.count));
     }
     request.set_other_count(static_cast<double>(snapshot.other_count));
+    if (evidence.has_value()) {
+      v1::GateEvidence* out = request.mutable_evidence();
+      out->set_table_fraction(evidence->table_fraction);
+      for (auto [arm, to] : {std::pair{&evidence->evidence.table, out->mutable_table()},
+                             {&evidence->evidence.control, out->mutable_control()}}) {
+        to->set_requests(arm->requests);
+        to->set_failures(arm->failures);
+        to->set_prompt_tokens(arm->prompt_tokens);
+        to->set_cached_tokens(arm->cached_tokens);
+        if (arm->ttft.count() > 0) {
+          to->mutable_ttft_bucket_counts()->Add(arm->ttft.counts().begin(),
+                                                arm->ttft.counts().end());
+        }
+      }
+    }
     std::lock_guard<std::mutex> lock(mu_);
     request.set_sequence(next_sequence_++);
     stats_.last_sequence = request.sequence();
