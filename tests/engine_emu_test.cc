@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "tests/support/temp_dir.h"
-#include "tools/engine_emu/server.h"
-#include "tools/engine_emu/tokenizer.h"
-#include "tools/workload/json_line.h"
+#include "tools/eval/engine_emu/server.h"
+#include "tools/eval/engine_emu/tokenizer.h"
+#include "tools/eval/workload/json_line.h"
 
 namespace cacheroute::engine_emu {
 namespace {

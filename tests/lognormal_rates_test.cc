@@ -1,5 +1,6 @@
-// Tests for tools/workload/lognormal_rates: the seeded generator and the distribution statistics.
-#include "tools/workload/lognormal_rates.h"
+// Tests for tools/eval/workload/lognormal_rates: the seeded generator and the distribution
+// statistics.
+#include "tools/eval/workload/lognormal_rates.h"
 
 #include <catch2/catch.hpp>
 #include <numeric>

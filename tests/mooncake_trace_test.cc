@@ -1,15 +1,15 @@
-// Tests for tools/workload/mooncake and json_line: reading Mooncake-format JSONL traces (keys from
-// hash ids, errors naming the line and field), rescaling, the write/read round trip, and the trace
-// statistics (distinct keys, token-weighted prefix reuse). Every file is written by the test.
+// Tests for tools/eval/workload/mooncake and json_line: reading Mooncake-format JSONL traces (keys
+// from hash ids, errors naming the line and field), rescaling, the write/read round trip, and the
+// trace statistics (distinct keys, token-weighted prefix reuse). Every file is written by the test.
 #include <catch2/catch.hpp>
 #include <sstream>
 #include <string>
 
 #include "tests/support/temp_dir.h"
-#include "tools/workload/json_line.h"
-#include "tools/workload/mooncake.h"
-#include "tools/workload/workload.h"
-#include "tools/workload/workload_stats.h"
+#include "tools/eval/workload/json_line.h"
+#include "tools/eval/workload/mooncake.h"
+#include "tools/eval/workload/workload.h"
+#include "tools/eval/workload/workload_stats.h"
 
 namespace cacheroute::workload {
 namespace {

@@ -1,4 +1,4 @@
-// Tests for tools/replay/compare: reading replay reports back, the side-by-side table, the
+// Tests for tools/eval/replay/compare: reading replay reports back, the side-by-side table, the
 // Markdown report and the SVG charts, and the real cacheroute-replay-compare binary's exit codes.
 #include <catch2/catch.hpp>
 #include <string>
@@ -6,8 +6,8 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
-#include "tools/replay/compare.h"
-#include "tools/replay/replay.h"
+#include "tools/eval/replay/compare.h"
+#include "tools/eval/replay/replay.h"
 
 namespace cacheroute::replay {
 namespace {

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "tests/support/temp_dir.h"
-#include "tools/engine_emu/server.h"
-#include "tools/replay/replay.h"
-#include "tools/workload/json_line.h"
-#include "tools/workload/mooncake.h"
-#include "tools/workload/workload.h"
+#include "tools/eval/engine_emu/server.h"
+#include "tools/eval/replay/replay.h"
+#include "tools/eval/workload/json_line.h"
+#include "tools/eval/workload/mooncake.h"
+#include "tools/eval/workload/workload.h"
 
 namespace cacheroute::replay {
 namespace {

@@ -1,12 +1,12 @@
-// Tests for tools/sim/calibration: the closed-loop benchmark simulation (hand-checked at
+// Tests for tools/eval/sim/calibration: the closed-loop benchmark simulation (hand-checked at
 // concurrency 1), the shipped 70B profile against the NIM benchmark it is fitted to (the figures of
 // docs/references.md, copied here as literals), and the decode-line fit recovering a
 // line it generated itself.
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "tools/sim/calibration.h"
-#include "tools/sim/engine_profile.h"
+#include "tools/eval/sim/calibration.h"
+#include "tools/eval/sim/engine_profile.h"
 
 namespace cacheroute::sim {
 namespace {

@@ -1,11 +1,11 @@
-// The SLO-capacity knee and its Student-t interval (tools/sim/study/capacity.h) against hand-worked
-// cases: the largest passing load counts, the 5% failure gate, left and right censoring, and the
-// 95% half-width for n = 1, 3 and 5.
+// The SLO-capacity knee and its Student-t interval (tools/eval/sim/study/capacity.h) against
+// hand-worked cases: the largest passing load counts, the 5% failure gate, left and right
+// censoring, and the 95% half-width for n = 1, 3 and 5.
 #include <cmath>
 #include <vector>
 
 #include "catch2/catch.hpp"
-#include "tools/sim/study/capacity.h"
+#include "tools/eval/sim/study/capacity.h"
 
 namespace cacheroute::sim::study {
 namespace {

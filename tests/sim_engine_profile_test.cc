@@ -1,10 +1,10 @@
-// Tests for tools/sim/engine_profile: the profiles reproduce the measurements they were calibrated
-// from (docs/references.md, copied here as literals), and bad profiles are rejected.
+// Tests for tools/eval/sim/engine_profile: the profiles reproduce the measurements they were
+// calibrated from (docs/references.md, copied here as literals), and bad profiles are rejected.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
-#include "tools/sim/engine_profile.h"
+#include "tools/eval/sim/engine_profile.h"
 
 namespace cacheroute::sim {
 namespace {

@@ -1,12 +1,12 @@
-// Tests for tools/sim/engine: latencies of simple schedules worked out by hand from the profile's
-// formula, chunked prefill, admission limits (KV, running sequences, queue cap), timeouts and
-// determinism.
+// Tests for tools/eval/sim/engine: latencies of simple schedules worked out by hand from the
+// profile's formula, chunked prefill, admission limits (KV, running sequences, queue cap), timeouts
+// and determinism.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "tools/sim/engine.h"
+#include "tools/eval/sim/engine.h"
 
 namespace cacheroute::sim {
 namespace {

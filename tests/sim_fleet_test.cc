@@ -1,6 +1,7 @@
-// Tests for tools/sim/fleet: determinism, each policy's routing as seen in the dispatch records
-// (Sticky pins keys; CacheRoute routes admitted keys into their planned sets once a plan exists),
-// metric accounting against the engines' own counters, failures, ablations and config errors.
+// Tests for tools/eval/sim/fleet: determinism, each policy's routing as seen in the dispatch
+// records (Sticky pins keys; CacheRoute routes admitted keys into their planned sets once a plan
+// exists), metric accounting against the engines' own counters, failures, ablations and config
+// errors.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdio>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "cacheroute/dataplane/key_id.h"
-#include "tools/sim/fleet.h"
+#include "tools/eval/sim/fleet.h"
 
 namespace cacheroute::sim {
 namespace {

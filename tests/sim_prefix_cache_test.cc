@@ -1,11 +1,11 @@
-// Tests for tools/sim/prefix_cache: vLLM's prefix-caching rules on hand-worked cases. Block
+// Tests for tools/eval/sim/prefix_cache: vLLM's prefix-caching rules on hand-worked cases. Block
 // numbers in the comments are indices into the cache; a fresh cache's free queue is 0, 1, 2, ...
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
 
-#include "tools/sim/prefix_cache.h"
+#include "tools/eval/sim/prefix_cache.h"
 
 namespace cacheroute::sim {
 namespace {

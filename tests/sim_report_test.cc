@@ -1,4 +1,4 @@
-// The study report (tools/sim/study/report.h) on hand-made results: every file is written,
+// The study report (tools/eval/sim/study/report.h) on hand-made results: every file is written,
 // summary.json parses and holds the numbers worked out by hand, the SVGs are balanced XML with one
 // polyline per policy, the CSV has a header and one row per run, and the Markdown table marks
 // censoring.
@@ -9,7 +9,7 @@
 #include "catch2/catch.hpp"
 #include "tests/support/json_reader.h"
 #include "tests/support/temp_dir.h"
-#include "tools/sim/study/report.h"
+#include "tools/eval/sim/study/report.h"
 
 namespace cacheroute::sim::study {
 namespace {

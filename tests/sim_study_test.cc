@@ -1,7 +1,7 @@
-// The study layer (tools/sim/study/study.h, fleet_runner.h): the built-in studies, study files,
-// flag lists, the drift walk and churn, the whale injection, the trace-driven study (on a small
-// trace written here), and that a sweep's result does not depend on the number of threads, with a
-// fake run function and with the real fleet.
+// The study layer (tools/eval/sim/study/study.h, fleet_runner.h): the built-in studies, study
+// files, flag lists, the drift walk and churn, the whale injection, the trace-driven study (on a
+// small trace written here), and that a sweep's result does not depend on the number of threads,
+// with a fake run function and with the real fleet.
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -12,9 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "catch2/catch.hpp"
 #include "tests/support/temp_dir.h"
-#include "tools/sim/study/capacity.h"
-#include "tools/sim/study/fleet_runner.h"
-#include "tools/sim/study/study.h"
+#include "tools/eval/sim/study/capacity.h"
+#include "tools/eval/sim/study/fleet_runner.h"
+#include "tools/eval/sim/study/study.h"
 
 namespace cacheroute::sim::study {
 namespace {

@@ -1,6 +1,6 @@
-// Tests for tools/workload: the semi-synthetic generator reproduces the paper's Table 6 figures
-// (measured on the requests it emits), is deterministic per seed, keeps hash ids chained, and its
-// arrival processes have the burstiness they are asked for.
+// Tests for tools/eval/workload: the semi-synthetic generator reproduces the paper's Table 6
+// figures (measured on the requests it emits), is deterministic per seed, keeps hash ids chained,
+// and its arrival processes have the burstiness they are asked for.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "tools/workload/arrivals.h"
-#include "tools/workload/workload.h"
-#include "tools/workload/workload_stats.h"
+#include "tools/eval/workload/arrivals.h"
+#include "tools/eval/workload/workload.h"
+#include "tools/eval/workload/workload_stats.h"
 
 namespace cacheroute::workload {
 namespace {

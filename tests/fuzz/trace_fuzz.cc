@@ -1,5 +1,5 @@
-// Fuzz target: Mooncake-format trace lines (tools/workload/mooncake.h, ReadMooncakeTrace) and the
-// strict JSON line reader under them (json_line.h, ParseJson), both fed the same bytes.
+// Fuzz target: Mooncake-format trace lines (tools/eval/workload/mooncake.h, ReadMooncakeTrace) and
+// the strict JSON line reader under them (json_line.h, ParseJson), both fed the same bytes.
 // Invariants: ParseJson accepts or names a column, never nests past kMaxJsonDepth, and what it
 // reads as a string survives JsonQuote → ParseJson; an accepted trace is ordered by arrival with
 // finite times >= 0, and writing it (WriteMooncakeTrace) reads back to the same requests.
@@ -11,9 +11,9 @@
 #include <string_view>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "tools/workload/json_line.h"
-#include "tools/workload/mooncake.h"
-#include "tools/workload/workload.h"
+#include "tools/eval/workload/json_line.h"
+#include "tools/eval/workload/mooncake.h"
+#include "tools/eval/workload/workload.h"
 
 namespace {
 

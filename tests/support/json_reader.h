@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "tools/workload/json_line.h"
+#include "tools/eval/workload/json_line.h"
 
 namespace cacheroute::client::testing {
 

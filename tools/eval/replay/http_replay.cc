@@ -1,0 +1,308 @@
+// See http_replay.h.
+#include "tools/eval/replay/http_replay.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "tools/eval/workload/json_line.h"
+
+namespace cacheroute::replay {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using workload::JsonValue;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+constexpr std::string_view kWords[64] = {
+    "able", "about", "above", "after", "again", "air",  "all",  "also", "and",  "any",  "area",
+    "back", "base",  "best",  "blue",  "book",  "both", "call", "case", "city", "cold", "come",
+    "data", "day",   "deep",  "door",  "down",  "each", "east", "even", "face", "fact", "far",
+    "fast", "file",  "fire",  "form",  "free",  "full", "game", "give", "good", "hand", "hard",
+    "head", "help",  "high",  "home",  "idea",  "just", "keep", "kind", "land", "last", "line",
+    "long", "make",  "many",  "mind",  "name",  "near", "next", "open", "over"};
+
+// A pool of worker threads grown on demand up to `max`; each owns its HTTP clients, one per
+// target, kept alive between requests.
+class WorkerPool {
+ public:
+  using Clients = std::vector<std::unique_ptr<httplib::Client>>;
+  using Task = std::function<void(Clients&)>;
+
+  explicit WorkerPool(size_t max) : max_(max) {}
+  ~WorkerPool() { Join(); }
+
+  void Submit(Task task) {
+    std::unique_lock<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+    if (idle_ == 0 && threads_.size() < max_) {
+      threads_.emplace_back([this] { Loop(); });
+    } else {
+      lock.unlock();
+      cv_.notify_one();
+    }
+  }
+
+  void Join() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+ private:
+  void Loop() {
+    Clients clients;
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ++idle_;
+        cv_.wait(lock, [&] { return done_ || !tasks_.empty(); });
+        --idle_;
+        if (tasks_.empty()) return;  // done_
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task(clients);
+    }
+  }
+
+  const size_t max_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> tasks_;
+  size_t idle_ = 0;
+  bool done_ = false;
+  std::vector<std::thread> threads_;
+};
+
+std::unique_ptr<httplib::Client> MakeClient(const std::string& url, double timeout_s) {
+  auto client = std::make_unique<httplib::Client>(url);
+  const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::duration<double>(timeout_s));
+  client->set_connection_timeout(timeout);
+  client->set_read_timeout(timeout);
+  client->set_write_timeout(timeout);
+  client->set_keep_alive(true);
+  client->set_tcp_nodelay(true);
+  return client;
+}
+
+// Reads usage from a response object into `out`; false if it has none.
+bool ReadUsage(const JsonValue& v, Outcome& out) {
+  const JsonValue* usage = v.Find("usage");
+  if (usage == nullptr || usage->type != JsonValue::Type::kObject) return false;
+  auto number = [](const JsonValue* n) { return n != nullptr ? n->AsUint64().value_or(0) : 0; };
+  out.prompt_tokens = number(usage->Find("prompt_tokens"));
+  out.completion_tokens = number(usage->Find("completion_tokens"));
+  const JsonValue* details = usage->Find("prompt_tokens_details");
+  out.cached_tokens = details != nullptr && details->type == JsonValue::Type::kObject
+                          ? number(details->Find("cached_tokens"))
+                          : 0;
+  return true;
+}
+
+// Fills the token counts of a successful response from its body; false when it is malformed or
+// carries an error event.
+bool ParseBody(const std::string& body, bool stream, Outcome& out) {
+  if (!stream) {
+    absl::StatusOr<JsonValue> v = workload::ParseJson(body);
+    return v.ok() && ReadUsage(*v, out);
+  }
+  bool usage = false;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find('\n', pos);
+    if (end == std::string::npos) end = body.size();
+    std::string_view line(body.data() + pos, end - pos);
+    pos = end + 1;
+    if (line.substr(0, 5) != "data:") continue;
+    line.remove_prefix(5);
+    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line == "[DONE]") continue;
+    absl::StatusOr<JsonValue> v = workload::ParseJson(line);
+    if (!v.ok()) return false;
+    if (v->Find("error") != nullptr) return false;
+    if (ReadUsage(*v, out)) usage = true;
+  }
+  return usage;
+}
+
+Outcome Send(httplib::Client& client, const std::string& body, const std::string& key,
+             const HttpReplayOptions& options) {
+  Outcome out;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Content-Type", "application/json"}, {"X-CacheRoute-Key", key}};
+  req.body = body;
+  std::string received;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first = Clock::time_point::min();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (first == Clock::time_point::min()) first = Clock::now();
+    received.append(data, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  const bool sent = client.send(req, res, error);
+  const Clock::time_point end = Clock::now();
+  out.latency_s = Seconds(end - start);
+  out.ttft_s =
+      options.stream && first != Clock::time_point::min() ? Seconds(first - start) : out.latency_s;
+  if (!sent) {
+    if (error == httplib::Error::Connection) {
+      out.kind = OutcomeKind::kConnectError;
+    } else if (out.latency_s >= options.timeout_s * 0.99) {
+      out.kind = OutcomeKind::kTimeout;
+    } else {
+      out.kind = OutcomeKind::kTransportError;
+    }
+    return out;
+  }
+  out.http_status = res.status;
+  out.via = res.get_header_value("X-CacheRoute-Destination");
+  out.planned = res.get_header_value("X-CacheRoute-Planned") == "1";
+  if (res.status < 200 || res.status >= 300) {
+    out.kind = OutcomeKind::kHttpError;
+    return out;
+  }
+  const bool is_stream = options.stream;
+  if (!ParseBody(received, is_stream, out)) {
+    out.kind = is_stream && received.find("\"error\"") != std::string::npos
+                   ? OutcomeKind::kHttpError
+                   : OutcomeKind::kTransportError;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string NormalizeUrl(const std::string& url) {
+  std::string out = url.find("://") == std::string::npos ? "http://" + url : url;
+  while (!out.empty() && out.back() == '/') out.pop_back();
+  return out;
+}
+
+std::string PromptText(const workload::Request& request, uint32_t block_size, uint64_t index) {
+  std::string text;
+  text.reserve(static_cast<size_t>(request.input_length) * 6);
+  const uint64_t bs = block_size == 0 ? 16 : block_size;
+  for (uint64_t t = 0; t < request.input_length; ++t) {
+    const uint64_t block = t / bs;
+    // Words of a block come from its hash id (shared prefix → shared text); past the ids they
+    // come from the request's index (unique).
+    const uint64_t seed = block < request.hash_ids.size()
+                              ? request.hash_ids[block]
+                              : dataplane::Mix64(index ^ 0x5a5a5a5a5a5a5a5aULL) + block;
+    const uint64_t h = dataplane::Mix64(seed ^ dataplane::Mix64(t % bs + 1));
+    if (!text.empty()) text += ' ';
+    text += kWords[h % 64];
+  }
+  return text;
+}
+
+std::string RequestBody(const workload::Request& request, uint32_t block_size, uint64_t index,
+                        const HttpReplayOptions& options) {
+  std::string body = "{";
+  if (!options.model.empty())
+    absl::StrAppend(&body, "\"model\":", workload::JsonQuote(options.model), ",");
+  absl::StrAppend(&body, "\"prompt\":",
+                  workload::JsonQuote(options.prompt == PromptMode::kWords
+                                          ? PromptText(request, block_size, index)
+                                          : std::string("x")),
+                  ",\"max_tokens\":", std::max<uint32_t>(1, request.output_length),
+                  ",\"ignore_eos\":true");
+  if (options.stream) {
+    body += ",\"stream\":true,\"stream_options\":{\"include_usage\":true}";
+  } else {
+    body += ",\"stream\":false";
+  }
+  body += ",\"cacheroute_hash_ids\":[";
+  for (size_t i = 0; i < request.hash_ids.size(); ++i) {
+    absl::StrAppend(&body, i == 0 ? "" : ",", request.hash_ids[i]);
+  }
+  absl::StrAppend(&body, "],\"cacheroute_block_size\":", block_size,
+                  ",\"cacheroute_input_length\":", std::max<uint32_t>(1, request.input_length),
+                  "}");
+  return body;
+}
+
+std::string DiscoverModel(const std::string& url, double timeout_s) {
+  std::unique_ptr<httplib::Client> client = MakeClient(url, timeout_s);
+  httplib::Result res = client->Get("/v1/models");
+  if (!res || res->status != 200) return "";
+  absl::StatusOr<JsonValue> v = workload::ParseJson(res->body);
+  if (!v.ok()) return "";
+  const JsonValue* data = v->Find("data");
+  if (data == nullptr || data->type != JsonValue::Type::kArray || data->items.empty()) return "";
+  const JsonValue* id = data->items[0].Find("id");
+  return id != nullptr && id->type == JsonValue::Type::kString ? id->text : "";
+}
+
+HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* dispatcher,
+                               const HttpReplayOptions& options) {
+  HttpReplayResult result;
+  const size_t n = workload.requests.size();
+  result.outcomes.resize(n);
+  std::vector<std::string> targets;
+  for (const std::string& t : options.targets) targets.push_back(NormalizeUrl(t));
+  const uint32_t concurrency = std::max<uint32_t>(1, options.concurrency);
+
+  std::atomic<uint32_t> open{0};
+  WorkerPool pool(concurrency);
+  const Clock::time_point start = Clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    const workload::Request& request = workload.requests[i];
+    // Pacing, not synchronisation: the open loop sends at the trace's times.
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(request.arrival_s)));
+    if (open.load(std::memory_order_acquire) >= concurrency) {
+      result.outcomes[i].kind = OutcomeKind::kRejected;
+      continue;
+    }
+    uint32_t destination = 0;
+    if (dispatcher != nullptr) {
+      destination = dispatcher->Pick(dataplane::KeyId(request.key));
+      if (destination == dataplane::kNoDestination) {
+        result.outcomes[i].kind = OutcomeKind::kRejected;
+        continue;
+      }
+    }
+    open.fetch_add(1, std::memory_order_acq_rel);
+    pool.Submit([&, i, destination](WorkerPool::Clients& clients) {
+      if (clients.size() < targets.size()) clients.resize(targets.size());
+      std::unique_ptr<httplib::Client>& client = clients[destination];
+      if (client == nullptr) client = MakeClient(targets[destination], options.timeout_s);
+      const workload::Request& r = workload.requests[i];
+      Outcome outcome =
+          Send(*client, RequestBody(r, workload.block_size, i, options), r.key, options);
+      outcome.destination = dispatcher != nullptr ? destination : dataplane::kNoDestination;
+      if (outcome.kind != OutcomeKind::kOk) client.reset();  // reconnect next time
+      result.outcomes[i] = outcome;
+      if (dispatcher != nullptr) dispatcher->Done(destination);
+      open.fetch_sub(1, std::memory_order_acq_rel);
+    });
+  }
+  pool.Join();
+  result.wall_s = Seconds(Clock::now() - start);
+  return result;
+}
+
+}  // namespace cacheroute::replay

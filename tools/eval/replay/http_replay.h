@@ -1,0 +1,65 @@
+// The HTTP side of cacheroute-replay: sends a workload open-loop to OpenAI-compatible endpoints
+// (vLLM, cacheroute-engine-emu, or a gateway in front of them) and records what came back.
+//
+// Open loop: each request is sent at its arrival time whatever happened to earlier ones. At most
+// `concurrency` requests are open at once; a request arriving when that many are open is not sent
+// and counts as failed (kind "rejected").
+//
+// Requests: POST /v1/completions with max_tokens = the request's output length, "ignore_eos":
+// true, streaming with usage when streaming, the header X-CacheRoute-Key: <key>, and the
+// engine-emulator extension fields (cacheroute_hash_ids, cacheroute_block_size,
+// cacheroute_input_length); the prompt text (PromptText) gives equal leading text to requests with
+// equal leading hash ids. TTFT is the time to the first SSE data chunk when streaming, else the
+// whole latency; token counts come from the response's usage (prompt_tokens, completion_tokens,
+// prompt_tokens_details.cached_tokens, which counts as 0 when absent).
+// Why open loop, the prompt text and the usage fields: docs/replay.md, "The HTTP side".
+//
+// Usage:
+//   HttpReplayOptions options{.targets = {"http://127.0.0.1:8001", "http://127.0.0.1:8002"}};
+//   HttpReplayResult result = RunHttpReplay(workload, dispatcher.get(), options);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tools/eval/replay/replay.h"
+#include "tools/eval/workload/workload.h"
+
+namespace cacheroute::replay {
+
+enum class PromptMode { kWords, kStub };
+
+struct HttpReplayOptions {
+  std::vector<std::string> targets;  // base URLs; one gateway, or the engines
+  std::string model;                 // the "model" field; empty: omitted
+  bool stream = true;
+  double timeout_s = 60;       // per request: connect, and no byte for this long
+  uint32_t concurrency = 512;  // open requests at most
+  PromptMode prompt = PromptMode::kWords;
+};
+
+struct HttpReplayResult {
+  std::vector<Outcome> outcomes;  // one per request, in workload order
+  double wall_s = 0;              // from the first arrival to the last response
+};
+
+// `dispatcher` null: every request goes to targets[0] (a gateway routes it).
+HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* dispatcher,
+                               const HttpReplayOptions& options);
+
+// "http://" prepended when `url` has no scheme; a trailing '/' dropped.
+std::string NormalizeUrl(const std::string& url);
+
+// The prompt text for a request (docs/replay.md, "The HTTP side"); `index` makes the words of
+// blocks without a hash id unique to the request.
+std::string PromptText(const workload::Request& request, uint32_t block_size, uint64_t index);
+
+// The JSON body sent for a request.
+std::string RequestBody(const workload::Request& request, uint32_t block_size, uint64_t index,
+                        const HttpReplayOptions& options);
+
+// The served model's name from GET /v1/models on `url` (the first entry), or empty.
+std::string DiscoverModel(const std::string& url, double timeout_s);
+
+}  // namespace cacheroute::replay

@@ -1,0 +1,155 @@
+// cacheroute-replay: replays a workload (the generator's JSONL or a Mooncake trace) open-loop
+// against OpenAI-compatible endpoints, routing it itself with a shipped policy or through a
+// gateway, and reports served KV hit, TTFT and latency percentiles, failures and per-destination
+// load (docs/replay.md).
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "tools/eval/replay/http_replay.h"
+#include "tools/eval/replay/replay.h"
+
+namespace {
+
+int Fail(const std::string& message, int code = 2) {
+  std::cerr << "cacheroute-replay: " << message << "\n";
+  return code;
+}
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return static_cast<bool>(out.flush());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace cacheroute::replay;
+
+  std::string workload_path, gateway, engines, json_path, assignments_path, prompt_mode = "words";
+  std::optional<uint32_t> key_blocks;
+  LoadOptions load;
+  RoutingOptions routing;
+  HttpReplayOptions http;
+  bool plan_from_workload = false, no_stream = false, dry_run = false;
+
+  CLI::App app{"cacheroute-replay: replay a workload open-loop against model servers"};
+  app.add_option("--workload", workload_path,
+                 "Generator JSONL or Mooncake-format trace (one JSON object per line)")
+      ->required();
+  app.add_option("--key-blocks", key_blocks,
+                 "Routing key = the first N hash ids (default: a line's \"key\", else 2 ids)");
+  auto* gw = app.add_option("--gateway", gateway,
+                            "Send everything to this gateway URL (it routes on X-CacheRoute-Key)");
+  auto* en = app.add_option("--engines", engines,
+                            "Comma-separated engine URLs; the replay routes with --policy");
+  gw->excludes(en);
+  app.add_option("--policy", routing.policy,
+                 "flatlb, sticky, chwbl, dualmap, preble, cacheroute or cacheroute-paper (with --engines)")
+      ->capture_default_str();
+  app.add_option("--seed", routing.seed, "Seed of the policies' randomness")->capture_default_str();
+  app.add_flag("--plan-from-workload", plan_from_workload,
+               "cacheroute: build the plan offline from the workload's own key rates");
+  app.add_option("--q-cap", routing.q_cap,
+                 "cacheroute plan: per-assignment load cap in requests/s (0: total rate / R)")
+      ->capture_default_str();
+  app.add_option("--slots-per-destination", routing.slots_per_destination,
+                 "cacheroute plan: warm slots W per destination")
+      ->capture_default_str();
+  app.add_option("--speedup", load.speedup, "Divide the trace's arrival times by this")
+      ->capture_default_str();
+  app.add_option("--qps", load.qps, "Rescale arrivals to this request rate (0: keep)")
+      ->capture_default_str();
+  app.add_option("--duration", load.duration_s,
+                 "Replay only requests arriving in the first this many seconds (0: all)")
+      ->capture_default_str();
+  app.add_option("--concurrency", http.concurrency,
+                 "Open requests at most; arrivals beyond it fail as \"rejected\"")
+      ->capture_default_str();
+  app.add_option("--timeout", http.timeout_s, "Seconds to connect, and without a byte, per request")
+      ->capture_default_str();
+  app.add_flag("--no-stream", no_stream, "Non-streaming requests (TTFT = latency)");
+  app.add_option("--model", http.model, "The model field (default: asked from /v1/models)");
+  app.add_option("--prompt", prompt_mode,
+                 "words: synthetic text with the trace's prefix sharing (real engines); stub: "
+                 "one word, prefix sharing only through the emulator extension fields")
+      ->check(CLI::IsMember({"words", "stub"}))
+      ->capture_default_str();
+  app.add_option("--json", json_path, "Also write the report as JSON to this file");
+  app.add_option("--assignments", assignments_path,
+                 "Write index,key,destination per request (CSV) to this file");
+  app.add_flag("--dry-run", dry_run,
+               "Route only (loads as if every request ended at once); "
+               "send nothing");
+  CLI11_PARSE(app, argc, argv);
+
+  load.key_blocks = key_blocks;
+  http.stream = !no_stream;
+  http.prompt = prompt_mode == "stub" ? PromptMode::kStub : PromptMode::kWords;
+  std::vector<std::string> targets;
+  if (!gateway.empty()) {
+    targets.push_back(NormalizeUrl(gateway));
+  } else {
+    for (const auto& part : absl::StrSplit(engines, ',', absl::SkipWhitespace())) {
+      targets.push_back(NormalizeUrl(std::string(part)));
+    }
+  }
+  if (targets.empty()) return Fail("give --gateway URL or --engines URL1,URL2,...");
+  if ((routing.policy == "cacheroute" || routing.policy == "cacheroute-paper") &&
+      !plan_from_workload) {
+    return Fail("--policy " + routing.policy + " needs a plan: pass --plan-from-workload");
+  }
+  http.targets = targets;
+
+  absl::StatusOr<cacheroute::workload::Workload> workload = LoadReplayWorkload(workload_path, load);
+  if (!workload.ok()) return Fail(std::string(workload.status().message()));
+
+  std::unique_ptr<Dispatcher> dispatcher;
+  if (gateway.empty()) {
+    routing.destinations = static_cast<uint32_t>(targets.size());
+    absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(routing, *workload);
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    dispatcher = *std::move(d);
+  }
+
+  HttpReplayResult result;
+  if (dry_run) {
+    if (dispatcher == nullptr) return Fail("--dry-run routes with --engines, not --gateway");
+    for (const cacheroute::workload::Request& r : workload->requests) {
+      Outcome o;
+      o.destination = dispatcher->Pick(cacheroute::dataplane::KeyId(r.key));
+      dispatcher->Done(o.destination);
+      result.outcomes.push_back(o);
+    }
+  } else {
+    if (http.model.empty()) http.model = DiscoverModel(targets[0], http.timeout_s);
+    result = RunHttpReplay(*workload, dispatcher.get(), http);
+  }
+
+  ReplayReport report = BuildReport(
+      result.outcomes, dispatcher != nullptr ? targets : std::vector<std::string>{}, result.wall_s);
+  report.policy = dispatcher != nullptr ? routing.policy : "gateway";
+  if (dispatcher != nullptr) report.plan = dispatcher->plan();
+  if (dry_run) std::cout << "Dry run: routing decisions only, nothing was sent\n";
+  std::cout << FormatReportTable(report);
+  if (!json_path.empty() && !WriteFile(json_path, FormatReportJson(report))) {
+    return Fail("cannot write --json " + json_path, 1);
+  }
+  if (!assignments_path.empty()) {
+    std::string csv = "index,key,destination\n";
+    for (size_t i = 0; i < result.outcomes.size(); ++i) {
+      const uint32_t d = result.outcomes[i].destination;
+      csv += std::to_string(i) + "," + workload->requests[i].key + "," +
+             (d == cacheroute::dataplane::kNoDestination ? std::string() : std::to_string(d)) +
+             "\n";
+    }
+    if (!WriteFile(assignments_path, csv)) return Fail("cannot write --assignments", 1);
+  }
+  return 0;
+}

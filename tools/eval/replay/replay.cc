@@ -1,0 +1,349 @@
+// See replay.h.
+#include "tools/eval/replay/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/routing_table.h"
+#include "planner/plan_builder.h"
+#include "tools/eval/workload/json_line.h"
+#include "tools/eval/workload/mooncake.h"
+
+namespace cacheroute::replay {
+
+absl::StatusOr<workload::Workload> LoadReplayWorkload(const std::string& path,
+                                                      const LoadOptions& options) {
+  if (!(options.speedup > 0) || !std::isfinite(options.speedup)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--speedup must be a finite number > 0, got %g", options.speedup));
+  }
+  if (!(options.qps >= 0) || !std::isfinite(options.qps)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--qps must be a finite number >= 0, got %g", options.qps));
+  }
+  if (!(options.duration_s >= 0) || !std::isfinite(options.duration_s)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--duration must be a finite number >= 0, got %g", options.duration_s));
+  }
+  workload::TraceReadOptions read;
+  read.key_blocks = options.key_blocks;
+  absl::StatusOr<workload::Workload> w = workload::ReadMooncakeTraceFile(path, read);
+  if (!w.ok()) return w.status();
+  if (w->requests.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the workload has no requests"));
+  }
+  const double first = w->requests.front().arrival_s;
+  for (workload::Request& r : w->requests) r.arrival_s -= first;
+  if (options.speedup != 1.0) {
+    if (absl::Status s = workload::ScaleArrivalTimes(*w, 1.0 / options.speedup); !s.ok()) return s;
+  }
+  if (options.qps > 0) {
+    if (absl::Status s = workload::RescaleToQps(*w, options.qps); !s.ok()) return s;
+  }
+  if (options.duration_s > 0) {
+    auto end =
+        std::lower_bound(w->requests.begin(), w->requests.end(), options.duration_s,
+                         [](const workload::Request& r, double t) { return r.arrival_s < t; });
+    w->requests.erase(end, w->requests.end());
+  }
+  return w;
+}
+
+Dispatcher::Dispatcher(const RoutingOptions& options)
+    : random_(options.seed), view_(options.destinations) {}
+
+absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(const RoutingOptions& options,
+                                                               const workload::Workload& workload) {
+  const uint32_t n = options.destinations;
+  if (n == 0) return absl::InvalidArgumentError("no destinations (--engines)");
+  std::unique_ptr<Dispatcher> d(new Dispatcher(options));
+  const std::string& p = options.policy;
+  if (p == "flatlb" || p == "flat-lb") {
+    d->policy_ = std::make_unique<dataplane::FlatLbPolicy>(d->random_);
+  } else if (p == "sticky") {
+    d->policy_ = std::make_unique<dataplane::StickyPolicy>(n);
+  } else if (p == "chwbl") {
+    d->policy_ = std::make_unique<dataplane::ChwblPolicy>(n, d->random_);
+  } else if (p == "dualmap") {
+    d->policy_ = std::make_unique<dataplane::DualMapPolicy>(n, d->random_);
+  } else if (p == "preble") {
+    d->policy_ = std::make_unique<dataplane::PreblePolicy>(d->random_);
+  } else if (p == "cacheroute" || p == "cacheroute-paper") {
+    // Offline plan (paper §3.1): per-key rates over the workload's span, Algorithm 1, with
+    // CacheRoute's spills, load-adaptive k_b and dispatch unless the paper's is asked for.
+    const bool paper = p == "cacheroute-paper";
+    absl::flat_hash_map<uint64_t, uint64_t> counts;
+    for (const workload::Request& r : workload.requests) ++counts[dataplane::KeyId(r.key)];
+    const double span = workload.requests.empty() ? 0
+                                                  : workload.requests.back().arrival_s -
+                                                        workload.requests.front().arrival_s;
+    const double seconds = span > 0 ? span : 1.0;
+    std::vector<planner::KeyRate> rates;
+    rates.reserve(counts.size());
+    double total = 0;
+    for (const auto& [key, count] : counts) {
+      rates.push_back({key, static_cast<double>(count) / seconds});
+      total += rates.back().rate;
+    }
+    if (!(options.q_cap >= 0) || !std::isfinite(options.q_cap)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--q-cap must be a finite number >= 0, got %g", options.q_cap));
+    }
+    planner::PlanConfig config{.destinations = n,
+                               .q_cap = options.q_cap > 0 ? options.q_cap : total / n,
+                               .slots_per_destination = options.slots_per_destination,
+                               .unkeyed_rate = 0,
+                               .spill = !paper,
+                               .balance_share = paper ? 0 : planner::kCacheRouteBalanceShare};
+    if (!(config.q_cap > 0)) config.q_cap = 1;
+    absl::StatusOr<planner::Plan> plan = planner::BuildPlan(rates, config);
+    if (!plan.ok()) return plan.status();
+    std::vector<dataplane::TableEntry> entries;
+    entries.reserve(plan->size());
+    for (size_t i = 0; i < plan->size(); ++i) {
+      const auto dests = plan->destinations(i);
+      entries.push_back({.key_id = plan->key(i),
+                         .destinations = {dests.begin(), dests.end()},
+                         .spill = plan->spill(i)});
+    }
+    dataplane::Result<dataplane::RoutingTable> table = dataplane::RoutingTable::Build(
+        {.epoch = 1, .number = 1}, n, {plan->loads().begin(), plan->loads().end()}, entries);
+    if (!table.ok()) return absl::InternalError(table.status().message);
+    d->router_ = std::make_unique<dataplane::Router>(
+        dataplane::RouterOptions{.destination_count = n,
+                                 .dispatch = paper ? dataplane::DispatchOptions::Paper()
+                                                   : dataplane::DispatchOptions{},
+                                 .table_ttl = dataplane::Duration::zero(),
+                                 .external_load_weight = 1.0},
+        d->random_);
+    const dataplane::Status installed = d->router_->Install(
+        std::make_shared<const dataplane::RoutingTable>(*std::move(table)), d->clock_.Now());
+    if (!installed.ok) return absl::InternalError(installed.message);
+    d->policy_ = std::make_unique<dataplane::CacheRoutePolicy>(*d->router_, d->clock_);
+    d->plan_ = PlanSummary{
+        .keys = counts.size(),
+        .admitted_keys = plan->size(),
+        .q_cap = config.q_cap,
+        .admitted_rate_share = plan->stats().total_rate > 0
+                                   ? plan->stats().admitted_rate / plan->stats().total_rate
+                                   : 0,
+        .imbalance = plan->stats().imbalance};
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--policy: unknown policy \"", p,
+                     "\" (one of flatlb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper)"));
+  }
+  return d;
+}
+
+uint32_t Dispatcher::Pick(uint64_t key_id) {
+  const dataplane::Decision decision = policy_->Pick(key_id, view_);
+  if (decision.destination != dataplane::kNoDestination) {
+    view_.in_flight_[decision.destination].fetch_add(1, std::memory_order_relaxed);
+  }
+  return decision.destination;
+}
+
+void Dispatcher::Done(uint32_t destination) {
+  if (destination < view_.size()) {
+    view_.in_flight_[destination].fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+const char* OutcomeName(OutcomeKind kind) {
+  switch (kind) {
+    case OutcomeKind::kOk:
+      return "ok";
+    case OutcomeKind::kHttpError:
+      return "http_error";
+    case OutcomeKind::kConnectError:
+      return "connect_error";
+    case OutcomeKind::kTimeout:
+      return "timeout";
+    case OutcomeKind::kTransportError:
+      return "transport_error";
+    case OutcomeKind::kRejected:
+      return "rejected";
+  }
+  return "unknown";
+}
+
+double Percentile(std::vector<double>& values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(values.size()));
+  const size_t index = static_cast<size_t>(std::clamp(rank, 1.0, double(values.size()))) - 1;
+  return values[index];
+}
+
+namespace {
+
+double MaxOverMean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  const double sum = std::accumulate(v.begin(), v.end(), 0.0);
+  if (sum <= 0) return 0;
+  return *std::max_element(v.begin(), v.end()) / (sum / static_cast<double>(v.size()));
+}
+
+}  // namespace
+
+ReplayReport BuildReport(const std::vector<Outcome>& outcomes,
+                         const std::vector<std::string>& destinations, double wall_s) {
+  ReplayReport report;
+  report.wall_s = wall_s;
+  // Through a gateway the destinations are the names it reported.
+  std::vector<std::string> names = destinations;
+  std::map<std::string, size_t> index_by_via;
+  if (names.empty()) {
+    for (const Outcome& o : outcomes) {
+      if (!o.via.empty()) index_by_via.emplace(o.via, 0);
+    }
+    for (auto& [name, index] : index_by_via) {
+      index = names.size();
+      names.push_back(name);
+    }
+  }
+  report.destinations.resize(names.size());
+  for (size_t d = 0; d < names.size(); ++d) report.destinations[d].name = names[d];
+  std::vector<double> ttft, latency;
+  for (const Outcome& o : outcomes) {
+    ++report.requests;
+    ++report.by_kind[static_cast<int>(o.kind)];
+    size_t d = o.destination;
+    if (destinations.empty()) {
+      auto it = o.via.empty() ? index_by_via.end() : index_by_via.find(o.via);
+      d = it == index_by_via.end() ? report.destinations.size() : it->second;
+    }
+    DestinationReport* dest = d < report.destinations.size() ? &report.destinations[d] : nullptr;
+    if (dest != nullptr) ++dest->requests;
+    if (o.kind != OutcomeKind::kOk) {
+      ++report.failed;
+      continue;
+    }
+    ++report.succeeded;
+    if (o.planned) ++report.planned;
+    ttft.push_back(o.ttft_s);
+    latency.push_back(o.latency_s);
+    report.prompt_tokens += o.prompt_tokens;
+    report.cached_tokens += o.cached_tokens;
+    if (dest != nullptr) {
+      ++dest->succeeded;
+      dest->prompt_tokens += o.prompt_tokens;
+      dest->cached_tokens += o.cached_tokens;
+      dest->prefill_tokens += o.prompt_tokens - std::min(o.prompt_tokens, o.cached_tokens);
+    }
+  }
+  report.ttft_p50_s = Percentile(ttft, 50);
+  report.ttft_p99_s = Percentile(ttft, 99);
+  report.latency_p50_s = Percentile(latency, 50);
+  report.latency_p99_s = Percentile(latency, 99);
+  report.kv_hit = report.prompt_tokens > 0 ? static_cast<double>(report.cached_tokens) /
+                                                 static_cast<double>(report.prompt_tokens)
+                                           : 0;
+  std::vector<double> requests, prefill;
+  for (const DestinationReport& d : report.destinations) {
+    requests.push_back(static_cast<double>(d.requests));
+    prefill.push_back(static_cast<double>(d.prefill_tokens));
+  }
+  report.request_imbalance = MaxOverMean(requests);
+  report.prefill_imbalance = MaxOverMean(prefill);
+  return report;
+}
+
+std::string FormatReportTable(const ReplayReport& r) {
+  std::string out;
+  absl::StrAppendFormat(&out, "Replay%s\n",
+                        r.policy.empty() ? std::string() : absl::StrCat(" with policy ", r.policy));
+  absl::StrAppendFormat(&out, "  requests            %d in %.3f s (%.1f/s)\n", r.requests, r.wall_s,
+                        r.wall_s > 0 ? static_cast<double>(r.requests) / r.wall_s : 0.0);
+  absl::StrAppendFormat(&out, "  succeeded           %d\n", r.succeeded);
+  std::string kinds;
+  for (int k = 1; k < kOutcomeKinds; ++k) {
+    if (r.by_kind[k] == 0) continue;
+    absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", OutcomeName(static_cast<OutcomeKind>(k)),
+                    " ", r.by_kind[k]);
+  }
+  absl::StrAppendFormat(&out, "  failed              %d%s\n", r.failed,
+                        kinds.empty() ? std::string() : absl::StrCat("  (", kinds, ")"));
+  absl::StrAppendFormat(&out, "  TTFT p50 / p99      %.4f s / %.4f s\n", r.ttft_p50_s,
+                        r.ttft_p99_s);
+  absl::StrAppendFormat(&out, "  latency p50 / p99   %.4f s / %.4f s\n", r.latency_p50_s,
+                        r.latency_p99_s);
+  absl::StrAppendFormat(&out, "  served KV hit       %.2f%%  (%d cached of %d prompt tokens)\n",
+                        100 * r.kv_hit, r.cached_tokens, r.prompt_tokens);
+  if (r.policy == "gateway") {
+    absl::StrAppendFormat(
+        &out, "  planned (gateway)   %.2f%% of successes routed by the table\n",
+        r.succeeded > 0 ? 100.0 * static_cast<double>(r.planned) / static_cast<double>(r.succeeded)
+                        : 0.0);
+  }
+  if (r.plan) {
+    absl::StrAppendFormat(&out,
+                          "  offline plan        %d of %d keys admitted (%.1f%% of the rate), "
+                          "q_cap %.4g/s, planned imbalance %.3f\n",
+                          r.plan->admitted_keys, r.plan->keys, 100 * r.plan->admitted_rate_share,
+                          r.plan->q_cap, r.plan->imbalance);
+  }
+  if (!r.destinations.empty()) {
+    absl::StrAppendFormat(&out, "\n  %-4s %-28s %9s %9s %14s %8s\n", "dest", "engine", "requests",
+                          "ok", "prefill tok", "KV hit");
+    for (size_t d = 0; d < r.destinations.size(); ++d) {
+      const DestinationReport& x = r.destinations[d];
+      absl::StrAppendFormat(&out, "  %-4d %-28s %9d %9d %14d %7.2f%%\n", d, x.name, x.requests,
+                            x.succeeded, x.prefill_tokens,
+                            x.prompt_tokens > 0 ? 100.0 * static_cast<double>(x.cached_tokens) /
+                                                      static_cast<double>(x.prompt_tokens)
+                                                : 0.0);
+    }
+    absl::StrAppendFormat(&out, "  imbalance (max/mean): requests %.3f, prefill work %.3f\n",
+                          r.request_imbalance, r.prefill_imbalance);
+  }
+  return out;
+}
+
+std::string FormatReportJson(const ReplayReport& r) {
+  using workload::JsonQuote;
+  std::string failures;
+  for (int k = 1; k < kOutcomeKinds; ++k) {
+    absl::StrAppend(&failures, k == 1 ? "" : ",", "\"", OutcomeName(static_cast<OutcomeKind>(k)),
+                    "\":", r.by_kind[k]);
+  }
+  std::string out = absl::StrFormat(
+      "{\"policy\":%s,\"requests\":%d,\"succeeded\":%d,\"failed\":%d,\"failures\":{%s},"
+      "\"wall_seconds\":%.6f,\"ttft_p50_seconds\":%.6f,\"ttft_p99_seconds\":%.6f,"
+      "\"latency_p50_seconds\":%.6f,\"latency_p99_seconds\":%.6f,\"prompt_tokens\":%d,"
+      "\"cached_tokens\":%d,\"kv_hit\":%.6f,\"planned\":%d",
+      r.policy.empty() ? "null" : JsonQuote(r.policy), r.requests, r.succeeded, r.failed, failures,
+      r.wall_s, r.ttft_p50_s, r.ttft_p99_s, r.latency_p50_s, r.latency_p99_s, r.prompt_tokens,
+      r.cached_tokens, r.kv_hit, r.planned);
+  if (r.plan) {
+    absl::StrAppendFormat(&out,
+                          ",\"plan\":{\"keys\":%d,\"admitted_keys\":%d,\"q_cap\":%.6g,"
+                          "\"admitted_rate_share\":%.6f,\"imbalance\":%.6f}",
+                          r.plan->keys, r.plan->admitted_keys, r.plan->q_cap,
+                          r.plan->admitted_rate_share, r.plan->imbalance);
+  }
+  if (!r.destinations.empty()) {
+    out += ",\"destinations\":[";
+    for (size_t d = 0; d < r.destinations.size(); ++d) {
+      const DestinationReport& x = r.destinations[d];
+      absl::StrAppendFormat(&out,
+                            "%s{\"name\":%s,\"requests\":%d,\"succeeded\":%d,\"prompt_tokens\":%d,"
+                            "\"cached_tokens\":%d,\"prefill_tokens\":%d}",
+                            d == 0 ? "" : ",", JsonQuote(x.name), x.requests, x.succeeded,
+                            x.prompt_tokens, x.cached_tokens, x.prefill_tokens);
+    }
+    absl::StrAppendFormat(&out, "],\"request_imbalance\":%.6f,\"prefill_imbalance\":%.6f",
+                          r.request_imbalance, r.prefill_imbalance);
+  }
+  out += "}\n";
+  return out;
+}
+
+}  // namespace cacheroute::replay

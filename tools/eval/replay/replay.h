@@ -1,0 +1,178 @@
+// The core of cacheroute-replay (docs/replay.md): what to send, where, and what came back, with no
+// I/O of its own, so routing and reporting are testable without a network.
+//
+//   LoadReplayWorkload  a generator JSONL or Mooncake trace, rescaled (--speedup / --qps) and
+//   capped
+//                       (--duration), arrivals shifted to start at 0
+//   Dispatcher          routes a request to one of R engines with a SHIPPED dataplane policy
+//                       (dataplane/include/cacheroute/dataplane/policies.h) over the replay's own
+//                       in-flight counts; for "cacheroute" (and "cacheroute-paper", Algorithm 1
+//                       with the paper's dispatch) through a Router holding a plan built
+//                       offline from the workload's key rates (planner/plan_builder.h)
+//   BuildReport         requests, failures by kind, TTFT and latency percentiles, served
+//                       token-weighted KV hit (Σ cached / Σ prompt over successes), and per
+//                       destination the requests and prefill work with their imbalance (max/mean)
+//
+// Usage:
+//   absl::StatusOr<Workload> w = LoadReplayWorkload(path, load_options);
+//   absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(routing, *w);
+//   uint32_t dest = (*d)->Pick(KeyId(request.key));   ... (*d)->Done(dest);
+//   ReplayReport report = BuildReport(outcomes, destination_names, wall_seconds);
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/policies.h"
+#include "cacheroute/dataplane/random.h"
+#include "cacheroute/dataplane/router.h"
+#include "tools/eval/workload/workload.h"
+
+namespace cacheroute::replay {
+
+struct LoadOptions {
+  std::optional<uint32_t> key_blocks;  // Mooncake traces: key = first N hash ids
+  double speedup = 1.0;                // > 0: arrival times divided by it
+  double qps = 0;                      // > 0: arrival times rescaled to this rate (after speedup)
+  double duration_s = 0;               // > 0: requests arriving at or after it are dropped
+};
+
+absl::StatusOr<workload::Workload> LoadReplayWorkload(const std::string& path,
+                                                      const LoadOptions& options);
+
+// The six policies by their command-line names, and the paper's variant of CacheRoute.
+inline constexpr const char* kPolicyNames[] = {"flatlb", "sticky",     "chwbl",           "dualmap",
+                                               "preble", "cacheroute", "cacheroute-paper"};
+
+struct RoutingOptions {
+  std::string policy = "flatlb";
+  uint32_t destinations = 0;
+  uint64_t seed = 1;
+  // cacheroute only: the plan's per-assignment load cap (requests/s; 0: total rate / R, a
+  // destination's fair share) and warm slots per destination.
+  double q_cap = 0;
+  uint64_t slots_per_destination = 64;
+};
+
+// What the offline plan looks like, for the report.
+struct PlanSummary {
+  uint64_t keys = 0;
+  uint64_t admitted_keys = 0;
+  double q_cap = 0;
+  double admitted_rate_share = 0;  // admitted rate / total rate
+  double imbalance = 1;            // the plan's expected max/mean load
+};
+
+// Routes requests. Pick and Done are thread-safe (the dataplane's guarantees).
+class Dispatcher {
+ public:
+  // InvalidArgument naming the policy or field; for "cacheroute" the plan is built from
+  // `workload`'s per-key request rates over its time span.
+  static absl::StatusOr<std::unique_ptr<Dispatcher>> Create(const RoutingOptions& options,
+                                                            const workload::Workload& workload);
+
+  // The destination for a request of `key_id`, counted in flight until Done(destination).
+  // kNoDestination when every destination is down.
+  uint32_t Pick(uint64_t key_id);
+  void Done(uint32_t destination);
+
+  const std::optional<PlanSummary>& plan() const { return plan_; }
+  std::string_view policy_name() const { return policy_->name(); }
+
+ private:
+  class InFlightView final : public dataplane::LoadView {
+   public:
+    explicit InFlightView(uint32_t n) : in_flight_(n), up_(n) {
+      for (auto& u : up_) u.store(true);
+    }
+    uint32_t size() const override { return static_cast<uint32_t>(in_flight_.size()); }
+    double Load(uint32_t d) const override {
+      return static_cast<double>(in_flight_[d].load(std::memory_order_relaxed));
+    }
+    bool Up(uint32_t d) const override { return up_[d].load(std::memory_order_relaxed); }
+    std::vector<std::atomic<int64_t>> in_flight_;
+    std::vector<std::atomic<bool>> up_;
+  };
+
+  explicit Dispatcher(const RoutingOptions& options);
+
+  dataplane::SeededRandom random_;
+  dataplane::SteadyClock clock_;
+  InFlightView view_;
+  std::unique_ptr<dataplane::Router> router_;  // cacheroute only: holds the plan's table
+  std::unique_ptr<dataplane::Policy> policy_;
+  std::optional<PlanSummary> plan_;
+};
+
+enum class OutcomeKind : uint8_t {
+  kOk,
+  kHttpError,       // a non-2xx status, or an error event inside a stream
+  kConnectError,    // could not connect (engine down)
+  kTimeout,         // no complete response within --timeout
+  kTransportError,  // connection dropped, malformed response
+  kRejected,        // not sent: --concurrency requests were already open
+};
+inline constexpr int kOutcomeKinds = 6;
+const char* OutcomeName(OutcomeKind kind);
+
+struct Outcome {
+  OutcomeKind kind = OutcomeKind::kOk;
+  uint32_t destination = dataplane::kNoDestination;  // index into the targets
+  int http_status = 0;
+  double ttft_s = 0;     // first SSE data chunk (stream), else the whole response
+  double latency_s = 0;  // until the response ended
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  uint64_t completion_tokens = 0;
+  // Through a gateway: its X-CacheRoute-Destination and X-CacheRoute-Planned response headers.
+  std::string via;
+  bool planned = false;
+};
+
+struct DestinationReport {
+  std::string name;
+  uint64_t requests = 0;  // sent there
+  uint64_t succeeded = 0;
+  uint64_t prompt_tokens = 0;  // of successes
+  uint64_t cached_tokens = 0;
+  uint64_t prefill_tokens = 0;  // prompt − cached: the prefill work it did
+};
+
+struct ReplayReport {
+  uint64_t requests = 0;
+  uint64_t succeeded = 0;
+  uint64_t failed = 0;
+  uint64_t by_kind[kOutcomeKinds] = {};
+  double wall_s = 0;
+  double ttft_p50_s = 0, ttft_p99_s = 0;
+  double latency_p50_s = 0, latency_p99_s = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  double kv_hit = 0;  // cached / prompt over successes
+  // When the replay routed itself, its targets; through a gateway, the destinations the gateway
+  // named in X-CacheRoute-Destination (sorted by name); else empty.
+  std::vector<DestinationReport> destinations;
+  uint64_t planned = 0;          // successes the gateway said were routed by its table
+  double request_imbalance = 0;  // max/mean requests over destinations
+  double prefill_imbalance = 0;  // max/mean prefill tokens
+  std::string policy;
+  std::optional<PlanSummary> plan;
+};
+
+// `destinations` names the targets when the replay routed itself, else empty.
+ReplayReport BuildReport(const std::vector<Outcome>& outcomes,
+                         const std::vector<std::string>& destinations, double wall_s);
+
+// Nearest-rank percentile (p in (0, 100]) of `values` (sorted in place); 0 when empty.
+double Percentile(std::vector<double>& values, double p);
+
+std::string FormatReportTable(const ReplayReport& report);
+std::string FormatReportJson(const ReplayReport& report);
+
+}  // namespace cacheroute::replay

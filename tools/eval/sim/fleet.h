@@ -1,0 +1,160 @@
+// RunFleet: a deterministic discrete-event simulation of the paper's serving setup
+// (the CacheRoute paper, §4): R engines (engine.h), each with its own prefix cache, behind
+// G gateways that route every request at its arrival with one of the six shipped dataplane
+// policies (dataplane/include/cacheroute/dataplane/policies.h), and, for CacheRoute, the shipped
+// planner core replanning every control interval (§3.1, Algorithm 1).
+//
+// Each gateway routes against its own load view: its dispatched requests not yet finished, timed
+// out or rejected. For CacheRoute, every control_interval_s of simulated time the gateways' rate
+// counts go to one RateAggregator, a PlanBuilder plans, and every gateway's Router installs the
+// table (power of two choices before the first plan). `ablation` reproduces the paper's component
+// study (§5.2, Table 4), max_plans holds a plan for the rest of the run, stickiness > 0 gives the
+// planner the previous plan (placement hysteresis). Metrics leave out requests arriving before
+// warmup_s; latencies are over completed requests; KV hit is served and token-weighted.
+//
+// Determinism: the result (all but the wall-clock fields) depends only on the config and the
+// requests. Dispatch, request content, metrics and cost: docs/simulator.md, "Fleet internals".
+//
+// Usage:
+//   FleetConfig config{.policy = PolicyKind::kCacheRoute, .engines = 30,
+//                      .profile = *FindEngineProfile("llama-70b-fp8-tp2-h100"), .seed = 2,
+//                      .warmup_s = 60};
+//   absl::StatusOr<RunResult> result = RunFleet(config, requests);   // requests by arrival time
+//   if (!result.ok()) return result.status();   // names the bad field and value
+//   Print(result->ttft_p99_s, result->kv_hit);
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cacheroute/dataplane/dispatch.h"
+#include "cacheroute/dataplane/router.h"
+#include "cacheroute/dataplane/routing_table.h"
+#include "planner/plan_builder.h"
+#include "tools/eval/sim/engine.h"
+#include "tools/eval/sim/engine_profile.h"
+#include "tools/eval/sim/prefix_cache.h"
+
+namespace cacheroute::sim {
+
+enum class PolicyKind : uint8_t { kFlatLb, kSticky, kChwbl, kDualMap, kPreble, kCacheRoute };
+// "flat-lb", "sticky", "chwbl", "dualmap", "preble", "cacheroute" (the policies' own names).
+std::string_view PolicyName(PolicyKind policy);
+absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name);
+std::vector<PolicyKind> AllPolicies();
+
+enum class PlanAblation : uint8_t { kFull, kAffinityOnly, kReplication };
+std::string_view PlanAblationName(PlanAblation ablation);  // "full", "affinity", "replication"
+
+enum class GatewayAssignment : uint8_t { kRoundRobin, kRandom };
+
+// One request, as the simulator needs it; the workload layer converts to it.
+struct SimRequest {
+  double arrival_s = 0;        // ≥ 0, non-decreasing across the span
+  uint64_t key_id = 0;         // dataplane::KeyId(key)
+  uint32_t input_length = 0;   // prompt tokens, ≥ 1
+  uint32_t output_length = 0;  // output tokens, ≥ 1
+  uint32_t block_size = 16;    // tokens per hash id: a multiple of 16
+  std::vector<uint64_t> hash_ids;
+};
+
+// The chained 16-token block hashes of a request's prompt (see "Request content" above).
+void AppendSimRequestBlockHashes(const SimRequest& request, std::vector<uint64_t>& out);
+
+struct FleetConfig {
+  PolicyKind policy = PolicyKind::kFlatLb;
+  uint32_t engines = 30;  // R
+  uint32_t gateways = 1;  // G
+  GatewayAssignment gateway_assignment = GatewayAssignment::kRoundRobin;
+  EngineProfile profile;  // e.g. *FindEngineProfile("llama-70b-fp8-tp2-h100")
+  EngineOptions engine = {.max_waiting = 0, .timeout_s = 60};
+  uint64_t seed = 1;       // seeds the policies' randomness and the gateway choice
+  double warmup_s = 0;     // arrivals before this are excluded from metrics
+  double offered_qps = 0;  // reported as is; 0: measured from the arrivals
+
+  // Baseline parameters (the paper's, §4 "Policies"; the policies' defaults).
+  double chwbl_epsilon = 0.25;
+  double dualmap_queue_bound = 4.0;
+  double preble_overload_factor = 1.5;
+
+  // CacheRoute.
+  double control_interval_s = 10;  // in [0.001, 3600]
+  // The per-assignment load cap, QPS. 0: CalibrateQCap(profile, mean prompt, mean prompt, mean
+  // output) over the requests, i.e. assuming no cache hits (docs/simulator.md, "q_cap").
+  double q_cap = 0;
+  uint64_t slots_per_destination = 64;  // W
+  double rate_smoothing_s = 10;         // the RateAggregator's τ
+  uint32_t recorder_max_keys = 4096;    // RateRecorder sketch size per gateway
+  PlanAblation ablation = PlanAblation::kFull;
+  uint32_t max_plans = 0;  // stop replanning after this many plans; 0: replan all run long
+  double stickiness = 0;   // PlanConfig::stickiness, finite ≥ 0; 0: LPT from scratch every time
+  // CacheRoute's dispatch rule and planned spill destinations (RouterOptions::dispatch,
+  // PlanConfig::spill). The defaults are CacheRoute's; the paper's Algorithm 1 is
+  // DispatchOptions::Paper() without spill ("cacheroute-paper").
+  dataplane::DispatchOptions dispatch{};
+  bool plan_spill = true;
+  double plan_balance_share = planner::kCacheRouteBalanceShare;  // PlanConfig::balance_share; 0: Algorithm 1's fixed q_cap
+
+  // Keep a DispatchRecord per request and a PlanRecord per plan in the result (tests, debugging).
+  bool record_dispatches = false;
+};
+
+// InvalidArgument naming the field and value for a bad config.
+absl::Status ValidateFleetConfig(const FleetConfig& config);
+
+struct DispatchRecord {
+  double time = 0;
+  uint32_t gateway = 0;
+  uint32_t destination = 0;
+  dataplane::Reason reason = dataplane::Reason::kPolicy;
+};
+
+struct PlanRecord {
+  double time = 0;  // when every gateway installed it
+  std::vector<dataplane::TableEntry> entries;
+  std::vector<double> expected_loads;
+};
+
+struct EngineResult {
+  EngineStats stats;                 // the whole run
+  PrefixCacheStats cache;            // the whole run: query and hit tokens at admission
+  uint64_t requests = 0;             // dispatched here, in the metrics window
+  uint64_t prefill_work_tokens = 0;  // uncached prompt tokens admitted here, in the window
+};
+
+struct RunResult {
+  std::string policy;  // PolicyName, with "+affinity"/"+replication" for CacheRoute ablations
+  double offered_qps = 0;
+  uint64_t seed = 0;
+  double ttft_p50_s = 0, ttft_p90_s = 0, ttft_p99_s = 0;
+  double e2e_p50_s = 0, e2e_p99_s = 0;
+  double kv_hit = 0;      // 0..1
+  double imbalance = 1;   // max/mean prefill work over destinations
+  uint64_t requests = 0;  // arrivals in the window
+  uint64_t completed = 0;
+  uint64_t failed = 0;
+  uint64_t rejected = 0;   // of failed: queue cap (or too large for the KV cache)
+  uint64_t timed_out = 0;  // of failed
+  double failure_rate = 0;
+  double throughput_rps = 0;  // completed / (last arrival − warmup_s)
+  uint64_t planned = 0;       // requests routed by a table (CacheRoute), in the window
+  uint32_t plans = 0;
+  // Mean over consecutive plans of the share of keys in both whose destination set changed.
+  double plan_churn = 0;
+  double q_cap = 0;        // as used (CacheRoute)
+  double simulated_s = 0;  // when the last request ended
+  double wall_s = 0;
+  double sim_requests_per_s = 0;  // all simulated requests / wall_s
+  std::vector<EngineResult> engines;
+  std::vector<DispatchRecord> dispatches;  // per request, when record_dispatches
+  std::vector<PlanRecord> plan_records;    // when record_dispatches
+};
+
+absl::StatusOr<RunResult> RunFleet(const FleetConfig& config, std::span<const SimRequest> requests);
+
+}  // namespace cacheroute::sim
