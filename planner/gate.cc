@@ -1,0 +1,352 @@
+#include "planner/gate.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace cacheroute::planner {
+namespace {
+
+using dataplane::ArmEvidence;
+using dataplane::Evidence;
+using dataplane::TtftHistogram;
+
+absl::Status OutOfRange(absl::string_view field, absl::string_view range, double value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("gate.", field, " must be ", range, ", got ", value));
+}
+
+// (x1/n1 − x2/n2 − margin) / se with the pooled standard error
+// se = √(p(1 − p)(1/n1 + 1/n2)), p = (x1 + x2)/(n1 + n2). 0 when either n is 0 or se is 0 (then
+// x1/n1 = x2/n2: no evidence of a difference).
+double PooledZ(uint64_t x1, uint64_t n1, uint64_t x2, uint64_t n2, double margin) {
+  if (n1 == 0 || n2 == 0) return 0;
+  const double dn1 = static_cast<double>(n1);
+  const double dn2 = static_cast<double>(n2);
+  const double p1 = static_cast<double>(x1) / dn1;
+  const double p2 = static_cast<double>(x2) / dn2;
+  const double p = (static_cast<double>(x1) + static_cast<double>(x2)) / (dn1 + dn2);
+  const double se = std::sqrt(p * (1 - p) * (1 / dn1 + 1 / dn2));
+  if (!(se > 0)) return 0;
+  return (p1 - p2 - margin) / se;
+}
+
+double Rate(uint64_t x, uint64_t n) {
+  return n == 0 ? 0.0 : static_cast<double>(x) / static_cast<double>(n);
+}
+
+std::string Seconds(double s) {
+  if (std::isinf(s))
+    return absl::StrCat("> ", TtftHistogram::bounds()[TtftHistogram::kBuckets - 2], " s");
+  return absl::StrCat(s, " s");
+}
+
+std::string Percent(double share) {
+  if (share == 0) return "0%";
+  return share >= 0.01 ? absl::StrFormat("%.1f%%", 100 * share)
+                       : absl::StrFormat("%.2f%%", 100 * share);
+}
+
+std::string Test(double z, double critical) {
+  return absl::StrFormat("z %.1f %s %g", z, z > critical ? ">" : "<=", critical);
+}
+
+}  // namespace
+
+absl::string_view GateStateName(GateState state) {
+  switch (state) {
+    case GateState::kShadow:
+      return "shadow";
+    case GateState::kCanary:
+      return "canary";
+    case GateState::kEnabled:
+      return "enabled";
+    case GateState::kRolledBack:
+      return "rolled_back";
+  }
+  return "unknown";
+}
+
+std::optional<GateState> ParseGateState(absl::string_view name) {
+  for (GateState s :
+       {GateState::kShadow, GateState::kCanary, GateState::kEnabled, GateState::kRolledBack}) {
+    if (name == GateStateName(s)) return s;
+  }
+  return std::nullopt;
+}
+
+absl::string_view VerdictKindName(Verdict::Kind kind) {
+  switch (kind) {
+    case Verdict::kTooFewSamples:
+      return "too_few_samples";
+    case Verdict::kWorse:
+      return "worse";
+    case Verdict::kNotWorse:
+      return "not_worse";
+    case Verdict::kBetter:
+      return "better";
+  }
+  return "unknown";
+}
+
+absl::Status GateOptions::Validate() const {
+  auto in_unit = [](double v, bool open_low, bool open_high) {
+    return (open_low ? v > 0 : v >= 0) && (open_high ? v < 1 : v <= 1);
+  };
+  if (min_samples < 1) return OutOfRange("min_samples", ">= 1", static_cast<double>(min_samples));
+  if (window_intervals < 1 || window_intervals > kMaxWindowIntervals) {
+    return OutOfRange("window_intervals", absl::StrCat("in [1, ", kMaxWindowIntervals, "]"),
+                      window_intervals);
+  }
+  if (shadow_intervals < 1) return OutOfRange("shadow_intervals", ">= 1", shadow_intervals);
+  if (!in_unit(canary_fraction, true, false)) {
+    return OutOfRange("canary_fraction", "in (0, 1]", canary_fraction);
+  }
+  if (!in_unit(control_fraction, false, true)) {
+    return OutOfRange("control_fraction", "in [0, 1)", control_fraction);
+  }
+  if (promote_after < 1) return OutOfRange("promote_after", ">= 1", promote_after);
+  if (canary_rollback_after < 1) {
+    return OutOfRange("canary_rollback_after", ">= 1", canary_rollback_after);
+  }
+  if (rollback_after < 1) return OutOfRange("rollback_after", ">= 1", rollback_after);
+  if (!in_unit(rolled_back_probe_fraction, false, true)) {
+    return OutOfRange("rolled_back_probe_fraction", "in [0, 1)", rolled_back_probe_fraction);
+  }
+  if (!in_unit(quantile, true, true)) return OutOfRange("quantile", "in (0, 1)", quantile);
+  if (!(std::isfinite(z) && z > 0)) return OutOfRange("z", "finite and > 0", z);
+  if (!in_unit(ttft_margin, false, true)) {
+    return OutOfRange("ttft_margin", "in [0, 1)", ttft_margin);
+  }
+  if (!in_unit(failure_margin, false, true)) {
+    return OutOfRange("failure_margin", "in [0, 1)", failure_margin);
+  }
+  return absl::OkStatus();
+}
+
+Verdict Compare(const ArmEvidence& table, const ArmEvidence& control, const GateOptions& options) {
+  const double q = options.quantile;
+  Verdict v;
+  v.table_samples = table.ttft.count();
+  v.control_samples = control.ttft.count();
+  v.table_quantile = table.ttft.Quantile(q);
+  v.control_quantile = control.ttft.Quantile(q);
+  // Failures beyond requests would be a reporting error; count them as at most every request.
+  const uint64_t table_failures = std::min(table.failures, table.requests);
+  const uint64_t control_failures = std::min(control.failures, control.requests);
+  v.table_failure_rate = Rate(table_failures, table.requests);
+  v.control_failure_rate = Rate(control_failures, control.requests);
+  const std::string pq = absl::StrFormat("p%g", 100 * q);
+
+  if (v.table_samples < options.min_samples || v.control_samples < options.min_samples) {
+    v.kind = Verdict::kTooFewSamples;
+    v.why = absl::StrCat("too few TTFT samples to compare: table ", v.table_samples, ", control ",
+                         v.control_samples, ", ", options.min_samples, " needed per arm");
+    return v;
+  }
+  const uint64_t n_t = v.table_samples;
+  const uint64_t n_c = v.control_samples;
+
+  // TTFT, worse direction: the tail beyond control's q-quantile bucket.
+  const size_t b = control.ttft.QuantileBucket(q);
+  const uint64_t t_above = table.ttft.CountAbove(b);
+  const uint64_t c_above = control.ttft.CountAbove(b);
+  v.ttft_z = PooledZ(t_above, n_t, c_above, n_c, options.ttft_margin);
+  // Failures.
+  v.failure_z = PooledZ(table_failures, table.requests, control_failures, control.requests,
+                        options.failure_margin);
+  // TTFT, better direction: the tail beyond table's q-quantile bucket.
+  const size_t b_table = table.ttft.QuantileBucket(q);
+  const uint64_t c_above_t = control.ttft.CountAbove(b_table);
+  const uint64_t t_above_t = table.ttft.CountAbove(b_table);
+  v.better_z = PooledZ(c_above_t, n_c, t_above_t, n_t, options.ttft_margin);
+
+  const bool ttft_worse = v.ttft_z > options.z;
+  const bool failures_worse = v.failure_z > options.z;
+  const bool better = v.better_z > options.z;
+
+  const std::string ttft_clause = absl::StrCat(
+      "table ", pq, " TTFT ", Seconds(v.table_quantile), " vs control ",
+      Seconds(v.control_quantile), ": ", Percent(Rate(t_above, n_t)),
+      " of table samples above control's ", pq, " bucket (", Seconds(TtftHistogram::bounds()[b]),
+      ") against ", Percent(Rate(c_above, n_c)), " (", Test(v.ttft_z, options.z), ")");
+  const std::string failure_clause = absl::StrCat(
+      "failures ", Percent(v.table_failure_rate), " of ", table.requests, " table requests vs ",
+      Percent(v.control_failure_rate), " of ", control.requests, " control (",
+      Test(v.failure_z, options.z), ", margin ", Percent(options.failure_margin), ")");
+  if (ttft_worse || failures_worse) {
+    v.kind = Verdict::kWorse;
+    if (ttft_worse && failures_worse) {
+      v.why = absl::StrCat("worse: ", ttft_clause, "; ", failure_clause);
+    } else {
+      v.why = absl::StrCat("worse: ", ttft_worse ? ttft_clause : failure_clause);
+    }
+  } else if (better) {
+    v.kind = Verdict::kBetter;
+    v.why = absl::StrCat("better: table ", pq, " TTFT ", Seconds(v.table_quantile), " vs control ",
+                         Seconds(v.control_quantile), ": ", Percent(Rate(c_above_t, n_c)),
+                         " of control samples above table's ", pq, " bucket (",
+                         Seconds(TtftHistogram::bounds()[b_table]), ") against ",
+                         Percent(Rate(t_above_t, n_t)), " (", Test(v.better_z, options.z), "); ",
+                         failure_clause);
+  } else {
+    v.kind = Verdict::kNotWorse;
+    v.why = absl::StrCat("not worse: ", ttft_clause, "; ", failure_clause);
+  }
+  return v;
+}
+
+double TableFraction(GateState state, const GateOptions& options) {
+  switch (state) {
+    case GateState::kShadow:
+      return 0.0;
+    case GateState::kCanary:
+      return options.canary_fraction;
+    case GateState::kEnabled:
+      return 1.0 - options.control_fraction;
+    case GateState::kRolledBack:
+      return options.rolled_back_probe_fraction;
+  }
+  return 0.0;
+}
+
+Gate::Gate(GateOptions options, GateState initial) : options_(std::move(options)), state_(initial) {
+  assert(options_.Validate().ok());
+}
+
+void Gate::Enter(GateState state) {
+  state_ = state;
+  window_.clear();
+  worse_streak_ = 0;
+  good_streak_ = 0;
+  intervals_in_state_ = 0;
+}
+
+Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
+  ++interval_;
+  ++intervals_in_state_;
+  window_.push_back(interval_evidence);
+  while (window_.size() > options_.window_intervals) window_.pop_front();
+  Evidence sum;
+  for (const Evidence& e : window_) sum.Merge(e);
+
+  Decision d;
+  d.interval = interval_;
+  d.verdict = Compare(sum.table, sum.control, options_);
+  const Verdict& v = d.verdict;
+  const GateState before = state_;
+  const absl::string_view name = GateStateName(before);
+  GateState next = before;
+
+  if (forced_.has_value()) {
+    d.why = absl::StrCat(name, " (forced: ", forced_why_, "); ", v.why);
+  } else {
+    switch (before) {
+      case GateState::kShadow:
+        if (intervals_in_state_ >= options_.shadow_intervals) {
+          next = GateState::kCanary;
+          d.why = absl::StrCat("shadow -> canary after ", intervals_in_state_,
+                               " interval(s) in shadow");
+        } else {
+          d.why = absl::StrCat("shadow: interval ", intervals_in_state_, " of ",
+                               options_.shadow_intervals);
+        }
+        break;
+      case GateState::kCanary:
+        if (v.kind == Verdict::kWorse) {
+          good_streak_ = 0;
+          ++worse_streak_;
+          if (worse_streak_ >= options_.canary_rollback_after) {
+            next = GateState::kRolledBack;
+            d.why = absl::StrCat("canary -> rolled_back after ", worse_streak_,
+                                 " worse decision(s) in a row: ", v.why);
+          } else {
+            d.why = absl::StrCat("canary: ", worse_streak_, " of ", options_.canary_rollback_after,
+                                 " worse decisions: ", v.why);
+          }
+        } else if (v.kind == Verdict::kNotWorse || v.kind == Verdict::kBetter) {
+          worse_streak_ = 0;
+          ++good_streak_;
+          if (good_streak_ >= options_.promote_after) {
+            next = GateState::kEnabled;
+            d.why = absl::StrCat("canary -> enabled after ", good_streak_,
+                                 " not-worse decision(s) in a row: ", v.why);
+          } else {
+            d.why = absl::StrCat("canary: ", good_streak_, " of ", options_.promote_after,
+                                 " not-worse decisions: ", v.why);
+          }
+        } else {
+          d.why = absl::StrCat("canary: ", v.why);
+        }
+        break;
+      case GateState::kEnabled:
+        if (v.kind == Verdict::kWorse) {
+          ++worse_streak_;
+          if (worse_streak_ >= options_.rollback_after) {
+            next = GateState::kRolledBack;
+            d.why = absl::StrCat("enabled -> rolled_back after ", worse_streak_,
+                                 " worse decision(s) in a row: ", v.why);
+          } else {
+            d.why = absl::StrCat("enabled: ", worse_streak_, " of ", options_.rollback_after,
+                                 " worse decisions: ", v.why);
+          }
+        } else {
+          if (v.kind != Verdict::kTooFewSamples) worse_streak_ = 0;
+          d.why = absl::StrCat("enabled: ", v.why);
+        }
+        break;
+      case GateState::kRolledBack:
+        if (options_.retry_after > 0 && intervals_in_state_ >= options_.retry_after) {
+          next = GateState::kCanary;
+          d.why = absl::StrCat("rolled_back -> canary: retrying after ", intervals_in_state_,
+                               " interval(s) rolled back");
+        } else if (options_.retry_after > 0) {
+          d.why = absl::StrCat("rolled_back: interval ", intervals_in_state_, " of ",
+                               options_.retry_after, " before a new canary; ", v.why);
+        } else {
+          d.why = absl::StrCat("rolled_back (retry_after 0: no new canary); ", v.why);
+        }
+        break;
+    }
+  }
+  if (next != before) Enter(next);
+  d.state = state_;
+  d.table_fraction = table_fraction();
+  d.changed = state_ != before;
+  return d;
+}
+
+void Gate::Force(std::optional<GateState> state, std::string why) {
+  if (state.has_value() && *state != state_) {
+    Enter(*state);
+  } else {
+    worse_streak_ = 0;
+    good_streak_ = 0;
+    intervals_in_state_ = 0;
+  }
+  forced_ = state;
+  forced_why_ = state.has_value() ? std::move(why) : std::string();
+}
+
+Gate::Persisted Gate::Save() const {
+  return {.state = state_,
+          .forced = forced_,
+          .forced_why = forced_why_,
+          .intervals_in_state = intervals_in_state_,
+          .interval = interval_};
+}
+
+Gate Gate::Restore(GateOptions options, const Persisted& persisted) {
+  Gate gate(std::move(options), persisted.forced.value_or(persisted.state));
+  gate.forced_ = persisted.forced;
+  gate.forced_why_ = persisted.forced ? persisted.forced_why : std::string();
+  gate.intervals_in_state_ = persisted.intervals_in_state;
+  gate.interval_ = persisted.interval;
+  return gate;
+}
+
+}  // namespace cacheroute::planner
