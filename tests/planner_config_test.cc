@@ -243,6 +243,31 @@ TEST_CASE("unknown keys are errors naming the key") {
   CHECK(absl::StrContains(unrelated, "log_format"));
 }
 
+TEST_CASE("the gate section parses, and its errors name gate.<field> and the value") {
+  absl::StatusOr<PlannerConfig> parsed = ParsePlannerConfigYaml(
+      "gate:\n  enabled: true\n  canary_fraction: 0.1\n  promote_after: 5\n  z: 3.09\n");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->gate_enabled);
+  CHECK(parsed->gate.canary_fraction == 0.1);
+  CHECK(parsed->gate.promote_after == 5);
+  CHECK(parsed->gate.z == 3.09);
+  CHECK(parsed->gate.min_samples == planner::GateOptions{}.min_samples);  // untouched
+  CHECK_FALSE(PlannerConfig{}.gate_enabled);                               // off by default
+  CHECK(ParseError("gate:\n  canary: 0.1\n") ==
+        "gate.canary: unknown key (did you mean gate.canary_fraction?)");
+  CHECK(absl::StartsWith(ParseError("gate:\n  enabled: maybe\n"), "gate.enabled: "));
+  CHECK(absl::StartsWith(ParseError("gate: 3\n"), "gate: expected a mapping"));
+  PlannerConfig config = ValidConfig();
+  config.gate_enabled = true;
+  config.gate.canary_fraction = 1.5;
+  const absl::Status status = ValidatePlannerConfig(config);
+  REQUIRE_FALSE(status.ok());
+  CHECK_THAT(std::string(status.message()), Catch::Contains("gate.canary_fraction"));
+  CHECK_THAT(std::string(status.message()), Catch::Contains("1.5"));
+  config.gate_enabled = false;  // a bad gate that is off is not checked
+  CHECK(ValidatePlannerConfig(config).ok());
+}
+
 TEST_CASE("a key given twice is an error") {
   CHECK(ParseError("q_cap: 1\nq_cap: 2\n") == "q_cap: given more than once");
 }

@@ -55,6 +55,78 @@ struct Harness {
   }
 };
 
+// Evidence of `n` requests per arm at the split `fraction`: TTFTs of `table_s` and `control_s`.
+planner::EvidenceReport Evidence(double fraction, uint64_t n, double table_s, double control_s) {
+  planner::EvidenceReport e;
+  e.table_fraction = fraction;
+  for (auto [arm, seconds] : {std::pair{&e.table, table_s}, {&e.control, control_s}}) {
+    dataplane::TtftHistogram h;
+    for (uint64_t i = 0; i < n; ++i) h.Observe(seconds * (0.5 + static_cast<double>(i % 100) / 100));
+    arm->requests = n;
+    arm->ttft_bucket_counts.assign(h.counts().begin(), h.counts().end());
+  }
+  return e;
+}
+
+TEST_CASE("with the gate on, tables carry its rollout and the gateways' evidence decides it") {
+  PlannerConfig config = Config();
+  config.gate_enabled = true;
+  config.gate.min_samples = 200;
+  config.gate.promote_after = 2;
+  Harness h(config);
+  uint64_t sequence = 0;
+  auto report = [&](std::optional<planner::EvidenceReport> evidence) {
+    planner::RateReport r = Report("gw", ++sequence, {{"a", 500}, {"b", 400}, {"c", 300}});
+    r.evidence = std::move(evidence);
+    REQUIRE(h.core->ReportRates(r).ok());
+  };
+  report(std::nullopt);
+  PlanOutcome first = h.Replan();  // shadow's one interval ends at once
+  REQUIRE(first.gate.has_value());
+  REQUIRE(h.core->Latest()->rollout().has_value());
+  CHECK(h.core->Latest()->rollout()->state == "canary");
+  CHECK(h.core->Latest()->table_fraction() == config.gate.canary_fraction);
+
+  // Too few samples: nothing is decided, the table stays where it is.
+  report(Evidence(0.2, 50, 0.1, 0.1));
+  CHECK_FALSE(h.Replan().gate->changed);
+  CHECK(h.core->Latest()->rollout()->state == "canary");
+  // Evidence of another split (an older table) is not counted.
+  report(Evidence(0.05, 5000, 0.1, 0.1));
+  CHECK(h.Replan().gate->verdict.kind == planner::Verdict::kTooFewSamples);
+
+  // An equal canary, twice: promoted, and the new split is published as a new version.
+  const table::TableVersion canary_version = h.core->Latest()->version();
+  report(Evidence(0.2, 2000, 0.1, 0.1));
+  CHECK_FALSE(h.Replan().gate->changed);
+  report(Evidence(0.2, 2000, 0.1, 0.1));
+  const PlanOutcome promoted = h.Replan();
+  CHECK(promoted.gate->changed);
+  CHECK(promoted.changed);
+  CHECK(promoted.version.number > canary_version.number);
+  CHECK(h.core->Latest()->rollout()->state == "enabled");
+  CHECK(h.core->Latest()->table_fraction() == 1 - config.gate.control_fraction);
+
+  // The table arm turns slow: rolled back after rollback_after (2) worse decisions.
+  const double enabled = h.core->Latest()->table_fraction();
+  report(Evidence(enabled, 2000, 3.0, 0.1));
+  CHECK_FALSE(h.Replan().gate->changed);
+  report(Evidence(enabled, 2000, 3.0, 0.1));
+  const PlanOutcome rolled_back = h.Replan();
+  CHECK(rolled_back.gate->changed);
+  CHECK(h.core->Latest()->rollout()->state == "rolled_back");
+  CHECK(h.core->Latest()->table_fraction() == 0);
+}
+
+TEST_CASE("without the gate, tables carry no rollout") {
+  Harness h;
+  REQUIRE(h.core->ReportRates(Report("gw", 1, {{"a", 500}})).ok());
+  const PlanOutcome outcome = h.Replan();
+  CHECK_FALSE(outcome.gate.has_value());
+  CHECK_FALSE(h.core->Latest()->rollout().has_value());
+  CHECK(h.core->Latest()->table_fraction() == 1.0);
+}
+
 TEST_CASE("the epoch is the start time and numbers grow only when the routing changes") {
   Harness h;
   CHECK(h.core->Latest() == nullptr);

@@ -159,6 +159,58 @@ const std::vector<YamlField>& TlsFields() {
   return *fields;
 }
 
+template <typename T, typename Parse>
+YamlField GateField(absl::string_view key, T planner::GateOptions::*member, Parse parse) {
+  return {key,
+          [member, parse](absl::string_view name, const YAML::Node& node,
+                          PlannerConfig& config) -> absl::Status {
+            auto value = parse(name, node);
+            if (!value.ok()) return value.status();
+            config.gate.*member = static_cast<T>(*value);
+            return absl::OkStatus();
+          }};
+}
+
+// The gate's keys; ranges beyond a value's type are GateOptions::Validate's.
+const std::vector<YamlField>& GateFields() {
+  constexpr uint64_t kMax32 = std::numeric_limits<uint32_t>::max();
+  const auto integer = [](uint64_t max) {
+    return [max](absl::string_view name, const YAML::Node& node) {
+      return YamlInteger(name, node, 0, max);
+    };
+  };
+  const auto number = [](absl::string_view name, const YAML::Node& node) {
+    return YamlNonNegativeNumber(name, node);
+  };
+  static const auto* const fields = new std::vector<YamlField>{
+      {"enabled",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         absl::StatusOr<bool> value = YamlBool(name, node);
+         if (!value.ok()) return value.status();
+         config.gate_enabled = *value;
+         return absl::OkStatus();
+       }},
+      GateField("min_samples", &planner::GateOptions::min_samples,
+                integer(std::numeric_limits<uint64_t>::max())),
+      GateField("window_intervals", &planner::GateOptions::window_intervals, integer(kMax32)),
+      GateField("shadow_intervals", &planner::GateOptions::shadow_intervals, integer(kMax32)),
+      GateField("canary_fraction", &planner::GateOptions::canary_fraction, number),
+      GateField("control_fraction", &planner::GateOptions::control_fraction, number),
+      GateField("promote_after", &planner::GateOptions::promote_after, integer(kMax32)),
+      GateField("canary_rollback_after", &planner::GateOptions::canary_rollback_after,
+                integer(kMax32)),
+      GateField("rollback_after", &planner::GateOptions::rollback_after, integer(kMax32)),
+      GateField("retry_after", &planner::GateOptions::retry_after, integer(kMax32)),
+      GateField("rolled_back_probe_fraction", &planner::GateOptions::rolled_back_probe_fraction,
+                number),
+      GateField("quantile", &planner::GateOptions::quantile, number),
+      GateField("z", &planner::GateOptions::z, number),
+      GateField("ttft_margin", &planner::GateOptions::ttft_margin, number),
+      GateField("failure_margin", &planner::GateOptions::failure_margin, number),
+  };
+  return *fields;
+}
+
 const std::vector<YamlField>& TopLevelFields() {
   constexpr uint64_t kNoMax = std::numeric_limits<uint64_t>::max();
   static const auto* const fields = new std::vector<YamlField>{
@@ -179,6 +231,16 @@ const std::vector<YamlField>& TopLevelFields() {
                                              DescribeNode(node)));
          }
          return ApplyMapping(absl::StrCat(name, "."), node, TlsFields(), config).status();
+       }},
+      {"gate",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         if (node.IsNull()) return absl::OkStatus();
+         if (!node.IsMap()) {
+           return Invalid(name, absl::StrCat("expected a mapping (enabled, canary_fraction, …); "
+                                             "got ",
+                                             DescribeNode(node)));
+         }
+         return ApplyMapping(absl::StrCat(name, "."), node, GateFields(), config).status();
        }},
       // Setting one of token / token_file clears the other, so that a layer (YAML over
       // defaults, flags over YAML) replaces the way the token is given.
@@ -521,6 +583,9 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
   }
   if (config.token_required_for_reads && config.token.empty() && config.token_file.empty()) {
     return Invalid("token_required_for_reads", "true needs a token (token or token_file)");
+  }
+  if (config.gate_enabled) {
+    if (absl::Status status = config.gate.Validate(); !status.ok()) return status;
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@ add_library(cacheroute::planner_config ALIAS cacheroute_planner_config)
 target_include_directories(cacheroute_planner_config PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(cacheroute_planner_config
   PUBLIC
+    cacheroute::planner  # GateOptions (planner/gate.h)
     absl::status
     absl::statusor
     absl::strings

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "planner/gate.h"
 
 namespace CLI {
 class App;
@@ -40,6 +41,11 @@ struct TlsConfig {
 };
 
 struct PlannerConfig {
+  // The rollout gate (docs/gate.md, planner/gate.h): with gate_enabled, every table carries the
+  // gate's rollout and each control interval's evidence from the gateways decides it. Off by
+  // default until its defaults are settled on the simulator.
+  bool gate_enabled = false;
+  planner::GateOptions gate;
   // Network.
   std::string listen = "127.0.0.1:50051";         // gRPC, HOST:PORT (port 0: pick a free one)
   std::string metrics_listen = "127.0.0.1:9464";  // HTTP /metrics and /healthz; "" disables

@@ -88,7 +88,9 @@ PlannerCore::PlannerCore(const PlannerConfig& config, planner::Clock* clock,
       rates_(AggregatorOptions(config), clock->Now()),
       builder_(clock),
       destinations_(config.destinations),
-      drained_(config.destinations.size(), false) {}
+      drained_(config.destinations.size(), false) {
+  if (config.gate_enabled) gate_.emplace(config.gate);
+}
 
 absl::StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::Create(const PlannerConfig& config,
                                                                  planner::Clock* clock) {
@@ -219,6 +221,10 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
       next, *plan, destinations_, active,
       [this](uint64_t key_id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return rates_.KeyName(key_id); },
       last_plan_unix_ms_, config_.table_ttl_seconds);
+  if (gate_.has_value()) {
+    candidate = candidate->WithRollout(table::TableRollout{
+        std::string(planner::GateStateName(gate_->state())), gate_->table_fraction()});
+  }
   PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
                       .changed = false,
                       .build_seconds = plan->stats().build_seconds};
@@ -266,7 +272,11 @@ absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
   absl::StatusOr<PlanOutcome> outcome;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    std::optional<planner::Gate::Decision> decision;
+    // The evidence of the interval that ends now, gathered under the split published for it.
+    if (gate_.has_value()) decision = gate_->Observe(rates_.TakeEvidence(gate_->table_fraction()));
     outcome = ReplanLocked(&published);
+    if (outcome.ok()) outcome->gate = std::move(decision);
   }
   Notify(std::move(published));
   return outcome;

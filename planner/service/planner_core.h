@@ -47,6 +47,8 @@ struct PlanOutcome {
   table::TableVersion version;  // the latest version after the step
   bool changed = false;         // a new version was published
   double build_seconds = 0;
+  // The rollout gate's decision of this interval (Replan with gate_enabled only).
+  std::optional<planner::Gate::Decision> gate;
 };
 
 class PlannerCore {
@@ -60,11 +62,13 @@ class PlannerCore {
   // Rates. InvalidArgument (naming the field) leaves everything unchanged.
   absl::StatusOr<planner::ReportResult> ReportRates(const planner::RateReport& report);
   // The rollout evidence reported since the last call, for the split at table_fraction, merged
-  // over gateways (RateAggregator::TakeEvidence). The rollout gate's input (docs/gate.md).
+  // over gateways (RateAggregator::TakeEvidence). The rollout gate's input (docs/gate.md); with
+  // gate_enabled, Replan takes it itself.
   dataplane::Evidence TakeEvidence(double table_fraction);
 
-  // One planning step now: closes the rate interval, plans, publishes if the routing changed,
-  // persists. Also what the control-interval ticker calls.
+  // One planning step now: with gate_enabled, first feeds the interval's rollout evidence to the
+  // gate; then closes the rate interval, plans, publishes if the routing (or the gate's rollout)
+  // changed, persists. Also what the control-interval ticker calls.
   absl::StatusOr<PlanOutcome> Replan();
 
   // Membership. Both replan at once, keeping every key that stays placeable where it was
@@ -119,6 +123,8 @@ class PlannerCore {
   mutable std::mutex mu_;
   planner::RateAggregator rates_ ABSL_GUARDED_BY(mu_);
   planner::PlanBuilder builder_ ABSL_GUARDED_BY(mu_);
+  // The rollout gate (config_.gate_enabled); its state rides on every published table.
+  std::optional<planner::Gate> gate_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> destinations_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> drained_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;

@@ -463,6 +463,13 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
     server->ticker_ = std::thread([raw, interval] {
       while (!raw->shutdown_.WaitForNotificationWithTimeout(interval)) {
         absl::StatusOr<PlanOutcome> outcome = raw->core_->Replan();
+        if (outcome.ok() && outcome->gate.has_value() && outcome->gate->changed) {
+          const planner::Gate::Decision& d = *outcome->gate;
+          LogEvent("info", "gate_changed",
+                   {{"state", std::string(planner::GateStateName(d.state))},
+                    {"table_fraction", absl::StrCat(d.table_fraction)},
+                    {"why", d.why}});
+        }
         if (!outcome.ok()) {
           LogEvent("error", "plan_failed", {{"error", std::string(outcome.status().message())}});
         } else if (outcome->changed) {
