@@ -638,6 +638,99 @@ class DrainCommand final : public OnlineCommand {
   std::string destination_;
 };
 
+// ---- gate
+
+std::string GateText(const v1::GateStatus& g) {
+  std::string out = absl::StrCat("gate: ", g.state(), ", ", absl::StrFormat("%.0f", 100 * g.table_fraction()),
+                                 "% of keys on the table");
+  if (!g.forced_state().empty()) {
+    absl::StrAppend(&out, " (forced: ", g.forced_state(),
+                    g.forced_why().empty() ? "" : absl::StrCat(", ", g.forced_why()), ")");
+  }
+  absl::StrAppend(&out, "\n");
+  if (g.verdict().empty()) return absl::StrCat(out, "no decision yet\n");
+  absl::StrAppend(&out, "last decision (interval ", g.interval(), "): ", g.verdict(), "\n");
+  absl::StrAppend(&out, absl::StrFormat("  %-8s %10s %12s %14s\n", "arm", "samples", "ttft_q_s",
+                                        "failure_rate"));
+  absl::StrAppend(&out, absl::StrFormat("  %-8s %10u %12.3f %14.4f\n", "table", g.table_samples(),
+                                        g.table_quantile_seconds(), g.table_failure_rate()));
+  absl::StrAppend(&out, absl::StrFormat("  %-8s %10u %12.3f %14.4f\n", "control",
+                                        g.control_samples(), g.control_quantile_seconds(),
+                                        g.control_failure_rate()));
+  if (!g.why().empty()) absl::StrAppend(&out, "why: ", g.why(), "\n");
+  return out;
+}
+
+std::string GateJson(const v1::GateStatus& g) {
+  JsonWriter json;
+  json.BeginObject()
+      .Key("state").String(g.state())
+      .Key("table_fraction").Number(g.table_fraction())
+      .Key("forced_state").String(g.forced_state())
+      .Key("forced_why").String(g.forced_why())
+      .Key("interval").Uint(g.interval())
+      .Key("verdict").String(g.verdict())
+      .Key("why").String(g.why())
+      .Key("table").BeginObject()
+      .Key("samples").Uint(g.table_samples())
+      .Key("ttft_quantile_seconds").Number(g.table_quantile_seconds())
+      .Key("failure_rate").Number(g.table_failure_rate())
+      .EndObject()
+      .Key("control").BeginObject()
+      .Key("samples").Uint(g.control_samples())
+      .Key("ttft_quantile_seconds").Number(g.control_quantile_seconds())
+      .Key("failure_rate").Number(g.control_failure_rate())
+      .EndObject()
+      .EndObject();
+  return json.Line();
+}
+
+class GateCommand final : public OnlineCommand {
+ public:
+  GateCommand(CLI::App& app, const GlobalOptions& options)
+      : OnlineCommand(app, options, "gate",
+                      "Show the rollout gate's state and last decision; --force holds a state.") {
+    command_->add_option("--force", force_, "Hold the gate in STATE: shadow, canary, enabled, "
+                                            "rolled_back")
+        ->type_name("STATE");
+    command_->add_flag("--release", release_, "Release a forced state");
+    command_->add_option("--why", why_, "The reason, logged and shown with a forced state");
+  }
+
+  absl::Status Run() override {
+    absl::StatusOr<OnlineFormat> format = Format();
+    if (!format.ok()) return format.status();
+    if (release_ && !force_.empty()) {
+      return absl::InvalidArgumentError("--force and --release: give one of them");
+    }
+    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
+    if (!client.ok()) return client.status();
+    v1::GateStatus gate;
+    if (release_ || !force_.empty()) {
+      v1::ForceGateRequest request;
+      request.set_state(force_);
+      request.set_why(why_);
+      absl::StatusOr<v1::GateStatus> forced = (*client)->ForceGate(request);
+      if (!forced.ok()) return forced.status();
+      gate = *std::move(forced);
+    } else {
+      absl::StatusOr<v1::GetStatusResponse> status = (*client)->GetStatus();
+      if (!status.ok()) return status.status();
+      if (!status->has_gate()) {
+        return absl::FailedPreconditionError(
+            "the planner runs no rollout gate (planner.yaml: gate.enabled is false)");
+      }
+      gate = status->gate();
+    }
+    return WriteStdout(*format == OnlineFormat::kJson ? GateJson(gate) : GateText(gate));
+  }
+
+ private:
+  std::string force_;
+  bool release_ = false;
+  std::string why_;
+};
+
 class DestinationsCommand final : public OnlineCommand {
  public:
   DestinationsCommand(CLI::App& app, const GlobalOptions& options)
@@ -717,6 +810,7 @@ void AddOnlineCommands(CLI::App& app, const GlobalOptions& options,
   commands->push_back(std::make_unique<DrainCommand>(app, options, /*undrain=*/false));
   commands->push_back(std::make_unique<DrainCommand>(app, options, /*undrain=*/true));
   commands->push_back(std::make_unique<DestinationsCommand>(app, options));
+  commands->push_back(std::make_unique<GateCommand>(app, options));
 }
 
 }  // namespace cacheroute::client

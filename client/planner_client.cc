@@ -146,6 +146,12 @@ absl::StatusOr<v1::DrainResponse> PlannerClient::Drain(const v1::DrainRequest& r
   });
 }
 
+absl::StatusOr<v1::GateStatus> PlannerClient::ForceGate(const v1::ForceGateRequest& request) {
+  return Unary<v1::GateStatus>("ForceGate", [&](auto* context, auto* response) {
+    return admin_->ForceGate(context, request, response);
+  });
+}
+
 absl::StatusOr<v1::ReportRatesResponse> PlannerClient::ReportRates(
     const v1::ReportRatesRequest& request) {
   return Unary<v1::ReportRatesResponse>("ReportRates", [&](auto* context, auto* response) {

@@ -47,6 +47,7 @@ class PlannerClient {
   absl::StatusOr<v1::SetDestinationsResponse> SetDestinations(
       const v1::SetDestinationsRequest& request);
   absl::StatusOr<v1::DrainResponse> Drain(const v1::DrainRequest& request);
+  absl::StatusOr<v1::GateStatus> ForceGate(const v1::ForceGateRequest& request);
   absl::StatusOr<v1::ReportRatesResponse> ReportRates(const v1::ReportRatesRequest& request);
 
   // For streams: adds the token to `context`, sets no deadline.

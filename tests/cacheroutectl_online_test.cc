@@ -535,6 +535,52 @@ TEST_CASE("drain, undrain and destinations set change the membership") {
   CheckError(planner.Ctl({"destinations", "set", "x", "x"}), 2, {"duplicate"});
 }
 
+TEST_CASE("gate shows the rollout gate; --force holds a state across a planner restart") {
+  TempDir dir("cacheroutectl_online");
+  PlannerConfig config = TestConfig();
+  config.gate_enabled = true;
+  config.state_dir = (dir.path() / "state").string();
+  {
+    Planner planner(config);
+    PushAndPlan(planner, dir);  // the first interval ends shadow: a canary
+    const Result shown = planner.Ctl({"gate"});
+    INFO(shown.err);
+    REQUIRE(shown.exit_code == 0);
+    CHECK(absl::StartsWith(shown.out, "gate: canary, 20% of keys on the table\n"));
+    CHECK(absl::StrContains(shown.out, "too_few_samples"));
+
+    const Result forced = planner.Ctl({"--format", "json", "gate", "--force", "enabled", "--why",
+                                       "load test"});
+    INFO(forced.err);
+    REQUIRE(forced.exit_code == 0);
+    const std::optional<JsonValue> doc = ParseJson(forced.out);
+    REQUIRE(doc.has_value());
+    CHECK(doc->Find("state")->string == "enabled");
+    CHECK(doc->Find("forced_state")->string == "enabled");
+    CHECK(doc->Find("forced_why")->string == "load test");
+    // The forced split is published at once.
+    const v1::RoutingTable table = planner.Latest();
+    REQUIRE(table.has_rollout());
+    CHECK(table.rollout().state() == "enabled");
+    CHECK(table.rollout().table_fraction() == 0.95);
+    CheckError(planner.Ctl({"gate", "--force", "bogus"}), 2, {"\"bogus\""});
+  }
+  Planner restarted(config);
+  const Result after = restarted.Ctl({"gate"});
+  INFO(after.err);
+  REQUIRE(after.exit_code == 0);
+  CHECK(absl::StartsWith(after.out, "gate: enabled, 95% of keys on the table (forced: enabled, "
+                                    "load test)\n"));
+  restarted.Replan();  // a decision while forced changes nothing
+  CHECK(restarted.Status().gate().state() == "enabled");
+  REQUIRE(restarted.Ctl({"gate", "--release"}).exit_code == 0);
+  CHECK(restarted.Status().gate().forced_state().empty());
+
+  Planner plain;  // no gate configured
+  CheckError(plain.Ctl({"gate"}), 2, {"gate.enabled"});
+  CheckError(plain.Ctl({"gate", "--force", "enabled"}), 2, {"gate.enabled"});
+}
+
 TEST_CASE("bad input exits 2 with one line naming the file, line or flag") {
   Planner planner;
   TempDir dir("cacheroutectl_online");

@@ -22,6 +22,11 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
   gw->set_gateway_id("gw-1");
   gw->set_subscribed(true);
   gw->mutable_acked_version()->set_number(11);
+  v1::GateStatus* gate = status.mutable_gate();
+  gate->set_state("canary");
+  gate->set_table_fraction(0.25);
+  gate->set_table_quantile_seconds(1.5);
+  gate->set_control_failure_rate(0.125);
   PlannerCore::Counters counters;
   counters.plans = 5;
   counters.reports_accepted = 9;
@@ -42,10 +47,20 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
            "cacheroute_planner_reports_rejected_total{reason=\"count\"} 2",
            "cacheroute_planner_subscribers 1",
            "cacheroute_planner_gateway_acked_version{gateway=\"gw-1\"} 11",
+           "cacheroute_planner_gate_state{state=\"canary\"} 1",
+           "cacheroute_planner_gate_state{state=\"enabled\"} 0",
+           "cacheroute_planner_gate_table_fraction 0.25",
+           "cacheroute_planner_gate_forced 0",
+           "cacheroute_planner_gate_arm_ttft_quantile_seconds{arm=\"table\"} 1.5",
+           "cacheroute_planner_gate_arm_failure_rate{arm=\"control\"} 0.125",
        }) {
     INFO(line);
     CHECK(text.find(line + "\n") != std::string::npos);
   }
+  // Without a gate, no gate families.
+  status.clear_gate();
+  CHECK(RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500)).find("gate_") ==
+        std::string::npos);
   // Every sample line belongs to a family declared before it.
   std::string family;
   size_t start = 0;

@@ -57,6 +57,28 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
     w.Sample("gateway_acked_version", static_cast<double>(g.acked_version().number()),
              Exposition::Label("gateway", g.gateway_id()));
   }
+  if (status.has_gate()) {
+    const v1::GateStatus& gate = status.gate();
+    w.Family("gate_state", "gauge", "The rollout gate's state: 1 for the current one.");
+    for (const char* state : {"shadow", "canary", "enabled", "rolled_back"}) {
+      w.Sample("gate_state", gate.state() == state ? 1 : 0, Exposition::Label("state", state));
+    }
+    w.Gauge("gate_table_fraction", "Share of keys the rollout gate puts on the table.",
+            gate.table_fraction());
+    w.Gauge("gate_forced", "1 while an operator holds the gate in a state.",
+            gate.forced_state().empty() ? 0 : 1);
+    w.Family("gate_arm_ttft_quantile_seconds", "gauge",
+             "TTFT quantile of each arm in the gate's last decision window.");
+    w.Sample("gate_arm_ttft_quantile_seconds", gate.table_quantile_seconds(),
+             Exposition::Label("arm", "table"));
+    w.Sample("gate_arm_ttft_quantile_seconds", gate.control_quantile_seconds(),
+             Exposition::Label("arm", "control"));
+    w.Family("gate_arm_failure_rate", "gauge",
+             "Failure rate of each arm in the gate's last decision window.");
+    w.Sample("gate_arm_failure_rate", gate.table_failure_rate(), Exposition::Label("arm", "table"));
+    w.Sample("gate_arm_failure_rate", gate.control_failure_rate(),
+             Exposition::Label("arm", "control"));
+  }
   return w.Take();
 }
 

@@ -145,6 +145,26 @@ absl::Status PlannerCore::RestoreLocked(const v1::PlannerState& state) {
     return absl::DataLossError("state file: the table has no version");
   }
   history_.push_back(*std::move(table));
+  if (gate_.has_value() && state.has_gate()) {
+    const v1::GateRecord& g = state.gate();
+    const std::optional<planner::GateState> saved = planner::ParseGateState(g.state());
+    if (!saved.has_value()) {
+      return absl::DataLossError(absl::StrCat("state file: gate.state \"", g.state(), "\" is unknown"));
+    }
+    std::optional<planner::GateState> forced;
+    if (!g.forced_state().empty()) {
+      forced = planner::ParseGateState(g.forced_state());
+      if (!forced.has_value()) {
+        return absl::DataLossError(
+            absl::StrCat("state file: gate.forced_state \"", g.forced_state(), "\" is unknown"));
+      }
+    }
+    gate_ = planner::Gate::Restore(config_.gate, {.state = *saved,
+                                                  .forced = forced,
+                                                  .forced_why = g.forced_why(),
+                                                  .intervals_in_state = g.intervals_in_state(),
+                                                  .interval = g.interval()});
+  }
   return absl::OkStatus();
 }
 
@@ -251,6 +271,15 @@ void PlannerCore::PersistLocked() {
   for (const std::string& name : destinations_) state.add_destinations(name);
   for (bool d : drained_) state.add_drained(d);
   *state.mutable_rates() = RateAggregatorToProto(rates_);
+  if (gate_.has_value()) {
+    const planner::Gate::Persisted g = gate_->Save();
+    v1::GateRecord* record = state.mutable_gate();
+    record->set_state(std::string(planner::GateStateName(g.state)));
+    if (g.forced.has_value()) record->set_forced_state(std::string(planner::GateStateName(*g.forced)));
+    record->set_forced_why(g.forced_why);
+    record->set_intervals_in_state(g.intervals_in_state);
+    record->set_interval(g.interval);
+  }
   if (!store_->Save(state).ok()) ++counters_.persist_errors;
 }
 
@@ -274,7 +303,10 @@ absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<planner::Gate::Decision> decision;
     // The evidence of the interval that ends now, gathered under the split published for it.
-    if (gate_.has_value()) decision = gate_->Observe(rates_.TakeEvidence(gate_->table_fraction()));
+    if (gate_.has_value()) {
+      decision = gate_->Observe(rates_.TakeEvidence(gate_->table_fraction()));
+      last_gate_decision_ = decision;
+    }
     outcome = ReplanLocked(&published);
     if (outcome.ok()) outcome->gate = std::move(decision);
   }
@@ -408,7 +440,74 @@ v1::GetStatusResponse PlannerCore::Status() const {
     *status.mutable_acked_version() = info.acked.ToProto();
   }
   for (auto& [id, status] : gateways) *out.add_gateways() = std::move(status);
+  if (gate_.has_value()) *out.mutable_gate() = GateStatusLocked();
   return out;
+}
+
+v1::GateStatus PlannerCore::GateStatusLocked() const {
+  v1::GateStatus out;
+  out.set_state(std::string(planner::GateStateName(gate_->state())));
+  out.set_table_fraction(gate_->table_fraction());
+  if (gate_->forced().has_value()) {
+    out.set_forced_state(std::string(planner::GateStateName(*gate_->forced())));
+    out.set_forced_why(gate_->Save().forced_why);
+  }
+  if (last_gate_decision_.has_value()) {
+    const planner::Gate::Decision& d = *last_gate_decision_;
+    out.set_interval(d.interval);
+    out.set_verdict(std::string(planner::VerdictKindName(d.verdict.kind)));
+    out.set_why(d.why);
+    out.set_table_quantile_seconds(d.verdict.table_quantile);
+    out.set_control_quantile_seconds(d.verdict.control_quantile);
+    out.set_table_failure_rate(d.verdict.table_failure_rate);
+    out.set_control_failure_rate(d.verdict.control_failure_rate);
+    out.set_table_samples(d.verdict.table_samples);
+    out.set_control_samples(d.verdict.control_samples);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::GateStatus> PlannerCore::ForceGate(const std::string& state,
+                                                      const std::string& why) {
+  std::lock_guard<std::mutex> order(notify_mu_);
+  std::shared_ptr<const table::TableSnapshot> published;
+  v1::GateStatus status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!gate_.has_value()) {
+      return absl::FailedPreconditionError(
+          "the planner runs no rollout gate (planner.yaml: gate.enabled is false)");
+    }
+    std::optional<planner::GateState> forced;
+    if (!state.empty()) {
+      forced = planner::ParseGateState(state);
+      if (!forced.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "state: \"", state, "\" is not shadow, canary, enabled, rolled_back or \"\" (release)"));
+      }
+    }
+    gate_->Force(forced, why);
+    // The new split goes out at once, as a new version of the latest table.
+    if (!history_.empty()) {
+      std::shared_ptr<const table::TableSnapshot> latest = history_.back();
+      std::shared_ptr<const table::TableSnapshot> candidate = latest->WithRollout(
+          table::TableRollout{std::string(planner::GateStateName(gate_->state())),
+                              gate_->table_fraction()});
+      if (!candidate->SameRouting(*latest)) {
+        const table::TableVersion next{epoch_, last_number_ + 1};
+        last_number_ = next.number;
+        candidate = candidate->WithVersion(next);
+        history_.push_back(candidate);
+        if (history_.size() > config_.history) history_.erase(history_.begin());
+        ++counters_.versions_published;
+        published = std::move(candidate);
+      }
+    }
+    PersistLocked();
+    status = GateStatusLocked();
+  }
+  Notify(std::move(published));
+  return status;
 }
 
 v1::ExplainResponse PlannerCore::Explain(uint64_t key_id) const {

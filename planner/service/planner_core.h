@@ -84,6 +84,10 @@ class PlannerCore {
   absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> Get(table::TableVersion v) const;
 
   v1::GetStatusResponse Status() const;
+  // The rollout gate: holds it in `state` ("" releases it) and publishes that state's split at
+  // once (a new version; persisted, so a forced state survives a restart). FailedPrecondition
+  // without gate_enabled; InvalidArgument naming `state` for an unknown one.
+  absl::StatusOr<v1::GateStatus> ForceGate(const std::string& state, const std::string& why);
   v1::ExplainResponse Explain(uint64_t key_id) const;
 
   // Table-stream bookkeeping for Status and metrics.
@@ -113,6 +117,7 @@ class PlannerCore {
   absl::StatusOr<PlanOutcome> ReplanLocked(std::shared_ptr<const table::TableSnapshot>* published)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::GateStatus GateStatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Notify(std::shared_ptr<const table::TableSnapshot> published);
   std::vector<uint32_t> ActiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -125,6 +130,7 @@ class PlannerCore {
   planner::PlanBuilder builder_ ABSL_GUARDED_BY(mu_);
   // The rollout gate (config_.gate_enabled); its state rides on every published table.
   std::optional<planner::Gate> gate_ ABSL_GUARDED_BY(mu_);
+  std::optional<planner::Gate::Decision> last_gate_decision_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> destinations_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> drained_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;

@@ -218,6 +218,21 @@ class PlannerServices final : public v1::RateService::CallbackService,
     });
   }
 
+  grpc::ServerUnaryReactor* ForceGate(grpc::CallbackServerContext* context,
+                                      const v1::ForceGateRequest* request,
+                                      v1::GateStatus* response) override {
+    return Unary(context, true, [&]() -> absl::Status {
+      absl::StatusOr<v1::GateStatus> status = core_->ForceGate(request->state(), request->why());
+      if (!status.ok()) return status.status();
+      *response = *std::move(status);
+      LogEvent("info", request->state().empty() ? "gate_released" : "gate_forced",
+               {{"state", response->state()},
+                {"table_fraction", absl::StrCat(response->table_fraction())},
+                {"why", request->why()}});
+      return absl::OkStatus();
+    });
+  }
+
   // --- Table-stream registry, used by StreamTableReactor.
   class StreamTableReactor;
   void Register(StreamTableReactor* reactor);
