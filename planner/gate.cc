@@ -125,6 +125,9 @@ absl::Status GateOptions::Validate() const {
   if (!in_unit(failure_margin, false, true)) {
     return OutOfRange("failure_margin", "in [0, 1)", failure_margin);
   }
+  if (!(std::isfinite(ttft_envelope_seconds) && ttft_envelope_seconds >= 0)) {
+    return OutOfRange("ttft_envelope_seconds", "finite and >= 0", ttft_envelope_seconds);
+  }
   return absl::OkStatus();
 }
 
@@ -165,7 +168,9 @@ Verdict Compare(const ArmEvidence& table, const ArmEvidence& control, const Gate
   const uint64_t t_above_t = table.ttft.CountAbove(b_table);
   v.better_z = PooledZ(c_above_t, n_c, t_above_t, n_t, options.ttft_margin);
 
-  const bool ttft_worse = v.ttft_z > options.z;
+  const bool inside_envelope =
+      options.ttft_envelope_seconds > 0 && v.table_quantile <= options.ttft_envelope_seconds;
+  const bool ttft_worse = v.ttft_z > options.z && !inside_envelope;
   const bool failures_worse = v.failure_z > options.z;
   const bool better = v.better_z > options.z;
 
@@ -195,7 +200,12 @@ Verdict Compare(const ArmEvidence& table, const ArmEvidence& control, const Gate
                          failure_clause);
   } else {
     v.kind = Verdict::kNotWorse;
-    v.why = absl::StrCat("not worse: ", ttft_clause, "; ", failure_clause);
+    v.why = absl::StrCat("not worse: ", ttft_clause,
+                         inside_envelope && v.ttft_z > options.z
+                             ? absl::StrCat(", inside the ", Seconds(options.ttft_envelope_seconds),
+                                            " envelope")
+                             : "",
+                         "; ", failure_clause);
   }
   return v;
 }

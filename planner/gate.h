@@ -11,7 +11,8 @@
 // two-proportion z statistic (p_t − p_c − ttft_margin)/se exceeds z. Failures: the same test on
 // failures/requests with failure_margin. Worse if either is worse; better if, with b' = table's
 // q-quantile bucket, control's share above b' is significantly above table's (same test, same
-// margin); else not worse. se = √(p(1−p)(1/n_t + 1/n_c)), p pooled; se = 0 gives z = 0.
+// margin); else not worse. With ttft_envelope_seconds > 0, the TTFT test counts as worse only
+// while table's q-quantile is above the envelope. se = √(p(1−p)(1/n_t + 1/n_c)), p pooled; se = 0 gives z = 0.
 //
 // Invariants: every state change clears the evidence window and the streaks (old evidence belongs
 // to the old split); a forced state never changes in Observe; the results depend only on the
@@ -58,7 +59,7 @@ struct GateOptions {
   // Share of keys kept on the control arm while enabled (table fraction 1 − control_fraction);
   // in [0, 1). 0 leaves no control arm: every verdict is then kTooFewSamples and an enabled gate
   // is never rolled back.
-  double control_fraction = 0.05;
+  double control_fraction = 0.1;
   // Consecutive kNotWorse or kBetter canary decisions → enabled; ≥ 1.
   uint32_t promote_after = 3;
   // Consecutive kWorse canary decisions → rolled_back; ≥ 1.
@@ -80,6 +81,11 @@ struct GateOptions {
   double ttft_margin = 0.0;
   // Absolute margin on the failure rate; in [0, 1).
   double failure_margin = 0.005;
+  // The latency envelope (the deployment's TTFT SLO, seconds): the table arm's TTFT tail counts
+  // as worse only while its quantile is above it, so a table that meets the SLO is never rolled
+  // back for a tail that is merely longer than control's. 0: no envelope (always compared);
+  // finite, >= 0. Failures are compared either way.
+  double ttft_envelope_seconds = 0;
   // Whether the planner runs the gate at all when its configuration does not say; false keeps
   // the behaviour before issue 13 (every key on the table, fraction 1). The Gate itself does not
   // read it.

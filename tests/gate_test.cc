@@ -176,6 +176,30 @@ TEST_CASE("Compare: a table arm with a 3x slower p99 is worse") {
   }
 }
 
+TEST_CASE("Compare: a longer table tail inside the TTFT envelope is not worse; above it, it is") {
+  GateOptions options;
+  ArmEvidence control = Baseline(1000);
+  ArmEvidence table = Baseline(1000);
+  for (int i = 0; i < 40; ++i) table.ttft.Observe(3 * 1.2);  // 4% at about 3.6 s
+  table.requests += 40;
+  REQUIRE(Compare(table, control, options).kind == Verdict::kWorse);
+  options.ttft_envelope_seconds = 5;  // the table's p99 (≤ 5 s) meets the SLO
+  Verdict v = Compare(table, control, options);
+  CHECK(v.kind == Verdict::kNotWorse);
+  CHECK(v.ttft_z > options.z);  // still computed and reported
+  CHECK_THAT(v.why, Contains("inside the 5 s envelope"));
+  options.ttft_envelope_seconds = 2;  // below the table's p99: worse again
+  CHECK(Compare(table, control, options).kind == Verdict::kWorse);
+  // Failures are compared whatever the envelope.
+  options.ttft_envelope_seconds = 100;
+  ArmEvidence failing = Baseline(1000);
+  failing.failures = 50;
+  CHECK(Compare(failing, Baseline(1000), options).kind == Verdict::kWorse);
+  options.ttft_envelope_seconds = -1;
+  CHECK_THAT(std::string(options.Validate().message()),
+             Contains("gate.ttft_envelope_seconds must be finite and >= 0, got -1"));
+}
+
 TEST_CASE("Compare: failures 5% against 0% are worse; within the margin they are not") {
   const GateOptions options;
   ArmEvidence control = Baseline(1000);
@@ -355,7 +379,7 @@ TEST_CASE("Gate: an equal or better canary is promoted after exactly promote_aft
       const Gate::Decision d = gate.Observe(evidence);
       CHECK(d.changed);
       CHECK(d.state == GateState::kEnabled);
-      CHECK(d.table_fraction == Approx(0.95));
+      CHECK(d.table_fraction == Approx(0.9));
       CHECK_THAT(d.why, Contains("canary -> enabled after"));
     }
   }
@@ -403,7 +427,7 @@ TEST_CASE("Gate: too few samples decides nothing and keeps the streaks") {
 
 TEST_CASE("Gate: enabled falls back after rollback_after worse decisions in a row") {
   Gate gate(Window1(), GateState::kEnabled);
-  CHECK(gate.table_fraction() == Approx(0.95));
+  CHECK(gate.table_fraction() == Approx(0.9));
   CHECK_FALSE(gate.Observe(Worse()).changed);
   CHECK_FALSE(gate.Observe(Better()).changed);  // restarts the count
   CHECK_FALSE(gate.Observe(Worse()).changed);
@@ -484,7 +508,7 @@ TEST_CASE("Gate: a forced state holds through worse and better evidence") {
   CHECK(gate.state() == GateState::kEnabled);
   CHECK(gate.forced() == GateState::kEnabled);
   CHECK(gate.forced_why() == "ticket 42: enable everywhere");
-  CHECK(gate.table_fraction() == Approx(0.95));
+  CHECK(gate.table_fraction() == Approx(0.9));
   for (int i = 0; i < 10; ++i) {
     const Gate::Decision d = gate.Observe(Worse());
     REQUIRE(d.verdict.kind == Verdict::kWorse);  // still computed and reported
@@ -650,7 +674,7 @@ TEST_CASE("GateStateName, ParseGateState and TableFraction") {
   }
   CHECK(TableFraction(GateState::kShadow, options) == 0.0);
   CHECK(TableFraction(GateState::kCanary, options) == 0.2);
-  CHECK(TableFraction(GateState::kEnabled, options) == 1.0 - 0.05);
+  CHECK(TableFraction(GateState::kEnabled, options) == 1.0 - 0.1);
   CHECK(TableFraction(GateState::kRolledBack, options) == 0.0);
 }
 

@@ -207,6 +207,7 @@ const std::vector<YamlField>& GateFields() {
       GateField("z", &planner::GateOptions::z, number),
       GateField("ttft_margin", &planner::GateOptions::ttft_margin, number),
       GateField("failure_margin", &planner::GateOptions::failure_margin, number),
+      GateField("ttft_envelope_seconds", &planner::GateOptions::ttft_envelope_seconds, number),
   };
   return *fields;
 }
