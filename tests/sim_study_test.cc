@@ -48,7 +48,8 @@ TEST_CASE("the built-in studies are valid and follow the paper", "[study]") {
         std::vector<std::string>{"flat", "affinity", "replication", "lpt", "cacheroute"});
   CHECK(ablation.whales.count > 0);
   CHECK(FindStudy("negative")->policies ==
-        std::vector<std::string>{"flat-lb", "cacheroute", "cacheroute-paper"});
+        std::vector<std::string>{"flat-lb", "cacheroute", "cacheroute-paper", "cacheroute-gated",
+                                 "cacheroute-paper-gated"});
   const StudyConfig drift = *FindStudy("drift");
   CHECK(drift.drift.enabled);
   CHECK(drift.drift.intervals == 6);

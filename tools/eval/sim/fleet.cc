@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/random.h"
@@ -63,6 +64,7 @@ struct Gateway {
   std::unique_ptr<dataplane::Router> router;
   std::unique_ptr<dataplane::RateRecorder> recorder;
   std::unique_ptr<dataplane::Policy> policy;
+  dataplane::EvidenceRecorder evidence;  // with the gate
   // The served KV hit this gateway has seen (cached / prompt tokens at each first token), decayed
   // over about the last kHitMemory requests, for Router::SetMeasuredHit.
   double seen_cached = 0, seen_prompt = 0;
@@ -79,6 +81,8 @@ struct RequestState {
   uint32_t gateway = 0;
   uint32_t destination = 0;
   Outcome outcome = Outcome::kPending;
+  int8_t arm = -1;             // with the gate: the request's dataplane::Arm; -1 when no rollout
+  double table_fraction = 1;   // the split it was routed under
   std::vector<uint64_t> hashes;  // alive from dispatch to the request's last event
 };
 
@@ -310,6 +314,8 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
                                   .balance_share = config.plan_balance_share};
   uint64_t control_tick = 0;
   std::optional<planner::Plan> previous_plan;
+  std::optional<planner::Gate> gate;
+  if (cacheroute && config.gate) gate.emplace(config.gate_options);
   double churn_sum = 0;
   uint32_t churn_transitions = 0;
   auto replan = [&](double now) -> absl::Status {
@@ -331,15 +337,41 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
         count.key_id = k.key_id;
         count.count = static_cast<double>(k.count);
       }
+      if (std::optional<dataplane::WindowEvidence> w = gateways[g]->evidence.Drain()) {
+        planner::EvidenceReport& e = report.evidence.emplace();
+        e.table_fraction = w->table_fraction;
+        for (auto [from, to] : {std::pair{&w->evidence.table, &e.table},
+                                {&w->evidence.control, &e.control}}) {
+          to->requests = from->requests;
+          to->failures = from->failures;
+          to->prompt_tokens = from->prompt_tokens;
+          to->cached_tokens = from->cached_tokens;
+          to->ttft_bucket_counts.assign(from->ttft.counts().begin(), from->ttft.counts().end());
+        }
+      }
       if (absl::StatusOr<planner::ReportResult> r = aggregator.Apply(report, at); !r.ok()) {
         return r.status();
       }
     }
+    if (gate.has_value()) {
+      const planner::Gate::Decision decision =
+          gate->Observe(aggregator.TakeEvidence(gate->table_fraction()));
+      if (decision.changed) ++result.gate_changes;
+    }
     aggregator.CloseInterval(at);
-    const std::vector<planner::KeyRate> rates = aggregator.Rates();
-    plan_config.unkeyed_rate = aggregator.UnkeyedRate();
-    absl::StatusOr<planner::Plan> plan =
-        builder.Build(rates, plan_config, previous_plan.has_value() ? &*previous_plan : nullptr);
+    // Past max_plans the plan is held; with the gate the table is still re-installed with the
+    // gate's split.
+    const bool hold = config.max_plans > 0 && result.plans >= config.max_plans &&
+                      previous_plan.has_value();
+    absl::StatusOr<planner::Plan> plan = absl::InternalError("unset");
+    if (hold) {
+      plan = *previous_plan;
+    } else {
+      const std::vector<planner::KeyRate> rates = aggregator.Rates();
+      plan_config.unkeyed_rate = aggregator.UnkeyedRate();
+      plan = builder.Build(rates, plan_config,
+                           previous_plan.has_value() ? &*previous_plan : nullptr);
+    }
     if (!plan.ok()) return plan.status();
     if (previous_plan.has_value()) {
       absl::flat_hash_map<uint64_t, size_t> before;
@@ -366,7 +398,8 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
     }
     std::vector<double> loads(plan->loads().begin(), plan->loads().end());
     dataplane::Result<dataplane::RoutingTable> table = dataplane::RoutingTable::Build(
-        {.epoch = 1, .number = control_tick}, r_count, loads, entries);
+        {.epoch = 1, .number = control_tick}, r_count, loads, entries,
+        gate.has_value() ? gate->table_fraction() : 1.0);
     if (!table.ok()) return absl::InternalError(table.status().message);
     auto shared = std::make_shared<const dataplane::RoutingTable>(*std::move(table));
     for (auto& gateway : gateways) {
@@ -374,7 +407,7 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
         return absl::InternalError(s.message);
       }
     }
-    ++result.plans;
+    if (!hold) ++result.plans;
     previous_plan = *std::move(plan);
     if (config.record_dispatches) {
       result.plan_records.push_back(
@@ -384,6 +417,7 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
   };
 
   std::vector<RequestState> states(requests.size());
+  uint64_t table_arm_requests = 0;
   if (config.record_dispatches) result.dispatches.resize(requests.size());
   result.engines.resize(r_count);
 
@@ -399,6 +433,12 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
   auto end_request = [&](uint64_t index, Outcome outcome) {
     RequestState& state = states[index];
     state.outcome = outcome;
+    if (state.arm >= 0 && outcome != Outcome::kCompleted) {  // failed before its first token
+      gateways[state.gateway]->evidence.Record(state.table_fraction,
+                                               static_cast<dataplane::Arm>(state.arm),
+                                               std::nullopt, true, 0, 0);
+      state.arm = -1;
+    }
     --gateways[state.gateway]->view.counts[state.destination];
     std::vector<uint64_t>().swap(state.hashes);
   };
@@ -411,6 +451,12 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
           state.first_token = e.time;
           state.cached = e.cached_tokens;
           Gateway& gateway = *gateways[state.gateway];
+          if (state.arm >= 0) {
+            gateway.evidence.Record(state.table_fraction, static_cast<dataplane::Arm>(state.arm),
+                                    e.time - requests[e.request_id].arrival_s, false,
+                                    e.prompt_tokens, e.cached_tokens);
+            state.arm = -1;  // counted
+          }
           if (gateway.router != nullptr) {
             constexpr double kKeep = 1 - 1 / kHitMemory;
             gateway.seen_cached = gateway.seen_cached * kKeep + e.cached_tokens;
@@ -451,7 +497,9 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
       clock.now_s = t_control;
       if (absl::Status s = replan(t_control); !s.ok()) return s;
       next_control += config.control_interval_s;
-      if (config.max_plans > 0 && result.plans >= config.max_plans) next_control = kForever;
+      if (config.max_plans > 0 && result.plans >= config.max_plans && !gate.has_value()) {
+        next_control = kForever;
+      }
       continue;
     }
     if (t_arrival <= t_engine) {
@@ -467,6 +515,15 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
       const uint32_t d = decision.destination;  // every destination is up: never kNoDestination
       state.gateway = g;
       state.destination = d;
+      if (gate.has_value() && gateway.router->table_fraction() < 1) {
+        state.table_fraction = gateway.router->table_fraction();
+        state.arm = static_cast<int8_t>(decision.reason == dataplane::Reason::kControlArm
+                                            ? dataplane::Arm::kControl
+                                            : dataplane::Arm::kTable);
+        if (request.arrival_s >= config.warmup_s && state.arm == 0) ++table_arm_requests;
+      } else if (gate.has_value() && request.arrival_s >= config.warmup_s) {
+        ++table_arm_requests;  // fraction 1: every key on the table
+      }
       ++gateway.view.counts[d];
       if (gateway.recorder != nullptr) gateway.recorder->Record(request.key_id);
       if (config.record_dispatches) {
@@ -525,6 +582,11 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
     }
   }
   result.plan_churn = churn_transitions > 0 ? churn_sum / churn_transitions : 0;
+  if (gate.has_value()) {
+    result.gate_state = std::string(planner::GateStateName(gate->state()));
+    result.table_arm_share =
+        result.requests > 0 ? static_cast<double>(table_arm_requests) / result.requests : 0;
+  }
   result.failed = result.rejected + result.timed_out;
   result.failure_rate =
       result.requests > 0 ? static_cast<double>(result.failed) / result.requests : 0;

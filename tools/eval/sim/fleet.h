@@ -35,6 +35,7 @@
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
+#include "planner/gate.h"
 #include "planner/plan_builder.h"
 #include "tools/eval/sim/engine.h"
 #include "tools/eval/sim/engine_profile.h"
@@ -100,6 +101,13 @@ struct FleetConfig {
   bool plan_spill = true;
   double plan_balance_share = planner::kCacheRouteBalanceShare;  // PlanConfig::balance_share; 0: Algorithm 1's fixed q_cap
 
+  // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled: each control
+  // interval the gateways' per-arm evidence (TTFT at the first token, rejections and timeouts as
+  // failures) feeds Gate::Observe and the tables carry its table fraction. CacheRoute only; the
+  // control loop then runs every interval even after max_plans (the plan is held, the split is not).
+  bool gate = false;
+  planner::GateOptions gate_options;
+
   // Keep a DispatchRecord per request and a PlanRecord per plan in the result (tests, debugging).
   bool record_dispatches = false;
 };
@@ -147,6 +155,11 @@ struct RunResult {
   // Mean over consecutive plans of the share of keys in both whose destination set changed.
   double plan_churn = 0;
   double q_cap = 0;        // as used (CacheRoute)
+  // With the gate: its state at the end of the run, its state changes, and the share of window
+  // requests whose key was on the table arm.
+  std::string gate_state;
+  uint32_t gate_changes = 0;
+  double table_arm_share = 0;
   double simulated_s = 0;  // when the last request ended
   double wall_s = 0;
   double sim_requests_per_s = 0;  // all simulated requests / wall_s

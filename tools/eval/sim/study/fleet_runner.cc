@@ -44,6 +44,19 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
     c.plan_spill = false;
     c.plan_balance_share = 0;
   };
+  // "<variant>-gated": the variant behind the rollout gate with its defaults (docs/gate.md).
+  constexpr std::string_view kGated = "-gated";
+  if (policy.size() > kGated.size() && policy.ends_with(kGated)) {
+    policy.remove_suffix(kGated.size());
+    c.gate = true;
+    // The gate's defaults, with the study's SLO as its latency envelope (as an operator would
+    // configure ttft_envelope_seconds); chosen on the negative study, then held fixed.
+    c.gate_options.ttft_envelope_seconds = study.primary_slo_s;
+    if (policy != "cacheroute" && policy != "cacheroute-paper") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policies: \"", std::string(policy), "-gated\": only cacheroute and cacheroute-paper can be gated"));
+    }
+  }
   if (policy == "flat" || policy == "flatlb") {
     c.policy = PolicyKind::kFlatLb;
   } else if (policy == "cacheroute-paper") {
@@ -128,6 +141,9 @@ RunRecord ToRunRecord(const RunResult& r, uint64_t simulated_requests) {
   out.throughput_rps = r.throughput_rps;
   out.plans = r.plans;
   out.plan_churn = r.plan_churn;
+  out.gate_state = r.gate_state;
+  out.gate_changes = r.gate_changes;
+  out.table_arm_share = r.table_arm_share;
   out.simulated_requests = simulated_requests;
   out.simulated_s = r.simulated_s;
   out.wall_s = r.wall_s;

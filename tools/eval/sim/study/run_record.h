@@ -31,6 +31,10 @@ struct RunRecord {
   double throughput_rps = 0;        // completed requests per simulated second
   uint32_t plans = 0;               // CacheRoute plans installed during the run, warm-up included
   double plan_churn = 0;            // mean share of keys whose destinations changed per replan
+  // Gated variants: the gate's final state ("" ungated), its changes, the table arm's share.
+  std::string gate_state;
+  uint32_t gate_changes = 0;
+  double table_arm_share = 0;
   uint64_t simulated_requests = 0;  // every request simulated, warm-up included
   double simulated_s = 0;
   double wall_s = 0;  // the only field that differs between identical runs

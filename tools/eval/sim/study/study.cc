@@ -42,6 +42,8 @@ const std::set<std::string>& KnownPolicyLabels() {
       "flat-lb", "flatlb", "sticky", "chwbl", "dualmap", "preble", "cacheroute",
       // CacheRoute as the paper's Algorithm 1 publishes it (fleet_runner.h).
       "cacheroute-paper",
+      // Either behind the rollout gate (docs/gate.md).
+      "cacheroute-gated", "cacheroute-paper-gated",
       // Ablation steps (Table 4).
       "flat", "affinity", "replication", "lpt",
       // Drift study: CacheRoute replanning every control interval, once per drift interval, once
@@ -133,7 +135,8 @@ StudyConfig Negative() {
       "CacheRoute.";
   c.profile = "llama-70b-fp8-tp2-h100";
   c.destinations = 30;
-  c.policies = {"flat-lb", "cacheroute", "cacheroute-paper"};
+  c.policies = {"flat-lb", "cacheroute", "cacheroute-paper", "cacheroute-gated",
+                "cacheroute-paper-gated"};
   c.loads = Ladder70B();
   c.seeds = {2, 3, 4};
   c.duration_s = 300;
