@@ -72,8 +72,7 @@ absl::string_view GateStateName(GateState state) {
 }
 
 std::optional<GateState> ParseGateState(absl::string_view name) {
-  for (GateState s :
-       {GateState::kShadow, GateState::kCanary, GateState::kEnabled, GateState::kRolledBack}) {
+  for (GateState s : kGateStates) {
     if (name == GateStateName(s)) return s;
   }
   return std::nullopt;

@@ -38,6 +38,8 @@
 namespace cacheroute::planner {
 
 enum class GateState : uint8_t { kShadow, kCanary, kEnabled, kRolledBack };
+inline constexpr GateState kGateStates[] = {GateState::kShadow, GateState::kCanary,
+                                            GateState::kEnabled, GateState::kRolledBack};
 
 // "shadow", "canary", "enabled", "rolled_back".
 absl::string_view GateStateName(GateState state);

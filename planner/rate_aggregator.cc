@@ -183,7 +183,25 @@ dataplane::ArmEvidence ToEvidence(const ArmReport& arm) {
   return out;
 }
 
+ArmReport ToArmReport(const dataplane::ArmEvidence& arm) {
+  ArmReport out;
+  out.requests = arm.requests;
+  out.failures = arm.failures;
+  out.prompt_tokens = arm.prompt_tokens;
+  out.cached_tokens = arm.cached_tokens;
+  if (arm.ttft.count() > 0) {
+    out.ttft_bucket_counts.assign(arm.ttft.counts().begin(), arm.ttft.counts().end());
+  }
+  return out;
+}
+
 }  // namespace
+
+EvidenceReport EvidenceReport::From(double table_fraction, const dataplane::Evidence& evidence) {
+  return {.table_fraction = table_fraction,
+          .table = ToArmReport(evidence.table),
+          .control = ToArmReport(evidence.control)};
+}
 
 absl::Status RateAggregator::ValidateReport(const RateReport& report) {
   if (absl::Status s = GatewayIdError("gateway_id", report.gateway_id); !s.ok()) return s;

@@ -67,6 +67,9 @@ struct EvidenceReport {
   double table_fraction = 1.0;
   ArmReport table;
   ArmReport control;
+
+  // A gateway's recorded evidence as a report (what the wire carries, without the wire).
+  static EvidenceReport From(double table_fraction, const dataplane::Evidence& evidence);
 };
 
 struct RateReport {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "planner/service/exposition.h"
 #include "planner/service/http_listen.h"
+#include "planner/gate.h"
 
 namespace cacheroute::service {
 
@@ -60,7 +61,8 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   if (status.has_gate()) {
     const v1::GateStatus& gate = status.gate();
     w.Family("gate_state", "gauge", "The rollout gate's state: 1 for the current one.");
-    for (const char* state : {"shadow", "canary", "enabled", "rolled_back"}) {
+    for (planner::GateState s : planner::kGateStates) {
+      const absl::string_view state = planner::GateStateName(s);
       w.Sample("gate_state", gate.state() == state ? 1 : 0, Exposition::Label("state", state));
     }
     w.Gauge("gate_table_fraction", "Share of keys the rollout gate puts on the table.",

@@ -241,26 +241,32 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
       next, *plan, destinations_, active,
       [this](uint64_t key_id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return rates_.KeyName(key_id); },
       last_plan_unix_ms_, config_.table_ttl_seconds);
-  if (gate_.has_value()) {
-    candidate = candidate->WithRollout(table::TableRollout{
-        std::string(planner::GateStateName(gate_->state())), gate_->table_fraction()});
-  }
+  if (gate_.has_value()) candidate = candidate->WithRollout(GateRolloutLocked());
   PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
                       .changed = false,
                       .build_seconds = plan->stats().build_seconds};
   if (latest == nullptr || !latest->SameRouting(*candidate) || LoadsDrifted(*latest, *candidate)) {
-    last_number_ = next.number;
-    history_.push_back(candidate);
-    if (history_.size() > config_.history) history_.erase(history_.begin());
-    ++counters_.versions_published;
     outcome.version = next;
     outcome.changed = true;
-    *published = std::move(candidate);
+    *published = PublishLocked(std::move(candidate));
   }
   last_plan_ = *std::move(plan);
   last_plan_active_ = std::move(active_names);
   PersistLocked();
   return outcome;
+}
+
+std::shared_ptr<const table::TableSnapshot> PlannerCore::PublishLocked(
+    std::shared_ptr<const table::TableSnapshot> snapshot) {
+  last_number_ = snapshot->version().number;
+  history_.push_back(snapshot);
+  if (history_.size() > config_.history) history_.erase(history_.begin());
+  ++counters_.versions_published;
+  return snapshot;
+}
+
+table::TableRollout PlannerCore::GateRolloutLocked() const {
+  return {std::string(planner::GateStateName(gate_->state())), gate_->table_fraction()};
 }
 
 void PlannerCore::PersistLocked() {
@@ -450,7 +456,7 @@ v1::GateStatus PlannerCore::GateStatusLocked() const {
   out.set_table_fraction(gate_->table_fraction());
   if (gate_->forced().has_value()) {
     out.set_forced_state(std::string(planner::GateStateName(*gate_->forced())));
-    out.set_forced_why(gate_->Save().forced_why);
+    out.set_forced_why(gate_->forced_why());
   }
   if (last_gate_decision_.has_value()) {
     const planner::Gate::Decision& d = *last_gate_decision_;
@@ -489,18 +495,11 @@ absl::StatusOr<v1::GateStatus> PlannerCore::ForceGate(const std::string& state,
     gate_->Force(forced, why);
     // The new split goes out at once, as a new version of the latest table.
     if (!history_.empty()) {
-      std::shared_ptr<const table::TableSnapshot> latest = history_.back();
-      std::shared_ptr<const table::TableSnapshot> candidate = latest->WithRollout(
-          table::TableRollout{std::string(planner::GateStateName(gate_->state())),
-                              gate_->table_fraction()});
+      const std::shared_ptr<const table::TableSnapshot>& latest = history_.back();
+      std::shared_ptr<const table::TableSnapshot> candidate =
+          latest->WithRollout(GateRolloutLocked());
       if (!candidate->SameRouting(*latest)) {
-        const table::TableVersion next{epoch_, last_number_ + 1};
-        last_number_ = next.number;
-        candidate = candidate->WithVersion(next);
-        history_.push_back(candidate);
-        if (history_.size() > config_.history) history_.erase(history_.begin());
-        ++counters_.versions_published;
-        published = std::move(candidate);
+        published = PublishLocked(candidate->WithVersion({epoch_, last_number_ + 1}));
       }
     }
     PersistLocked();

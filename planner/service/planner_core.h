@@ -116,6 +116,11 @@ class PlannerCore {
   // so the caller can notify listeners after unlocking.
   absl::StatusOr<PlanOutcome> ReplanLocked(std::shared_ptr<const table::TableSnapshot>* published)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `snapshot` (the next version) to the history as the latest; returns it for Notify.
+  std::shared_ptr<const table::TableSnapshot> PublishLocked(
+      std::shared_ptr<const table::TableSnapshot> snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The gate's state and split as the published tables carry them (gate_ set).
+  table::TableRollout GateRolloutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::GateStatus GateStatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Notify(std::shared_ptr<const table::TableSnapshot> published);

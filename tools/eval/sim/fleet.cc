@@ -338,16 +338,7 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
         count.count = static_cast<double>(k.count);
       }
       if (std::optional<dataplane::WindowEvidence> w = gateways[g]->evidence.Drain()) {
-        planner::EvidenceReport& e = report.evidence.emplace();
-        e.table_fraction = w->table_fraction;
-        for (auto [from, to] : {std::pair{&w->evidence.table, &e.table},
-                                {&w->evidence.control, &e.control}}) {
-          to->requests = from->requests;
-          to->failures = from->failures;
-          to->prompt_tokens = from->prompt_tokens;
-          to->cached_tokens = from->cached_tokens;
-          to->ttft_bucket_counts.assign(from->ttft.counts().begin(), from->ttft.counts().end());
-        }
+        report.evidence = planner::EvidenceReport::From(w->table_fraction, w->evidence);
       }
       if (absl::StatusOr<planner::ReportResult> r = aggregator.Apply(report, at); !r.ok()) {
         return r.status();
@@ -520,9 +511,6 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
         state.arm = static_cast<int8_t>(decision.reason == dataplane::Reason::kControlArm
                                             ? dataplane::Arm::kControl
                                             : dataplane::Arm::kTable);
-        if (request.arrival_s >= config.warmup_s && state.arm == 0) ++table_arm_requests;
-      } else if (gate.has_value() && request.arrival_s >= config.warmup_s) {
-        ++table_arm_requests;  // fraction 1: every key on the table
       }
       ++gateway.view.counts[d];
       if (gateway.recorder != nullptr) gateway.recorder->Record(request.key_id);
@@ -533,6 +521,9 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
       const bool in_window = request.arrival_s >= config.warmup_s;
       if (in_window) {
         ++result.engines[d].requests;
+        if (gate.has_value() && decision.reason != dataplane::Reason::kControlArm) {
+          ++table_arm_requests;
+        }
         if (decision.planned) ++result.planned;
       }
       AppendSimRequestBlockHashes(request, state.hashes);
