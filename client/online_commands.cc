@@ -650,13 +650,14 @@ std::string GateText(const v1::GateStatus& g) {
   absl::StrAppend(&out, "\n");
   if (g.verdict().empty()) return absl::StrCat(out, "no decision yet\n");
   absl::StrAppend(&out, "last decision (interval ", g.interval(), "): ", g.verdict(), "\n");
-  absl::StrAppend(&out, absl::StrFormat("  %-8s %10s %12s %14s\n", "arm", "samples", "ttft_q_s",
-                                        "failure_rate"));
-  absl::StrAppend(&out, absl::StrFormat("  %-8s %10u %12.3f %14.4f\n", "table", g.table_samples(),
-                                        g.table_quantile_seconds(), g.table_failure_rate()));
-  absl::StrAppend(&out, absl::StrFormat("  %-8s %10u %12.3f %14.4f\n", "control",
+  absl::StrAppend(&out, absl::StrFormat("  %-8s %10s %12s %14s %8s\n", "arm", "samples",
+                                        "ttft_q_s", "failure_rate", "kv_hit"));
+  absl::StrAppend(&out, absl::StrFormat("  %-8s %10u %12.3f %14.4f %8.3f\n", "table",
+                                        g.table_samples(), g.table_quantile_seconds(),
+                                        g.table_failure_rate(), g.table_kv_hit()));
+  absl::StrAppend(&out, absl::StrFormat("  %-8s %10u %12.3f %14.4f %8.3f\n", "control",
                                         g.control_samples(), g.control_quantile_seconds(),
-                                        g.control_failure_rate()));
+                                        g.control_failure_rate(), g.control_kv_hit()));
   if (!g.why().empty()) absl::StrAppend(&out, "why: ", g.why(), "\n");
   return out;
 }
@@ -675,11 +676,13 @@ std::string GateJson(const v1::GateStatus& g) {
       .Key("samples").Uint(g.table_samples())
       .Key("ttft_quantile_seconds").Number(g.table_quantile_seconds())
       .Key("failure_rate").Number(g.table_failure_rate())
+      .Key("kv_hit").Number(g.table_kv_hit())
       .EndObject()
       .Key("control").BeginObject()
       .Key("samples").Uint(g.control_samples())
       .Key("ttft_quantile_seconds").Number(g.control_quantile_seconds())
       .Key("failure_rate").Number(g.control_failure_rate())
+      .Key("kv_hit").Number(g.control_kv_hit())
       .EndObject()
       .EndObject();
   return json.Line();

@@ -109,6 +109,11 @@ absl::Status GateOptions::Validate() const {
     return OutOfRange("control_fraction", "in [0, 1)", control_fraction);
   }
   if (promote_after < 1) return OutOfRange("promote_after", ">= 1", promote_after);
+  if (promote_better_after < 1 || promote_better_after > promote_after) {
+    return OutOfRange("promote_better_after",
+                      absl::StrCat("in [1, promote_after (", promote_after, ")]"),
+                      promote_better_after);
+  }
   if (canary_rollback_after < 1) {
     return OutOfRange("canary_rollback_after", ">= 1", canary_rollback_after);
   }
@@ -123,6 +128,9 @@ absl::Status GateOptions::Validate() const {
   }
   if (!in_unit(failure_margin, false, true)) {
     return OutOfRange("failure_margin", "in [0, 1)", failure_margin);
+  }
+  if (!in_unit(kv_hit_margin, false, false)) {
+    return OutOfRange("kv_hit_margin", "in [0, 1]", kv_hit_margin);
   }
   if (!(std::isfinite(ttft_envelope_seconds) && ttft_envelope_seconds >= 0)) {
     return OutOfRange("ttft_envelope_seconds", "finite and >= 0", ttft_envelope_seconds);
@@ -142,6 +150,9 @@ Verdict Compare(const ArmEvidence& table, const ArmEvidence& control, const Gate
   const uint64_t control_failures = std::min(control.failures, control.requests);
   v.table_failure_rate = Rate(table_failures, table.requests);
   v.control_failure_rate = Rate(control_failures, control.requests);
+  v.table_kv_hit = Rate(std::min(table.cached_tokens, table.prompt_tokens), table.prompt_tokens);
+  v.control_kv_hit =
+      Rate(std::min(control.cached_tokens, control.prompt_tokens), control.prompt_tokens);
   const std::string pq = absl::StrFormat("p%g", 100 * q);
 
   if (v.table_samples < options.min_samples || v.control_samples < options.min_samples) {
@@ -172,6 +183,9 @@ Verdict Compare(const ArmEvidence& table, const ArmEvidence& control, const Gate
   const bool ttft_worse = v.ttft_z > options.z && !inside_envelope;
   const bool failures_worse = v.failure_z > options.z;
   const bool better = v.better_z > options.z;
+  const bool better_hit = options.kv_hit_margin > 0 && table.prompt_tokens > 0 &&
+                          control.prompt_tokens > 0 &&
+                          v.table_kv_hit >= v.control_kv_hit + options.kv_hit_margin;
 
   const std::string ttft_clause = absl::StrCat(
       "table ", pq, " TTFT ", Seconds(v.table_quantile), " vs control ",
@@ -197,6 +211,11 @@ Verdict Compare(const ArmEvidence& table, const ArmEvidence& control, const Gate
                          Seconds(TtftHistogram::bounds()[b_table]), ") against ",
                          Percent(Rate(t_above_t, n_t)), " (", Test(v.better_z, options.z), "); ",
                          failure_clause);
+  } else if (better_hit) {
+    v.kind = Verdict::kBetter;
+    v.why = absl::StrCat("better: table KV hit ", Percent(v.table_kv_hit), " vs control ",
+                         Percent(v.control_kv_hit), " (margin ", Percent(options.kv_hit_margin),
+                         ") and not worse: ", ttft_clause, "; ", failure_clause);
   } else {
     v.kind = Verdict::kNotWorse;
     v.why = absl::StrCat("not worse: ", ttft_clause,
@@ -232,6 +251,7 @@ void Gate::Enter(GateState state) {
   window_.clear();
   worse_streak_ = 0;
   good_streak_ = 0;
+  better_streak_ = 0;
   intervals_in_state_ = 0;
 }
 
@@ -268,6 +288,7 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
       case GateState::kCanary:
         if (v.kind == Verdict::kWorse) {
           good_streak_ = 0;
+          better_streak_ = 0;
           ++worse_streak_;
           if (worse_streak_ >= options_.canary_rollback_after) {
             next = GateState::kRolledBack;
@@ -280,7 +301,12 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
         } else if (v.kind == Verdict::kNotWorse || v.kind == Verdict::kBetter) {
           worse_streak_ = 0;
           ++good_streak_;
-          if (good_streak_ >= options_.promote_after) {
+          better_streak_ = v.kind == Verdict::kBetter ? better_streak_ + 1 : 0;
+          if (better_streak_ >= options_.promote_better_after) {
+            next = GateState::kEnabled;
+            d.why = absl::StrCat("canary -> enabled after ", better_streak_,
+                                 " better decision(s) in a row: ", v.why);
+          } else if (good_streak_ >= options_.promote_after) {
             next = GateState::kEnabled;
             d.why = absl::StrCat("canary -> enabled after ", good_streak_,
                                  " not-worse decision(s) in a row: ", v.why);
@@ -322,7 +348,11 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
         break;
     }
   }
-  if (next != before) Enter(next);
+  if (next != before) {
+    Enter(next);
+  } else if (v.kind != Verdict::kTooFewSamples) {
+    window_.clear();  // the next decision takes new samples only
+  }
   d.state = state_;
   d.table_fraction = table_fraction();
   d.changed = state_ != before;
@@ -335,6 +365,7 @@ void Gate::Force(std::optional<GateState> state, std::string why) {
   } else {
     worse_streak_ = 0;
     good_streak_ = 0;
+    better_streak_ = 0;
     intervals_in_state_ = 0;
   }
   forced_ = state;

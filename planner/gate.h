@@ -5,13 +5,15 @@
 // fraction of keys on the table arm: shadow → canary → enabled, rolled_back from canary or
 // enabled, and a retry from rolled_back to canary (fractions per state: TableFraction).
 //
-// Decision rule (Compare): a decision uses the sum of the last window_intervals intervals. Too
-// few samples unless both arms have ≥ min_samples TTFT samples. TTFT: b = control's q-quantile
+// Decision rule (Compare): evidence accumulates over the intervals since the last decision (at
+// most window_intervals, the oldest dropped); a decision is taken once both arms have ≥
+// min_samples TTFT samples in it, which then starts a new batch (decisions never share samples). TTFT: b = control's q-quantile
 // bucket, p_c and p_t the shares of control's and table's samples above b; worse if the pooled
 // two-proportion z statistic (p_t − p_c − ttft_margin)/se exceeds z. Failures: the same test on
 // failures/requests with failure_margin. Worse if either is worse; better if, with b' = table's
 // q-quantile bucket, control's share above b' is significantly above table's (same test, same
-// margin); else not worse. With ttft_envelope_seconds > 0, the TTFT test counts as worse only
+// margin), or if, neither arm being worse, the table's served KV hit (cached / prompt tokens)
+// exceeds control's by kv_hit_margin or more; else not worse. With ttft_envelope_seconds > 0, the TTFT test counts as worse only
 // while table's q-quantile is above the envelope. se = √(p(1−p)(1/n_t + 1/n_c)), p pooled; se = 0 gives z = 0.
 //
 // Invariants: every state change clears the evidence window and the streaks (old evidence belongs
@@ -50,9 +52,10 @@ struct GateOptions {
   // Per arm per decision: TTFT samples (requests that produced a first token) over the window.
   // ≥ 1. Fewer on either arm: the verdict is kTooFewSamples and nothing is decided.
   uint64_t min_samples = 200;
-  // A decision uses the sum of the last N intervals' evidence (since the last state change);
-  // in [1, kMaxWindowIntervals].
-  uint32_t window_intervals = 3;
+  // A decision's batch: the intervals since the last decision (and since the last state change),
+  // at most the last N; in [1, kMaxWindowIntervals]. Only a batch with min_samples on both arms
+  // is decided on; it then starts anew, so consecutive decisions are independent.
+  uint32_t window_intervals = 30;
   // Intervals spent in shadow (table fraction 0) before the canary starts; ≥ 1. To skip shadow,
   // construct the Gate in kCanary.
   uint32_t shadow_intervals = 1;
@@ -61,9 +64,12 @@ struct GateOptions {
   // Share of keys kept on the control arm while enabled (table fraction 1 − control_fraction);
   // in [0, 1). 0 leaves no control arm: every verdict is then kTooFewSamples and an enabled gate
   // is never rolled back.
-  double control_fraction = 0.1;
+  double control_fraction = 0.05;
   // Consecutive kNotWorse or kBetter canary decisions → enabled; ≥ 1.
   uint32_t promote_after = 3;
+  // Consecutive kBetter canary decisions → enabled (a canary significantly better than control
+  // is promoted sooner); in [1, promote_after].
+  uint32_t promote_better_after = 1;
   // Consecutive kWorse canary decisions → rolled_back; ≥ 1.
   uint32_t canary_rollback_after = 1;
   // Consecutive kWorse decisions while enabled → rolled_back; ≥ 1.
@@ -88,6 +94,11 @@ struct GateOptions {
   // back for a tail that is merely longer than control's. 0: no envelope (always compared);
   // finite, >= 0. Failures are compared either way.
   double ttft_envelope_seconds = 0;
+  // A table arm whose TTFT and failures are not worse and whose served KV hit (Σ cached / Σ
+  // prompt tokens) is at least this much above control's (absolute; 0.1 = ten points) is better:
+  // the table does what it is for, and a shared fleet's queues hide the latency gain from the
+  // arm split. In [0, 1]; 0: the KV hit is never compared.
+  double kv_hit_margin = 0.1;
   // Whether the planner runs the gate at all when its configuration does not say; false keeps
   // the behaviour before issue 13 (every key on the table, fraction 1). The Gate itself does not
   // read it.
@@ -105,6 +116,7 @@ struct Verdict {
   std::string why;                                          // one sentence with the numbers
   double table_quantile = 0, control_quantile = 0;          // TtftHistogram::Quantile(q), seconds
   double table_failure_rate = 0, control_failure_rate = 0;  // failures / requests (0 when none)
+  double table_kv_hit = 0, control_kv_hit = 0;  // cached / prompt tokens (0 when none)
   uint64_t table_samples = 0, control_samples = 0;          // TTFT samples
   // The statistics (0 when too few samples): TTFT worse-direction, failures, TTFT
   // better-direction. A test fires when its statistic exceeds options.z.
@@ -146,11 +158,12 @@ class Gate {
   // `options` must pass Validate() (checked only by assert).
   explicit Gate(GateOptions options, GateState initial = GateState::kShadow);
 
-  // Adds one control interval's merged evidence to the window (dropping the oldest beyond
-  // window_intervals), computes the verdict of the window and applies the rules
-  // (docs/gate.md, "States"): shadow → canary after shadow_intervals; canary → rolled_back after
-  // canary_rollback_after worse decisions in a row, → enabled after promote_after not-worse (or
-  // better) ones in a row; enabled → rolled_back after rollback_after worse ones in a row;
+  // Adds one control interval's merged evidence to the batch (dropping the oldest beyond
+  // window_intervals), computes the verdict of the batch and applies the rules
+  // (docs/gate.md, "States"); a verdict other than kTooFewSamples empties the batch. shadow →
+  // canary after shadow_intervals; canary → rolled_back after canary_rollback_after worse
+  // decisions in a row, → enabled after promote_after not-worse (or better) ones in a row or
+  // promote_better_after better ones in a row; enabled → rolled_back after rollback_after worse ones in a row;
   // rolled_back → canary after retry_after intervals. kTooFewSamples leaves the streaks as they
   // are. While a state is forced nothing changes but the window.
   Decision Observe(const dataplane::Evidence& interval_evidence);
@@ -182,7 +195,8 @@ class Gate {
   uint64_t intervals_in_state_ = 0;
   uint64_t interval_ = 0;
   uint32_t worse_streak_ = 0;
-  uint32_t good_streak_ = 0;  // kNotWorse or kBetter, in canary
+  uint32_t good_streak_ = 0;    // kNotWorse or kBetter, in canary
+  uint32_t better_streak_ = 0;  // kBetter, in canary
   std::deque<dataplane::Evidence> window_;
 };
 

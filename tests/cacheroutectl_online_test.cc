@@ -562,14 +562,14 @@ TEST_CASE("gate shows the rollout gate; --force holds a state across a planner r
     const v1::RoutingTable table = planner.Latest();
     REQUIRE(table.has_rollout());
     CHECK(table.rollout().state() == "enabled");
-    CHECK(table.rollout().table_fraction() == 0.9);
+    CHECK(table.rollout().table_fraction() == Approx(0.95));
     CheckError(planner.Ctl({"gate", "--force", "bogus"}), 2, {"\"bogus\""});
   }
   Planner restarted(config);
   const Result after = restarted.Ctl({"gate"});
   INFO(after.err);
   REQUIRE(after.exit_code == 0);
-  CHECK(absl::StartsWith(after.out, "gate: enabled, 90% of keys on the table (forced: enabled, "
+  CHECK(absl::StartsWith(after.out, "gate: enabled, 95% of keys on the table (forced: enabled, "
                                     "load test)\n"));
   restarted.Replan();  // a decision while forced changes nothing
   CHECK(restarted.Status().gate().state() == "enabled");

@@ -277,6 +277,39 @@ TEST_CASE("Compare: a faster table arm is better, unless its failures are worse"
   CHECK(v.ttft_z == 0);  // nothing of either arm is above control's p99 bucket, (1, 1.5]
 }
 
+TEST_CASE("Compare: a higher KV hit at latency not worse is better, by kv_hit_margin or more") {
+  auto with_hit = [](ArmEvidence e, uint64_t prompt, uint64_t cached) {
+    e.prompt_tokens = prompt;
+    e.cached_tokens = cached;
+    return e;
+  };
+  const GateOptions options;  // kv_hit_margin 0.1
+  const ArmEvidence control = with_hit(Baseline(1000), 100000, 30000);
+  Verdict v = Compare(with_hit(Baseline(1000), 100000, 50000), control, options);
+  CHECK(v.kind == Verdict::kBetter);
+  CHECK(v.table_kv_hit == 0.5);
+  CHECK(v.control_kv_hit == 0.3);
+  CHECK_THAT(v.why, Contains("better: table KV hit 50.0% vs control 30.0% (margin 10.0%)"));
+  // Below the margin: not worse.
+  CHECK(Compare(with_hit(Baseline(1000), 100000, 35000), control, options).kind ==
+        Verdict::kNotWorse);
+  // A worse tail or worse failures win over any hit.
+  CHECK(Compare(with_hit(SlowTail(1000), 100000, 90000), control, options).kind ==
+        Verdict::kWorse);
+  ArmEvidence failing = with_hit(Baseline(1000), 100000, 90000);
+  failing.failures = 50;
+  CHECK(Compare(failing, control, options).kind == Verdict::kWorse);
+  // Margin 0 turns the rule off; no prompt tokens on an arm leaves it out.
+  GateOptions off;
+  off.kv_hit_margin = 0;
+  CHECK(Compare(with_hit(Baseline(1000), 100000, 90000), control, off).kind ==
+        Verdict::kNotWorse);
+  CHECK(Compare(with_hit(Baseline(1000), 100000, 90000), Baseline(1000), options).kind ==
+        Verdict::kNotWorse);
+  // Cached tokens beyond prompt tokens would be a reporting error: the hit is at most 1.
+  CHECK(Compare(with_hit(Baseline(1000), 10, 20), control, options).table_kv_hit == 1.0);
+}
+
 TEST_CASE("Compare: identical or degenerate evidence is not worse, with finite statistics") {
   const GateOptions options;
   // Every sample in one bucket, no failures: zero variance everywhere.
@@ -370,6 +403,7 @@ TEST_CASE("Gate: an equal or better canary is promoted after exactly promote_aft
     for (uint32_t promote_after : {1u, 3u, 5u}) {
       GateOptions options;
       options.promote_after = promote_after;
+      options.promote_better_after = promote_after;  // better counts like not worse here
       Gate gate(options, GateState::kCanary);
       for (uint32_t i = 1; i < promote_after; ++i) {
         const Gate::Decision d = gate.Observe(evidence);
@@ -379,9 +413,41 @@ TEST_CASE("Gate: an equal or better canary is promoted after exactly promote_aft
       const Gate::Decision d = gate.Observe(evidence);
       CHECK(d.changed);
       CHECK(d.state == GateState::kEnabled);
-      CHECK(d.table_fraction == Approx(0.9));
+      CHECK(d.table_fraction == Approx(0.95));
       CHECK_THAT(d.why, Contains("canary -> enabled after"));
     }
+  }
+}
+
+TEST_CASE("Gate: a better canary is promoted after promote_better_after better decisions") {
+  SECTION("default: one better decision") {
+    Gate gate(GateOptions{}, GateState::kCanary);
+    const Gate::Decision d = gate.Observe(Better());
+    CHECK(d.changed);
+    CHECK(d.state == GateState::kEnabled);
+    CHECK_THAT(d.why, Contains("canary -> enabled after 1 better decision(s) in a row"));
+  }
+  SECTION("two in a row; a not-worse decision restarts the better count, not the other") {
+    GateOptions options;
+    options.promote_after = 4;
+    options.promote_better_after = 2;
+    Gate gate(options, GateState::kCanary);
+    CHECK(gate.Observe(Better()).state == GateState::kCanary);
+    CHECK(gate.Observe(Equal()).state == GateState::kCanary);
+    CHECK(gate.Observe(Better()).state == GateState::kCanary);  // 3 not worse, 1 better
+    const Gate::Decision d = gate.Observe(Better());            // 2 better in a row
+    CHECK(d.state == GateState::kEnabled);
+    CHECK_THAT(d.why, Contains("after 2 better decision(s)"));
+  }
+  SECTION("a worse decision restarts both counts") {
+    GateOptions options;
+    options.promote_better_after = 2;
+    options.canary_rollback_after = 2;
+    Gate gate(options, GateState::kCanary);
+    gate.Observe(Better());
+    gate.Observe(Worse());
+    CHECK(gate.Observe(Better()).state == GateState::kCanary);
+    CHECK(gate.Observe(Better()).state == GateState::kEnabled);
   }
 }
 
@@ -400,7 +466,9 @@ TEST_CASE("Gate: a worse canary decision restarts the promotion count") {
 
 TEST_CASE("Gate: too few samples decides nothing and keeps the streaks") {
   SECTION("canary for many intervals") {
-    Gate gate(GateOptions{}, GateState::kCanary);
+    GateOptions options;
+    options.window_intervals = 10;  // a batch of at most 100 samples an arm
+    Gate gate(options, GateState::kCanary);
     for (int i = 0; i < 500; ++i) {
       const Gate::Decision d = gate.Observe(Few());
       REQUIRE(d.verdict.kind == Verdict::kTooFewSamples);
@@ -427,7 +495,7 @@ TEST_CASE("Gate: too few samples decides nothing and keeps the streaks") {
 
 TEST_CASE("Gate: enabled falls back after rollback_after worse decisions in a row") {
   Gate gate(Window1(), GateState::kEnabled);
-  CHECK(gate.table_fraction() == Approx(0.9));
+  CHECK(gate.table_fraction() == Approx(0.95));
   CHECK_FALSE(gate.Observe(Worse()).changed);
   CHECK_FALSE(gate.Observe(Better()).changed);  // restarts the count
   CHECK_FALSE(gate.Observe(Worse()).changed);
@@ -466,15 +534,29 @@ TEST_CASE("Gate: rolled_back retries a canary after retry_after intervals") {
   CHECK(never.state() == GateState::kRolledBack);
 }
 
-TEST_CASE("Gate: the window sums the last window_intervals intervals and a change clears it") {
+TEST_CASE("Gate: a batch collects intervals until min_samples, a decision or a change empties it") {
   GateOptions options;
   options.promote_after = 100;
+  options.promote_better_after = 100;
   Gate gate(options, GateState::kCanary);
-  const std::vector<uint64_t> expected = {300, 600, 900, 900, 900};
-  for (uint64_t samples : expected) {
-    const Gate::Decision d = gate.Observe(Equal(300));
+  // min_samples 200 at 100 an interval: every second interval decides on a batch of its own.
+  const std::vector<std::pair<uint64_t, Verdict::Kind>> expected = {
+      {100, Verdict::kTooFewSamples}, {200, Verdict::kNotWorse}, {100, Verdict::kTooFewSamples},
+      {200, Verdict::kNotWorse}, {100, Verdict::kTooFewSamples}};
+  for (auto [samples, kind] : expected) {
+    const Gate::Decision d = gate.Observe(Equal(100));
     CHECK(d.verdict.table_samples == samples);
     CHECK(d.verdict.control_samples == samples);
+    CHECK(d.verdict.kind == kind);
+  }
+  // A batch spans at most window_intervals intervals: the oldest is dropped.
+  GateOptions short_window = options;
+  short_window.window_intervals = 2;
+  short_window.min_samples = 1000;
+  Gate capped(short_window, GateState::kCanary);
+  const std::vector<uint64_t> capped_expected = {300, 600, 600, 600};
+  for (uint64_t samples : capped_expected) {
+    CHECK(capped.Observe(Equal(300)).verdict.table_samples == samples);
   }
   // Worse evidence seen in shadow belongs to the old split: the canary starts from nothing.
   Gate fresh(GateOptions{});
@@ -483,21 +565,21 @@ TEST_CASE("Gate: the window sums the last window_intervals intervals and a chang
   CHECK(d.verdict.kind == Verdict::kTooFewSamples);
   CHECK(d.verdict.table_samples == 10);
   CHECK(d.state == GateState::kCanary);
-  // A single worse interval is diluted by the equal ones in its window.
-  GateOptions diluted;
-  diluted.promote_after = 100;
+  // Decisions never share samples: a worse interval after decided equal ones is judged alone.
+  Gate alone(options, GateState::kCanary);
+  alone.Observe(Equal(3000));
+  alone.Observe(Equal(3000));
+  CHECK(alone.Observe(Worse(300)).state == GateState::kRolledBack);
+  // Within a batch that has not reached min_samples, it is diluted by the intervals before it.
+  GateOptions diluted = options;
+  diluted.min_samples = 6300;
   Gate g(diluted, GateState::kCanary);
   g.Observe(Equal(3000));
   g.Observe(Equal(3000));
   const Gate::Decision diluted_decision = g.Observe(Worse(300));
+  CHECK(diluted_decision.verdict.table_samples == 6300);
   CHECK(diluted_decision.verdict.kind == Verdict::kNotWorse);
   CHECK(diluted_decision.state == GateState::kCanary);
-  // ... where alone it rolls the canary back.
-  diluted.window_intervals = 1;
-  Gate alone(diluted, GateState::kCanary);
-  alone.Observe(Equal(3000));
-  alone.Observe(Equal(3000));
-  CHECK(alone.Observe(Worse(300)).state == GateState::kRolledBack);
 }
 
 TEST_CASE("Gate: a forced state holds through worse and better evidence") {
@@ -508,7 +590,7 @@ TEST_CASE("Gate: a forced state holds through worse and better evidence") {
   CHECK(gate.state() == GateState::kEnabled);
   CHECK(gate.forced() == GateState::kEnabled);
   CHECK(gate.forced_why() == "ticket 42: enable everywhere");
-  CHECK(gate.table_fraction() == Approx(0.9));
+  CHECK(gate.table_fraction() == Approx(0.95));
   for (int i = 0; i < 10; ++i) {
     const Gate::Decision d = gate.Observe(Worse());
     REQUIRE(d.verdict.kind == Verdict::kWorse);  // still computed and reported
@@ -624,6 +706,14 @@ TEST_CASE("GateOptions::Validate names the field and the value") {
     x.promote_after = 0;
     c.emplace_back(x, "gate.promote_after must be >= 1, got 0");
     x = {};
+    x.kv_hit_margin = 1.5;
+    c.emplace_back(x, "gate.kv_hit_margin must be in [0, 1], got 1.5");
+    x = {};
+    x.promote_better_after = 0;
+    c.emplace_back(x, "gate.promote_better_after must be in [1, promote_after (3)], got 0");
+    x.promote_better_after = 4;
+    c.emplace_back(x, "gate.promote_better_after must be in [1, promote_after (3)], got 4");
+    x = {};
     x.canary_rollback_after = 0;
     c.emplace_back(x, "gate.canary_rollback_after must be >= 1, got 0");
     x = {};
@@ -674,7 +764,7 @@ TEST_CASE("GateStateName, ParseGateState and TableFraction") {
   }
   CHECK(TableFraction(GateState::kShadow, options) == 0.0);
   CHECK(TableFraction(GateState::kCanary, options) == 0.2);
-  CHECK(TableFraction(GateState::kEnabled, options) == 1.0 - 0.1);
+  CHECK(TableFraction(GateState::kEnabled, options) == 1.0 - 0.05);
   CHECK(TableFraction(GateState::kRolledBack, options) == 0.0);
 }
 

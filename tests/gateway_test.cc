@@ -459,7 +459,7 @@ TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollo
   CHECK(gate.control_samples() >= 50);
   CHECK(gate.state() == "enabled");
   REQUIRE(Eventually([&] { return TableNumber(*gateway) >= number; }));
-  CHECK(gateway->table()->table_fraction() == 0.9);
+  CHECK(gateway->table()->table_fraction() == 1.0 - planner_config.gate.control_fraction);
 }
 
 TEST_CASE("a table update arrives while traffic flows and no request fails") {

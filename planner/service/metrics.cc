@@ -80,6 +80,10 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
     w.Sample("gate_arm_failure_rate", gate.table_failure_rate(), Exposition::Label("arm", "table"));
     w.Sample("gate_arm_failure_rate", gate.control_failure_rate(),
              Exposition::Label("arm", "control"));
+    w.Family("gate_arm_kv_hit", "gauge",
+             "Served KV hit (cached / prompt tokens) of each arm in the gate's last decision.");
+    w.Sample("gate_arm_kv_hit", gate.table_kv_hit(), Exposition::Label("arm", "table"));
+    w.Sample("gate_arm_kv_hit", gate.control_kv_hit(), Exposition::Label("arm", "control"));
   }
   return w.Take();
 }

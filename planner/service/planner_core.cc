@@ -469,6 +469,8 @@ v1::GateStatus PlannerCore::GateStatusLocked() const {
     out.set_control_failure_rate(d.verdict.control_failure_rate);
     out.set_table_samples(d.verdict.table_samples);
     out.set_control_samples(d.verdict.control_samples);
+    out.set_table_kv_hit(d.verdict.table_kv_hit);
+    out.set_control_kv_hit(d.verdict.control_kv_hit);
   }
   return out;
 }

@@ -236,6 +236,10 @@ absl::Status ValidateFleetConfig(const FleetConfig& config) {
   if (!(config.control_interval_s >= 0.001 && config.control_interval_s <= 3600)) {
     return Invalid("control_interval_s", "in [0.001, 3600]", config.control_interval_s);
   }
+  if (!(config.gate_interval_s == 0 ||
+        (config.gate_interval_s >= 0.001 && config.gate_interval_s <= 3600))) {
+    return Invalid("gate_interval_s", "0 or in [0.001, 3600]", config.gate_interval_s);
+  }
   if (!std::isfinite(config.q_cap) || config.q_cap < 0) {
     return Invalid("q_cap", "finite and >= 0 (0: calibrate)", config.q_cap);
   }
@@ -318,24 +322,32 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
   if (cacheroute && config.gate) gate.emplace(config.gate_options);
   double churn_sum = 0;
   uint32_t churn_transitions = 0;
-  auto replan = [&](double now) -> absl::Status {
-    ++control_tick;
+  uint64_t report_sequence = 0;  // per gateway, one per report round
+  uint64_t table_number = 0;
+  double last_report = 0;
+  // One report from every gateway: its evidence, and with `with_counts` its rate counts.
+  auto report_round = [&](double now, bool with_counts) -> absl::Status {
+    ++report_sequence;
     const absl::Time at = epoch + absl::Seconds(now);
     const int64_t end_ms = absl::ToUnixMillis(at);
-    const int64_t start_ms = absl::ToUnixMillis(at - absl::Seconds(config.control_interval_s));
+    const int64_t start_ms = absl::ToUnixMillis(
+        at - absl::Seconds(with_counts ? config.control_interval_s : now - last_report));
+    last_report = now;
     for (uint32_t g = 0; g < gateways.size(); ++g) {
-      const dataplane::RateSnapshot snapshot = gateways[g]->recorder->Drain();
       planner::RateReport report;
       report.gateway_id = absl::StrFormat("gateway-%u", g);
-      report.sequence = control_tick;
+      report.sequence = report_sequence;
       report.window_start_unix_ms = start_ms;
       report.window_end_unix_ms = std::max(end_ms, start_ms + 1);
-      report.other_count = static_cast<double>(snapshot.other_count);
-      report.counts.reserve(snapshot.counts.size());
-      for (const dataplane::KeyCount& k : snapshot.counts) {
-        planner::KeyCountReport& count = report.counts.emplace_back();
-        count.key_id = k.key_id;
-        count.count = static_cast<double>(k.count);
+      if (with_counts) {
+        const dataplane::RateSnapshot snapshot = gateways[g]->recorder->Drain();
+        report.other_count = static_cast<double>(snapshot.other_count);
+        report.counts.reserve(snapshot.counts.size());
+        for (const dataplane::KeyCount& k : snapshot.counts) {
+          planner::KeyCountReport& count = report.counts.emplace_back();
+          count.key_id = k.key_id;
+          count.count = static_cast<double>(k.count);
+        }
       }
       if (std::optional<dataplane::WindowEvidence> w = gateways[g]->evidence.Drain()) {
         report.evidence = planner::EvidenceReport::From(w->table_fraction, w->evidence);
@@ -344,11 +356,57 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
         return r.status();
       }
     }
-    if (gate.has_value()) {
-      const planner::Gate::Decision decision =
-          gate->Observe(aggregator.TakeEvidence(gate->table_fraction()));
-      if (decision.changed) ++result.gate_changes;
+    return absl::OkStatus();
+  };
+  // The gate's decision on the evidence reported since the last one; true when its split changed.
+  auto observe_gate = [&](double now) {
+    const planner::Gate::Decision decision =
+        gate->Observe(aggregator.TakeEvidence(gate->table_fraction()));
+    if (decision.changed) {
+      ++result.gate_changes;
+      result.gate_history.push_back({.time = now,
+                                     .state = std::string(planner::GateStateName(decision.state)),
+                                     .why = decision.why});
     }
+    return decision.changed;
+  };
+  // Every gateway installs `plan` with the gate's split (all keys on the table without the gate).
+  auto install = [&](const planner::Plan& plan, double now,
+                     std::vector<dataplane::TableEntry>* entries_out,
+                     std::vector<double>* loads_out) -> absl::Status {
+    std::vector<dataplane::TableEntry> entries(plan.size());
+    for (size_t i = 0; i < plan.size(); ++i) {
+      entries[i].key_id = plan.key(i);
+      entries[i].destinations.assign(plan.destinations(i).begin(), plan.destinations(i).end());
+      entries[i].spill = plan.spill(i);
+    }
+    std::vector<double> loads(plan.loads().begin(), plan.loads().end());
+    dataplane::Result<dataplane::RoutingTable> table = dataplane::RoutingTable::Build(
+        {.epoch = 1, .number = ++table_number}, r_count, loads, entries,
+        gate.has_value() ? gate->table_fraction() : 1.0);
+    if (!table.ok()) return absl::InternalError(table.status().message);
+    auto shared = std::make_shared<const dataplane::RoutingTable>(*std::move(table));
+    for (auto& gateway : gateways) {
+      if (dataplane::Status s = gateway->router->Install(shared, SimClock::At(now)); !s.ok) {
+        return absl::InternalError(s.message);
+      }
+    }
+    if (entries_out != nullptr) *entries_out = std::move(entries);
+    if (loads_out != nullptr) *loads_out = std::move(loads);
+    return absl::OkStatus();
+  };
+  // Between control ticks: evidence only, and the held plan re-installed when the split changed.
+  auto gate_tick = [&](double now) -> absl::Status {
+    if (absl::Status s = report_round(now, /*with_counts=*/false); !s.ok()) return s;
+    if (!previous_plan.has_value()) return absl::OkStatus();  // the gate starts with the first plan
+    if (!observe_gate(now)) return absl::OkStatus();
+    return install(*previous_plan, now, nullptr, nullptr);
+  };
+  auto replan = [&](double now) -> absl::Status {
+    ++control_tick;
+    const absl::Time at = epoch + absl::Seconds(now);
+    if (absl::Status s = report_round(now, /*with_counts=*/true); !s.ok()) return s;
+    if (gate.has_value()) observe_gate(now);
     aggregator.CloseInterval(at);
     // Past max_plans the plan is held; with the gate the table is still re-installed with the
     // gate's split.
@@ -381,23 +439,9 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
         ++churn_transitions;
       }
     }
-    std::vector<dataplane::TableEntry> entries(plan->size());
-    for (size_t i = 0; i < plan->size(); ++i) {
-      entries[i].key_id = plan->key(i);
-      entries[i].destinations.assign(plan->destinations(i).begin(), plan->destinations(i).end());
-      entries[i].spill = plan->spill(i);
-    }
-    std::vector<double> loads(plan->loads().begin(), plan->loads().end());
-    dataplane::Result<dataplane::RoutingTable> table = dataplane::RoutingTable::Build(
-        {.epoch = 1, .number = control_tick}, r_count, loads, entries,
-        gate.has_value() ? gate->table_fraction() : 1.0);
-    if (!table.ok()) return absl::InternalError(table.status().message);
-    auto shared = std::make_shared<const dataplane::RoutingTable>(*std::move(table));
-    for (auto& gateway : gateways) {
-      if (dataplane::Status s = gateway->router->Install(shared, SimClock::At(now)); !s.ok) {
-        return absl::InternalError(s.message);
-      }
-    }
+    std::vector<dataplane::TableEntry> entries;
+    std::vector<double> loads;
+    if (absl::Status s = install(*plan, now, &entries, &loads); !s.ok()) return s;
     if (!hold) ++result.plans;
     previous_plan = *std::move(plan);
     if (config.record_dispatches) {
@@ -475,21 +519,32 @@ absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,
   };
 
   double next_control = cacheroute ? config.control_interval_s : kForever;
+  // Gate ticks between control ticks (one at the same time as a control tick is that tick).
+  const bool gate_ticks = gate.has_value() && config.gate_interval_s > 0;
+  double next_gate = gate_ticks ? config.gate_interval_s : kForever;
   size_t next = 0;
   for (;;) {
     const double t_arrival = next < requests.size() ? requests[next].arrival_s : kForever;
     while (!timers.empty() && timers.top().first != scheduled[timers.top().second]) timers.pop();
     const double t_engine = timers.empty() ? kForever : timers.top().first;
     // Plans are only needed while requests still arrive.
-    const double t_control = next < requests.size() ? next_control : kForever;
+    const double t_control =
+        next < requests.size() ? std::min(next_control, next_gate) : kForever;
     if (t_control == kForever && t_arrival == kForever && t_engine == kForever) break;
 
     if (t_control <= t_arrival && t_control <= t_engine) {
       clock.now_s = t_control;
-      if (absl::Status s = replan(t_control); !s.ok()) return s;
-      next_control += config.control_interval_s;
-      if (config.max_plans > 0 && result.plans >= config.max_plans && !gate.has_value()) {
-        next_control = kForever;
+      constexpr double kSameTick = 1e-9;
+      if (next_control <= next_gate + kSameTick) {
+        if (absl::Status s = replan(next_control); !s.ok()) return s;
+        if (next_gate <= next_control + kSameTick) next_gate += config.gate_interval_s;
+        next_control += config.control_interval_s;
+        if (config.max_plans > 0 && result.plans >= config.max_plans && !gate.has_value()) {
+          next_control = kForever;
+        }
+      } else {
+        if (absl::Status s = gate_tick(next_gate); !s.ok()) return s;
+        next_gate += config.gate_interval_s;
       }
       continue;
     }

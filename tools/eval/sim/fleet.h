@@ -101,12 +101,16 @@ struct FleetConfig {
   bool plan_spill = true;
   double plan_balance_share = planner::kCacheRouteBalanceShare;  // PlanConfig::balance_share; 0: Algorithm 1's fixed q_cap
 
-  // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled: each control
-  // interval the gateways' per-arm evidence (TTFT at the first token, rejections and timeouts as
-  // failures) feeds Gate::Observe and the tables carry its table fraction. CacheRoute only; the
-  // control loop then runs every interval even after max_plans (the plan is held, the split is not).
+  // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled: every
+  // gate_interval_s the gateways report their per-arm evidence (TTFT at the first token,
+  // rejections and timeouts as failures; at a control tick with their rate counts, between them
+  // in a report without counts, as a gateway reporting more often than the planner plans does),
+  // it feeds Gate::Observe, and a changed split is installed at once with the held plan.
+  // CacheRoute only; the control loop then runs every interval even after max_plans (the plan is
+  // held, the split is not). gate_interval_s 0: the gate observes at control ticks only.
   bool gate = false;
   planner::GateOptions gate_options;
+  double gate_interval_s = 10;  // the shipped gateway's report_interval default
 
   // Keep a DispatchRecord per request and a PlanRecord per plan in the result (tests, debugging).
   bool record_dispatches = false;
@@ -159,6 +163,12 @@ struct RunResult {
   // requests whose key was on the table arm.
   std::string gate_state;
   uint32_t gate_changes = 0;
+  struct GateChange {
+    double time = 0;  // simulated seconds
+    std::string state;
+    std::string why;
+  };
+  std::vector<GateChange> gate_history;  // every state change, in order
   double table_arm_share = 0;
   double simulated_s = 0;  // when the last request ended
   double wall_s = 0;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -412,6 +413,41 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
                               "replan | KV hit | p99 |\n| --- | --- | --- | --- | --- |\n%s",
                               common, rows);
       }
+    }
+    // The rollout gate's decisions, per gated run.
+    std::string gate_rows;
+    const bool turns = c.regime_change.enabled;
+    for (const RunRecord& r : study.runs) {
+      if (r.gate_state.empty()) continue;
+      std::string enabled_at = "–", rolled_back_at = "–";
+      for (const std::string& change : r.gate_history) {
+        const size_t colon = change.find(':');
+        double t = 0;
+        if (colon == std::string::npos || !absl::SimpleAtod(change.substr(0, colon), &t)) continue;
+        const std::string state = change.substr(colon + 1);
+        if (state == "enabled" && enabled_at == "–") enabled_at = absl::StrFormat("%g s", t);
+        if (state == "rolled_back" && rolled_back_at == "–" &&
+            (!turns || t >= c.regime_change.at_s)) {
+          rolled_back_at = turns ? absl::StrFormat("%g s (+%g s)", t, t - c.regime_change.at_s)
+                                 : absl::StrFormat("%g s", t);
+        }
+      }
+      absl::StrAppendFormat(&gate_rows, "| %s | %s | %d | %s | %s | %s | %s |\n", r.policy,
+                            LoadText(r.offered_qps), r.seed, enabled_at, rolled_back_at,
+                            r.gate_state, absl::StrJoin(r.gate_history, " "));
+    }
+    if (!gate_rows.empty()) {
+      absl::StrAppendFormat(
+          &out,
+          "\nThe rollout gate's decisions per gated run (simulated seconds from the start, warm-up "
+          "included; history: each state change as time:state)%s:\n\n| Policy | QPS | Seed | "
+          "Enabled at | Rolled back at | Final | History |\n| --- | --- | --- | --- | --- | --- | "
+          "--- |\n%s",
+          turns ? absl::StrFormat("; the workload turns into `%s`'s at %g s, and a rollback is "
+                                  "counted from then",
+                                  c.regime_change.to, c.regime_change.at_s)
+                : "",
+          gate_rows);
     }
     if (study.has_drift) {
       const DriftResult& d = study.drift;

@@ -35,6 +35,8 @@ struct RunRecord {
   std::string gate_state;
   uint32_t gate_changes = 0;
   double table_arm_share = 0;
+  // Each state change: "<simulated s>:<state>", in order (runs.csv leaves it out).
+  std::vector<std::string> gate_history;
   uint64_t simulated_requests = 0;  // every request simulated, warm-up included
   double simulated_s = 0;
   double wall_s = 0;  // the only field that differs between identical runs

@@ -156,6 +156,26 @@ StudyConfig Negative() {
   return c;
 }
 
+StudyConfig TurnBad() {
+  StudyConfig c = Primary();
+  c.name = "turn-bad";
+  c.description =
+      "A workload that turns bad mid-run, for the rollout gate (docs/gate.md): the primary 70B "
+      "setup and workload (top-K 128) for the first 300 simulated seconds, then the negative "
+      "study's workload (a new top-K 2000 active set with little recoverable prefix) for the "
+      "remaining 360. CacheRoute replans every 30 s so that its plan follows the new keys. The "
+      "figure is how many gate decisions after the change each gated variant is rolled back, "
+      "beside the capacities over the whole run.";
+  c.policies = {"flat-lb", "cacheroute", "cacheroute-paper", "cacheroute-gated",
+                "cacheroute-paper-gated"};
+  c.loads = {20, 40, 60, 80, 100};
+  c.common_load_qps = 60;
+  c.duration_s = 600;
+  c.fleet.max_plans = 0;
+  c.regime_change = {.enabled = true, .at_s = 300, .to = "negative", .workload = Negative().workload};
+  return c;
+}
+
 StudyConfig Drift() {
   StudyConfig c;
   c.name = "drift";
@@ -317,6 +337,21 @@ absl::Status ValidateStudy(const StudyConfig& c) {
     if (c.trace.key_blocks < 1) return Invalid("trace.key_blocks", ">= 1", "0");
     if (c.drift.enabled) return Invalid("drift.enabled", "false for a trace-driven study", "true");
   }
+  if (c.regime_change.enabled) {
+    if (c.trace.enabled || c.drift.enabled) {
+      return Invalid("regime_change.enabled", "false with a trace or drift", "true");
+    }
+    if (!(c.regime_change.at_s > 0 && c.regime_change.at_s < c.fleet.warmup_s + c.duration_s)) {
+      return Invalid("regime_change.at_s", "inside the run (0, warm-up + duration)",
+                     Num(c.regime_change.at_s));
+    }
+    workload::WorkloadProfile w = c.regime_change.workload;
+    w.qps = c.loads.empty() ? 1 : c.loads.front();
+    w.duration_s = c.duration_s + c.fleet.warmup_s;
+    if (absl::Status s = workload::ValidateProfile(w); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("regime_change.workload: ", s.message()));
+    }
+  }
   if (c.drift.enabled) {
     if (c.drift.intervals < 2) return Invalid("drift.intervals", ">= 2", Num(c.drift.intervals));
     if (!(c.drift.sigma >= 0 && c.drift.sigma <= 3)) {
@@ -352,7 +387,7 @@ absl::Status ValidateStudy(const StudyConfig& c) {
 }
 
 std::vector<std::string> StudyNames() {
-  return {"primary", "ablation", "negative", "drift", "topk256", "trace"};
+  return {"primary", "ablation", "negative", "drift", "turn-bad", "topk256", "trace"};
 }
 
 absl::StatusOr<StudyConfig> FindStudy(absl::string_view name) {
@@ -360,6 +395,7 @@ absl::StatusOr<StudyConfig> FindStudy(absl::string_view name) {
   if (name == "ablation") return Ablation();
   if (name == "negative") return Negative();
   if (name == "drift") return Drift();
+  if (name == "turn-bad") return TurnBad();
   if (name == "topk256") return TopK256();
   if (name == "trace") return Trace();
   return absl::NotFoundError(absl::StrCat("--study: unknown study \"", name,
@@ -810,6 +846,24 @@ absl::StatusOr<workload::Workload> BuildRunWorkload(const StudyConfig& config, d
     absl::StatusOr<workload::Workload> t = TraceAtLoad(config, aggregate_qps, span);
     if (!t.ok()) return t.status();
     out = *std::move(t);
+  } else if (config.regime_change.enabled) {
+    absl::StatusOr<workload::GeneratedWorkload> before = Generate(config, aggregate_qps, seed, span);
+    if (!before.ok()) return before.status();
+    StudyConfig other = config;
+    other.workload = config.regime_change.workload;
+    absl::StatusOr<workload::GeneratedWorkload> after =
+        Generate(other, aggregate_qps, dataplane::Mix64(seed ^ 0x2e91f0c3ULL), span);
+    if (!after.ok()) return after.status();
+    const double at = config.regime_change.at_s;
+    out.block_size = before->workload.block_size;
+    for (workload::Request& r : before->workload.requests) {
+      if (r.arrival_s < at) out.requests.push_back(std::move(r));
+    }
+    for (workload::Request& r : after->workload.requests) {
+      if (r.arrival_s < at) continue;
+      Rename(r, "regime-", 0x3c6ef372fe94f82bULL);
+      out.requests.push_back(std::move(r));
+    }
   } else if (!config.drift.enabled) {
     absl::StatusOr<workload::GeneratedWorkload> g = Generate(config, aggregate_qps, seed, span);
     if (!g.ok()) return g.status();

@@ -53,6 +53,16 @@ struct DriftOptions {
   double sigma = 0.3;
 };
 
+// A workload that turns into another mid-run: from at_s (simulated seconds from the start, warm-up
+// included) the requests come from `workload` instead (its keys renamed, so the active set is
+// new); before it, from the study's own. Not with drift or a trace.
+struct RegimeChange {
+  bool enabled = false;
+  double at_s = 0;
+  std::string to;                     // the built-in study whose workload it turns into
+  workload::WorkloadProfile workload;  // that study's
+};
+
 // What the fleet simulator is told beyond the policy (see tools/eval/sim/fleet.h).
 struct FleetKnobs {
   uint32_t gateways = 1;
@@ -100,13 +110,14 @@ struct StudyConfig {
   WhaleOptions whales;
   DriftOptions drift;
   TraceOptions trace;
+  RegimeChange regime_change;
   FleetKnobs fleet;
 };
 
 // InvalidArgument naming the field and the value. Does not read the trace (ReadStudyTrace does).
 absl::Status ValidateStudy(const StudyConfig& config);
 
-// The built-in studies by name: primary, ablation, negative, drift, topk256, trace. `trace` has
+// The built-in studies by name: primary, ablation, negative, drift, turn-bad, topk256, trace. `trace` has
 // no trace.path: set it (the CLI's --trace) before validating or running it.
 absl::StatusOr<StudyConfig> FindStudy(absl::string_view name);
 std::vector<std::string> StudyNames();
