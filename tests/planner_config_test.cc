@@ -252,7 +252,10 @@ TEST_CASE("the gate section parses, and its errors name gate.<field> and the val
   CHECK(parsed->gate.promote_after == 5);
   CHECK(parsed->gate.z == 3.09);
   CHECK(parsed->gate.min_samples == planner::GateOptions{}.min_samples);  // untouched
-  CHECK_FALSE(PlannerConfig{}.gate_enabled);                               // off by default
+  CHECK(PlannerConfig{}.gate_enabled);                                     // on by default
+  absl::StatusOr<PlannerConfig> off = ParsePlannerConfigYaml("gate:\n  enabled: false\n");
+  REQUIRE(off.ok());
+  CHECK_FALSE(off->gate_enabled);
   CHECK(ParseError("gate:\n  canary: 0.1\n") ==
         "gate.canary: unknown key (did you mean gate.canary_fraction?)");
   CHECK(absl::StartsWith(ParseError("gate:\n  enabled: maybe\n"), "gate.enabled: "));

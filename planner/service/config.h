@@ -41,10 +41,11 @@ struct TlsConfig {
 };
 
 struct PlannerConfig {
-  // The rollout gate (docs/gate.md, planner/gate.h): with gate_enabled, every table carries the
-  // gate's rollout and each control interval's evidence from the gateways decides it. Off by
-  // default until its defaults are settled on the simulator.
-  bool gate_enabled = false;
+  // The rollout gate (docs/gate.md, planner/gate.h): with gate_enabled (the default), every table
+  // carries the gate's rollout and each control interval's evidence from the gateways decides
+  // it; a planner without a persisted gate state starts in shadow. `gate: {enabled: false}` keeps
+  // every key on the table from the first plan.
+  bool gate_enabled = true;
   planner::GateOptions gate;
   // Network.
   std::string listen = "127.0.0.1:50051";         // gRPC, HOST:PORT (port 0: pick a free one)

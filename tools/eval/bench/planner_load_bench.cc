@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<cacheroute::service::PlannerServer> embedded;
   if (planner.empty()) {
     cacheroute::service::PlannerConfig config;
+    config.gate_enabled = false;  // the planner's load, not the rollout, is measured
     config.listen = "127.0.0.1:0";
     config.metrics_listen = "";
     for (uint32_t d = 0; d < destinations; ++d) config.destinations.push_back(std::to_string(d));
