@@ -3,4 +3,7 @@
 if(TARGET cacheroute_coord)
   cacheroute_add_test(NAME coord_etcd_client_test SOURCES coord_etcd_client_test.cc
                       LIBS cacheroute::coord cacheroute::etcd_proto)
+  # Also under ThreadSanitizer: the election's thread, the watch reader and the test's own.
+  cacheroute_add_test(NAME coord_leader_election_test SOURCES coord_leader_election_test.cc
+                      LIBS cacheroute::coord cacheroute::etcd_proto LABELS concurrency)
 endif()
