@@ -273,7 +273,9 @@ void LeaderElection::ProcessWatchLocked(Changes& changes) {
 
 void LeaderElection::SleepWall(absl::Duration d) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, ToSteady(d), [&] { return stop_; });
+  auto wake = std::chrono::steady_clock::now() + ToSteady(d);
+  if (lease_id_ != 0) wake = std::min(wake, next_keepalive_);
+  cv_.wait_until(lock, wake, [&] { return stop_; });
 }
 
 void LeaderElection::Fire(const Changes& changes) {
@@ -287,6 +289,7 @@ void LeaderElection::Run() {
     int64_t lease;
     int64_t abandoned;
     bool campaign;
+    bool keepalive_due;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
@@ -295,9 +298,17 @@ void LeaderElection::Run() {
       lease = lease_id_;
       abandoned = abandoned_lease_;
       campaign = need_campaign_;
+      keepalive_due = lease != 0 && std::chrono::steady_clock::now() >= next_keepalive_;
     }
     Fire(changes);
     changes.clear();
+
+    // The lease comes before anything else: a campaign or watch that keeps failing must not
+    // starve the keepalives.
+    if (keepalive_due) {
+      KeepAlive(lease);
+      continue;
+    }
 
     // A lease given up at its local deadline: revoke it, so its key (if any) goes now rather
     // than at etcd's expiry. When etcd cannot be reached, neither can a new lease be granted.
@@ -394,7 +405,6 @@ void LeaderElection::Run() {
     }
 
     // Wait for the next keepalive, the local deadline, a watch event or Stop().
-    bool keepalive_due;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto wake = next_keepalive_;
@@ -403,38 +413,33 @@ void LeaderElection::Run() {
                                 ToSteady(std::max(to_deadline, absl::ZeroDuration())));
       cv_.wait_until(lock, wake,
                      [&] { return stop_ || need_campaign_ || !watch_queue_.empty(); });
-      if (stop_) return;
-      CheckDeadlineLocked(changes);  // first, whatever woke us (also a SIGCONT)
-      ProcessWatchLocked(changes);
-      keepalive_due =
-          lease_id_ == lease && std::chrono::steady_clock::now() >= next_keepalive_;
     }
-    Fire(changes);
-    changes.clear();
-    if (!keepalive_due) continue;
-
-    const absl::Time sent = clock_->Now();
-    absl::StatusOr<int64_t> ttl = client_->KeepAliveOnce(lease);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (lease_id_ == lease) {
-        const auto now = std::chrono::steady_clock::now();
-        if (ttl.ok()) {
-          lease_deadline_ = std::max(lease_deadline_, sent + absl::Seconds(*ttl));
-          next_keepalive_ = now + ToSteady(absl::Seconds(lease_ttl_) / 3);
-        } else if (ttl.status().code() == absl::StatusCode::kNotFound) {
-          StepDownLocked("lease expired in etcd", changes);
-          lease_id_ = 0;
-          need_campaign_ = true;
-        } else {
-          next_keepalive_ =
-              now + ToSteady(std::min(options_.retry_interval, absl::Seconds(lease_ttl_) / 3));
-        }
-        CheckDeadlineLocked(changes);
-      }
-    }
-    Fire(changes);
+    // The top of the loop checks the deadline first, whatever woke us (also a SIGCONT).
   }
+}
+
+void LeaderElection::KeepAlive(int64_t lease) {
+  Changes changes;
+  const absl::Time sent = clock_->Now();
+  absl::StatusOr<int64_t> ttl = client_->KeepAliveOnce(lease);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lease_id_ != lease) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (ttl.ok()) {
+      lease_deadline_ = std::max(lease_deadline_, sent + absl::Seconds(*ttl));
+      next_keepalive_ = now + ToSteady(absl::Seconds(lease_ttl_) / 3);
+    } else if (ttl.status().code() == absl::StatusCode::kNotFound) {
+      StepDownLocked("lease expired in etcd", changes);
+      lease_id_ = 0;
+      need_campaign_ = true;
+    } else {
+      next_keepalive_ =
+          now + ToSteady(std::min(options_.retry_interval, absl::Seconds(lease_ttl_) / 3));
+    }
+    CheckDeadlineLocked(changes);
+  }
+  Fire(changes);
 }
 
 }  // namespace cacheroute::coord

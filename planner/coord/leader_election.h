@@ -120,6 +120,7 @@ class LeaderElection {
   void SetLeaderLocked(LeaderInfo leader, Changes& changes);
   void ApplyCampaignLocked(const TxnResult& result, int64_t lease, Changes& changes);
   void ProcessWatchLocked(Changes& changes);
+  void KeepAlive(int64_t lease);
   void SleepWall(absl::Duration d);
   void JoinThread();
   void Fire(const Changes& changes);
