@@ -21,6 +21,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -106,8 +108,18 @@ class EtcdProcess {
   void Stop() { Signal(SIGTERM, std::chrono::seconds(10)); }
   // SIGKILL and waits.
   void Kill() { Signal(SIGKILL, std::chrono::seconds(10)); }
-  void Pause() { REQUIRE(pid_ > 0); REQUIRE(kill(pid_, SIGSTOP) == 0); }
-  void Resume() { REQUIRE(pid_ > 0); REQUIRE(kill(pid_, SIGCONT) == 0); }
+  // Both return once every thread of etcd is stopped (or none is): kill() only queues the
+  // signal, and an etcd still running for a moment would answer a call meant to time out.
+  void Pause() {
+    REQUIRE(pid_ > 0);
+    REQUIRE(kill(pid_, SIGSTOP) == 0);
+    REQUIRE(WaitForStopped(true));
+  }
+  void Resume() {
+    REQUIRE(pid_ > 0);
+    REQUIRE(kill(pid_, SIGCONT) == 0);
+    REQUIRE(WaitForStopped(false));
+  }
 
   std::string Log() const { return dir_.Read("etcd.log"); }
 
@@ -152,6 +164,28 @@ class EtcdProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     pid_ = -1;
+  }
+
+  // Whether every thread of etcd is in state T (stopped), per /proc/<pid>/task/*/stat.
+  bool AllThreadsStopped() const {
+    std::error_code error;
+    const std::filesystem::path tasks = absl::StrCat("/proc/", pid_, "/task");
+    for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+      std::ifstream in(task.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size()) continue;  // thread gone
+      if (stat[paren + 2] != 'T') return false;
+    }
+    return !error;
+  }
+  bool WaitForStopped(bool stopped) const {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (AllThreadsStopped() != stopped) {
+      if (std::chrono::steady_clock::now() > give_up) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
   }
 
   void WaitUntilServing() {
