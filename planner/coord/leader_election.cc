@@ -37,7 +37,11 @@ LeaderElection::LeaderElection(EtcdClient* client, Options options)
       options_(std::move(options)),
       leader_key_(options_.key_prefix + "leader"),
       value_(options_.id + "\n" + options_.address),
-      clock_(options_.clock != nullptr ? options_.clock : &real_clock_) {}
+      clock_(options_.clock != nullptr ? options_.clock : &steady_clock_) {}
+
+absl::Time LeaderElection::SteadyClock::Now() {
+  return absl::UnixEpoch() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
 
 LeaderElection::~LeaderElection() { Stop(); }
 

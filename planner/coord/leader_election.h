@@ -72,7 +72,9 @@ class LeaderElection {
     std::string id;          // this replica's id: non-empty, no newline
     std::string address;     // this replica's advertised gRPC address: no newline
     int64_t lease_ttl_seconds = 5;
-    planner::Clock* clock = nullptr;  // for the local lease deadline; not owned; real time if null
+    // For the local lease deadline; not owned. Null: a monotonic clock (steady_clock), which an
+    // NTP step cannot move; planner::RealClock is the wall clock and could.
+    planner::Clock* clock = nullptr;
     std::function<void(const LeadershipChange&)> on_change;
     // Wall-clock pause after a failed etcd call before the next attempt.
     absl::Duration retry_interval = absl::Milliseconds(500);
@@ -129,7 +131,11 @@ class LeaderElection {
   const Options options_;
   const std::string leader_key_;
   const std::string value_;  // what this replica writes in the leader key
-  planner::RealClock real_clock_;
+  class SteadyClock final : public planner::Clock {
+   public:
+    absl::Time Now() override;
+  };
+  SteadyClock steady_clock_;
   planner::Clock* const clock_;
 
   std::thread thread_;
