@@ -8,6 +8,10 @@ CACHEROUTE_PACKAGES=(
   libcpp-httplib-dev pkg-config openssl python3
   libboost1.81-dev nlohmann-json3-dev libsimdjson-dev libssl-dev
   libc-ares-dev
+  # etcd for planner HA (planner/coord): the server the tests start, etcdctl, and the .proto
+  # files of etcd's v3 API (with the gogoproto and google/api files they import) to generate from.
+  etcd-server etcd-client golang-etcd-server-dev golang-github-gogo-protobuf-dev
+  golang-github-grpc-ecosystem-grpc-gateway-dev
 )
 
 cacheroute_ensure_packages() {

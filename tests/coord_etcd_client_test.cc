@@ -1,0 +1,358 @@
+// Tests for planner/coord/etcd_client: against a real etcd (tests/support/etcd_process.h), no mocks.
+#include "planner/coord/etcd_client.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tests/support/etcd_process.h"
+#include "tests/support/wait_for.h"
+
+namespace cacheroute::coord {
+namespace {
+
+using testing::EtcdProcess;
+using testing::WaitFor;
+using namespace std::chrono_literals;
+
+std::unique_ptr<EtcdClient> Connect(std::vector<std::string> endpoints,
+                                    absl::Duration timeout = absl::Seconds(2)) {
+  EtcdClient::Options options;
+  options.endpoints = std::move(endpoints);
+  options.call_timeout = timeout;
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(std::move(options));
+  INFO(client.status().ToString());
+  REQUIRE(client.ok());
+  return *std::move(client);
+}
+
+// What a watch delivered, read from the test thread.
+struct Recorder {
+  std::mutex mu;
+  std::vector<WatchEvent> events;
+  bool broken = false;
+  absl::Status broken_status;
+  int64_t broken_next = 0;
+
+  WatchCallbacks Callbacks() {
+    return WatchCallbacks{
+        .on_events =
+            [this](const std::vector<WatchEvent>& batch, int64_t) {
+              std::lock_guard<std::mutex> lock(mu);
+              events.insert(events.end(), batch.begin(), batch.end());
+            },
+        .on_broken =
+            [this](const absl::Status& status, int64_t next) {
+              std::lock_guard<std::mutex> lock(mu);
+              broken = true;
+              broken_status = status;
+              broken_next = next;
+            },
+    };
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu);
+    return events.size();
+  }
+  std::vector<WatchEvent> Events() {
+    std::lock_guard<std::mutex> lock(mu);
+    return events;
+  }
+  bool is_broken() {
+    std::lock_guard<std::mutex> lock(mu);
+    return broken;
+  }
+};
+
+TEST_CASE("Create rejects no endpoints and a non-positive timeout") {
+  CHECK(EtcdClient::Create({}).status().code() == absl::StatusCode::kInvalidArgument);
+  EtcdClient::Options options;
+  options.endpoints = {"127.0.0.1:1"};
+  options.call_timeout = absl::ZeroDuration();
+  CHECK(EtcdClient::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("Put, Get and Delete round-trip with their revisions") {
+  if (!EtcdProcess::Available()) {
+    WARN(EtcdProcess::kMissing);
+    return;
+  }
+  EtcdProcess etcd;
+  auto client = Connect({etcd.endpoint()});
+
+  absl::StatusOr<GetResult> missing = client->Get("/a");
+  REQUIRE(missing.ok());
+  CHECK_FALSE(missing->kv.has_value());
+  CHECK(missing->revision >= 1);
+
+  absl::StatusOr<int64_t> first = client->Put("/a", "one");
+  REQUIRE(first.ok());
+  CHECK(*first > missing->revision);
+  absl::StatusOr<int64_t> second = client->Put("/a", std::string("two\0bytes", 9));
+  REQUIRE(second.ok());
+  CHECK(*second == *first + 1);
+
+  absl::StatusOr<GetResult> got = client->Get("/a");
+  REQUIRE(got.ok());
+  REQUIRE(got->kv.has_value());
+  CHECK(got->kv->key == "/a");
+  CHECK(got->kv->value == std::string("two\0bytes", 9));
+  CHECK(got->kv->create_revision == *first);
+  CHECK(got->kv->mod_revision == *second);
+  CHECK(got->kv->version == 2);
+  CHECK(got->kv->lease == 0);
+  CHECK(got->revision == *second);
+
+  CHECK(*client->Delete("/a") == 1);
+  CHECK(*client->Delete("/a") == 0);
+  CHECK_FALSE(client->Get("/a")->kv.has_value());
+}
+
+TEST_CASE("a lease is granted, kept alive, revoked with its keys, and expires") {
+  if (!EtcdProcess::Available()) {
+    WARN(EtcdProcess::kMissing);
+    return;
+  }
+  EtcdProcess etcd;
+  auto client = Connect({etcd.endpoint()});
+
+  CHECK(client->GrantLease(0).status().code() == absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<LeaseGrant> lease = client->GrantLease(30);
+  REQUIRE(lease.ok());
+  CHECK(lease->id != 0);
+  CHECK(lease->ttl_seconds == 30);
+  absl::StatusOr<int64_t> ttl = client->KeepAliveOnce(lease->id);
+  REQUIRE(ttl.ok());
+  CHECK(*ttl == 30);
+
+  REQUIRE(client->Put("/leased", "v", lease->id).ok());
+  CHECK(client->Get("/leased")->kv->lease == lease->id);
+  REQUIRE(client->RevokeLease(lease->id).ok());
+  CHECK_FALSE(client->Get("/leased")->kv.has_value());
+  CHECK(client->KeepAliveOnce(lease->id).status().code() == absl::StatusCode::kNotFound);
+  CHECK(client->RevokeLease(lease->id).code() == absl::StatusCode::kNotFound);
+  // A put on a lease that does not exist is refused.
+  CHECK(client->Put("/leased", "v", lease->id).status().code() == absl::StatusCode::kNotFound);
+
+  // Expiry: a short lease that nobody keeps alive takes its key with it.
+  absl::StatusOr<LeaseGrant> short_lease = client->GrantLease(1);
+  REQUIRE(short_lease.ok());
+  REQUIRE(client->Put("/expiring", "v", short_lease->id).ok());
+  CHECK(WaitFor([&] { return !client->Get("/expiring")->kv.has_value(); }, 20s));
+  CHECK(client->KeepAliveOnce(short_lease->id).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("Txn runs the success branch when every compare holds, else the failure branch") {
+  if (!EtcdProcess::Available()) {
+    WARN(EtcdProcess::kMissing);
+    return;
+  }
+  EtcdProcess etcd;
+  auto client = Connect({etcd.endpoint()});
+  absl::StatusOr<LeaseGrant> lease = client->GrantLease(30);
+  REQUIRE(lease.ok());
+
+  // Create-if-absent, the election's campaign.
+  TxnRequest create;
+  create.compares = {Compare::CreateRevision("/k", Compare::Result::kEqual, 0)};
+  create.success = {TxnOp::Put("/k", "mine", lease->id), TxnOp::Get("/k")};
+  create.failure = {TxnOp::Get("/k")};
+  absl::StatusOr<TxnResult> won = client->Txn(create);
+  REQUIRE(won.ok());
+  CHECK(won->succeeded);
+  REQUIRE(won->responses.size() == 2);
+  CHECK(won->responses[0].type == TxnOp::Type::kPut);
+  CHECK(won->responses[1].type == TxnOp::Type::kGet);
+  REQUIRE(won->responses[1].kv.has_value());
+  CHECK(won->responses[1].kv->create_revision == won->revision);
+  CHECK(won->responses[1].kv->lease == lease->id);
+
+  absl::StatusOr<TxnResult> lost = client->Txn(create);
+  REQUIRE(lost.ok());
+  CHECK_FALSE(lost->succeeded);
+  CHECK(lost->revision == won->revision);  // nothing was written
+  REQUIRE(lost->responses.size() == 1);
+  REQUIRE(lost->responses[0].kv.has_value());
+  CHECK(lost->responses[0].kv->value == "mine");
+
+  // Every compare target, each holding; then one of them not.
+  const int64_t rev = won->revision;
+  TxnRequest all;
+  all.compares = {Compare::CreateRevision("/k", Compare::Result::kEqual, rev),
+                  Compare::ModRevision("/k", Compare::Result::kLess, rev + 1),
+                  Compare::Version("/k", Compare::Result::kEqual, 1),
+                  Compare::Value("/k", Compare::Result::kEqual, "mine"),
+                  Compare::Lease("/k", Compare::Result::kEqual, lease->id),
+                  Compare::Version("/other", Compare::Result::kEqual, 0)};
+  all.success = {TxnOp::Put("/other", "x"), TxnOp::Delete("/k")};
+  absl::StatusOr<TxnResult> done = client->Txn(all);
+  REQUIRE(done.ok());
+  CHECK(done->succeeded);
+  REQUIRE(done->responses.size() == 2);
+  CHECK(done->responses[1].deleted == 1);
+  CHECK(done->revision == rev + 1);  // one transaction, one revision
+  CHECK(client->Get("/other")->kv->value == "x");
+  CHECK_FALSE(client->Get("/k")->kv.has_value());
+
+  TxnRequest stale;
+  stale.compares = {Compare::Value("/other", Compare::Result::kEqual, "x"),
+                    Compare::ModRevision("/other", Compare::Result::kGreater, done->revision)};
+  stale.success = {TxnOp::Put("/other", "y")};
+  absl::StatusOr<TxnResult> refused = client->Txn(stale);
+  REQUIRE(refused.ok());
+  CHECK_FALSE(refused->succeeded);
+  CHECK(refused->responses.empty());
+  CHECK(client->Get("/other")->kv->value == "x");
+}
+
+TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision") {
+  if (!EtcdProcess::Available()) {
+    WARN(EtcdProcess::kMissing);
+    return;
+  }
+  EtcdProcess etcd;
+  auto client = Connect({etcd.endpoint()});
+
+  Recorder now;
+  absl::StatusOr<std::unique_ptr<Watcher>> watcher = client->Watch("/w", 0, now.Callbacks());
+  REQUIRE(watcher.ok());
+  Recorder prefix;
+  absl::StatusOr<std::unique_ptr<Watcher>> prefix_watcher =
+      client->Watch("/w/", 0, prefix.Callbacks(), WatchScope::kPrefix);
+  REQUIRE(prefix_watcher.ok());
+
+  const int64_t r1 = *client->Put("/w", "1");
+  const int64_t r2 = *client->Put("/w", "2");
+  REQUIRE(client->Put("/w/a", "a").ok());
+  REQUIRE(client->Put("/wx", "not under /w/").ok());
+  const int64_t r3 = [&] {
+    REQUIRE(*client->Delete("/w") == 1);
+    return client->Get("/w")->revision;
+  }();
+  REQUIRE(WaitFor([&] { return now.count() >= 3; }, 10s));
+  std::vector<WatchEvent> events = now.Events();
+  REQUIRE(events.size() == 3);
+  CHECK(events[0].type == WatchEvent::Type::kPut);
+  CHECK(events[0].kv.value == "1");
+  CHECK(events[0].kv.mod_revision == r1);
+  CHECK(events[1].kv.value == "2");
+  CHECK(events[1].kv.create_revision == r1);
+  CHECK(events[2].type == WatchEvent::Type::kDelete);
+  CHECK(events[2].kv.key == "/w");
+  CHECK(events[2].kv.mod_revision == r3);
+  CHECK((*watcher)->next_revision() == r3 + 1);
+
+  REQUIRE(WaitFor([&] { return prefix.count() >= 1; }, 10s));
+  std::vector<WatchEvent> under = prefix.Events();
+  REQUIRE(under.size() == 1);
+  CHECK(under[0].kv.key == "/w/a");
+
+  // From a past revision: the history since r2 again, then new events.
+  Recorder replay;
+  absl::StatusOr<std::unique_ptr<Watcher>> from_r2 = client->Watch("/w", r2, replay.Callbacks());
+  REQUIRE(from_r2.ok());
+  REQUIRE(WaitFor([&] { return replay.count() >= 2; }, 10s));
+  const int64_t r4 = *client->Put("/w", "4");
+  REQUIRE(WaitFor([&] { return replay.count() >= 3; }, 10s));
+  events = replay.Events();
+  REQUIRE(events.size() == 3);
+  CHECK(events[0].kv.mod_revision == r2);
+  CHECK(events[1].type == WatchEvent::Type::kDelete);
+  CHECK(events[2].kv.mod_revision == r4);
+  CHECK(events[2].kv.create_revision == r4);  // recreated
+
+  // Cancel: no more events, no on_broken.
+  REQUIRE(WaitFor([&] { return now.count() >= 4; }, 10s));
+  (*watcher)->Cancel();
+  (*watcher)->Cancel();  // idempotent
+  REQUIRE(client->Put("/w", "5").ok());
+  REQUIRE(WaitFor([&] { return replay.count() >= 4; }, 10s));
+  CHECK(now.count() == 4);  // r4 reached it before the cancel, "5" did not
+  CHECK_FALSE(now.is_broken());
+}
+
+TEST_CASE("a watch reports a broken stream; a new watch from next_revision misses nothing") {
+  if (!EtcdProcess::Available()) {
+    WARN(EtcdProcess::kMissing);
+    return;
+  }
+  EtcdProcess etcd;
+  auto client = Connect({etcd.endpoint()});
+  Recorder first;
+  absl::StatusOr<std::unique_ptr<Watcher>> watcher = client->Watch("/b", 0, first.Callbacks());
+  REQUIRE(watcher.ok());
+  const int64_t r1 = *client->Put("/b", "1");
+  REQUIRE(WaitFor([&] { return first.count() == 1; }, 10s));
+
+  etcd.Kill();
+  REQUIRE(WaitFor([&] { return first.is_broken(); }, 20s));
+  {
+    std::lock_guard<std::mutex> lock(first.mu);
+    CHECK(first.broken_status.code() == absl::StatusCode::kUnavailable);
+    CHECK(first.broken_next == r1 + 1);
+  }
+  CHECK((*watcher)->broken());
+  // While etcd is down, calls fail as unavailable (or time out).
+  const absl::StatusCode down = client->Get("/b").status().code();
+  CHECK((down == absl::StatusCode::kUnavailable || down == absl::StatusCode::kDeadlineExceeded));
+
+  etcd.Start();  // same data directory: the history is still there
+  const int64_t r2 = *client->Put("/b", "2");
+  Recorder second;
+  absl::StatusOr<std::unique_ptr<Watcher>> resumed =
+      client->Watch("/b", (*watcher)->next_revision(), second.Callbacks());
+  REQUIRE(resumed.ok());
+  REQUIRE(WaitFor([&] { return second.count() >= 1; }, 10s));
+  std::vector<WatchEvent> events = second.Events();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kv.mod_revision == r2);
+  CHECK(events[0].kv.value == "2");
+}
+
+TEST_CASE("calls fail over to the next endpoint when the first is dead") {
+  if (!EtcdProcess::Available()) {
+    WARN(EtcdProcess::kMissing);
+    return;
+  }
+  EtcdProcess etcd;
+  const std::string dead = absl::StrCat("127.0.0.1:", EtcdProcess::FreePort());
+  auto client = Connect({dead, etcd.endpoint()});
+  CHECK(client->current_endpoint() == dead);
+  REQUIRE(client->Put("/f", "v").ok());
+  CHECK(client->current_endpoint() == etcd.endpoint());  // it stays with the one that answered
+  CHECK(client->Get("/f")->kv->value == "v");
+  Recorder recorder;
+  auto failover_watch_client = Connect({dead, etcd.endpoint()});
+  absl::StatusOr<std::unique_ptr<Watcher>> watcher =
+      failover_watch_client->Watch("/f", 0, recorder.Callbacks());
+  REQUIRE(watcher.ok());
+  REQUIRE(client->Put("/f", "w").ok());
+  CHECK(WaitFor([&] { return recorder.count() == 1; }, 10s));
+
+  // No endpoint answers: UNAVAILABLE naming both.
+  auto nowhere = Connect({dead, absl::StrCat("127.0.0.1:", EtcdProcess::FreePort())});
+  absl::Status status = nowhere->Get("/f").status();
+  CHECK(status.code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(status.message()), Catch::Contains(dead));
+}
+
+TEST_CASE("a paused etcd makes calls time out at the call deadline, then it answers again") {
+  if (!EtcdProcess::Available()) {
+    WARN(EtcdProcess::kMissing);
+    return;
+  }
+  EtcdProcess etcd;
+  auto client = Connect({etcd.endpoint()}, absl::Milliseconds(300));
+  REQUIRE(client->Put("/p", "v").ok());
+  etcd.Pause();
+  CHECK(client->Get("/p").status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(client->KeepAliveOnce(1).status().code() == absl::StatusCode::kDeadlineExceeded);
+  etcd.Resume();
+  CHECK(WaitFor([&] { return client->Get("/p").ok(); }, 10s));
+}
+
+}  // namespace
+}  // namespace cacheroute::coord
