@@ -120,7 +120,7 @@ int RunOne(const std::string& study_name, const std::string& config, const std::
   if (!x.gate_state.empty()) {
     std::cout << absl::StrFormat("gate_state      %s\ngate_changes    %d\ntable_arm_share %.3f\n",
                                  x.gate_state, x.gate_changes, x.table_arm_share);
-    std::cout << "gate_history    " << absl::StrJoin(x.gate_history, " ") << "\n";
+    std::cout << "gate_history    " << study::GateHistoryText(x.gate_history) << "\n";
   }
   return 0;
 }

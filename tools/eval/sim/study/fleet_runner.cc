@@ -144,7 +144,7 @@ RunRecord ToRunRecord(const RunResult& r, uint64_t simulated_requests) {
   out.gate_state = r.gate_state;
   out.gate_changes = r.gate_changes;
   for (const RunResult::GateChange& change : r.gate_history) {
-    out.gate_history.push_back(absl::StrCat(change.time, ":", change.state));
+    out.gate_history.push_back({.time = change.time, .state = change.state});
   }
   out.table_arm_share = r.table_arm_share;
   out.simulated_requests = simulated_requests;

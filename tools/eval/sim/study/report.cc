@@ -8,7 +8,6 @@
 #include <limits>
 #include <set>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -420,11 +419,9 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
     for (const RunRecord& r : study.runs) {
       if (r.gate_state.empty()) continue;
       std::string enabled_at = "–", rolled_back_at = "–";
-      for (const std::string& change : r.gate_history) {
-        const size_t colon = change.find(':');
-        double t = 0;
-        if (colon == std::string::npos || !absl::SimpleAtod(change.substr(0, colon), &t)) continue;
-        const std::string state = change.substr(colon + 1);
+      for (const RunRecord::GateChange& change : r.gate_history) {
+        const double t = change.time;
+        const std::string& state = change.state;
         if (state == "enabled" && enabled_at == "–") enabled_at = absl::StrFormat("%g s", t);
         if (state == "rolled_back" && rolled_back_at == "–" &&
             (!turns || t >= c.regime_change.at_s)) {
@@ -434,7 +431,7 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
       }
       absl::StrAppendFormat(&gate_rows, "| %s | %s | %d | %s | %s | %s | %s |\n", r.policy,
                             LoadText(r.offered_qps), r.seed, enabled_at, rolled_back_at,
-                            r.gate_state, absl::StrJoin(r.gate_history, " "));
+                            r.gate_state, GateHistoryText(r.gate_history));
     }
     if (!gate_rows.empty()) {
       absl::StrAppendFormat(

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace cacheroute::sim::study {
 
 struct RunRecord {
@@ -35,12 +37,26 @@ struct RunRecord {
   std::string gate_state;
   uint32_t gate_changes = 0;
   double table_arm_share = 0;
-  // Each state change: "<simulated s>:<state>", in order (runs.csv leaves it out).
-  std::vector<std::string> gate_history;
+  // Each state change in order (runs.csv leaves it out); GateHistoryText prints them.
+  struct GateChange {
+    double time = 0;  // simulated seconds from the start
+    std::string state;
+  };
+  std::vector<GateChange> gate_history;
   uint64_t simulated_requests = 0;  // every request simulated, warm-up included
   double simulated_s = 0;
   double wall_s = 0;  // the only field that differs between identical runs
 };
+
+// "time:state" per change, space-separated (e.g. "30:canary 40:enabled").
+inline std::string GateHistoryText(const std::vector<RunRecord::GateChange>& history) {
+  std::string out;
+  for (const RunRecord::GateChange& c : history) {
+    if (!out.empty()) out += ' ';
+    out += absl::StrCat(c.time, ":", c.state);
+  }
+  return out;
+}
 
 // The drift study (paper §5.4 and Appendix E): the rate vector after each interval of a lognormal
 // random walk, planned afresh every interval, against the plan of interval 0.
