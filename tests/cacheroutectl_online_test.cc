@@ -3,13 +3,10 @@
 // the real cacheroutectl binary run against it as a subprocess, with exit code, stdout and stderr
 // checked. Nothing waits on a fixed sleep: `watch` is synchronised by polling GetStatus until the
 // planner lists its stream, with a bounded number of polls.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +36,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
+#include "tests/support/free_port.h"
 #include "tests/support/json_reader.h"
 #include "tests/support/temp_dir.h"
 
@@ -603,17 +601,7 @@ TEST_CASE("bad input exits 2 with one line naming the file, line or flag") {
 }
 
 TEST_CASE("an address nobody listens on exits 3 and names the address") {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t length = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
-  const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
-  close(fd);  // nobody listens there now
+  const std::string address = absl::StrCat("127.0.0.1:", cacheroute::testing::FreeLoopbackPort());
 
   CheckError(Run({"--planner", address, "status"}), 3, {address, "unavailable"});
   CheckError(Run({"--planner", address, "watch", "--count", "1"}), 3, {address});

@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "tests/support/etcd_process.h"
-#include "tests/support/wait_for.h"
+#include "tests/support/eventually.h"
 
 namespace cacheroute::coord {
 namespace {
 
 using testing::EtcdProcess;
-using testing::WaitFor;
+using testing::Eventually;
 using namespace std::chrono_literals;
 
 std::unique_ptr<EtcdClient> Connect(std::vector<std::string> endpoints,
@@ -141,7 +141,7 @@ TEST_CASE("a lease is granted, kept alive, revoked with its keys, and expires") 
   absl::StatusOr<LeaseGrant> short_lease = client->GrantLease(1);
   REQUIRE(short_lease.ok());
   REQUIRE(client->Put("/expiring", "v", short_lease->id).ok());
-  CHECK(WaitFor([&] { return !client->Get("/expiring")->kv.has_value(); }, 20s));
+  CHECK(Eventually([&] { return !client->Get("/expiring")->kv.has_value(); }, 20s));
   CHECK(client->KeepAliveOnce(short_lease->id).status().code() == absl::StatusCode::kNotFound);
 }
 
@@ -232,7 +232,7 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
     REQUIRE(*client->Delete("/w") == 1);
     return client->Get("/w")->revision;
   }();
-  REQUIRE(WaitFor([&] { return now.count() >= 3; }, 10s));
+  REQUIRE(Eventually([&] { return now.count() >= 3; }, 10s));
   std::vector<WatchEvent> events = now.Events();
   REQUIRE(events.size() == 3);
   CHECK(events[0].type == WatchEvent::Type::kPut);
@@ -245,7 +245,7 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
   CHECK(events[2].kv.mod_revision == r3);
   CHECK((*watcher)->next_revision() == r3 + 1);
 
-  REQUIRE(WaitFor([&] { return prefix.count() >= 1; }, 10s));
+  REQUIRE(Eventually([&] { return prefix.count() >= 1; }, 10s));
   std::vector<WatchEvent> under = prefix.Events();
   REQUIRE(under.size() == 1);
   CHECK(under[0].kv.key == "/w/a");
@@ -254,9 +254,9 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
   Recorder replay;
   absl::StatusOr<std::unique_ptr<Watcher>> from_r2 = client->Watch("/w", r2, replay.Callbacks());
   REQUIRE(from_r2.ok());
-  REQUIRE(WaitFor([&] { return replay.count() >= 2; }, 10s));
+  REQUIRE(Eventually([&] { return replay.count() >= 2; }, 10s));
   const int64_t r4 = *client->Put("/w", "4");
-  REQUIRE(WaitFor([&] { return replay.count() >= 3; }, 10s));
+  REQUIRE(Eventually([&] { return replay.count() >= 3; }, 10s));
   events = replay.Events();
   REQUIRE(events.size() == 3);
   CHECK(events[0].kv.mod_revision == r2);
@@ -265,11 +265,11 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
   CHECK(events[2].kv.create_revision == r4);  // recreated
 
   // Cancel: no more events, no on_broken.
-  REQUIRE(WaitFor([&] { return now.count() >= 4; }, 10s));
+  REQUIRE(Eventually([&] { return now.count() >= 4; }, 10s));
   (*watcher)->Cancel();
   (*watcher)->Cancel();  // idempotent
   REQUIRE(client->Put("/w", "5").ok());
-  REQUIRE(WaitFor([&] { return replay.count() >= 4; }, 10s));
+  REQUIRE(Eventually([&] { return replay.count() >= 4; }, 10s));
   CHECK(now.count() == 4);  // r4 reached it before the cancel, "5" did not
   CHECK_FALSE(now.is_broken());
 }
@@ -285,10 +285,10 @@ TEST_CASE("a watch reports a broken stream; a new watch from next_revision misse
   absl::StatusOr<std::unique_ptr<Watcher>> watcher = client->Watch("/b", 0, first.Callbacks());
   REQUIRE(watcher.ok());
   const int64_t r1 = *client->Put("/b", "1");
-  REQUIRE(WaitFor([&] { return first.count() == 1; }, 10s));
+  REQUIRE(Eventually([&] { return first.count() == 1; }, 10s));
 
   etcd.Kill();
-  REQUIRE(WaitFor([&] { return first.is_broken(); }, 20s));
+  REQUIRE(Eventually([&] { return first.is_broken(); }, 20s));
   {
     std::lock_guard<std::mutex> lock(first.mu);
     CHECK(first.broken_status.code() == absl::StatusCode::kUnavailable);
@@ -305,7 +305,7 @@ TEST_CASE("a watch reports a broken stream; a new watch from next_revision misse
   absl::StatusOr<std::unique_ptr<Watcher>> resumed =
       client->Watch("/b", (*watcher)->next_revision(), second.Callbacks());
   REQUIRE(resumed.ok());
-  REQUIRE(WaitFor([&] { return second.count() >= 1; }, 10s));
+  REQUIRE(Eventually([&] { return second.count() >= 1; }, 10s));
   std::vector<WatchEvent> events = second.Events();
   REQUIRE(events.size() == 1);
   CHECK(events[0].kv.mod_revision == r2);
@@ -318,7 +318,7 @@ TEST_CASE("calls fail over to the next endpoint when the first is dead") {
     return;
   }
   EtcdProcess etcd;
-  const std::string dead = absl::StrCat("127.0.0.1:", EtcdProcess::FreePort());
+  const std::string dead = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
   auto client = Connect({dead, etcd.endpoint()});
   CHECK(client->current_endpoint() == dead);
   REQUIRE(client->Put("/f", "v").ok());
@@ -330,10 +330,10 @@ TEST_CASE("calls fail over to the next endpoint when the first is dead") {
       failover_watch_client->Watch("/f", 0, recorder.Callbacks());
   REQUIRE(watcher.ok());
   REQUIRE(client->Put("/f", "w").ok());
-  CHECK(WaitFor([&] { return recorder.count() == 1; }, 10s));
+  CHECK(Eventually([&] { return recorder.count() == 1; }, 10s));
 
   // No endpoint answers: UNAVAILABLE naming both.
-  auto nowhere = Connect({dead, absl::StrCat("127.0.0.1:", EtcdProcess::FreePort())});
+  auto nowhere = Connect({dead, absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort())});
   absl::Status status = nowhere->Get("/f").status();
   CHECK(status.code() == absl::StatusCode::kUnavailable);
   CHECK_THAT(std::string(status.message()), Catch::Contains(dead));
@@ -351,7 +351,7 @@ TEST_CASE("a paused etcd makes calls time out at the call deadline, then it answ
   CHECK(client->Get("/p").status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(client->KeepAliveOnce(1).status().code() == absl::StatusCode::kDeadlineExceeded);
   etcd.Resume();
-  CHECK(WaitFor([&] { return client->Get("/p").ok(); }, 10s));
+  CHECK(Eventually([&] { return client->Get("/p").ok(); }, 10s));
 }
 
 }  // namespace

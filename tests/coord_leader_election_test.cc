@@ -12,13 +12,13 @@
 
 #include "planner/clock.h"
 #include "tests/support/etcd_process.h"
-#include "tests/support/wait_for.h"
+#include "tests/support/eventually.h"
 
 namespace cacheroute::coord {
 namespace {
 
 using testing::EtcdProcess;
-using testing::WaitFor;
+using testing::Eventually;
 using namespace std::chrono_literals;
 using Kind = LeadershipChange::Kind;
 
@@ -90,7 +90,7 @@ class Candidate {
 // Waits until exactly one of the two leads and the other names it; returns the leader.
 Candidate* WaitForOneLeader(Candidate& a, Candidate& b) {
   Candidate* leader = nullptr;
-  const bool settled = WaitFor(
+  const bool settled = Eventually(
       [&] {
         const bool la = a.election().IsLeader();
         const bool lb = b.election().IsLeader();
@@ -206,7 +206,7 @@ TEST_CASE("a leader stopped without resigning is replaced after its TTL; its ter
   REQUIRE(lost.has_value());
   CHECK(lost->term == old_term);
 
-  REQUIRE(WaitFor([&] { return next->election().IsLeader(); }, 30s));
+  REQUIRE(Eventually([&] { return next->election().IsLeader(); }, 30s));
   const Term new_term = *next->election().term();
   CHECK(new_term.create_revision > old_term.create_revision);
   CHECK(new_term.lease_id != old_term.lease_id);
@@ -233,11 +233,11 @@ TEST_CASE("a deleted leader key ends the term; the leader campaigns again under 
   EtcdProcess etcd;
   Candidate a(etcd.endpoint(), "r1", 2);
   a.Start();
-  REQUIRE(WaitFor([&] { return a.election().IsLeader(); }, 30s));
+  REQUIRE(Eventually([&] { return a.election().IsLeader(); }, 30s));
   const Term first = *a.election().term();
   auto raw = Connect(etcd.endpoint());
   REQUIRE(*raw->Delete(a.election().leader_key()) == 1);
-  REQUIRE(WaitFor([&] { return a.Count(Kind::kBecameLeader) == 2; }, 30s));
+  REQUIRE(Eventually([&] { return a.Count(Kind::kBecameLeader) == 2; }, 30s));
   CHECK(a.Count(Kind::kLostLeadership) == 1);
   const Term second = *a.election().term();
   CHECK(second.lease_id == first.lease_id);  // the lease was never lost
@@ -272,7 +272,7 @@ TEST_CASE("keepalives blocked: the leader steps down at its local deadline; etcd
   CHECK(old->election().FencedTxn({TxnOp::Put("/table", "x")}).status().code() ==
         absl::StatusCode::kFailedPrecondition);
   // And it steps down by itself, callback included, with etcd still paused.
-  REQUIRE(WaitFor([&] { return old->Count(Kind::kLostLeadership) == 1; }, 30s));
+  REQUIRE(Eventually([&] { return old->Count(Kind::kLostLeadership) == 1; }, 30s));
   std::optional<LeadershipChange> lost = old->Last(Kind::kLostLeadership);
   CHECK(lost->term == old_term);
   CHECK_THAT(lost->reason, Catch::Contains("deadline"));
@@ -302,7 +302,7 @@ TEST_CASE("etcd killed and restarted: the leader steps down, the follower keeps 
   const Term old_term = *old->election().term();
 
   etcd.Kill();
-  REQUIRE(WaitFor([&] { return old->Count(Kind::kLostLeadership) == 1; }, 30s));
+  REQUIRE(Eventually([&] { return old->Count(Kind::kLostLeadership) == 1; }, 30s));
   CHECK_FALSE(old->election().IsLeader());
   CHECK(other->election().CurrentLeader() == old->info());
   CHECK_FALSE(other->election().IsLeader());
@@ -333,7 +333,7 @@ TEST_CASE("Resign hands leadership over at once, long before the lease would exp
   REQUIRE(lost.has_value());
   CHECK(lost->reason == "resigned");
   // A 60 s lease, and the other replica leads well within that.
-  REQUIRE(WaitFor([&] { return next->election().IsLeader(); }, 20s));
+  REQUIRE(Eventually([&] { return next->election().IsLeader(); }, 20s));
   CHECK(next->election().CurrentLeader() == next->info());
   auto raw = Connect(etcd.endpoint());
   CHECK(raw->KeepAliveOnce(old_term.lease_id).status().code() == absl::StatusCode::kNotFound);

@@ -9,12 +9,9 @@
 //   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
 #pragma once
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
@@ -47,7 +45,7 @@ class EtcdProcess {
   static bool Available() { return access(kPath, X_OK) == 0; }
 
   EtcdProcess()
-      : dir_("cacheroute-etcd"), client_port_(FreePort()), peer_port_(FreePort()) {
+      : dir_("cacheroute-etcd"), client_port_(FreeLoopbackPort()), peer_port_(FreeLoopbackPort()) {
     REQUIRE(client_port_ != peer_port_);
     Start();
   }
@@ -123,31 +121,6 @@ class EtcdProcess {
 
   std::string Log() const { return dir_.Read("etcd.log"); }
 
-  // A loopback TCP port nobody listens on right now (and that is not handed out twice).
-  static int FreePort() {
-    static std::vector<int> handed_out;
-    for (int attempt = 0; attempt < 50; ++attempt) {
-      const int fd = socket(AF_INET, SOCK_STREAM, 0);
-      REQUIRE(fd >= 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = 0;
-      REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-      socklen_t len = sizeof(addr);
-      REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-      close(fd);
-      const int port = ntohs(addr.sin_port);
-      bool seen = false;
-      for (int p : handed_out) seen = seen || p == port;
-      if (!seen) {
-        handed_out.push_back(port);
-        return port;
-      }
-    }
-    FAIL("no free port");
-    return 0;
-  }
 
  private:
   void Signal(int signal, std::chrono::seconds grace) {

@@ -22,6 +22,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
+#include "tests/support/eventually.h"
 #include "tests/support/rate_reports.h"
 
 namespace cacheroute::testing {
@@ -112,17 +113,5 @@ class InProcessPlanner {
   std::unique_ptr<v1::RateService::Stub> rates_;
   std::unique_ptr<v1::AdminService::Stub> admin_;
 };
-
-// Polls `done` every few milliseconds until it holds or `timeout` passes; returns whether it held.
-// For waiting on another process's or thread's progress, never as a timing assertion.
-inline bool Eventually(const std::function<bool()>& done,
-                       std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
 
 }  // namespace cacheroute::testing
