@@ -245,12 +245,15 @@ TEST_CASE("unknown keys are errors naming the key") {
 
 TEST_CASE("the gate section parses, and its errors name gate.<field> and the value") {
   absl::StatusOr<PlannerConfig> parsed = ParsePlannerConfigYaml(
-      "gate:\n  enabled: true\n  canary_fraction: 0.1\n  promote_after: 5\n  z: 3.09\n");
+      "gate:\n  enabled: true\n  canary_fraction: 0.1\n  promote_after: 5\n  z: 3.09\n"
+      "  envelope_rollback_after: 4\n  envelope_min_samples: 50\n");
   REQUIRE(parsed.ok());
   CHECK(parsed->gate_enabled);
   CHECK(parsed->gate.canary_fraction == 0.1);
   CHECK(parsed->gate.promote_after == 5);
   CHECK(parsed->gate.z == 3.09);
+  CHECK(parsed->gate.envelope_rollback_after == 4);
+  CHECK(parsed->gate.envelope_min_samples == 50);
   CHECK(parsed->gate.min_samples == planner::GateOptions{}.min_samples);  // untouched
   CHECK(PlannerConfig{}.gate_enabled);                                     // on by default
   absl::StatusOr<PlannerConfig> off = ParsePlannerConfigYaml("gate:\n  enabled: false\n");
