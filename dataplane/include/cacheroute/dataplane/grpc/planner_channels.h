@@ -10,8 +10,9 @@
 // Every channel uses the round_robin LB policy (each RPC or stream goes to a READY replica, so
 // a broken stream or a retried report lands on another replica at once, and the table fan-out
 // spreads over all of them), re-resolves DNS at most once a second, caps reconnect backoff at
-// 1 s and pings every 20 s (keepalive). Thread-safe. Why: docs/dataplane.md, "Several planner
-// replicas".
+// 1 s and pings every 20 s (keepalive). With TLS, certificates are checked against the target's
+// name: give host names (each its own channel) or one DNS name, not a list of IP literals.
+// Thread-safe. Why: docs/dataplane.md, "Several planner replicas".
 //
 // Usage:
 //   auto channels = PlannerChannels::Create({"10.0.0.1:50051", "10.0.0.2:50051"},
