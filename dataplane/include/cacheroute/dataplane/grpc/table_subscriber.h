@@ -10,10 +10,8 @@
 // names NACK a table (with ignore_unknown_destinations: they are left out of it); a membership
 // change is SetDestinations, which re-installs the last table re-mapped (Router::Resize).
 //
-// Several planner replicas (planner_channels.h): a stream that ends, or cannot open, is opened
-// again (after the backoff) on the next of the PlannerChannels; it resumes from the applied
-// version, so the Router keeps its table throughout and the new replica sends only what is newer.
-//
+// Over PlannerChannels (several replicas) a stream that ends reopens on the next channel, the
+// backoff growing once per round; it resumes from the applied version, keeping the table.
 // Invariants: Start at most once; Stop is idempotent, ends the stream (TryCancel) and joins the
 // threads; the destructor calls Stop. Stats() is safe from any thread.
 //
@@ -384,7 +382,10 @@ class TableSubscriber {
       }
       // A stream to a healthy replica does not end: whatever ended it, try the next one.
       channels_->Failed(pick.index);
-      WaitFor(options_.backoff.Delay(attempt++, random_));
+      // Over several channels the backoff grows once per round over all of them, so that dead
+      // replicas ahead of a live one in the list do not stretch the wait for it.
+      WaitFor(
+          options_.backoff.Delay(static_cast<uint32_t>(attempt++ / channels_->size()), random_));
     }
   }
 
