@@ -4,8 +4,9 @@
 // report fails on one address and is retried, same sequence, on the next. Both ways gRPC is used
 // are run: one channel over literal addresses ("ipv4:a,b", round_robin) and one channel per
 // host name, rotated by the caller. The two planners get the same configuration, clock and
-// inputs, so they publish the same versions, as replicas of one history would. Waiting is
-// Eventually (polling), never a fixed sleep or a timing assertion.
+// inputs, so they publish the same versions, as replicas of one history would. Addresses nobody
+// listens on come from FreeLoopbackPort. Waiting is Eventually (polling), never a fixed sleep or
+// a timing assertion.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <set>
@@ -177,6 +178,33 @@ TEST_CASE("a subscriber keeps its table when its planner goes and follows the ot
   REQUIRE(Eventually([&] { return number() == 2; }));
   CHECK(router.table()->version().epoch == left.Status().version().epoch());
   CHECK(subscriber.Stats().nacks == 0);
+  subscriber.Stop();
+}
+
+TEST_CASE("a subscriber tries the addresses in turn until one answers") {
+  InProcessPlanner live(Config());
+  PlanEverywhere({&live}, 1, {{"x", 3000}, {"y", 2000}});
+  std::shared_ptr<PlannerChannels> channels = PlannerChannels::Create(
+      Addresses("localhost", {FreeLoopbackPort(), FreeLoopbackPort(), PortOf(live)}),
+      grpc::InsecureChannelCredentials());
+  REQUIRE(channels->size() == 3);
+  ManualClock clock;
+  SeededRandom random(9);
+  Router router({.destination_count = 3, .table_ttl = std::chrono::seconds(30)}, random);
+  TableSubscriberOptions options;
+  options.gateway_id = "gw-turn";
+  options.destinations = kNames;
+  options.backoff = {.initial = std::chrono::milliseconds(20),
+                     .multiplier = 1.6,
+                     .jitter = 0.2,
+                     .max = std::chrono::milliseconds(200)};
+  TableSubscriber subscriber(channels, router, options, clock, random);
+  REQUIRE(subscriber.Start().ok);
+  REQUIRE(Eventually([&] { return router.table() != nullptr; }));
+  CHECK(router.table()->version().number == 1);
+  CHECK(subscriber.Stats().connects >= 3);  // both dead addresses first, in order
+  CHECK(channels->Current().index == 2);
+  CHECK(Subscribed(live, "gw-turn"));
   subscriber.Stop();
 }
 
