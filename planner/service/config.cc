@@ -215,6 +215,85 @@ const std::vector<YamlField>& GateFields() {
   return *fields;
 }
 
+// The etcd section's keys (docs/ha.md).
+const std::vector<YamlField>& EtcdFields() {
+  const auto string_field = [](absl::string_view key, std::string EtcdConfig::*member) {
+    return YamlField{key, [member](absl::string_view name, const YAML::Node& node,
+                                   PlannerConfig& config) -> absl::Status {
+                       absl::StatusOr<std::string> value = YamlString(name, node);
+                       if (!value.ok()) return value.status();
+                       config.etcd.*member = *std::move(value);
+                       return absl::OkStatus();
+                     }};
+  };
+  static const auto* const fields = new std::vector<YamlField>{
+      {"endpoints",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         std::vector<std::string> endpoints;
+         if (node.IsScalar()) {
+           endpoints.push_back(node.Scalar());
+         } else if (node.IsSequence()) {
+           for (size_t i = 0; i < node.size(); ++i) {
+             const std::string indexed = absl::StrCat(name, "[", i, "]");
+             if (!node[i].IsScalar()) {
+               return Invalid(indexed,
+                              absl::StrCat("expected HOST:PORT, got ", DescribeNode(node[i])));
+             }
+             endpoints.push_back(node[i].Scalar());
+           }
+         } else {
+           return Invalid(name, absl::StrCat("expected a list of HOST:PORT, got ",
+                                             DescribeNode(node)));
+         }
+         config.etcd.endpoints = std::move(endpoints);
+         return absl::OkStatus();
+       }},
+      string_field("key_prefix", &EtcdConfig::key_prefix),
+      {"lease_ttl_seconds",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         absl::StatusOr<uint64_t> value = YamlInteger(name, node, 1, 3600);
+         if (!value.ok()) return value.status();
+         config.etcd.lease_ttl_seconds = static_cast<int64_t>(*value);
+         return absl::OkStatus();
+       }},
+      string_field("replica_id", &EtcdConfig::replica_id),
+      string_field("advertise", &EtcdConfig::advertise),
+  };
+  return *fields;
+}
+
+absl::Status CheckEtcd(const EtcdConfig& etcd) {
+  if (!etcd.enabled) return absl::OkStatus();
+  if (etcd.endpoints.empty()) {
+    return Invalid("etcd.endpoints", "at least one HOST:PORT is required");
+  }
+  for (size_t i = 0; i < etcd.endpoints.size(); ++i) {
+    if (absl::Status s = CheckHostPort(absl::StrCat("etcd.endpoints[", i, "]"), etcd.endpoints[i],
+                                       /*allow_empty=*/false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const std::string& prefix = etcd.key_prefix;
+  if (prefix.size() < 2 || prefix.front() != '/' || prefix.back() != '/' ||
+      prefix.find_first_of(" \t\r\n") != std::string::npos) {
+    return Invalid("etcd.key_prefix",
+                   absl::StrCat("must start and end with '/' (e.g. \"/cacheroute/prod/\") and hold "
+                                "no whitespace, got ",
+                                Quote(prefix)));
+  }
+  if (etcd.lease_ttl_seconds < 1 || etcd.lease_ttl_seconds > 3600) {
+    return Invalid("etcd.lease_ttl_seconds",
+                   absl::StrCat("must be in [1, 3600], got ", etcd.lease_ttl_seconds));
+  }
+  if (etcd.replica_id.size() > 256 ||
+      etcd.replica_id.find_first_of(" \t\r\n") != std::string::npos) {
+    return Invalid("etcd.replica_id", absl::StrCat("must be at most 256 bytes without whitespace, got ",
+                                                   Quote(etcd.replica_id)));
+  }
+  return CheckHostPort("etcd.advertise", etcd.advertise, /*allow_empty=*/true);
+}
+
 const std::vector<YamlField>& TopLevelFields() {
   constexpr uint64_t kNoMax = std::numeric_limits<uint64_t>::max();
   static const auto* const fields = new std::vector<YamlField>{
@@ -235,6 +314,17 @@ const std::vector<YamlField>& TopLevelFields() {
                                              DescribeNode(node)));
          }
          return ApplyMapping(absl::StrCat(name, "."), node, TlsFields(), config).status();
+       }},
+      {"etcd",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         if (node.IsNull()) return absl::OkStatus();  // every sub-key commented out
+         if (!node.IsMap()) {
+           return Invalid(name, absl::StrCat("expected a mapping (endpoints, key_prefix, "
+                                             "lease_ttl_seconds, replica_id, advertise); got ",
+                                             DescribeNode(node)));
+         }
+         config.etcd.enabled = true;
+         return ApplyMapping(absl::StrCat(name, "."), node, EtcdFields(), config).status();
        }},
       {"gate",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
@@ -591,7 +681,7 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
   if (config.gate_enabled) {
     if (absl::Status status = config.gate.Validate(); !status.ok()) return status;
   }
-  return absl::OkStatus();
+  return CheckEtcd(config.etcd);
 }
 
 }  // namespace cacheroute::service
