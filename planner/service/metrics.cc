@@ -88,9 +88,9 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   return w.Take();
 }
 
-absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
-                                                                    PlannerCore* core,
-                                                                    planner::Clock* clock) {
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& listen, PlannerCore* core, planner::Clock* clock,
+    std::function<std::string()> not_ready) {
   const size_t colon = listen.rfind(':');
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
@@ -110,6 +110,17 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   });
   server->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
+  });
+  server->server_->Get("/readyz", [core, not_ready](const httplib::Request&,
+                                                    httplib::Response& res) {
+    const std::string reason =
+        not_ready ? not_ready() : (core->Latest() != nullptr ? "" : "no table yet");
+    if (reason.empty()) {
+      res.set_content("ready\n", "text/plain");
+    } else {
+      res.status = 503;
+      res.set_content(reason + "\n", "text/plain");
+    }
   });
   server->port_ = port == 0 ? server->server_->bind_to_any_port(host)
                             : (server->server_->bind_to_port(host, port) ? port : -1);

@@ -1,5 +1,5 @@
 // The planner's Prometheus metrics (text exposition format 0.0.4) and the small HTTP server
-// that serves them with /healthz. RenderMetrics is pure, so tests check the text exactly.
+// that serves them with /healthz and /readyz. RenderMetrics is pure, so tests check the text exactly.
 //
 // Metrics (all prefixed cacheroute_planner_):
 //   table_version{epoch}            gauge  number of the latest published version
@@ -15,6 +15,7 @@
 //   gateway_acked_version{gateway}  gauge  version number each gateway last acknowledged
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,10 +36,12 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
 
 class MetricsServer {
  public:
-  // Serves GET /metrics and GET /healthz on `listen` (HOST:PORT; port 0 picks one).
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen,
-                                                              PlannerCore* core,
-                                                              planner::Clock* clock);
+  // Serves GET /metrics, GET /healthz and GET /readyz on `listen` (HOST:PORT; port 0 picks
+  // one). /readyz is 200 when `not_ready` returns "" and 503 with its one-line reason otherwise;
+  // a null `not_ready` means "ready once the core has a table".
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& listen, PlannerCore* core, planner::Clock* clock,
+      std::function<std::string()> not_ready = nullptr);
   ~MetricsServer();
   int port() const { return port_; }
 
