@@ -665,6 +665,20 @@ TEST_CASE("--help is NotFound carrying the help text") {
   }
 }
 
+TEST_CASE("--etcd-replica-id and --etcd-advertise override the etcd section, and need one") {
+  const TempFile config("destinations: 2\netcd:\n  endpoints: [127.0.0.1:2379]\n  replica_id: x\n");
+  const PlannerConfig loaded = LoadOk({"--config", config.path(), "--etcd-replica-id", "planner-1",
+                                       "--etcd-advertise", "10.1.2.3:50051"});
+  CHECK(loaded.etcd.enabled);
+  CHECK(loaded.etcd.replica_id == "planner-1");
+  CHECK(loaded.etcd.advertise == "10.1.2.3:50051");
+  const TempFile alone("destinations: 2\n");
+  CHECK(LoadError({"--config", alone.path(), "--etcd-replica-id", "p"}) ==
+        "--etcd-replica-id: needs an etcd section in the --config file");
+  CHECK(absl::StartsWith(
+      LoadError({"--config", config.path(), "--etcd-advertise", "nope"}), "--etcd-advertise: "));
+}
+
 TEST_CASE("a missing config file names --config and the path") {
   const std::string path =
       (fs::temp_directory_path() / "planner_config_test_does_not_exist.yaml").string();

@@ -416,6 +416,8 @@ struct Flags {
   std::string tls_key;
   std::string tls_client_ca;
   std::string log_format;
+  std::string etcd_replica_id;
+  std::string etcd_advertise;
 };
 
 // Flags are taken as strings and parsed here, so their errors read like the YAML ones.
@@ -487,6 +489,20 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& 
     if (absl::Status s = CheckLogFormat("--log-format", flags.log_format); !s.ok()) return s;
     config.log_format = flags.log_format;
   }
+  // Per replica (a Kubernetes pod passes $(POD_NAME) and $(POD_IP):50051), over the etcd section.
+  if (given("--etcd-replica-id") || given("--etcd-advertise")) {
+    if (!config.etcd.enabled) {
+      return Invalid(given("--etcd-replica-id") ? "--etcd-replica-id" : "--etcd-advertise",
+                     "needs an etcd section in the --config file");
+    }
+    if (given("--etcd-replica-id")) config.etcd.replica_id = flags.etcd_replica_id;
+    if (given("--etcd-advertise")) {
+      if (absl::Status s = CheckHostPort("--etcd-advertise", flags.etcd_advertise, false); !s.ok()) {
+        return s;
+      }
+      config.etcd.advertise = flags.etcd_advertise;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -538,6 +554,13 @@ void DeclareFlags(CLI::App& app, Flags& flags) {
       app.add_option("--token-file", flags.token_file, "File holding the bearer token")
           ->type_name("FILE");
   token->excludes(token_file);
+  app.add_option("--etcd-replica-id", flags.etcd_replica_id,
+                 "This replica's id among the etcd-coordinated planners (overrides "
+                 "etcd.replica_id; default: the host name)")
+      ->type_name("ID");
+  app.add_option("--etcd-advertise", flags.etcd_advertise,
+                 "Where the other replicas reach this gRPC port (overrides etcd.advertise)")
+      ->type_name("HOST:PORT");
   app.add_option("--tls-cert", flags.tls_cert, "Server certificate chain (PEM); enables TLS")
       ->type_name("FILE");
   app.add_option("--tls-key", flags.tls_key, "Private key of --tls-cert (PEM)")->type_name("FILE");

@@ -142,6 +142,7 @@ absl::Status ParseCommandLine(CLI::App& app, int argc, const char* const* argv);
 //   --destinations N | --destination-names a,b,c --q-cap Q --slots-per-destination W
 //   --control-interval DURATION (e.g. 10s, 500ms) --token T | --token-file F --tls-cert F
 //   --tls-key F --tls-client-ca F --log-format text|json
+//   --etcd-replica-id ID --etcd-advertise HOST:PORT (with an etcd section in the file only)
 // `--help` is reported as a NotFound status whose message is the help text (exit 0 in main).
 // The result is validated (ValidatePlannerConfig).
 absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* argv);
