@@ -202,7 +202,7 @@ std::vector<uint32_t> PlannerCore::ActiveLocked() const {
 }
 
 absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
-    std::shared_ptr<const table::TableSnapshot>* published) {
+    std::shared_ptr<const table::TableSnapshot>* published, bool force) {
   const std::vector<uint32_t> active = ActiveLocked();
   if (active.empty()) return absl::FailedPreconditionError("every destination is drained");
   const absl::Time now = clock_->Now();
@@ -251,7 +251,8 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
                       .changed = false,
                       .build_seconds = plan->stats().build_seconds};
-  if (latest == nullptr || !latest->SameRouting(*candidate) || LoadsDrifted(*latest, *candidate)) {
+  if (force || latest == nullptr || !latest->SameRouting(*candidate) ||
+      LoadsDrifted(*latest, *candidate)) {
     absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
         PublishLocked(std::move(candidate));
     if (!done.ok()) return done.status();
@@ -413,13 +414,18 @@ absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<planner::Gate::Decision> decision;
+    const std::optional<planner::Gate> gate_before = gate_;
     // The evidence of the interval that ends now, gathered under the split published for it.
     if (gate_.has_value()) {
       decision = gate_->Observe(rates_.TakeEvidence(gate_->table_fraction()));
       last_gate_decision_ = decision;
     }
     outcome = ReplanLocked(&published);
-    if (outcome.ok()) outcome->gate = std::move(decision);
+    if (outcome.ok()) {
+      outcome->gate = std::move(decision);
+    } else if (publish_hook_) {
+      gate_ = gate_before;  // a refused publish: the gate's move did not reach the gateways
+    }
   }
   Notify(std::move(published));
   return outcome;
@@ -463,7 +469,8 @@ absl::StatusOr<PlanOutcome> PlannerCore::SetDestinations(std::vector<std::string
     std::vector<bool> old_drained = drained_;
     destinations_ = std::move(destinations);
     drained_ = std::move(drained);
-    outcome = ReplanLocked(&published);
+    // With replicas the new membership must reach etcd even when the routing stays the same.
+    outcome = ReplanLocked(&published, /*force=*/publish_hook_ != nullptr);
     if (!outcome.ok()) {  // e.g. the publish was refused: the membership stays as it was
       destinations_ = std::move(old_destinations);
       drained_ = std::move(old_drained);
@@ -496,7 +503,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::Drain(const std::string& destination, b
     }
     const bool was_drained = drained_[index];
     drained_[index] = !undrain;
-    outcome = ReplanLocked(&published);
+    outcome = ReplanLocked(&published, /*force=*/publish_hook_ != nullptr);
     if (!outcome.ok()) drained_[index] = was_drained;
   }
   Notify(std::move(published));

@@ -135,8 +135,9 @@ class PlannerCore {
   absl::Status RestoreLocked(const v1::PlannerState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans and, if the routing changed, publishes; the new snapshot (if any) goes to *published
   // so the caller can notify listeners after unlocking.
-  absl::StatusOr<PlanOutcome> ReplanLocked(std::shared_ptr<const table::TableSnapshot>* published)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With `force`, publishes even an unchanged table (replicas: membership must reach etcd).
+  absl::StatusOr<PlanOutcome> ReplanLocked(std::shared_ptr<const table::TableSnapshot>* published,
+                                           bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `snapshot` (the next version) to the history as the latest; returns it for Notify.
   // Fails (publishing nothing) when the publish hook does.
   absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> PublishLocked(
