@@ -406,8 +406,13 @@ absl::StatusOr<planner::ReportResult> HaReplica::ReportRates(
     if (lease.ok()) revision = s.client->Put(key, bytes, *lease);
   }
   if (!revision.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("etcd unreachable, report not accepted: ", revision.status().message()));
+    const absl::Status& error = revision.status();
+    if (absl::IsUnavailable(error) || absl::IsDeadlineExceeded(error)) {
+      return absl::UnavailableError(
+          absl::StrCat("etcd unreachable, report not accepted: ", error.message()));
+    }
+    // etcd refused it (e.g. larger than its --max-request-bytes): retrying would not help.
+    return absl::Status(error.code(), absl::StrCat("report not accepted: ", error.message()));
   }
   // Accepted: it is in etcd. Wait a little for this replica's watch to apply it.
   std::unique_lock<std::mutex> lock(s.mu);

@@ -595,15 +595,17 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
     HaReplica::Options options{.etcd = config.etcd,
                                .control_interval = config.control_interval,
                                .run_ticker = run_ticker};
+    char hostname[256] = {};
+    gethostname(hostname, sizeof(hostname) - 1);
     if (options.etcd.replica_id.empty()) {
-      char host[256] = {};
-      gethostname(host, sizeof(host) - 1);
-      options.etcd.replica_id = host[0] != 0 ? host : "planner";
+      options.etcd.replica_id = hostname[0] != 0 ? hostname : "planner";
     }
     if (options.etcd.advertise.empty()) {
-      // The listen address with the port bound (listen may say port 0).
-      options.etcd.advertise =
-          absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", server->port_);
+      // The listen address with the port bound (listen may say port 0); a wildcard host is
+      // replaced by the host name, which other replicas can at least try to resolve.
+      std::string host = config.listen.substr(0, config.listen.rfind(':'));
+      if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = hostname;
+      options.etcd.advertise = absl::StrCat(host, ":", server->port_);
     }
     absl::StatusOr<std::unique_ptr<HaReplica>> ha =
         HaReplica::Create(std::move(options), server->core_.get());
