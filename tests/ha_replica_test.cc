@@ -187,10 +187,11 @@ Replica* LeaderOf(const std::vector<Replica*>& replicas) {
 }
 
 // The version etcd holds in <prefix>version ("epoch.number"): its number, 0 when none.
-uint64_t EtcdVersion(coord::EtcdClient& client) {
+uint64_t EtcdVersion(coord::EtcdClient& client, uint64_t* epoch = nullptr) {
   auto got = client.Get(absl::StrCat(kPrefix, "version"));
   if (!got.ok() || !got->kv.has_value()) return 0;
   const std::string& v = got->kv->value;
+  if (epoch != nullptr) *epoch = std::stoull(v.substr(0, v.find('.')));
   return std::stoull(v.substr(v.find('.') + 1));
 }
 
@@ -303,7 +304,8 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
   dead = leader;
   leader->Kill();
   // Everything the old leader ever published is at or below what etcd holds now.
-  const uint64_t before = EtcdVersion(**client);
+  uint64_t epoch = 0;
+  const uint64_t before = EtcdVersion(**client, &epoch);
   REQUIRE(before > 0);
   Replica* successor = nullptr;
   REQUIRE(Eventually([&] { return (successor = LeaderOf(followers)) != nullptr; }));
@@ -318,6 +320,7 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
   auto status = successor->Status();
   REQUIRE(status.has_value());
   CHECK(status->version().number() > before);
+  CHECK(status->version().epoch() == epoch);  // the history carried over
   CHECK(status->gate().forced_state() == "canary");
   REQUIRE(Eventually([&] { return subscriber.last_version.load() > before; }));
   CHECK_FALSE(subscriber.lost_table.load());
