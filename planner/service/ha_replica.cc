@@ -218,7 +218,7 @@ struct HaReplica::State {
 
   void DoTakeOver() {
     absl::StatusOr<coord::TxnResult> read = client->Txn(
-        {.compares = {}, .success = {TxnOp::Get(table_key), TxnOp::Get(state_key)}});
+        {.compares = {}, .success = {TxnOp::Get(table_key), TxnOp::Get(state_key)}, .failure = {}});
     if (!read.ok() || read->responses.size() != 2) return;  // retried by the loop
     std::shared_ptr<const table::TableSnapshot> table;
     if (read->responses[0].kv.has_value()) table = ParseTable(read->responses[0].kv->value);

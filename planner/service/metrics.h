@@ -13,6 +13,7 @@
 //   reports_rejected_total{reason}  counter per rejected field (count, gateway_id, …)
 //   subscribers                     gauge  gateways with an open table stream
 //   gateway_acked_version{gateway}  gauge  version number each gateway last acknowledged
+//   leader, ready                   gauges 1/0, replicas on etcd only (GetStatusResponse.ha)
 #pragma once
 
 #include <functional>
@@ -37,11 +38,12 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
 class MetricsServer {
  public:
   // Serves GET /metrics, GET /healthz and GET /readyz on `listen` (HOST:PORT; port 0 picks
-  // one). /readyz is 200 when `not_ready` returns "" and 503 with its one-line reason otherwise;
-  // a null `not_ready` means "ready once the core has a table".
+  // one). `ha` (replicas on etcd; null without) gives the replica's status: /readyz is 200 when
+  // its ready_reason is "" and 503 with that one-line reason otherwise; without `ha`, ready once
+  // the core has a table.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& listen, PlannerCore* core, planner::Clock* clock,
-      std::function<std::string()> not_ready = nullptr);
+      std::function<v1::HaStatus()> ha = nullptr);
   ~MetricsServer();
   int port() const { return port_; }
 

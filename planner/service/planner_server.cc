@@ -619,12 +619,10 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
 #endif
   }
   if (!config.metrics_listen.empty()) {
-    std::function<std::string()> not_ready;
-#ifdef CACHEROUTE_HAVE_ETCD
-    if (HaReplica* ha = server->ha_.get()) not_ready = [ha] { return ha->NotReadyReason(); };
-#endif
+    std::function<v1::HaStatus()> ha_status;
+    if (HaReplica* ha = server->ha_.get()) ha_status = [ha] { return HaStatusOf(ha); };
     absl::StatusOr<std::unique_ptr<MetricsServer>> metrics =
-        MetricsServer::Start(config.metrics_listen, server->core_.get(), clock, not_ready);
+        MetricsServer::Start(config.metrics_listen, server->core_.get(), clock, ha_status);
     if (!metrics.ok()) return metrics.status();
     server->metrics_ = *std::move(metrics);
   }
