@@ -459,6 +459,7 @@ TEST_CASE("InstallPublished only moves forward and notifies listeners") {
   CHECK_FALSE(h.core->InstallPublished(latest->WithVersion({own.version.epoch, 5})));
   CHECK(h.core->Latest()->version().number == 7);
   CHECK(seen == std::vector<uint64_t>{7});
+  CHECK(h.core->Status().plan_unix_ms() == latest->built_unix_ms());
   CHECK(h.core->Get({own.version.epoch, 7}).ok());
   // A planning step numbers onward from the installed version.
   h.clock.Advance(absl::Seconds(100));

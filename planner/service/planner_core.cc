@@ -319,6 +319,8 @@ bool PlannerCore::InstallPublished(std::shared_ptr<const table::TableSnapshot> s
     std::lock_guard<std::mutex> lock(mu_);
     if (!history_.empty() && !(history_.back()->version() < snapshot->version())) return false;
     InstallLocked(snapshot);
+    // Status and /metrics (table age) report the plan that built the table being served.
+    last_plan_unix_ms_ = std::max(last_plan_unix_ms_, snapshot->built_unix_ms());
     PersistLocked();
   }
   Notify(std::move(snapshot));
