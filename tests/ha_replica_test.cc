@@ -61,18 +61,22 @@ class Replica {
   ~Replica() { Kill(); }
 
   void Start() {
+    // Everything the child needs is made before fork: after it, only async-signal-safe calls
+    // (other threads may hold the allocator's lock at the fork).
+    std::string binary = CACHEROUTE_PLANNER_PATH;
+    std::string flag = "--config";
+    std::vector<char*> argv = {binary.data(), flag.data(), config_.data(), nullptr};
+    const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
-      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-      dup2(fd, 2);
+      dup2(fd, 2);  // dup2 clears O_CLOEXEC on the copies
       dup2(fd, 1);
-      std::string binary = CACHEROUTE_PLANNER_PATH;
-      std::string flag = "--config";
-      std::vector<char*> argv = {binary.data(), flag.data(), config_.data(), nullptr};
-      execv(binary.c_str(), argv.data());
+      execv(argv[0], argv.data());
       _exit(127);
     }
+    close(fd);
     REQUIRE(Eventually(
         [&] {
           std::ifstream in(log_);
