@@ -154,6 +154,9 @@ class RateAggregator {
   // applied. A report whose sequence is at or below the last one applied for its gateway returns
   // {.duplicate = true} and applies nothing.
   absl::StatusOr<ReportResult> Apply(const RateReport& report, absl::Time now);
+  // Apply's validation alone (InvalidArgument naming the field), changing nothing: for a replica
+  // that checks a report before replicating it (docs/ha.md).
+  absl::Status ValidateReport(const RateReport& report);
 
   // Closes the interval [last close, now) and updates the rates as described at the top of this
   // file, then forgets keys and gateways silent for longer than key_ttl. Nothing happens when
@@ -205,8 +208,6 @@ class RateAggregator {
     uint32_t generation = 0;
     uint32_t index = 0;  // where in report.counts the key id was first seen
   };
-
-  absl::Status ValidateReport(const RateReport& report);
 
   RateAggregatorOptions options_;
   absl::Time last_close_;

@@ -57,6 +57,19 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
     INFO(line);
     CHECK(text.find(line + "\n") != std::string::npos);
   }
+  // Replica gauges only with etcd (GetStatusResponse.ha).
+  CHECK(text.find("cacheroute_planner_leader") == std::string::npos);
+  status.mutable_ha()->set_role("leader");
+  const std::string replica = RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500));
+  CHECK(replica.find("cacheroute_planner_leader 1\n") != std::string::npos);
+  CHECK(replica.find("cacheroute_planner_ready 1\n") != std::string::npos);
+  status.mutable_ha()->set_role("follower");
+  status.mutable_ha()->set_ready_reason("no table yet");
+  const std::string follower =
+      RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500));
+  CHECK(follower.find("cacheroute_planner_leader 0\n") != std::string::npos);
+  CHECK(follower.find("cacheroute_planner_ready 0\n") != std::string::npos);
+  status.clear_ha();
   // Without a gate, no gate families.
   status.clear_gate();
   CHECK(RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500)).find("gate_") ==

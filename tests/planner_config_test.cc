@@ -274,6 +274,63 @@ TEST_CASE("the gate section parses, and its errors name gate.<field> and the val
   CHECK(ValidatePlannerConfig(config).ok());
 }
 
+TEST_CASE("the etcd section parses with defaults, and its errors name etcd.<field> and the value") {
+  CHECK_FALSE(PlannerConfig{}.etcd.enabled);  // no section: the planner runs alone
+  absl::StatusOr<PlannerConfig> minimal =
+      ParsePlannerConfigYaml("etcd:\n  endpoints: [10.0.0.1:2379, 'etcd-1:2379']\n");
+  REQUIRE(minimal.ok());
+  CHECK(minimal->etcd.enabled);
+  CHECK(minimal->etcd.endpoints == std::vector<std::string>{"10.0.0.1:2379", "etcd-1:2379"});
+  CHECK(minimal->etcd.key_prefix == "/cacheroute/default/");
+  CHECK(minimal->etcd.lease_ttl_seconds == 5);
+  CHECK(minimal->etcd.replica_id.empty());  // the host name, at start
+  CHECK(minimal->etcd.advertise.empty());   // the listen address, at start
+  PlannerConfig base = ValidConfig();
+  absl::StatusOr<PlannerConfig> full = ParsePlannerConfigYaml(
+      "etcd:\n  endpoints: [127.0.0.1:2379]\n  key_prefix: /cacheroute/prod/\n"
+      "  lease_ttl_seconds: 3\n  replica_id: planner-0\n  advertise: 10.0.0.5:50051\n",
+      base);
+  REQUIRE(full.ok());
+  CHECK(full->etcd.key_prefix == "/cacheroute/prod/");
+  CHECK(full->etcd.lease_ttl_seconds == 3);
+  CHECK(full->etcd.replica_id == "planner-0");
+  CHECK(full->etcd.advertise == "10.0.0.5:50051");
+  CHECK(ValidatePlannerConfig(*full).ok());
+
+  CHECK(ParseError("etcd:\n  endpoint: [a:1]\n") ==
+        "etcd.endpoint: unknown key (did you mean etcd.endpoints?)");
+  CHECK(absl::StartsWith(ParseError("etcd: 3\n"), "etcd: expected a mapping"));
+  CHECK(absl::StartsWith(ParseError("etcd:\n  endpoints: {a: 1}\n"), "etcd.endpoints: "));
+  CHECK(absl::StartsWith(ParseError("etcd:\n  endpoints: [[a]]\n"), "etcd.endpoints[0]: "));
+  CHECK(absl::StartsWith(ParseError("etcd:\n  lease_ttl_seconds: 0\n"),
+                         "etcd.lease_ttl_seconds: "));
+  CHECK_THAT(ParseError("etcd:\n  lease_ttl_seconds: 99999\n"), Catch::Contains("99999"));
+
+  const auto validation_error = [&](const std::string& yaml) {
+    absl::StatusOr<PlannerConfig> parsed = ParsePlannerConfigYaml(yaml, base);
+    REQUIRE(parsed.ok());
+    const absl::Status status = ValidatePlannerConfig(*parsed);
+    REQUIRE_FALSE(status.ok());
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(status.message());
+  };
+  CHECK(absl::StartsWith(validation_error("etcd:\n  key_prefix: /x/\n"), "etcd.endpoints: "));
+  CHECK(absl::StartsWith(validation_error("etcd:\n  endpoints: []\n"), "etcd.endpoints: "));
+  const std::string bad_endpoint = validation_error("etcd:\n  endpoints: [a:1, nope]\n");
+  CHECK(absl::StartsWith(bad_endpoint, "etcd.endpoints[1]: "));
+  CHECK_THAT(bad_endpoint, Catch::Contains("nope"));
+  const std::string bad_prefix =
+      validation_error("etcd:\n  endpoints: [a:1]\n  key_prefix: cacheroute\n");
+  CHECK(absl::StartsWith(bad_prefix, "etcd.key_prefix: "));
+  CHECK_THAT(bad_prefix, Catch::Contains("\"cacheroute\""));
+  CHECK(absl::StartsWith(
+      validation_error("etcd:\n  endpoints: [a:1]\n  replica_id: \"a b\"\n"), "etcd.replica_id: "));
+  const std::string bad_advertise =
+      validation_error("etcd:\n  endpoints: [a:1]\n  advertise: 10.0.0.5\n");
+  CHECK(absl::StartsWith(bad_advertise, "etcd.advertise: "));
+  CHECK_THAT(bad_advertise, Catch::Contains("10.0.0.5"));
+}
+
 TEST_CASE("a key given twice is an error") {
   CHECK(ParseError("q_cap: 1\nq_cap: 2\n") == "q_cap: given more than once");
 }
@@ -609,6 +666,20 @@ TEST_CASE("--help is NotFound carrying the help text") {
       CHECK(absl::StrContains(help, documented));
     }
   }
+}
+
+TEST_CASE("--etcd-replica-id and --etcd-advertise override the etcd section, and need one") {
+  const TempFile config("destinations: 2\netcd:\n  endpoints: [127.0.0.1:2379]\n  replica_id: x\n");
+  const PlannerConfig loaded = LoadOk({"--config", config.path(), "--etcd-replica-id", "planner-1",
+                                       "--etcd-advertise", "10.1.2.3:50051"});
+  CHECK(loaded.etcd.enabled);
+  CHECK(loaded.etcd.replica_id == "planner-1");
+  CHECK(loaded.etcd.advertise == "10.1.2.3:50051");
+  const TempFile alone("destinations: 2\n");
+  CHECK(LoadError({"--config", alone.path(), "--etcd-replica-id", "p"}) ==
+        "--etcd-replica-id: needs an etcd section in the --config file");
+  CHECK(absl::StartsWith(
+      LoadError({"--config", config.path(), "--etcd-advertise", "nope"}), "--etcd-advertise: "));
 }
 
 TEST_CASE("a missing config file names --config and the path") {

@@ -398,3 +398,122 @@ TEST_CASE("an unknown algorithm is refused by name") {
 }
 
 }  // namespace cacheroute::service
+
+namespace cacheroute::service {
+namespace {
+
+// --- Replicas (HaReplica drives these; docs/ha.md).
+
+TEST_CASE("a refused publish publishes nothing and undoes the membership or gate change") {
+  PlannerConfig config = Config();
+  config.gate_enabled = true;
+  Harness h(config);
+  REQUIRE(h.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 400}})).ok());
+  h.Replan();
+  const auto before = h.core->Latest();
+  REQUIRE(before != nullptr);
+  std::atomic<int> notified{0};
+  h.core->AddListener([&](std::shared_ptr<const table::TableSnapshot>) { ++notified; });
+  std::vector<table::TableVersion> hooked;
+  bool refuse = true;
+  h.core->SetPublishHook([&](const table::TableSnapshot& t, const v1::PlannerState& meta) {
+    hooked.push_back(t.version());
+    CHECK(meta.destinations_size() >= 3);
+    CHECK_FALSE(meta.has_table());
+    return refuse ? absl::FailedPreconditionError("not the leader") : absl::OkStatus();
+  });
+  const uint64_t published = h.core->counters().versions_published;
+
+  h.clock.Advance(absl::Seconds(100));
+  REQUIRE(h.core->ReportRates(Report("gw", 2, {{"c", 900}})).ok());
+  CHECK(absl::IsFailedPrecondition(h.core->Replan().status()));
+  CHECK(absl::IsFailedPrecondition(h.core->Drain("d0", false).status()));
+  CHECK(absl::IsFailedPrecondition(h.core->SetDestinations({"d0", "d1", "d2", "d3"}).status()));
+  CHECK(absl::IsFailedPrecondition(h.core->ForceGate("enabled", "test").status()));
+  CHECK(hooked.size() == 4);
+  for (const auto& v : hooked) CHECK(v.number == before->version().number + 1);
+  CHECK(h.core->Latest() == before);
+  CHECK(h.core->counters().versions_published == published);
+  CHECK(notified == 0);
+  const v1::GetStatusResponse status = h.core->Status();
+  CHECK(status.destinations_size() == 3);
+  CHECK_FALSE(status.drained(0));
+  CHECK(status.gate().forced_state().empty());
+
+  refuse = false;
+  REQUIRE(h.core->ForceGate("enabled", "test").ok());
+  CHECK(h.core->Latest()->version().number == before->version().number + 1);
+  CHECK(notified == 1);
+}
+
+TEST_CASE("InstallPublished only moves forward and notifies listeners") {
+  Harness h;
+  REQUIRE(h.core->ReportRates(Report("gw", 1, {{"a", 500}})).ok());
+  const auto own = h.Replan();
+  const auto latest = h.core->Latest();
+  std::vector<uint64_t> seen;
+  h.core->AddListener(
+      [&](std::shared_ptr<const table::TableSnapshot> t) { seen.push_back(t->version().number); });
+  CHECK(h.core->InstallPublished(latest->WithVersion({own.version.epoch, 7})));
+  CHECK_FALSE(h.core->InstallPublished(latest->WithVersion({own.version.epoch, 7})));
+  CHECK_FALSE(h.core->InstallPublished(latest->WithVersion({own.version.epoch, 5})));
+  CHECK(h.core->Latest()->version().number == 7);
+  CHECK(seen == std::vector<uint64_t>{7});
+  CHECK(h.core->Status().plan_unix_ms() == latest->built_unix_ms());
+  CHECK(h.core->Get({own.version.epoch, 7}).ok());
+  // A planning step numbers onward from the installed version.
+  h.clock.Advance(absl::Seconds(100));
+  REQUIRE(h.core->ReportRates(Report("gw", 2, {{"b", 900}})).ok());
+  CHECK(h.Replan().version.number == 8);
+}
+
+TEST_CASE("TakeOver adopts the published table and state and republishes the next version") {
+  PlannerConfig config = Config();
+  config.gate_enabled = true;
+  Harness leader(config);
+  REQUIRE(leader.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 300}})).ok());
+  leader.Replan();
+  REQUIRE(leader.core->ForceGate("canary", "by hand").ok());
+  v1::PlannerState meta;
+  leader.core->SetPublishHook([&](const table::TableSnapshot&, const v1::PlannerState& m) {
+    meta = m;
+    return absl::OkStatus();
+  });
+  REQUIRE(leader.core->Drain("d2", false).ok());
+  const auto published = leader.core->Latest();
+
+  Harness follower(config);
+  SECTION("a follower that had the table") {
+    REQUIRE(follower.core->InstallPublished(published));
+  }
+  SECTION("a follower that had nothing") {}
+  absl::StatusOr<PlanOutcome> outcome = follower.core->TakeOver(published, meta);
+  REQUIRE(outcome.ok());
+  CHECK(outcome->changed);
+  CHECK(outcome->version.epoch == published->version().epoch);
+  CHECK(outcome->version.number == published->version().number + 1);
+  const v1::GetStatusResponse status = follower.core->Status();
+  CHECK(status.gate().forced_state() == "canary");
+  REQUIRE(status.drained_size() == 3);
+  CHECK(status.drained(2));
+  CHECK(follower.core->Latest()->rollout().has_value());
+}
+
+TEST_CASE("TakeOver with nothing published plans; ValidateReport counts what it rejects") {
+  Harness h;
+  REQUIRE(h.core->ReportRates(Report("gw", 1, {{"a", 500}})).ok());
+  absl::StatusOr<PlanOutcome> outcome = h.core->TakeOver(nullptr, std::nullopt);
+  REQUIRE(outcome.ok());
+  CHECK(outcome->changed);
+  CHECK(h.core->Latest() != nullptr);
+
+  planner::RateReport bad = Report("gw", 2, {{"a", -1}});
+  const absl::Status status = h.core->ValidateReport(bad);
+  CHECK(absl::IsInvalidArgument(status));
+  CHECK(h.core->counters().reports_rejected.size() == 1);
+  CHECK(h.core->ValidateReport(Report("gw", 2, {{"a", 1}})).ok());
+  CHECK(h.core->counters().reports_accepted == 1);  // validation applies nothing
+}
+
+}  // namespace
+}  // namespace cacheroute::service

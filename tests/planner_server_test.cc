@@ -445,6 +445,24 @@ TEST_CASE("/metrics and /healthz are served over HTTP") {
   }
 }
 
+TEST_CASE("/readyz: 503 with a reason until the planner has a table, then 200") {
+  PlannerConfig config = TestConfig();
+  config.metrics_listen = "127.0.0.1:0";
+  Fixture f(config);
+  httplib::Client http("127.0.0.1", f.server_->metrics_port());
+  const auto before = http.Get("/readyz");
+  REQUIRE(before);
+  CHECK(before->status == 503);
+  CHECK(before->body == "no table yet\n");
+  f.Replan();
+  const auto after = http.Get("/readyz");
+  REQUIRE(after);
+  CHECK(after->status == 200);
+  CHECK(after->body == "ready\n");
+  // Without etcd, GetStatus has no replica section.
+  CHECK_FALSE(f.Status().has_ha());
+}
+
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

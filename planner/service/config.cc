@@ -219,6 +219,85 @@ const std::vector<YamlField>& GateFields() {
   return *fields;
 }
 
+// The etcd section's keys (docs/ha.md).
+const std::vector<YamlField>& EtcdFields() {
+  const auto string_field = [](absl::string_view key, std::string EtcdConfig::*member) {
+    return YamlField{key, [member](absl::string_view name, const YAML::Node& node,
+                                   PlannerConfig& config) -> absl::Status {
+                       absl::StatusOr<std::string> value = YamlString(name, node);
+                       if (!value.ok()) return value.status();
+                       config.etcd.*member = *std::move(value);
+                       return absl::OkStatus();
+                     }};
+  };
+  static const auto* const fields = new std::vector<YamlField>{
+      {"endpoints",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         std::vector<std::string> endpoints;
+         if (node.IsScalar()) {
+           endpoints.push_back(node.Scalar());
+         } else if (node.IsSequence()) {
+           for (size_t i = 0; i < node.size(); ++i) {
+             const std::string indexed = absl::StrCat(name, "[", i, "]");
+             if (!node[i].IsScalar()) {
+               return Invalid(indexed,
+                              absl::StrCat("expected HOST:PORT, got ", DescribeNode(node[i])));
+             }
+             endpoints.push_back(node[i].Scalar());
+           }
+         } else {
+           return Invalid(name, absl::StrCat("expected a list of HOST:PORT, got ",
+                                             DescribeNode(node)));
+         }
+         config.etcd.endpoints = std::move(endpoints);
+         return absl::OkStatus();
+       }},
+      string_field("key_prefix", &EtcdConfig::key_prefix),
+      {"lease_ttl_seconds",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         absl::StatusOr<uint64_t> value = YamlInteger(name, node, 1, 3600);
+         if (!value.ok()) return value.status();
+         config.etcd.lease_ttl_seconds = static_cast<int64_t>(*value);
+         return absl::OkStatus();
+       }},
+      string_field("replica_id", &EtcdConfig::replica_id),
+      string_field("advertise", &EtcdConfig::advertise),
+  };
+  return *fields;
+}
+
+absl::Status CheckEtcd(const EtcdConfig& etcd) {
+  if (!etcd.enabled) return absl::OkStatus();
+  if (etcd.endpoints.empty()) {
+    return Invalid("etcd.endpoints", "at least one HOST:PORT is required");
+  }
+  for (size_t i = 0; i < etcd.endpoints.size(); ++i) {
+    if (absl::Status s = CheckHostPort(absl::StrCat("etcd.endpoints[", i, "]"), etcd.endpoints[i],
+                                       /*allow_empty=*/false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const std::string& prefix = etcd.key_prefix;
+  if (prefix.size() < 2 || prefix.front() != '/' || prefix.back() != '/' ||
+      prefix.find_first_of(" \t\r\n") != std::string::npos) {
+    return Invalid("etcd.key_prefix",
+                   absl::StrCat("must start and end with '/' (e.g. \"/cacheroute/prod/\") and hold "
+                                "no whitespace, got ",
+                                Quote(prefix)));
+  }
+  if (etcd.lease_ttl_seconds < 1 || etcd.lease_ttl_seconds > 3600) {
+    return Invalid("etcd.lease_ttl_seconds",
+                   absl::StrCat("must be in [1, 3600], got ", etcd.lease_ttl_seconds));
+  }
+  if (etcd.replica_id.size() > 256 ||
+      etcd.replica_id.find_first_of(" \t\r\n") != std::string::npos) {
+    return Invalid("etcd.replica_id", absl::StrCat("must be at most 256 bytes without whitespace, got ",
+                                                   Quote(etcd.replica_id)));
+  }
+  return CheckHostPort("etcd.advertise", etcd.advertise, /*allow_empty=*/true);
+}
+
 const std::vector<YamlField>& TopLevelFields() {
   constexpr uint64_t kNoMax = std::numeric_limits<uint64_t>::max();
   static const auto* const fields = new std::vector<YamlField>{
@@ -239,6 +318,17 @@ const std::vector<YamlField>& TopLevelFields() {
                                              DescribeNode(node)));
          }
          return ApplyMapping(absl::StrCat(name, "."), node, TlsFields(), config).status();
+       }},
+      {"etcd",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         if (node.IsNull()) return absl::OkStatus();  // every sub-key commented out
+         if (!node.IsMap()) {
+           return Invalid(name, absl::StrCat("expected a mapping (endpoints, key_prefix, "
+                                             "lease_ttl_seconds, replica_id, advertise); got ",
+                                             DescribeNode(node)));
+         }
+         config.etcd.enabled = true;
+         return ApplyMapping(absl::StrCat(name, "."), node, EtcdFields(), config).status();
        }},
       {"gate",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
@@ -330,6 +420,8 @@ struct Flags {
   std::string tls_key;
   std::string tls_client_ca;
   std::string log_format;
+  std::string etcd_replica_id;
+  std::string etcd_advertise;
 };
 
 // Flags are taken as strings and parsed here, so their errors read like the YAML ones.
@@ -401,6 +493,20 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& 
     if (absl::Status s = CheckLogFormat("--log-format", flags.log_format); !s.ok()) return s;
     config.log_format = flags.log_format;
   }
+  // Per replica (a Kubernetes pod passes $(POD_NAME) and $(POD_IP):50051), over the etcd section.
+  if (given("--etcd-replica-id") || given("--etcd-advertise")) {
+    if (!config.etcd.enabled) {
+      return Invalid(given("--etcd-replica-id") ? "--etcd-replica-id" : "--etcd-advertise",
+                     "needs an etcd section in the --config file");
+    }
+    if (given("--etcd-replica-id")) config.etcd.replica_id = flags.etcd_replica_id;
+    if (given("--etcd-advertise")) {
+      if (absl::Status s = CheckHostPort("--etcd-advertise", flags.etcd_advertise, false); !s.ok()) {
+        return s;
+      }
+      config.etcd.advertise = flags.etcd_advertise;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -452,6 +558,13 @@ void DeclareFlags(CLI::App& app, Flags& flags) {
       app.add_option("--token-file", flags.token_file, "File holding the bearer token")
           ->type_name("FILE");
   token->excludes(token_file);
+  app.add_option("--etcd-replica-id", flags.etcd_replica_id,
+                 "This replica's id among the etcd-coordinated planners (overrides "
+                 "etcd.replica_id; default: the host name)")
+      ->type_name("ID");
+  app.add_option("--etcd-advertise", flags.etcd_advertise,
+                 "Where the other replicas reach this gRPC port (overrides etcd.advertise)")
+      ->type_name("HOST:PORT");
   app.add_option("--tls-cert", flags.tls_cert, "Server certificate chain (PEM); enables TLS")
       ->type_name("FILE");
   app.add_option("--tls-key", flags.tls_key, "Private key of --tls-cert (PEM)")->type_name("FILE");
@@ -595,7 +708,7 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
   if (config.gate_enabled) {
     if (absl::Status status = config.gate.Validate(); !status.ok()) return status;
   }
-  return absl::OkStatus();
+  return CheckEtcd(config.etcd);
 }
 
 }  // namespace cacheroute::service

@@ -40,6 +40,17 @@ struct TlsConfig {
   std::string client_ca_file;  // when set, clients must present a certificate signed by it (mTLS)
 };
 
+// High availability (docs/ha.md): replicas coordinated through etcd. Absent (enabled false), the
+// planner runs alone exactly as without HA.
+struct EtcdConfig {
+  bool enabled = false;                // an `etcd:` section was given
+  std::vector<std::string> endpoints;  // HOST:PORT of etcd's client URLs; required
+  std::string key_prefix = "/cacheroute/default/";  // every key this cluster uses; ends in '/'
+  int64_t lease_ttl_seconds = 5;       // the leader's lease
+  std::string replica_id;              // "": the host name
+  std::string advertise;               // how other replicas reach this gRPC port; "": listen
+};
+
 struct PlannerConfig {
   // The rollout gate (docs/gate.md, planner/gate.h): with gate_enabled (the default), every table
   // carries the gate's rollout and each control interval's evidence from the gateways decides
@@ -88,6 +99,8 @@ struct PlannerConfig {
 
   // Logging: "text" or "json" lines on stderr.
   std::string log_format = "text";
+
+  EtcdConfig etcd;
 };
 
 // Parses YAML text (the format of deploy/planner.yaml) over `base`: keys mirror the fields above
@@ -129,6 +142,7 @@ absl::Status ParseCommandLine(CLI::App& app, int argc, const char* const* argv);
 //   --destinations N | --destination-names a,b,c --q-cap Q --slots-per-destination W
 //   --control-interval DURATION (e.g. 10s, 500ms) --token T | --token-file F --tls-cert F
 //   --tls-key F --tls-client-ca F --log-format text|json
+//   --etcd-replica-id ID --etcd-advertise HOST:PORT (with an etcd section in the file only)
 // `--help` is reported as a NotFound status whose message is the help text (exit 0 in main).
 // The result is validated (ValidatePlannerConfig).
 absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* argv);
@@ -138,7 +152,9 @@ absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* arg
 // table_ttl_seconds finite > 0; history ≥ 1; max_keys_per_report ≥ 1; max_message_bytes in
 // [1, kMaxMessageBytesLimit]; TLS cert and key both or neither, client CA only with them; a token
 // of visible ASCII, and one present if token_required_for_reads; log_format "text" or "json";
-// listen HOST:PORT and metrics_listen HOST:PORT or "".
+// listen HOST:PORT and metrics_listen HOST:PORT or "". With etcd.enabled: 1 or more endpoints,
+// each HOST:PORT; key_prefix starting and ending with '/'; lease_ttl_seconds in [1, 3600];
+// replica_id and advertise (HOST:PORT or "") without whitespace.
 absl::Status ValidatePlannerConfig(const PlannerConfig& config);
 
 }  // namespace cacheroute::service

@@ -58,6 +58,11 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
     w.Sample("gateway_acked_version", static_cast<double>(g.acked_version().number()),
              Exposition::Label("gateway", g.gateway_id()));
   }
+  if (status.has_ha()) {
+    w.Gauge("leader", "1 while this replica leads the etcd-coordinated planners.",
+            status.ha().role() == "leader" ? 1 : 0);
+    w.Gauge("ready", "1 while GET /readyz answers 200.", status.ha().ready_reason().empty() ? 1 : 0);
+  }
   if (status.has_gate()) {
     const v1::GateStatus& gate = status.gate();
     w.Family("gate_state", "gauge", "The rollout gate's state: 1 for the current one.");
@@ -88,9 +93,9 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   return w.Take();
 }
 
-absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
-                                                                    PlannerCore* core,
-                                                                    planner::Clock* clock) {
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& listen, PlannerCore* core, planner::Clock* clock,
+    std::function<v1::HaStatus()> ha) {
   const size_t colon = listen.rfind(':');
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
@@ -104,12 +109,25 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   }
   std::unique_ptr<MetricsServer> server(new MetricsServer());
   server->server_ = std::make_unique<httplib::Server>();
-  server->server_->Get("/metrics", [core, clock](const httplib::Request&, httplib::Response& res) {
-    res.set_content(RenderMetrics(core->Status(), core->counters(), clock->Now()),
+  server->server_->Get("/metrics", [core, clock, ha](const httplib::Request&,
+                                                     httplib::Response& res) {
+    v1::GetStatusResponse status = core->Status();
+    if (ha) *status.mutable_ha() = ha();
+    res.set_content(RenderMetrics(status, core->counters(), clock->Now()),
                     "text/plain; version=0.0.4");
   });
   server->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
+  });
+  server->server_->Get("/readyz", [core, ha](const httplib::Request&, httplib::Response& res) {
+    const std::string reason =
+        ha ? ha().ready_reason() : (core->Latest() != nullptr ? "" : "no table yet");
+    if (reason.empty()) {
+      res.set_content("ready\n", "text/plain");
+    } else {
+      res.status = 503;
+      res.set_content(reason + "\n", "text/plain");
+    }
   });
   server->port_ = port == 0 ? server->server_->bind_to_any_port(host)
                             : (server->server_->bind_to_port(host, port) ? port : -1);

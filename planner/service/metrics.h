@@ -1,5 +1,5 @@
 // The planner's Prometheus metrics (text exposition format 0.0.4) and the small HTTP server
-// that serves them with /healthz. RenderMetrics is pure, so tests check the text exactly.
+// that serves them with /healthz and /readyz. RenderMetrics is pure, so tests check the text exactly.
 //
 // Metrics (all prefixed cacheroute_planner_):
 //   table_version{epoch}            gauge  number of the latest published version
@@ -13,8 +13,10 @@
 //   reports_rejected_total{reason}  counter per rejected field (count, gateway_id, …)
 //   subscribers                     gauge  gateways with an open table stream
 //   gateway_acked_version{gateway}  gauge  version number each gateway last acknowledged
+//   leader, ready                   gauges 1/0, replicas on etcd only (GetStatusResponse.ha)
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,10 +37,13 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
 
 class MetricsServer {
  public:
-  // Serves GET /metrics and GET /healthz on `listen` (HOST:PORT; port 0 picks one).
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen,
-                                                              PlannerCore* core,
-                                                              planner::Clock* clock);
+  // Serves GET /metrics, GET /healthz and GET /readyz on `listen` (HOST:PORT; port 0 picks
+  // one). `ha` (replicas on etcd; null without) gives the replica's status: /readyz is 200 when
+  // its ready_reason is "" and 503 with that one-line reason otherwise; without `ha`, ready once
+  // the core has a table.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& listen, PlannerCore* core, planner::Clock* clock,
+      std::function<v1::HaStatus()> ha = nullptr);
   ~MetricsServer();
   int port() const { return port_; }
 

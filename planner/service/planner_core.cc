@@ -146,25 +146,31 @@ absl::Status PlannerCore::RestoreLocked(const v1::PlannerState& state) {
   }
   history_.push_back(*std::move(table));
   if (gate_.has_value() && state.has_gate()) {
-    const v1::GateRecord& g = state.gate();
-    const std::optional<planner::GateState> saved = planner::ParseGateState(g.state());
-    if (!saved.has_value()) {
-      return absl::DataLossError(absl::StrCat("state file: gate.state \"", g.state(), "\" is unknown"));
+    if (absl::Status s = RestoreGateLocked(state.gate()); !s.ok()) {
+      return absl::DataLossError(absl::StrCat("state file: ", s.message()));
     }
-    std::optional<planner::GateState> forced;
-    if (!g.forced_state().empty()) {
-      forced = planner::ParseGateState(g.forced_state());
-      if (!forced.has_value()) {
-        return absl::DataLossError(
-            absl::StrCat("state file: gate.forced_state \"", g.forced_state(), "\" is unknown"));
-      }
-    }
-    gate_ = planner::Gate::Restore(config_.gate, {.state = *saved,
-                                                  .forced = forced,
-                                                  .forced_why = g.forced_why(),
-                                                  .intervals_in_state = g.intervals_in_state(),
-                                                  .interval = g.interval()});
   }
+  return absl::OkStatus();
+}
+
+absl::Status PlannerCore::RestoreGateLocked(const v1::GateRecord& g) {
+  const std::optional<planner::GateState> saved = planner::ParseGateState(g.state());
+  if (!saved.has_value()) {
+    return absl::DataLossError(absl::StrCat("gate.state \"", g.state(), "\" is unknown"));
+  }
+  std::optional<planner::GateState> forced;
+  if (!g.forced_state().empty()) {
+    forced = planner::ParseGateState(g.forced_state());
+    if (!forced.has_value()) {
+      return absl::DataLossError(
+          absl::StrCat("gate.forced_state \"", g.forced_state(), "\" is unknown"));
+    }
+  }
+  gate_ = planner::Gate::Restore(config_.gate, {.state = *saved,
+                                                .forced = forced,
+                                                .forced_why = g.forced_why(),
+                                                .intervals_in_state = g.intervals_in_state(),
+                                                .interval = g.interval()});
   return absl::OkStatus();
 }
 
@@ -196,7 +202,7 @@ std::vector<uint32_t> PlannerCore::ActiveLocked() const {
 }
 
 absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
-    std::shared_ptr<const table::TableSnapshot>* published) {
+    std::shared_ptr<const table::TableSnapshot>* published, bool force) {
   const std::vector<uint32_t> active = ActiveLocked();
   if (active.empty()) return absl::FailedPreconditionError("every destination is drained");
   const absl::Time now = clock_->Now();
@@ -245,10 +251,14 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
                       .changed = false,
                       .build_seconds = plan->stats().build_seconds};
-  if (latest == nullptr || !latest->SameRouting(*candidate) || LoadsDrifted(*latest, *candidate)) {
+  if (force || latest == nullptr || !latest->SameRouting(*candidate) ||
+      LoadsDrifted(*latest, *candidate)) {
+    absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
+        PublishLocked(std::move(candidate));
+    if (!done.ok()) return done.status();
     outcome.version = next;
     outcome.changed = true;
-    *published = PublishLocked(std::move(candidate));
+    *published = *std::move(done);
   }
   last_plan_ = *std::move(plan);
   last_plan_active_ = std::move(active_names);
@@ -256,27 +266,28 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   return outcome;
 }
 
-std::shared_ptr<const table::TableSnapshot> PlannerCore::PublishLocked(
+absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> PlannerCore::PublishLocked(
     std::shared_ptr<const table::TableSnapshot> snapshot) {
-  last_number_ = snapshot->version().number;
-  history_.push_back(snapshot);
-  if (history_.size() > config_.history) history_.erase(history_.begin());
+  if (publish_hook_) {
+    if (absl::Status s = publish_hook_(*snapshot, MetaLocked()); !s.ok()) return s;
+  }
+  InstallLocked(snapshot);
   ++counters_.versions_published;
   return snapshot;
 }
 
-table::TableRollout PlannerCore::GateRolloutLocked() const {
-  return {std::string(planner::GateStateName(gate_->state())), gate_->table_fraction()};
+void PlannerCore::InstallLocked(std::shared_ptr<const table::TableSnapshot> snapshot) {
+  epoch_ = snapshot->version().epoch;
+  last_number_ = snapshot->version().number;
+  history_.push_back(std::move(snapshot));
+  if (history_.size() > config_.history) history_.erase(history_.begin());
 }
 
-void PlannerCore::PersistLocked() {
-  if (!store_.has_value() || history_.empty()) return;
+v1::PlannerState PlannerCore::MetaLocked() const {
   v1::PlannerState state;
   state.set_format(1);
-  *state.mutable_table() = history_.back()->ToProto();
   for (const std::string& name : destinations_) state.add_destinations(name);
   for (bool d : drained_) state.add_drained(d);
-  *state.mutable_rates() = RateAggregatorToProto(rates_);
   if (gate_.has_value()) {
     const planner::Gate::Persisted g = gate_->Save();
     v1::GateRecord* record = state.mutable_gate();
@@ -286,6 +297,103 @@ void PlannerCore::PersistLocked() {
     record->set_intervals_in_state(g.intervals_in_state);
     record->set_interval(g.interval);
   }
+  return state;
+}
+
+void PlannerCore::SetPublishHook(PublishHook hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  publish_hook_ = std::move(hook);
+}
+
+absl::Status PlannerCore::ValidateReport(const planner::RateReport& report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status status = rates_.ValidateReport(report);
+  if (!status.ok()) ++counters_.reports_rejected[RejectReason(status)];
+  return status;
+}
+
+bool PlannerCore::InstallPublished(std::shared_ptr<const table::TableSnapshot> snapshot) {
+  if (snapshot == nullptr) return false;
+  std::lock_guard<std::mutex> order(notify_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!history_.empty() && !(history_.back()->version() < snapshot->version())) return false;
+    InstallLocked(snapshot);
+    // Status and /metrics (table age) report the plan that built the table being served.
+    last_plan_unix_ms_ = std::max(last_plan_unix_ms_, snapshot->built_unix_ms());
+    PersistLocked();
+  }
+  Notify(std::move(snapshot));
+  return true;
+}
+
+absl::StatusOr<PlanOutcome> PlannerCore::TakeOver(
+    std::shared_ptr<const table::TableSnapshot> table,
+    const std::optional<v1::PlannerState>& meta) {
+  std::lock_guard<std::mutex> order(notify_mu_);
+  std::shared_ptr<const table::TableSnapshot> published;
+  absl::StatusOr<PlanOutcome> outcome;
+  std::shared_ptr<const table::TableSnapshot> installed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (meta.has_value() && meta->destinations_size() > 0 &&
+        meta->drained_size() == meta->destinations_size()) {
+      std::vector<std::string> names(meta->destinations().begin(), meta->destinations().end());
+      if (ValidateDestinationNames(names).ok()) {
+        destinations_ = std::move(names);
+        drained_.assign(meta->drained().begin(), meta->drained().end());
+      }
+    }
+    if (meta.has_value() && meta->has_gate() && gate_.has_value()) {
+      const std::optional<planner::Gate> before = gate_;
+      if (!RestoreGateLocked(meta->gate()).ok()) gate_ = before;
+    }
+    if (table != nullptr &&
+        (history_.empty() || history_.back()->version() < table->version())) {
+      InstallLocked(table);
+      installed = table;
+    }
+    if (history_.empty()) {
+      outcome = ReplanLocked(&published);
+    } else {
+      std::shared_ptr<const table::TableSnapshot> latest = history_.back();
+      if (gate_.has_value()) latest = latest->WithRollout(GateRolloutLocked());
+      absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
+          PublishLocked(latest->WithVersion({epoch_, last_number_ + 1}));
+      if (done.ok()) {
+        published = *done;
+        outcome = PlanOutcome{.version = published->version(), .changed = true};
+        PersistLocked();
+      } else {
+        outcome = done.status();
+      }
+    }
+  }
+  // Listeners see the adopted table first when nothing new could be published.
+  if (published == nullptr) {
+    Notify(std::move(installed));
+  } else {
+    Notify(std::move(published));
+  }
+  return outcome;
+}
+
+void PlannerCore::FollowerTick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gate_.has_value()) rates_.TakeEvidence(gate_->table_fraction());
+  rates_.CloseInterval(clock_->Now());
+  last_rates_ = rates_.Rates();
+}
+
+table::TableRollout PlannerCore::GateRolloutLocked() const {
+  return {std::string(planner::GateStateName(gate_->state())), gate_->table_fraction()};
+}
+
+void PlannerCore::PersistLocked() {
+  if (!store_.has_value() || history_.empty()) return;
+  v1::PlannerState state = MetaLocked();
+  *state.mutable_table() = history_.back()->ToProto();
+  *state.mutable_rates() = RateAggregatorToProto(rates_);
   if (!store_->Save(state).ok()) ++counters_.persist_errors;
 }
 
@@ -308,13 +416,18 @@ absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<planner::Gate::Decision> decision;
+    const std::optional<planner::Gate> gate_before = gate_;
     // The evidence of the interval that ends now, gathered under the split published for it.
     if (gate_.has_value()) {
       decision = gate_->Observe(rates_.TakeEvidence(gate_->table_fraction()));
       last_gate_decision_ = decision;
     }
     outcome = ReplanLocked(&published);
-    if (outcome.ok()) outcome->gate = std::move(decision);
+    if (outcome.ok()) {
+      outcome->gate = std::move(decision);
+    } else if (publish_hook_) {
+      gate_ = gate_before;  // a refused publish: the gate's move did not reach the gateways
+    }
   }
   Notify(std::move(published));
   return outcome;
@@ -354,9 +467,16 @@ absl::StatusOr<PlanOutcome> PlannerCore::SetDestinations(std::vector<std::string
     if (std::all_of(drained.begin(), drained.end(), [](bool d) { return d; })) {
       return absl::FailedPreconditionError("every destination of the new membership is drained");
     }
+    std::vector<std::string> old_destinations = destinations_;
+    std::vector<bool> old_drained = drained_;
     destinations_ = std::move(destinations);
     drained_ = std::move(drained);
-    outcome = ReplanLocked(&published);
+    // With replicas the new membership must reach etcd even when the routing stays the same.
+    outcome = ReplanLocked(&published, /*force=*/publish_hook_ != nullptr);
+    if (!outcome.ok()) {  // e.g. the publish was refused: the membership stays as it was
+      destinations_ = std::move(old_destinations);
+      drained_ = std::move(old_drained);
+    }
   }
   Notify(std::move(published));
   return outcome;
@@ -383,8 +503,10 @@ absl::StatusOr<PlanOutcome> PlannerCore::Drain(const std::string& destination, b
             destination));
       }
     }
+    const bool was_drained = drained_[index];
     drained_[index] = !undrain;
-    outcome = ReplanLocked(&published);
+    outcome = ReplanLocked(&published, /*force=*/publish_hook_ != nullptr);
+    if (!outcome.ok()) drained_[index] = was_drained;
   }
   Notify(std::move(published));
   return outcome;
@@ -447,6 +569,8 @@ v1::GetStatusResponse PlannerCore::Status() const {
   }
   for (auto& [id, status] : gateways) *out.add_gateways() = std::move(status);
   if (gate_.has_value()) *out.mutable_gate() = GateStatusLocked();
+  out.set_reports_accepted(counters_.reports_accepted);
+  out.set_reports_duplicate(counters_.reports_duplicate);
   return out;
 }
 
@@ -494,14 +618,22 @@ absl::StatusOr<v1::GateStatus> PlannerCore::ForceGate(const std::string& state,
             "state: \"", state, "\" is not shadow, canary, enabled, rolled_back or \"\" (release)"));
       }
     }
+    const std::optional<planner::Gate> before = gate_;
     gate_->Force(forced, why);
     // The new split goes out at once, as a new version of the latest table.
     if (!history_.empty()) {
       const std::shared_ptr<const table::TableSnapshot>& latest = history_.back();
       std::shared_ptr<const table::TableSnapshot> candidate =
           latest->WithRollout(GateRolloutLocked());
-      if (!candidate->SameRouting(*latest)) {
-        published = PublishLocked(candidate->WithVersion({epoch_, last_number_ + 1}));
+      // With replicas the forced state must reach etcd even when the split is unchanged.
+      if (!candidate->SameRouting(*latest) || publish_hook_) {
+        absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
+            PublishLocked(candidate->WithVersion({epoch_, last_number_ + 1}));
+        if (!done.ok()) {
+          gate_ = before;
+          return done.status();
+        }
+        published = *std::move(done);
       }
     }
     PersistLocked();

@@ -97,6 +97,27 @@ class PlannerCore {
   uint64_t AddListener(Listener listener);
   void RemoveListener(uint64_t id);
 
+  // --- Replicas (docs/ha.md; HaReplica drives these). Without a hook the core runs alone.
+  // Runs under the core's lock before each new version becomes visible, with the table and the
+  // membership and gate state that go with it (a PlannerState without table and rates). When it
+  // fails, nothing is published (no history, no listener) and the call returns its error.
+  using PublishHook =
+      std::function<absl::Status(const table::TableSnapshot& table, const v1::PlannerState& meta)>;
+  void SetPublishHook(PublishHook hook);
+  // Validation of ReportRates alone (the rejected counter counts a failure); changes nothing else.
+  absl::Status ValidateReport(const planner::RateReport& report);
+  // A table another replica published: installed as the latest (persisted, listeners notified)
+  // only when its version is later than the latest's. Returns whether it was installed.
+  bool InstallPublished(std::shared_ptr<const table::TableSnapshot> snapshot);
+  // A replica that has just become leader: adopts `meta` (membership, drained, gate) when given,
+  // installs `table` if it is later than its own latest, and publishes the latest again as the
+  // next version (through the hook), or plans when there is no table at all.
+  absl::StatusOr<PlanOutcome> TakeOver(std::shared_ptr<const table::TableSnapshot> table,
+                                       const std::optional<v1::PlannerState>& meta);
+  // A follower's control interval: closes the rate interval and drops the rollout evidence, as
+  // the leader's planning step does, so that its estimates stay those of a leader.
+  void FollowerTick();
+
   struct Counters {
     uint64_t plans = 0;
     uint64_t versions_published = 0;
@@ -114,11 +135,18 @@ class PlannerCore {
   absl::Status RestoreLocked(const v1::PlannerState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans and, if the routing changed, publishes; the new snapshot (if any) goes to *published
   // so the caller can notify listeners after unlocking.
-  absl::StatusOr<PlanOutcome> ReplanLocked(std::shared_ptr<const table::TableSnapshot>* published)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With `force`, publishes even an unchanged table (replicas: membership must reach etcd).
+  absl::StatusOr<PlanOutcome> ReplanLocked(std::shared_ptr<const table::TableSnapshot>* published,
+                                           bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `snapshot` (the next version) to the history as the latest; returns it for Notify.
-  std::shared_ptr<const table::TableSnapshot> PublishLocked(
+  // Fails (publishing nothing) when the publish hook does.
+  absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> PublishLocked(
       std::shared_ptr<const table::TableSnapshot> snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Destinations, drained flags and gate as a PlannerState without table and rates.
+  v1::PlannerState MetaLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RestoreGateLocked(const v1::GateRecord& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InstallLocked(std::shared_ptr<const table::TableSnapshot> snapshot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The gate's state and split as the published tables carry them (gate_ set).
   table::TableRollout GateRolloutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -156,6 +184,7 @@ class PlannerCore {
   };
   std::map<std::string, StreamInfo> streams_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
+  PublishHook publish_hook_ ABSL_GUARDED_BY(mu_);
 
   // Listeners have their own lock so a listener may call back into the core.
   mutable std::mutex listeners_mu_;

@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
   service::LogEvent("info", "started",
                     {{"listen", config->listen},
                      {"port", absl::StrCat((*server)->port())},
+                     {"metrics_port", absl::StrCat((*server)->metrics_port())},
+                     {"etcd", config->etcd.enabled ? absl::StrJoin(config->etcd.endpoints, ",")
+                                                   : "off"},
                      {"destinations", absl::StrCat(config->destinations.size())},
                      {"state_dir", config->state_dir},
                      {"tls", config->tls.cert_file.empty() ? "off" : "on"},

@@ -2,6 +2,7 @@
 #include "planner/service/planner_server.h"
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -19,6 +20,10 @@
 #include "planner/key_id.h"
 #include "planner/service/logging.h"
 #include "proto/table/table_stream.h"
+#ifdef CACHEROUTE_HAVE_ETCD
+#include "planner/service/ha_replica.h"
+#endif
+#include <unistd.h>
 
 namespace cacheroute::service {
 namespace {
@@ -45,6 +50,31 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   text << in.rdbuf();
   return text.str();
 }
+
+// HaReplica's calls, so that a build without etcd (CACHEROUTE_ETCD=OFF) links without it.
+#ifdef CACHEROUTE_HAVE_ETCD
+bool HaLeads(HaReplica* ha) { return ha->IsLeader(); }
+std::pair<std::string, std::string> HaLeader(HaReplica* ha) {
+  coord::LeaderInfo leader = ha->Leader();
+  return {leader.id, leader.address};
+}
+absl::StatusOr<planner::ReportResult> HaReport(HaReplica* ha, const v1::ReportRatesRequest& r) {
+  return ha->ReportRates(r);
+}
+v1::HaStatus HaStatusOf(HaReplica* ha) { return ha->Status(); }
+#else
+}  // namespace
+class HaReplica {};  // never made in this build; ha_ stays null
+namespace {
+bool HaLeads(HaReplica*) { return true; }
+std::pair<std::string, std::string> HaLeader(HaReplica*) { return {}; }
+absl::StatusOr<planner::ReportResult> HaReport(HaReplica*, const v1::ReportRatesRequest&) {
+  return absl::UnimplementedError("built without etcd");
+}
+v1::HaStatus HaStatusOf(HaReplica*) { return {}; }
+#endif
+
+constexpr char kForwardedHeader[] = "x-cacheroute-forwarded-by";
 
 }  // namespace
 
@@ -100,7 +130,17 @@ class PlannerServices final : public v1::RateService::CallbackService,
       reactor->Finish(auth);
       return reactor;
     }
-    absl::StatusOr<planner::ReportResult> result = core_->ReportRates(ToRateReport(*request));
+    absl::StatusOr<planner::ReportResult> result;
+    if (!config_.etcd.enabled) {
+      result = core_->ReportRates(ToRateReport(*request));
+    } else if (HaReplica* ha = ha_.load(); ha == nullptr) {
+      result = absl::UnavailableError("replica starting");
+    } else if (absl::Status valid = core_->ValidateReport(ToRateReport(*request)); !valid.ok()) {
+      result = valid;
+    } else {
+      // Accepted only once in etcd; every replica then applies it once (docs/ha.md).
+      result = HaReport(ha, *request);
+    }
     if (!result.ok()) {
       LogEvent("warning", "report_rejected",
                {{"gateway_id", request->gateway_id()},
@@ -143,6 +183,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
                                       v1::GetStatusResponse* response) override {
     return Unary(context, false, [&] {
       *response = core_->Status();
+      if (HaReplica* ha = ha_.load()) *response->mutable_ha() = HaStatusOf(ha);
       return absl::OkStatus();
     });
   }
@@ -178,9 +219,11 @@ class PlannerServices final : public v1::RateService::CallbackService,
     });
   }
 
-  grpc::ServerUnaryReactor* Replan(grpc::CallbackServerContext* context, const v1::ReplanRequest*,
+  grpc::ServerUnaryReactor* Replan(grpc::CallbackServerContext* context,
+                                   const v1::ReplanRequest* request,
                                    v1::ReplanResponse* response) override {
-    return Unary(context, true, [&]() -> absl::Status {
+    return Write(context, *request, response, &v1::AdminService::Stub::Replan,
+                 [&]() -> absl::Status {
       absl::StatusOr<PlanOutcome> outcome = core_->Replan();
       if (!outcome.ok()) return outcome.status();
       *response->mutable_version() = outcome->version.ToProto();
@@ -192,7 +235,8 @@ class PlannerServices final : public v1::RateService::CallbackService,
   grpc::ServerUnaryReactor* SetDestinations(grpc::CallbackServerContext* context,
                                             const v1::SetDestinationsRequest* request,
                                             v1::SetDestinationsResponse* response) override {
-    return Unary(context, true, [&]() -> absl::Status {
+    return Write(context, *request, response, &v1::AdminService::Stub::SetDestinations,
+                 [&]() -> absl::Status {
       absl::StatusOr<PlanOutcome> outcome =
           core_->SetDestinations({request->destinations().begin(), request->destinations().end()});
       if (!outcome.ok()) return outcome.status();
@@ -207,7 +251,8 @@ class PlannerServices final : public v1::RateService::CallbackService,
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const v1::DrainRequest* request,
                                   v1::DrainResponse* response) override {
-    return Unary(context, true, [&]() -> absl::Status {
+    return Write(context, *request, response, &v1::AdminService::Stub::Drain,
+                 [&]() -> absl::Status {
       absl::StatusOr<PlanOutcome> outcome =
           core_->Drain(request->destination(), request->undrain());
       if (!outcome.ok()) return outcome.status();
@@ -221,7 +266,8 @@ class PlannerServices final : public v1::RateService::CallbackService,
   grpc::ServerUnaryReactor* ForceGate(grpc::CallbackServerContext* context,
                                       const v1::ForceGateRequest* request,
                                       v1::GateStatus* response) override {
-    return Unary(context, true, [&]() -> absl::Status {
+    return Write(context, *request, response, &v1::AdminService::Stub::ForceGate,
+                 [&]() -> absl::Status {
       absl::StatusOr<v1::GateStatus> status = core_->ForceGate(request->state(), request->why());
       if (!status.ok()) return status.status();
       *response = *std::move(status);
@@ -264,8 +310,87 @@ class PlannerServices final : public v1::RateService::CallbackService,
     return reactor;
   }
 
+  // An admin write: on the leader (or without etcd) `body`; on a follower forwarded to the
+  // leader's advertised address with the caller's token, or FAILED_PRECONDITION naming it.
+  template <typename Request, typename Response, typename Body>
+  grpc::ServerUnaryReactor* Write(
+      grpc::CallbackServerContext* context, const Request& request, Response* response,
+      grpc::Status (v1::AdminService::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                      Response*),
+      Body body) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    grpc::Status status = CheckAuth(context, /*mutating=*/true);
+    if (status.ok()) {
+      HaReplica* ha = ha_.load();
+      if (config_.etcd.enabled && ha == nullptr) {
+        status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "replica starting");
+      } else if (ha != nullptr && !HaLeads(ha)) {
+        status = Forward(context, ha, request, response, method);
+      } else {
+        status = ToGrpc(body());
+      }
+    }
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  template <typename Request, typename Response>
+  grpc::Status Forward(grpc::CallbackServerContext* context, HaReplica* ha, const Request& request,
+                       Response* response,
+                       grpc::Status (v1::AdminService::Stub::*method)(grpc::ClientContext*,
+                                                                       const Request&,
+                                                                       Response*)) {
+    const auto [id, address] = HaLeader(ha);
+    if (id.empty()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "not the leader, and no leader is known (etcd unreachable?)");
+    }
+    const std::string named = absl::StrCat("the leader is ", id, " at ", address);
+    if (id == HaStatusOf(ha).replica_id()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "not the leader: this replica's lease has lapsed (etcd unreachable?)");
+    }
+    const auto& metadata = context->client_metadata();
+    if (metadata.find(kForwardedHeader) != metadata.end() || !config_.tls.cert_file.empty()) {
+      // Forwarded once already (leadership moved meanwhile), or TLS, whose client side a
+      // replica is not configured with: the caller retries at the leader.
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("not the leader: ", named));
+    }
+    std::shared_ptr<grpc::Channel> channel;
+    {
+      absl::MutexLock lock(&channels_mu_);
+      std::shared_ptr<grpc::Channel>& cached = channels_[address];
+      if (cached == nullptr) {
+        cached = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+      }
+      channel = cached;
+    }
+    std::unique_ptr<v1::AdminService::Stub> stub = v1::AdminService::NewStub(channel);
+    grpc::ClientContext client;
+    client.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (const auto it = metadata.find("authorization"); it != metadata.end()) {
+      client.AddMetadata("authorization", std::string(it->second.data(), it->second.size()));
+    }
+    client.AddMetadata(kForwardedHeader, "1");
+    grpc::Status status = (stub.get()->*method)(&client, request, response);
+    if (!status.ok() && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("forwarding to the leader failed (", named,
+                                       "): ", status.error_message()));
+    }
+    return status;
+  }
+
   void PublishToStreams(const std::shared_ptr<const table::TableSnapshot>& latest);
 
+ public:
+  void set_ha(HaReplica* ha) { ha_.store(ha); }
+
+ private:
+  std::atomic<HaReplica*> ha_{nullptr};
+  absl::Mutex channels_mu_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(channels_mu_);
   const PlannerConfig config_;
   PlannerCore* const core_;
   uint64_t listener_ = 0;
@@ -465,14 +590,45 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
         absl::StrCat("listen: cannot bind \"", config.listen, "\" (address in use or invalid?)"));
   }
   server->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (config.etcd.enabled) {
+#ifdef CACHEROUTE_HAVE_ETCD
+    HaReplica::Options options{.etcd = config.etcd,
+                               .control_interval = config.control_interval,
+                               .run_ticker = run_ticker};
+    char hostname[256] = {};
+    gethostname(hostname, sizeof(hostname) - 1);
+    if (options.etcd.replica_id.empty()) {
+      options.etcd.replica_id = hostname[0] != 0 ? hostname : "planner";
+    }
+    if (options.etcd.advertise.empty()) {
+      // The listen address with the port bound (listen may say port 0); a wildcard host is
+      // replaced by the host name, which other replicas can at least try to resolve.
+      std::string host = config.listen.substr(0, config.listen.rfind(':'));
+      if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = hostname;
+      options.etcd.advertise = absl::StrCat(host, ":", server->port_);
+    }
+    absl::StatusOr<std::unique_ptr<HaReplica>> ha =
+        HaReplica::Create(std::move(options), server->core_.get());
+    if (!ha.ok()) return ha.status();
+    server->ha_ = *std::move(ha);
+    if (absl::Status s = server->ha_->Start(); !s.ok()) return s;
+    server->services_->set_ha(server->ha_.get());
+#else
+    return absl::FailedPreconditionError(
+        "etcd: this cacheroute-planner was built without etcd support (CACHEROUTE_ETCD=OFF)");
+#endif
+  }
   if (!config.metrics_listen.empty()) {
+    std::function<v1::HaStatus()> ha_status;
+    if (HaReplica* ha = server->ha_.get()) ha_status = [ha] { return HaStatusOf(ha); };
     absl::StatusOr<std::unique_ptr<MetricsServer>> metrics =
-        MetricsServer::Start(config.metrics_listen, server->core_.get(), clock);
+        MetricsServer::Start(config.metrics_listen, server->core_.get(), clock, ha_status);
     if (!metrics.ok()) return metrics.status();
     server->metrics_ = *std::move(metrics);
   }
 
-  if (run_ticker) {
+  // With replicas, HaReplica runs the control interval (only its leader plans).
+  if (run_ticker && !config.etcd.enabled) {
     PlannerServer* raw = server.get();
     const absl::Duration interval = config.control_interval;
     server->ticker_ = std::thread([raw, interval] {
@@ -506,6 +662,14 @@ void PlannerServer::Shutdown() {
   }
   shutdown_.Notify();
   if (ticker_.joinable()) ticker_.join();
+#ifdef CACHEROUTE_HAVE_ETCD
+  if (ha_ != nullptr) {
+    // Hands leadership over at once; then this replica neither plans nor publishes.
+    if (absl::Status s = ha_->Resign(); !s.ok()) {
+      LogEvent("warning", "ha_resign_failed", {{"error", std::string(s.message())}});
+    }
+  }
+#endif
   metrics_.reset();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
@@ -519,6 +683,7 @@ PlannerServer::~PlannerServer() {
   Shutdown();
   server_.reset();
   services_.reset();
+  ha_.reset();
 }
 
 }  // namespace cacheroute::service

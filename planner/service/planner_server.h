@@ -25,6 +25,7 @@
 namespace cacheroute::service {
 
 class PlannerServices;
+class HaReplica;
 
 // What RateService.ReportRates hands the core: the wire report field by field (prompt_tokens only
 // when set). Validation is PlannerCore::ReportRates'; exposed for tests and the fuzz target.
@@ -34,7 +35,9 @@ class PlannerServer {
  public:
   // Restores the state directory, binds `config.listen` (port 0 picks a free port) and starts
   // serving. With `run_ticker`, plans every config.control_interval of real time; tests pass
-  // false and plan through AdminService.Replan.
+  // false and plan through AdminService.Replan. With config.etcd.enabled it runs as one of
+  // several replicas (HaReplica): only the leader plans; admin writes on a follower are
+  // forwarded to the leader; reports are replicated through etcd.
   static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(const PlannerConfig& config,
                                                               planner::Clock* clock,
                                                               bool run_ticker = true);
@@ -44,7 +47,10 @@ class PlannerServer {
   // The /metrics and /healthz HTTP port; 0 when metrics_listen is empty.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   PlannerCore& core() { return *core_; }
-  // Stops accepting calls, ends streams, stops the ticker. Idempotent.
+  // With an etcd section: this replica's place among the replicas (docs/ha.md); else null.
+  HaReplica* ha() { return ha_.get(); }
+  // Stops accepting calls, ends streams, stops the ticker; a replica first resigns its
+  // leadership so that another takes over at once. Idempotent.
   void Shutdown();
   // Blocks until Shutdown has been called.
   void Wait();
@@ -54,6 +60,7 @@ class PlannerServer {
 
   std::unique_ptr<PlannerCore> core_;
   std::unique_ptr<PlannerServices> services_;
+  std::unique_ptr<HaReplica> ha_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_;
   int port_ = 0;
