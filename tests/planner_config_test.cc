@@ -814,14 +814,14 @@ TEST_CASE("the Kubernetes manifests are consistent with the planner config") {
   REQUIRE(by_name.count("Deployment/cacheroute-planner") == 1);
   const YAML::Node config_map = by_name["ConfigMap/cacheroute-planner-config"];
   REQUIRE(config_map["data"]["planner.yaml"].IsScalar());
-  // The `etcd` section is the replicated planner's (docs/ha.md, issue 14), checked below against
-  // etcd.yaml; this loader predates it, so the rest is loaded without it.
-  YAML::Node planner_yaml = YAML::Load(config_map["data"]["planner.yaml"].Scalar());
-  const YAML::Node etcd = YAML::Clone(planner_yaml["etcd"]);
+  // The whole file, its `etcd` section included (checked below against etcd.yaml).
+  const std::string planner_text = config_map["data"]["planner.yaml"].Scalar();
+  const YAML::Node etcd = YAML::Load(planner_text)["etcd"];
   REQUIRE(etcd.IsMap());
-  planner_yaml.remove("etcd");
-  const PlannerConfig config = ParseOk(YAML::Dump(planner_yaml));
+  const PlannerConfig config = ParseOk(planner_text);
   CHECK(ValidatePlannerConfig(config).ok());
+  CHECK(config.etcd.enabled);
+  CHECK(config.state_dir.empty());  // etcd holds the state (deploy/README.md)
   CHECK(absl::EndsWith(config.listen, ":50051"));
   CHECK(absl::EndsWith(config.metrics_listen, ":9464"));
 
@@ -836,7 +836,6 @@ TEST_CASE("the Kubernetes manifests are consistent with the planner config") {
   for (const YAML::Node& mount : container["volumeMounts"]) {
     mount_paths.insert(mount["mountPath"].as<std::string>());
   }
-  CHECK(mount_paths.count(config.state_dir) == 1);
   CHECK(mount_paths.count("/etc/cacheroute") == 1);
   // Probes: readiness /readyz, liveness /healthz, both on the metrics port (9464).
   int metrics_port = 0;
@@ -849,13 +848,26 @@ TEST_CASE("the Kubernetes manifests are consistent with the planner config") {
   CHECK(container["livenessProbe"]["httpGet"]["path"].as<std::string>() == "/healthz");
   CHECK(container["livenessProbe"]["httpGet"]["port"].as<std::string>() == "metrics");
   CHECK(pod["securityContext"]["runAsNonRoot"].as<bool>());
-  // The init container renders the per-pod identity the etcd section asks for.
-  REQUIRE(pod["initContainers"].size() == 1);
-  const std::string render = YAML::Dump(pod["initContainers"][0]["command"]);
-  CHECK(etcd["replica_id"].as<std::string>() == "__POD_NAME__");
-  CHECK(etcd["advertise"].as<std::string>() == "__POD_IP__:50051");
-  CHECK(absl::StrContains(render, "__POD_NAME__"));
-  CHECK(absl::StrContains(render, "__POD_IP__"));
+  // Each pod's etcd identity: its name and IP from the Downward API, as the planner's flags.
+  CHECK_FALSE(pod["initContainers"].IsDefined());
+  std::vector<std::string> args;
+  for (const YAML::Node& arg : container["args"]) args.push_back(arg.as<std::string>());
+  CHECK(args == std::vector<std::string>{"--etcd-replica-id", "$(POD_NAME)", "--etcd-advertise",
+                                         "$(POD_IP):50051"});
+  std::map<std::string, std::string> field_of;
+  for (const YAML::Node& env : container["env"]) {
+    field_of[env["name"].as<std::string>()] =
+        env["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>();
+  }
+  CHECK(field_of["POD_NAME"] == "metadata.name");
+  CHECK(field_of["POD_IP"] == "status.podIP");
+  // The planner's loader takes those flags with this config (values as Kubernetes expands them).
+  const TempFile rendered(planner_text);
+  const PlannerConfig with_flags = LoadOk({"--config", rendered.path(), "--etcd-replica-id",
+                                           "cacheroute-planner-6d9f-x2k4", "--etcd-advertise",
+                                           "10.244.1.7:50051"});
+  CHECK(with_flags.etcd.replica_id == "cacheroute-planner-6d9f-x2k4");
+  CHECK(with_flags.etcd.advertise == "10.244.1.7:50051");
   CHECK(etcd["lease_ttl_seconds"].as<int>() > 0);
   CHECK(absl::EndsWith(etcd["key_prefix"].as<std::string>(), "/"));
 

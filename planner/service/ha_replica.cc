@@ -43,6 +43,7 @@ struct HaReplica::State {
   std::unique_ptr<Watcher> reports_watch;
   bool table_watch_live = false;
   bool reports_watch_live = false;
+  bool synced = false;  // both watches have been live together once
   int64_t table_next = 0;    // where the next watch starts (0: read the key first / from now)
   int64_t reports_next = 0;
   bool reports_watched = false;  // the reports watch was open once: nothing written is missed
@@ -214,6 +215,7 @@ struct HaReplica::State {
     watch = *std::move(opened);
     live = !watch->broken();
     if (!table) reports_watched = true;
+    if (table_watch_live && reports_watch_live) synced = true;
   }
 
   void DoTakeOver() {
@@ -432,11 +434,14 @@ std::string HaReplica::NotReadyReason() const {
   const State& s = *state_;
   if (s.core->Latest() == nullptr) return "no table yet";
   if (s.election->IsLeader()) return "";
+  // A follower is ready once both watches have been live together (it has caught up with etcd).
+  // It stays ready through a later etcd outage: serving the last table then is the point
+  // (docs/ha.md), and an outage would otherwise take every replica out of the Service at once.
   std::lock_guard<std::mutex> lock(s.mu);
-  if (!s.table_watch_live || !s.reports_watch_live) {
-    return absl::StrCat("follower without a live watch on ",
+  if (!s.synced) {
+    return absl::StrCat("follower not yet synced: no live watch on ",
                         s.table_watch_live ? s.reports_prefix : s.table_key,
-                        " (etcd unreachable?)");
+                        " so far (etcd unreachable?)");
   }
   return "";
 }
