@@ -69,6 +69,11 @@ class JsonWriter {
     out_.append(value ? "true" : "false");
     return *this;
   }
+  JsonWriter& Null() {
+    Separate();
+    out_.append("null");
+    return *this;
+  }
   // {"epoch": E, "number": N}
   JsonWriter& Version(const v1::Version& version) {
     return BeginObject()

@@ -232,11 +232,54 @@ std::string FormatStatus(const v1::GetStatusResponse& status, absl::string_view 
           .Version(g.acked_version())
           .EndObject();
     }
-    json.EndArray().EndObject();
+    json.EndArray();
+    json.Key("reports_accepted").Uint(status.reports_accepted());
+    json.Key("reports_duplicate").Uint(status.reports_duplicate());
+    // The replica's part in a replicated planner (docs/ha.md); null for a planner alone.
+    json.Key("replica");
+    if (status.has_ha()) {
+      const v1::HaStatus& ha = status.ha();
+      json.BeginObject()
+          .Key("role")
+          .String(ha.role())
+          .Key("replica_id")
+          .String(ha.replica_id())
+          .Key("leader_id")
+          .String(ha.leader_id())
+          .Key("leader_address")
+          .String(ha.leader_address())
+          .Key("term_lease_id")
+          .Int(ha.term_lease_id())
+          .Key("term_revision")
+          .Int(ha.term_revision())
+          .Key("table_watch_live")
+          .Bool(ha.table_watch_live())
+          .Key("ready")
+          .Bool(ha.ready_reason().empty())
+          .Key("ready_reason")
+          .String(ha.ready_reason())
+          .EndObject();
+    } else {
+      json.Null();
+    }
+    json.EndObject();
     return json.Line();
   }
 
   std::string out = absl::StrCat("Planner ", address, "\n");
+  if (status.has_ha()) {
+    const v1::HaStatus& ha = status.ha();
+    const std::string leader =
+        ha.leader_id().empty() ? std::string("none known")
+                               : absl::StrCat(ha.leader_id(), " (", ha.leader_address(), ")");
+    Row(&out, "replica",
+        ha.role() == "leader"
+            ? absl::StrCat(ha.replica_id(), ", leader (term: lease ", ha.term_lease_id(),
+                           ", revision ", ha.term_revision(), ")")
+            : absl::StrCat(ha.replica_id(), ", follower; leader ", leader, "; table watch ",
+                           ha.table_watch_live() ? "live" : "down"));
+    Row(&out, "ready", ha.ready_reason().empty() ? "yes" : absl::StrCat("no: ", ha.ready_reason()));
+  }
   const bool planned = !(status.version().epoch() == 0 && status.version().number() == 0);
   Row(&out, "version", planned ? VersionText(status.version()) : "none (no plan yet)");
   const std::string age = AgeText(status.plan_unix_ms(), now_unix_ms);
@@ -258,6 +301,8 @@ std::string FormatStatus(const v1::GetStatusResponse& status, absl::string_view 
       absl::StrFormat("%s  (%s of total)", Num(status.cold_tail_rate()),
                       Percent(status.cold_tail_rate(), status.total_rate())));
   Row(&out, "imbalance (max/mean)", absl::StrFormat("%.4f", status.imbalance()));
+  Row(&out, "reports", absl::StrCat(status.reports_accepted(), " accepted, ",
+                                    status.reports_duplicate(), " duplicate"));
   const size_t drained_count = std::count(drained.begin(), drained.end(), true);
   Row(&out, "destinations",
       absl::StrFormat("%d  (%d drained)", status.destinations_size(), drained_count));

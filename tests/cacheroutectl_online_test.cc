@@ -383,6 +383,11 @@ TEST_CASE("status shows the version, the loads and the gateways") {
   REQUIRE(gateways->array.size() == 1);
   CHECK(gateways->array[0].Find("gateway_id")->string == "gw-1");
   CHECK(gateways->array[0].Find("last_sequence")->number == 1);
+  CHECK(doc->Find("reports_accepted")->number == 1);
+  CHECK(doc->Find("reports_duplicate")->number == 0);
+  CHECK(doc->Find("replica")->type == JsonValue::Type::kNull);  // a planner alone
+  CHECK(absl::StrContains(table.out, "reports                1 accepted, 0 duplicate"));
+  CHECK_FALSE(absl::StrContains(table.out, "replica"));
 }
 
 TEST_CASE("explain says where an admitted key goes and why another is not admitted") {

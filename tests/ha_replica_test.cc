@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
@@ -28,6 +30,7 @@
 #include "planner/coord/etcd_client.h"
 #include "tests/support/etcd_process.h"
 #include "tests/support/eventually.h"
+#include "tests/support/json_reader.h"
 #include "tests/support/rate_reports.h"
 #include "tests/support/temp_dir.h"
 
@@ -349,6 +352,37 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
       }
     }
     CHECK(found);
+  }
+
+  // cacheroutectl, given the dead leader's address first, answers from the next replica and shows
+  // its part: the successor leads; the other follows it.
+  const auto ctl = [](const std::string& planners, const std::string& format) {
+    const std::string command = absl::StrCat(CACHEROUTECTL_PATH, " --planner ", planners,
+                                             " status --format ", format, " 2>&1");
+    std::string out;
+    if (FILE* pipe = popen(command.c_str(), "r")) {
+      char buffer[4096];
+      for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+      pclose(pipe);
+    }
+    return out;
+  };
+  const std::string json = ctl(absl::StrCat(dead.load()->address(), ",", successor->address()), "json");
+  INFO(json);
+  const std::optional<client::testing::JsonValue> doc = client::testing::ParseJson(json);
+  REQUIRE(doc.has_value());
+  const client::testing::JsonValue* replica = doc->Find("replica");
+  REQUIRE(replica != nullptr);
+  CHECK(replica->Find("role")->string == "leader");
+  CHECK(replica->Find("replica_id")->string == successor->id());
+  CHECK(replica->Find("ready")->boolean);
+  CHECK(doc->Find("reports_accepted")->number == static_cast<double>(n));
+  for (Replica* r : followers) {
+    if (r == successor) continue;
+    const std::string text = ctl(r->address(), "table");
+    INFO(text);
+    CHECK(absl::StrContains(text, absl::StrCat(r->id(), ", follower; leader ", successor->id())));
+    CHECK(absl::StrContains(text, "table watch live"));
   }
 }
 

@@ -6,6 +6,8 @@ if(TARGET cacheroute_coord)
                       LIBS cacheroute::planner_service cacheroute::dataplane_grpc
                            cacheroute::coord cacheroute::etcd_proto)
   target_compile_definitions(ha_replica_test PRIVATE
-                             CACHEROUTE_PLANNER_PATH="$<TARGET_FILE:cacheroute-planner>")
-  add_dependencies(ha_replica_test cacheroute-planner)
+                             CACHEROUTE_PLANNER_PATH="$<TARGET_FILE:cacheroute-planner>"
+                             CACHEROUTECTL_PATH="$<TARGET_FILE:cacheroutectl>")
+  add_dependencies(ha_replica_test cacheroute-planner cacheroutectl)
+  target_link_libraries(ha_replica_test PRIVATE cacheroute::workload_gen)  # support/json_reader.h
 endif()
