@@ -1,12 +1,20 @@
 # Tests for dataplane_grpc.
-# The table subscriber and the rate reporter against the real planner on a loopback port. Not run
-# under ThreadSanitizer: Debian's gRPC is not instrumented (see planner_server_test).
+# The table subscriber, the rate reporter and the failover between planner replicas against real
+# planners on loopback ports. The subscriber's and the channels' tests also run under
+# ThreadSanitizer (the subscriber's stream thread against the Router's readers and the test's
+# thread), with tsan-grpc.supp for what TSan cannot see inside Debian's uninstrumented gRPC.
 cacheroute_add_test(NAME dataplane_table_subscriber_test SOURCES dataplane_table_subscriber_test.cc
-                    LIBS cacheroute::dataplane_grpc cacheroute::planner_service)
+                    LIBS cacheroute::dataplane_grpc cacheroute::planner_service
+                    LABELS concurrency)
 target_include_directories(dataplane_table_subscriber_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 cacheroute_add_test(NAME dataplane_rate_reporter_test SOURCES dataplane_rate_reporter_test.cc
                     LIBS cacheroute::dataplane_grpc cacheroute::planner_service)
 target_include_directories(dataplane_rate_reporter_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 cacheroute_add_test(NAME dataplane_planner_channels_test SOURCES dataplane_planner_channels_test.cc
-                    LIBS cacheroute::dataplane_grpc cacheroute::planner_service)
+                    LIBS cacheroute::dataplane_grpc cacheroute::planner_service
+                    LABELS concurrency)
 target_include_directories(dataplane_planner_channels_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+if(CACHEROUTE_SANITIZE MATCHES "thread")
+  set_tests_properties(dataplane_table_subscriber_test dataplane_planner_channels_test PROPERTIES
+    ENVIRONMENT "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tsan-grpc.supp")
+endif()
