@@ -494,6 +494,10 @@ class WatchCommand final : public OnlineCommand {
         gateway_id_.empty() ? absl::StrCat("cacheroutectl-watch-", getpid()) : gateway_id_;
     absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
     if (!client.ok()) return client.status();
+    if ((*client)->address_count() > 1) {
+      // The stream goes to the current address: first find a replica that answers.
+      if (absl::Status s = (*client)->GetStatus().status(); !s.ok()) return s;
+    }
 
     grpc::ClientContext context;
     (*client)->PrepareStreamContext(&context);
@@ -787,9 +791,10 @@ class DestinationsCommand final : public OnlineCommand {
 
 void AddGlobalOptions(CLI::App& app, GlobalOptions* options) {
   app.add_option("--planner", options->planner,
-                 "Planner address HOST:PORT (env CACHEROUTE_PLANNER)")
+                 "Planner address HOST:PORT, or several replicas' comma-separated, tried in turn "
+                 "(env CACHEROUTE_PLANNER)")
       ->envname("CACHEROUTE_PLANNER")
-      ->type_name("HOST:PORT")
+      ->type_name("HOST:PORT[,…]")
       ->capture_default_str();
   app.add_option("--token", options->token, "Bearer token for the planner (env CACHEROUTE_TOKEN)")
       ->envname("CACHEROUTE_TOKEN")

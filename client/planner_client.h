@@ -1,10 +1,15 @@
 // PlannerClient: cacheroutectl's connection to a running planner (cacheroute-planner). It builds
-// the gRPC channel from the global options (address, optional TLS root CA, optional bearer
+// the gRPC channels from the global options (addresses, optional TLS root CA, optional bearer
 // token), makes the unary calls with a deadline, and turns gRPC failures into absl::Status values
 // whose codes give cacheroutectl's exit codes (command.h) and whose messages say what failed:
 //   UNAVAILABLE, DEADLINE_EXCEEDED        → "planner HOST:PORT unavailable …" (exit 3)
 //   UNAUTHENTICATED, PERMISSION_DENIED    → "planner HOST:PORT refused CALL …" (exit 4)
 //   INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION → "CALL: <the planner's message>" (exit 2)
+// Several replicas ("a:1,b:2", docs/ha.md): a unary call goes to the address that answered last
+// (the first at start) and, on UNAVAILABLE or DEADLINE_EXCEEDED, to the next, each at most once;
+// when none answers, the error joins every address's message with "; ". A call that timed out
+// may have been applied by that replica too; the admin writes are idempotent and a report's
+// (gateway, sequence) is applied once. Streams use the current address.
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<PlannerClient>> client = PlannerClient::Connect(options);
@@ -15,6 +20,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,7 +33,7 @@
 namespace cacheroute::client {
 
 struct PlannerOptions {
-  std::string address = "127.0.0.1:50051";   // HOST:PORT
+  std::string address = "127.0.0.1:50051";   // HOST:PORT[,HOST:PORT…]
   std::string token;                         // sent as "authorization: Bearer <token>" if set
   std::string tls_ca_file;                   // PEM root CA; TLS is on when set
   std::chrono::milliseconds deadline{5000};  // per unary call
@@ -35,8 +41,9 @@ struct PlannerOptions {
 
 class PlannerClient {
  public:
-  // Reads the CA file if any (InvalidArgument naming --tls-ca if it cannot be read); does not
-  // connect: the first call does.
+  // Reads the CA file if any (InvalidArgument naming --tls-ca if it cannot be read); an empty
+  // address list or an empty item is InvalidArgument naming --planner. Does not connect: the
+  // first call does.
   static absl::StatusOr<std::unique_ptr<PlannerClient>> Connect(const PlannerOptions& options);
 
   absl::StatusOr<v1::GetStatusResponse> GetStatus();
@@ -52,24 +59,33 @@ class PlannerClient {
 
   // For streams: adds the token to `context`, sets no deadline.
   void PrepareStreamContext(grpc::ClientContext* context) const;
-  v1::TableService::Stub& tables() { return *tables_; }
+  v1::TableService::Stub& tables() { return *replicas_[current_].tables; }
 
-  // `status` of the call named `call` as an absl::Status (see the header comment).
+  // `status` of the call named `call` to the current address as an absl::Status (see above).
   absl::Status ToStatus(absl::string_view call, const grpc::Status& status) const;
 
-  const std::string& address() const { return options_.address; }
+  // The current address: the one that answered last, else the first.
+  const std::string& address() const { return replicas_[current_].address; }
+  size_t address_count() const { return replicas_.size(); }
 
  private:
-  explicit PlannerClient(PlannerOptions options, std::shared_ptr<grpc::Channel> channel);
+  struct Replica {
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::RateService::Stub> rates;
+    std::unique_ptr<v1::TableService::Stub> tables;
+    std::unique_ptr<v1::AdminService::Stub> admin;
+  };
+  explicit PlannerClient(PlannerOptions options, std::vector<Replica> replicas);
 
+  absl::Status ToStatusFor(const std::string& address, absl::string_view call,
+                           const grpc::Status& status) const;
   template <typename Response, typename Invoke>
   absl::StatusOr<Response> Unary(absl::string_view call, Invoke invoke);
 
   const PlannerOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::RateService::Stub> rates_;
-  std::unique_ptr<v1::TableService::Stub> tables_;
-  std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::vector<Replica> replicas_;  // at least one
+  size_t current_ = 0;
 };
 
 }  // namespace cacheroute::client

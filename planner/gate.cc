@@ -135,6 +135,9 @@ absl::Status GateOptions::Validate() const {
   if (!(std::isfinite(ttft_envelope_seconds) && ttft_envelope_seconds >= 0)) {
     return OutOfRange("ttft_envelope_seconds", "finite and >= 0", ttft_envelope_seconds);
   }
+  if (envelope_min_samples < 1) {
+    return OutOfRange("envelope_min_samples", ">= 1", envelope_min_samples);
+  }
   return absl::OkStatus();
 }
 
@@ -253,6 +256,53 @@ void Gate::Enter(GateState state) {
   good_streak_ = 0;
   better_streak_ = 0;
   intervals_in_state_ = 0;
+  envelope_chunk_ = {};
+  envelope_run_ = {};
+  envelope_breaches_ = 0;
+}
+
+std::optional<std::string> Gate::EnvelopeBreached(const Evidence& interval_evidence) {
+  if (options_.ttft_envelope_seconds <= 0 || options_.envelope_rollback_after == 0) {
+    return std::nullopt;
+  }
+  const double q = options_.quantile;
+  const double envelope = options_.ttft_envelope_seconds;
+  envelope_chunk_.Merge(interval_evidence);
+  if (envelope_chunk_.table.ttft.count() < options_.envelope_min_samples) return std::nullopt;
+  const Evidence chunk = std::exchange(envelope_chunk_, Evidence{});
+  const double chunk_quantile = chunk.table.ttft.Quantile(q);
+  // A breach only when the quantile's whole bucket is above the envelope (its lower bound at or
+  // above it): a quantile in the bucket holding the envelope may be inside it.
+  const size_t chunk_bucket = chunk.table.ttft.QuantileBucket(q);
+  const double chunk_lower = chunk_bucket == 0 ? 0.0 : TtftHistogram::bounds()[chunk_bucket - 1];
+  if (chunk_lower < envelope) {
+    envelope_breaches_ = 0;
+    envelope_run_ = {};
+    return std::nullopt;
+  }
+  ++envelope_breaches_;
+  envelope_run_.Merge(chunk);
+  if (envelope_breaches_ < options_.envelope_rollback_after) return std::nullopt;
+  const std::string pq = absl::StrFormat("p%g", 100 * q);
+  const std::string breach =
+      absl::StrCat("table ", pq, " TTFT above the ", Seconds(envelope), " envelope in ",
+                   envelope_breaches_, " checks in a row (the last ", Seconds(chunk_lower), "-",
+                   Seconds(chunk_quantile),
+                   " over ", chunk.table.ttft.count(), " samples)");
+  const ArmEvidence& control = envelope_run_.control;
+  const double control_quantile = control.ttft.Quantile(q);
+  // Inside: the quantile's bucket (its upper bound) is at or below the envelope.
+  if (control.ttft.count() > 0 && control_quantile <= envelope) {
+    return absl::StrCat(breach, ", control ", pq, " ", Seconds(control_quantile), " over ",
+                        control.ttft.count(), " samples in the same intervals, inside it");
+  }
+  // Control is out of the envelope too: roll back only if the table is significantly worse
+  // over the run (Compare with envelope_min_samples per arm).
+  GateOptions run_options = options_;
+  run_options.min_samples = options_.envelope_min_samples;
+  const Verdict v = Compare(envelope_run_.table, control, run_options);
+  if (v.kind == Verdict::kWorse) return absl::StrCat(breach, ", and over those checks ", v.why);
+  return std::nullopt;
 }
 
 Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
@@ -271,6 +321,10 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
   const absl::string_view name = GateStateName(before);
   GateState next = before;
 
+  // The envelope rule counts only while enabled (and not forced); other states keep it empty.
+  const std::optional<std::string> envelope_why =
+      before == GateState::kEnabled && !forced_.has_value() ? EnvelopeBreached(interval_evidence)
+                                                            : std::nullopt;
   if (forced_.has_value()) {
     d.why = absl::StrCat(name, " (forced: ", forced_why_, "); ", v.why);
   } else {
@@ -319,7 +373,11 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
         }
         break;
       case GateState::kEnabled:
-        if (v.kind == Verdict::kWorse) {
+        if (envelope_why.has_value()) {
+          next = GateState::kRolledBack;
+          d.why = absl::StrCat("enabled -> rolled_back by the envelope rule: ", *envelope_why,
+                               "; ", v.why);
+        } else if (v.kind == Verdict::kWorse) {
           ++worse_streak_;
           if (worse_streak_ >= options_.rollback_after) {
             next = GateState::kRolledBack;
@@ -367,6 +425,9 @@ void Gate::Force(std::optional<GateState> state, std::string why) {
     good_streak_ = 0;
     better_streak_ = 0;
     intervals_in_state_ = 0;
+    envelope_chunk_ = {};
+    envelope_run_ = {};
+    envelope_breaches_ = 0;
   }
   forced_ = state;
   forced_why_ = state.has_value() ? std::move(why) : std::string();

@@ -15,6 +15,8 @@
 // margin), or if, neither arm being worse, the table's served KV hit (cached / prompt tokens)
 // exceeds control's by kv_hit_margin or more; else not worse. With ttft_envelope_seconds > 0, the TTFT test counts as worse only
 // while table's q-quantile is above the envelope. se = √(p(1−p)(1/n_t + 1/n_c)), p pooled; se = 0 gives z = 0.
+// While enabled, the envelope rule (GateOptions::envelope_rollback_after) also rolls back a table
+// whose p99 stays above the envelope while control's does not, without waiting for a batch.
 //
 // Invariants: every state change clears the evidence window and the streaks (old evidence belongs
 // to the old split); a forced state never changes in Observe; the results depend only on the
@@ -94,6 +96,17 @@ struct GateOptions {
   // back for a tail that is merely longer than control's. 0: no envelope (always compared);
   // finite, >= 0. Failures are compared either way.
   double ttft_envelope_seconds = 0;
+  // The envelope rule (with ttft_envelope_seconds > 0, while enabled): the table arm's evidence
+  // is checked in chunks of at least envelope_min_samples TTFT samples (an interval, or several
+  // at low traffic); a chunk whose q-quantile bucket lies wholly above the envelope is a breach. After
+  // envelope_rollback_after breaches in a row, the table is rolled back if, over those chunks,
+  // the control arm's q-quantile is inside the envelope (control meets the SLO the table
+  // misses), or Compare with envelope_min_samples per arm says worse (both miss it, the table
+  // by significantly more). An overloaded fleet, where both arms miss it alike, is not the
+  // table's fault. It acts on a small control arm long before the batches of Compare can.
+  // envelope_rollback_after 0 turns the rule off; envelope_min_samples ≥ 1.
+  uint32_t envelope_rollback_after = 3;
+  uint64_t envelope_min_samples = 100;
   // A table arm whose TTFT and failures are not worse and whose served KV hit (Σ cached / Σ
   // prompt tokens) is at least this much above control's (absolute; 0.1 = ten points) is better:
   // the table does what it is for, and a shared fleet's queues hide the latency gain from the
@@ -163,7 +176,8 @@ class Gate {
   // (docs/gate.md, "States"); a verdict other than kTooFewSamples empties the batch. shadow →
   // canary after shadow_intervals; canary → rolled_back after canary_rollback_after worse
   // decisions in a row, → enabled after promote_after not-worse (or better) ones in a row or
-  // promote_better_after better ones in a row; enabled → rolled_back after rollback_after worse ones in a row;
+  // promote_better_after better ones in a row; enabled → rolled_back after rollback_after worse ones in a row,
+  // or by the envelope rule (GateOptions::envelope_rollback_after);
   // rolled_back → canary after retry_after intervals. kTooFewSamples leaves the streaks as they
   // are. While a state is forced nothing changes but the window.
   Decision Observe(const dataplane::Evidence& interval_evidence);
@@ -187,6 +201,8 @@ class Gate {
 
  private:
   void Enter(GateState state);  // a state change: clears the window, streaks and state clock
+  // The envelope rule on one more interval (enabled only): the reason to roll back, if it says so.
+  std::optional<std::string> EnvelopeBreached(const dataplane::Evidence& interval_evidence);
 
   GateOptions options_;
   GateState state_;
@@ -198,6 +214,11 @@ class Gate {
   uint32_t good_streak_ = 0;    // kNotWorse or kBetter, in canary
   uint32_t better_streak_ = 0;  // kBetter, in canary
   std::deque<dataplane::Evidence> window_;
+  // The envelope rule (enabled only): the chunk being filled, the breaches in a row and both
+  // arms' evidence over them.
+  dataplane::Evidence envelope_chunk_;
+  dataplane::Evidence envelope_run_;
+  uint32_t envelope_breaches_ = 0;
 };
 
 }  // namespace cacheroute::planner

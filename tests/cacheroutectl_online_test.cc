@@ -609,6 +609,49 @@ TEST_CASE("an address nobody listens on exits 3 and names the address") {
   CheckError(Run({"replan"}, {absl::StrCat("CACHEROUTE_PLANNER=", address)}), 3, {address});
 }
 
+TEST_CASE("several addresses: each call goes to the first that answers") {
+  Planner planner;
+  TempDir dir("cacheroutectl_online");
+  const std::string dead = absl::StrCat("127.0.0.1:", cacheroute::testing::FreeLoopbackPort());
+  const std::string both = absl::StrCat(dead, ",", planner.address());
+
+  // Reads and writes (push-rates, replan) both reach the live replica behind the dead one.
+  const Result push = Run({"--planner", both, "push-rates", "--gateway", "gw-1", "--rates",
+                           dir.Write("rates.csv", kRates), "--sequence", "1"});
+  INFO(push.err);
+  CHECK(push.exit_code == 0);
+  CHECK(planner.Status().keys_known() == 3);
+  planner.Advance();
+  const Result replan = Run({"--planner", both, "replan"});
+  INFO(replan.err);
+  CHECK(replan.exit_code == 0);
+  // status names the replica that answered.
+  const Result status = Run({"--planner", both, "status"});
+  INFO(status.err);
+  CHECK(status.exit_code == 0);
+  CHECK(absl::StartsWith(status.out, absl::StrCat("Planner ", planner.address(), "\n")));
+  // From the environment too, with blanks around the commas.
+  const Result env =
+      Run({"show"}, {absl::StrCat("CACHEROUTE_PLANNER=", dead, " , ", planner.address())});
+  INFO(env.err);
+  CHECK(env.exit_code == 0);
+  // watch finds the live replica before opening its stream.
+  const Result watch = Run({"--planner", both, "watch", "--count", "1"});
+  INFO(watch.err);
+  CHECK(watch.exit_code == 0);
+  // A bad answer from the live replica is its error (exit 2), not a reason to try the next one.
+  CheckError(Run({"--planner", both, "show", "--version", "1.999"}), 2, {"1.999", "not kept"});
+}
+
+TEST_CASE("several addresses nobody listens on: exit 3, naming every address") {
+  const std::string a = absl::StrCat("127.0.0.1:", cacheroute::testing::FreeLoopbackPort());
+  const std::string b = absl::StrCat("127.0.0.1:", cacheroute::testing::FreeLoopbackPort());
+  CheckError(Run({"--planner", absl::StrCat(a, ",", b), "status"}), 3, {a, b, "unavailable"});
+  CheckError(Run({"--planner", absl::StrCat(a, ",", b), "watch", "--count", "1"}), 3, {a, b});
+  CheckError(Run({"--planner", absl::StrCat(a, ",,", b), "status"}), 2,
+             {"--planner", absl::StrCat("\"", a, ",,", b, "\"")});
+}
+
 TEST_CASE("with a token configured, calls without it exit 4") {
   PlannerConfig config = TestConfig();
   config.token = "s3cret";

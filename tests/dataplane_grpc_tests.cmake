@@ -7,3 +7,6 @@ target_include_directories(dataplane_table_subscriber_test PRIVATE ${CMAKE_CURRE
 cacheroute_add_test(NAME dataplane_rate_reporter_test SOURCES dataplane_rate_reporter_test.cc
                     LIBS cacheroute::dataplane_grpc cacheroute::planner_service)
 target_include_directories(dataplane_rate_reporter_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+cacheroute_add_test(NAME dataplane_planner_channels_test SOURCES dataplane_planner_channels_test.cc
+                    LIBS cacheroute::dataplane_grpc cacheroute::planner_service)
+target_include_directories(dataplane_planner_channels_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

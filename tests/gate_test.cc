@@ -509,6 +509,87 @@ TEST_CASE("Gate: enabled falls back after rollback_after worse decisions in a ro
   for (int i = 0; i < 100; ++i) REQUIRE_FALSE(steady.Observe(Equal()).changed);
 }
 
+// The envelope rule's options: a 3.5 s envelope, the other options the defaults.
+GateOptions Envelope() {
+  GateOptions options;
+  options.ttft_envelope_seconds = 3.5;
+  return options;
+}
+// n table samples with 5% at `slow` seconds (p99 in slow's bucket), the rest at 0.2 s.
+ArmEvidence TableTail(uint64_t n, double slow) {
+  return Samples({{0.2, n / 20 * 19}, {slow, n / 20}});
+}
+
+TEST_CASE("Gate: enabled falls back when the table's p99 leaves the envelope, control inside") {
+  // 190 table and 10 control samples an interval: far too few control samples for Compare's
+  // batches (200 per arm), enough for the envelope rule.
+  const Evidence breach{.table = TableTail(200, 10), .control = Samples({{0.3, 10}})};
+  const Evidence inside{.table = TableTail(200, 2.5), .control = Samples({{0.3, 10}})};
+  Gate gate(Envelope(), GateState::kEnabled);
+  CHECK_FALSE(gate.Observe(breach).changed);
+  CHECK_FALSE(gate.Observe(breach).changed);
+  CHECK_FALSE(gate.Observe(inside).changed);  // restarts the count
+  CHECK_FALSE(gate.Observe(breach).changed);
+  CHECK_FALSE(gate.Observe(breach).changed);
+  const Gate::Decision d = gate.Observe(breach);
+  CHECK(d.changed);
+  CHECK(d.state == GateState::kRolledBack);
+  CHECK(d.verdict.kind == Verdict::kTooFewSamples);  // Compare alone would have waited
+  CHECK_THAT(d.why, Contains("enabled -> rolled_back by the envelope rule: table p99 TTFT above "
+                             "the 3.5 s envelope in 3 checks in a row (the last 7.5 s-10 s over "
+                             "200 samples), control p99 0.3 s over 30 samples in the same "
+                             "intervals, inside it"));
+  // At low traffic a check waits for envelope_min_samples (100): 50 table samples an interval
+  // make a check every second interval, so the third check, and the rollback, is the sixth.
+  Gate slow(Envelope(), GateState::kEnabled);
+  const Evidence half{.table = TableTail(60, 10), .control = Samples({{0.3, 3}})};
+  for (int i = 1; i <= 5; ++i) REQUIRE_FALSE(slow.Observe(half).changed);
+  CHECK(slow.Observe(half).state == GateState::kRolledBack);
+}
+
+TEST_CASE("Gate: the envelope rule needs the p99 wholly above it, and a control arm to beat") {
+  // A p99 in the bucket that holds the envelope (3 s to 5 s) may be inside it: no breach.
+  Gate edge(Envelope(), GateState::kEnabled);
+  // (2 control samples an interval keep Compare's batches below min_samples throughout.)
+  const Evidence in_bucket{.table = TableTail(200, 4), .control = Samples({{0.3, 2}})};
+  for (int i = 0; i < 50; ++i) REQUIRE_FALSE(edge.Observe(in_bucket).changed);
+  // Both arms out of the envelope alike (an overloaded fleet): falling back would not help.
+  Gate overload(Envelope(), GateState::kEnabled);
+  const Evidence both{.table = TableTail(200, 10), .control = TableTail(100, 10)};
+  for (int i = 0; i < 50; ++i) REQUIRE_FALSE(overload.Observe(both).changed);
+  // Both out, the table significantly worse over the checks (Compare with 100 samples an arm,
+  // below the 200 its batches need): rolled back on the third check.
+  Gate worse(Envelope(), GateState::kEnabled);
+  const Evidence far{.table = Samples({{0.2, 80}, {30, 20}}),
+                     .control = Samples({{0.2, 95}, {10, 5}})};
+  CHECK_FALSE(worse.Observe(far).changed);
+  CHECK_FALSE(worse.Observe(far).changed);
+  const Gate::Decision d = worse.Observe(far);
+  CHECK(d.state == GateState::kRolledBack);
+  CHECK_THAT(d.why, Contains("and over those checks worse: table p99 TTFT 30 s vs control 10 s"));
+  // No control samples: nothing to measure against.
+  Gate alone(Envelope(), GateState::kEnabled);
+  const Evidence no_control{.table = TableTail(200, 10), .control = {}};
+  for (int i = 0; i < 20; ++i) REQUIRE_FALSE(alone.Observe(no_control).changed);
+  // Off without an envelope or with envelope_rollback_after 0, and only while enabled (2
+  // control samples an interval: enough for the rule, too few for Compare's batches).
+  const Evidence breach{.table = TableTail(200, 10), .control = Samples({{0.3, 2}})};
+  Gate no_envelope(GateOptions{}, GateState::kEnabled);
+  GateOptions off = Envelope();
+  off.envelope_rollback_after = 0;
+  Gate rule_off(off, GateState::kEnabled);
+  Gate canary(Envelope(), GateState::kCanary);
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE_FALSE(no_envelope.Observe(breach).changed);
+    REQUIRE_FALSE(rule_off.Observe(breach).changed);
+    REQUIRE_FALSE(canary.Observe(breach).changed);
+  }
+  // A forced enabled state holds too.
+  Gate forced(Envelope(), GateState::kEnabled);
+  forced.Force(GateState::kEnabled, "operator");
+  for (int i = 0; i < 20; ++i) REQUIRE_FALSE(forced.Observe(breach).changed);
+}
+
 TEST_CASE("Gate: rolled_back retries a canary after retry_after intervals") {
   GateOptions options;
   options.retry_after = 5;
@@ -691,6 +772,21 @@ TEST_CASE("Gate: an enabled gate on equal arms rarely rolls back") {
     total += rollbacks;
   }
   CHECK(total <= 8);
+  // With a 3.5 s envelope and equal arms whose p99 (4.0 s at median 1 s, σ 0.6) sits on it, so
+  // that both arms' checks often fall outside it: the envelope rule must not add false alarms.
+  Draw draw(1007);
+  Gate gate(Envelope(), GateState::kEnabled);
+  int rollbacks = 0;
+  for (int i = 0; i < kIntervals; ++i) {
+    const Evidence e{.table = draw.Arm(3800, 1.0, 0.6, 0.01),
+                     .control = draw.Arm(200, 1.0, 0.6, 0.01)};
+    if (gate.Observe(e).state == GateState::kRolledBack) {
+      ++rollbacks;
+      gate = Gate(Envelope(), GateState::kEnabled);
+    }
+  }
+  INFO("envelope 3.5 s on a 4.0 s p99: " << rollbacks << " rollbacks in " << kIntervals);
+  CHECK(rollbacks <= 5);
 }
 
 TEST_CASE("GateOptions::Validate names the field and the value") {
@@ -761,6 +857,9 @@ TEST_CASE("GateOptions::Validate names the field and the value") {
     x = {};
     x.failure_margin = 2;
     c.emplace_back(x, "gate.failure_margin must be in [0, 1), got 2");
+    x = {};
+    x.envelope_min_samples = 0;
+    c.emplace_back(x, "gate.envelope_min_samples must be >= 1, got 0");
     return c;
   }();
   for (const auto& [options, message] : cases) CHECK(error(options) == message);

@@ -92,7 +92,7 @@ planner_tls_key_file: /etc/gw/gw.key
   CHECK(config->listen == "[::1]:0");
   CHECK(config->policy == "chwbl");
   CHECK(config->key_header == "X-Tenant");
-  CHECK(config->planner == "planner.internal:50051");
+  CHECK(config->planner == std::vector<std::string>{"planner.internal:50051"});
   CHECK(config->gateway_id == "gw-7");
   CHECK(config->report_interval == absl::Milliseconds(500));
   CHECK(config->table_ttl == absl::Minutes(2));
@@ -157,6 +157,12 @@ TEST_CASE("bad values are errors that name the field and the value") {
       {base + "listen: 127.0.0.1:70000\n", {"listen", "port", "70000"}},
       {base + "planner: nohost\n", {"planner", "\"nohost\""}},
       {base + "planner: 127.0.0.1:50051\n", {"gateway_id", "planner", "127.0.0.1:50051"}},
+      {base + "gateway_id: g\nplanner: [\"a:1\", nohost]\n", {"planner[1]", "\"nohost\""}},
+      {base + "gateway_id: g\nplanner: [\"a:1\", \"a:1\"]\n",
+       {"planner[1]", "duplicate", "\"a:1\""}},
+      {base + "gateway_id: g\nplanner: []\n", {"planner", "empty list"}},
+      {base + "gateway_id: g\nplanner: {a: 1}\n", {"planner", "HOST:PORT or a list"}},
+      {base + "gateway_id: g\nplanner: \"a:1,b\"\n", {"planner[1]", "\"b\""}},
       {base + "report_interval: soon\n", {"report_interval", "\"soon\"", "duration"}},
       {base + "probe_interval: 0s\n", {"probe_interval", "0"}},
       {base + "load_scrape_interval: -1s\n", {"load_scrape_interval", "-1s"}},
@@ -208,6 +214,35 @@ TEST_CASE("bad values are errors that name the field and the value") {
   }
 }
 
+TEST_CASE("planner is one address, a YAML list, or a comma-separated string or flag") {
+  const std::string base = std::string(kMinimal) + "gateway_id: gw-1\n";
+  const std::vector<std::string> both = {"10.0.0.1:50051", "planner-1.planner:50051"};
+  for (const std::string& yaml :
+       {base + "planner: [\"10.0.0.1:50051\", \"planner-1.planner:50051\"]\n",
+        base + "planner:\n  - 10.0.0.1:50051\n  - planner-1.planner:50051\n",
+        base + "planner: \"10.0.0.1:50051, planner-1.planner:50051\"\n"}) {
+    INFO(yaml);
+    absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(yaml);
+    INFO(config.status().ToString());
+    REQUIRE(config.ok());
+    CHECK(ValidateGatewayConfig(*config).ok());
+    CHECK(config->planner == both);
+  }
+  absl::StatusOr<GatewayConfig> flag =
+      Load({"--upstream", "a=http://127.0.0.1:7001", "--gateway-id", "gw-1", "--planner",
+            "127.0.0.1:1,[::1]:2,planner:3"});
+  INFO(flag.status().ToString());
+  REQUIRE(flag.ok());
+  CHECK(flag->planner == std::vector<std::string>{"127.0.0.1:1", "[::1]:2", "planner:3"});
+  CHECK(Load({"--upstream", "a=http://127.0.0.1:7001", "--planner", ""})->planner.empty());
+  const absl::Status bad = Load({"--upstream", "a=http://127.0.0.1:7001", "--gateway-id", "g",
+                                 "--planner", "127.0.0.1:1,:x"})
+                               .status();
+  CHECK(bad.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bad.message()), Catch::Contains("--planner[1]"));
+  CHECK_THAT(std::string(bad.message()), Catch::Contains("\":x\""));
+}
+
 TEST_CASE("a dynamic membership source replaces the static list") {
   absl::StatusOr<GatewayConfig> dns = ParseGatewayConfigYaml(
       "upstreams_dns: \"vllm.serving.svc.cluster.local:8000\"\ndns_server: \"10.0.0.10:53\"\n"
@@ -240,7 +275,7 @@ TEST_CASE("flags override the file") {
   REQUIRE(config.ok());
   CHECK(config->policy == "preble");
   CHECK(config->listen == "127.0.0.1:0");
-  CHECK(config->planner == "127.0.0.1:50051");
+  CHECK(config->planner == std::vector<std::string>{"127.0.0.1:50051"});
   CHECK(config->gateway_id == "gw-1");
   CHECK(config->upstreams.size() == 2);
 

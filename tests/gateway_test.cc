@@ -29,6 +29,7 @@
 #include "cacheroute/dataplane/arm_evidence.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/dns_server.h"
+#include "support/free_port.h"
 #include "support/planner_fixture.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
@@ -354,7 +355,7 @@ TEST_CASE("planned keys go to their table destination, other keys spread by P2C"
   InProcessPlanner planner(PlannerFor(fleet.Names()));
   GatewayConfig config = ConfigFor(fleet);
   config.key_from = {"header", "user"};  // a request without either has no key
-  config.planner = planner.target();
+  config.planner = {planner.target()};
   config.gateway_id = "gw-test";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   REQUIRE(Eventually([&] { return gateway->SubscriberStats()->connected; }));
@@ -402,6 +403,26 @@ TEST_CASE("planned keys go to their table destination, other keys spread by P2C"
                                   gateway->table()->version().number)) != std::string::npos);
 }
 
+TEST_CASE("several planner addresses: the gateway reports to and follows the one that answers") {
+  Fleet fleet(4);
+  InProcessPlanner planner(PlannerFor(fleet.Names()));
+  GatewayConfig config = ConfigFor(fleet);
+  // Host names: one channel per address, the first nobody listens on (planner_channels.h).
+  const std::string port = planner.target().substr(planner.target().rfind(':') + 1);
+  config.planner = {absl::StrCat("localhost:", cacheroute::testing::FreeLoopbackPort()),
+                    absl::StrCat("localhost:", port)};
+  config.gateway_id = "gw-two";
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  REQUIRE(Eventually([&] { return gateway->SubscriberStats()->connected; }));
+  PlanFromTraffic(planner, *gateway, kHot, 20, 40);
+  httplib::Client client = ClientFor(*gateway);
+  for (const std::string& key : kHot) {
+    const Reply reply = Send(client, key);
+    CHECK(reply.planned == "1");
+    CHECK(reply.destination == TableDestination(*gateway, key));
+  }
+}
+
 TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollout, reports "
           "each arm, and the planner promotes an equal canary") {
   Fleet fleet(4);
@@ -414,7 +435,7 @@ TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollo
   planner_config.gate.z = 5;  // an equal canary must never look worse by chance here
   InProcessPlanner planner(planner_config);
   GatewayConfig config = ConfigFor(fleet);
-  config.planner = planner.target();
+  config.planner = {planner.target()};
   config.gateway_id = "gw-gate";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   REQUIRE(Eventually([&] { return gateway->SubscriberStats()->connected; }));
@@ -467,7 +488,7 @@ TEST_CASE("a table update arrives while traffic flows and no request fails") {
   Fleet fleet(3);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
   GatewayConfig config = ConfigFor(fleet);
-  config.planner = planner.target();
+  config.planner = {planner.target()};
   config.gateway_id = "gw-flow";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   PlanFromTraffic(planner, *gateway, {"k0", "k1", "k2"}, 10, 0);
@@ -559,7 +580,7 @@ TEST_CASE("the planner stopped mid-run leaves the gateway routing on its last ta
   Fleet fleet(3);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
   GatewayConfig config = ConfigFor(fleet);
-  config.planner = planner.target();
+  config.planner = {planner.target()};
   config.gateway_id = "gw-orphan";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   PlanFromTraffic(planner, *gateway, {"x", "y", "z"}, 10, 0);
@@ -746,7 +767,7 @@ TEST_CASE("planner_token_file: the token gets rates and tables through, its abse
   InProcessPlanner planner(planner_config);
 
   GatewayConfig with_token = ConfigFor(fleet);
-  with_token.planner = planner.target();
+  with_token.planner = {planner.target()};
   with_token.gateway_id = "gw-token";
   with_token.planner_token_file = dir.Write("token", "s3cret-token\n");
   auto gateway = StartGateway(with_token);
@@ -754,7 +775,7 @@ TEST_CASE("planner_token_file: the token gets rates and tables through, its abse
   CHECK(TableDestination(*gateway, kHot[0]) != "");
 
   GatewayConfig without = ConfigFor(fleet);
-  without.planner = planner.target();
+  without.planner = {planner.target()};
   without.gateway_id = "gw-plain";
   auto plain = StartGateway(without);
   httplib::Client client = ClientFor(*plain);
@@ -795,7 +816,7 @@ TEST_CASE("planner_tls_*: a gateway reaches a planner behind mutual TLS") {
   InProcessPlanner planner(planner_config, grpc::SslCredentials(ssl));
 
   GatewayConfig config = ConfigFor(fleet);
-  config.planner = planner.target();
+  config.planner = {planner.target()};
   config.gateway_id = "gw-mtls";
   config.planner_tls_ca_file = certs.ca;
   config.planner_tls_cert_file = certs.client_cert;
@@ -805,7 +826,7 @@ TEST_CASE("planner_tls_*: a gateway reaches a planner behind mutual TLS") {
   CHECK(TableDestination(*gateway, kHot[0]) != "");
 
   GatewayConfig no_client_cert = ConfigFor(fleet);
-  no_client_cert.planner = planner.target();
+  no_client_cert.planner = {planner.target()};
   no_client_cert.gateway_id = "gw-ca-only";
   no_client_cert.planner_tls_ca_file = certs.ca;
   auto refused = StartGateway(no_client_cert);
@@ -1134,7 +1155,7 @@ TEST_CASE("upstreams_file: members added and removed reach the gateway and the p
   config.upstreams.clear();
   config.upstreams_file = path;
   config.membership_interval = absl::Milliseconds(50);
-  config.planner = planner.target();
+  config.planner = {planner.target()};
   config.gateway_id = "gw-members";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   CHECK(gateway->DestinationNames() == std::vector<std::string>{"u0", "u1"});
@@ -1201,7 +1222,7 @@ TEST_CASE("upstreams_dns: addresses that come and go reach the gateway and the p
   config.upstreams_dns = absl::StrCat("engines.serving.test:", a.port());
   config.dns_server = absl::StrCat("127.0.0.1:", dns.port());
   config.membership_interval = absl::Milliseconds(50);
-  config.planner = planner.target();
+  config.planner = {planner.target()};
   config.gateway_id = "gw-dns";
   config.report_interval = absl::Milliseconds(50);
   std::unique_ptr<Gateway> gateway = StartGateway(config);

@@ -245,12 +245,15 @@ TEST_CASE("unknown keys are errors naming the key") {
 
 TEST_CASE("the gate section parses, and its errors name gate.<field> and the value") {
   absl::StatusOr<PlannerConfig> parsed = ParsePlannerConfigYaml(
-      "gate:\n  enabled: true\n  canary_fraction: 0.1\n  promote_after: 5\n  z: 3.09\n");
+      "gate:\n  enabled: true\n  canary_fraction: 0.1\n  promote_after: 5\n  z: 3.09\n"
+      "  envelope_rollback_after: 4\n  envelope_min_samples: 50\n");
   REQUIRE(parsed.ok());
   CHECK(parsed->gate_enabled);
   CHECK(parsed->gate.canary_fraction == 0.1);
   CHECK(parsed->gate.promote_after == 5);
   CHECK(parsed->gate.z == 3.09);
+  CHECK(parsed->gate.envelope_rollback_after == 4);
+  CHECK(parsed->gate.envelope_min_samples == 50);
   CHECK(parsed->gate.min_samples == planner::GateOptions{}.min_samples);  // untouched
   CHECK(PlannerConfig{}.gate_enabled);                                     // on by default
   absl::StatusOr<PlannerConfig> off = ParsePlannerConfigYaml("gate:\n  enabled: false\n");
@@ -783,8 +786,9 @@ TEST_CASE("every deploy/k8s/*.yaml parses and each document has apiVersion and k
   }
   for (const char* object :
        {"Deployment/cacheroute-planner", "Service/cacheroute-planner",
-        "ConfigMap/cacheroute-planner-config", "PersistentVolumeClaim/cacheroute-planner-state",
-        "Deployment/cacheroute-gateway", "Service/cacheroute-gateway",
+        "Service/cacheroute-planner-replicas", "ConfigMap/cacheroute-planner-config",
+        "PodDisruptionBudget/cacheroute-planner", "StatefulSet/etcd", "Service/etcd",
+        "PodDisruptionBudget/etcd", "Deployment/cacheroute-gateway", "Service/cacheroute-gateway",
         "ConfigMap/cacheroute-gateway-config", "PodDisruptionBudget/cacheroute-gateway"}) {
     INFO(object);
     CHECK(objects.count(object) == 1);
@@ -810,14 +814,21 @@ TEST_CASE("the Kubernetes manifests are consistent with the planner config") {
   REQUIRE(by_name.count("Deployment/cacheroute-planner") == 1);
   const YAML::Node config_map = by_name["ConfigMap/cacheroute-planner-config"];
   REQUIRE(config_map["data"]["planner.yaml"].IsScalar());
-  const PlannerConfig config = ParseOk(config_map["data"]["planner.yaml"].Scalar());
+  // The `etcd` section is the replicated planner's (docs/ha.md, issue 14), checked below against
+  // etcd.yaml; this loader predates it, so the rest is loaded without it.
+  YAML::Node planner_yaml = YAML::Load(config_map["data"]["planner.yaml"].Scalar());
+  const YAML::Node etcd = YAML::Clone(planner_yaml["etcd"]);
+  REQUIRE(etcd.IsMap());
+  planner_yaml.remove("etcd");
+  const PlannerConfig config = ParseOk(YAML::Dump(planner_yaml));
   CHECK(ValidatePlannerConfig(config).ok());
   CHECK(absl::EndsWith(config.listen, ":50051"));
   CHECK(absl::EndsWith(config.metrics_listen, ":9464"));
 
   const YAML::Node deployment = by_name["Deployment/cacheroute-planner"];
-  CHECK(deployment["spec"]["replicas"].as<int>() == 1);
-  CHECK(deployment["spec"]["strategy"]["type"].as<std::string>() == "Recreate");
+  CHECK(deployment["spec"]["replicas"].as<int>() == 3);
+  CHECK(deployment["spec"]["strategy"]["type"].as<std::string>() == "RollingUpdate");
+  CHECK(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"].as<int>() == 0);
   const YAML::Node pod = deployment["spec"]["template"]["spec"];
   REQUIRE(pod["containers"].size() == 1);
   const YAML::Node container = pod["containers"][0];
@@ -827,9 +838,52 @@ TEST_CASE("the Kubernetes manifests are consistent with the planner config") {
   }
   CHECK(mount_paths.count(config.state_dir) == 1);
   CHECK(mount_paths.count("/etc/cacheroute") == 1);
-  CHECK(container["readinessProbe"]["grpc"]["port"].as<int>() == 50051);
-  CHECK(container["livenessProbe"]["grpc"]["port"].as<int>() == 50051);
+  // Probes: readiness /readyz, liveness /healthz, both on the metrics port (9464).
+  int metrics_port = 0;
+  for (const YAML::Node& port : container["ports"]) {
+    if (port["name"].as<std::string>() == "metrics") metrics_port = port["containerPort"].as<int>();
+  }
+  CHECK(metrics_port == 9464);
+  CHECK(container["readinessProbe"]["httpGet"]["path"].as<std::string>() == "/readyz");
+  CHECK(container["readinessProbe"]["httpGet"]["port"].as<std::string>() == "metrics");
+  CHECK(container["livenessProbe"]["httpGet"]["path"].as<std::string>() == "/healthz");
+  CHECK(container["livenessProbe"]["httpGet"]["port"].as<std::string>() == "metrics");
   CHECK(pod["securityContext"]["runAsNonRoot"].as<bool>());
+  // The init container renders the per-pod identity the etcd section asks for.
+  REQUIRE(pod["initContainers"].size() == 1);
+  const std::string render = YAML::Dump(pod["initContainers"][0]["command"]);
+  CHECK(etcd["replica_id"].as<std::string>() == "__POD_NAME__");
+  CHECK(etcd["advertise"].as<std::string>() == "__POD_IP__:50051");
+  CHECK(absl::StrContains(render, "__POD_NAME__"));
+  CHECK(absl::StrContains(render, "__POD_IP__"));
+  CHECK(etcd["lease_ttl_seconds"].as<int>() > 0);
+  CHECK(absl::EndsWith(etcd["key_prefix"].as<std::string>(), "/"));
+
+  // etcd: 3 members with volumes behind a headless Service; the planner's endpoints are they.
+  REQUIRE(by_name.count("StatefulSet/etcd") == 1);
+  const YAML::Node etcd_set = by_name["StatefulSet/etcd"];
+  CHECK(etcd_set["spec"]["replicas"].as<int>() == 3);
+  CHECK(etcd_set["spec"]["serviceName"].as<std::string>() == "etcd");
+  CHECK(etcd_set["spec"]["volumeClaimTemplates"].size() == 1);
+  CHECK(by_name["Service/etcd"]["spec"]["clusterIP"].as<std::string>() == "None");
+  const std::string etcd_args =
+      YAML::Dump(etcd_set["spec"]["template"]["spec"]["containers"][0]["args"]);
+  REQUIRE(etcd["endpoints"].size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    INFO(i);
+    CHECK(absl::StrContains(etcd_args, absl::StrCat("etcd-", i, "=http://etcd-", i, ".etcd.")));
+    CHECK(etcd["endpoints"][i].as<std::string>() ==
+          absl::StrCat("etcd-", i, ".etcd.cacheroute.svc:2379"));
+  }
+  // Both budgets keep 2 of 3, selecting their pods.
+  for (const char* name : {"cacheroute-planner", "etcd"}) {
+    INFO(name);
+    const YAML::Node pdb = by_name[absl::StrCat("PodDisruptionBudget/", name)];
+    REQUIRE(pdb.IsMap());
+    CHECK(pdb["spec"]["minAvailable"].as<int>() == 2);
+    CHECK(pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"].as<std::string>() ==
+          name);
+  }
 }
 
 }  // namespace

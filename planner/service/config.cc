@@ -211,6 +211,10 @@ const std::vector<YamlField>& GateFields() {
       GateField("ttft_margin", &planner::GateOptions::ttft_margin, number),
       GateField("failure_margin", &planner::GateOptions::failure_margin, number),
       GateField("ttft_envelope_seconds", &planner::GateOptions::ttft_envelope_seconds, number),
+      GateField("envelope_rollback_after", &planner::GateOptions::envelope_rollback_after,
+                integer(kMax32)),
+      GateField("envelope_min_samples", &planner::GateOptions::envelope_min_samples,
+                integer(std::numeric_limits<uint64_t>::max())),
   };
   return *fields;
 }

@@ -420,7 +420,7 @@ void Gateway::PollMembership() {
 }
 
 void Gateway::ReportMembership() {
-  if (planner_channel_ == nullptr || planner_has_members_.load()) return;
+  if (planner_channels_ == nullptr || planner_has_members_.load()) return;
   const std::shared_ptr<const Members> members = ControlMembers();
   if (members->count == 0) return;  // the planner keeps its list rather than none
   v1::SetDestinationsRequest request;
@@ -429,9 +429,14 @@ void Gateway::ReportMembership() {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (!planner_token_.empty()) context.AddMetadata("authorization", "Bearer " + planner_token_);
   v1::SetDestinationsResponse response;
+  const dataplane::PlannerChannels::Pick pick = planner_channels_->Current();
   const grpc::Status status =
-      v1::AdminService::NewStub(planner_channel_)->SetDestinations(&context, request, &response);
+      v1::AdminService::NewStub(pick.channel)->SetDestinations(&context, request, &response);
   if (!status.ok()) {
+    // Retried next round; on the next replica if this one is unreachable.
+    if (dataplane::PlannerChannels::ShouldRotate(status.error_code())) {
+      planner_channels_->Failed(pick.index);
+    }
     Log("warning", "membership_report_failed",
         {{"code", absl::StrCat(status.error_code())},
          {"error", absl::StrCat("\"", status.error_message(), "\"")}});
@@ -494,14 +499,15 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
       if (!text.ok()) return text.status();
       token = std::string(absl::StripAsciiWhitespace(*text));
     }
-    auto channel = grpc::CreateChannel(config.planner, *credentials);
+    // One channel over every replica where gRPC can (planner_channels.h).
+    auto channel = dataplane::PlannerChannels::Create(config.planner, *credentials);
     dataplane::TableSubscriberOptions table_options;
     table_options.gateway_id = config.gateway_id;
     table_options.destinations = std::move(names);
     table_options.cache_path = config.table_cache;
     table_options.bearer_token = token;
     table_options.ignore_unknown_destinations = gateway->dynamic_membership_;
-    gateway->planner_channel_ = channel;
+    gateway->planner_channels_ = channel;
     gateway->planner_token_ = token;
     gateway->planner_has_members_.store(!gateway->dynamic_membership_);
     gateway->subscriber_ = std::make_unique<dataplane::TableSubscriber>(channel, gateway->router_,

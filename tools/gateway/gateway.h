@@ -37,6 +37,7 @@
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/evidence_recorder.h"
+#include "cacheroute/dataplane/grpc/planner_channels.h"
 #include "cacheroute/dataplane/grpc/rate_reporter.h"
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
 #include "cacheroute/dataplane/policies.h"
@@ -197,7 +198,7 @@ class Gateway {
   std::unique_ptr<Pools> pools_;  // made by Listen, emptied by Stop before server_ goes
   int port_ = 0;
   std::atomic<bool> draining_{false};
-  std::shared_ptr<grpc::Channel> planner_channel_;
+  std::shared_ptr<dataplane::PlannerChannels> planner_channels_;  // null without a planner
   std::string planner_token_;
   std::thread membership_thread_;  // with a dynamic source or a planner to tell
   std::thread prober_thread_;

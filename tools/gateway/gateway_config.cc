@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "planner/service/config.h"
 #include "planner/service/yaml_fields.h"
@@ -47,6 +48,57 @@ absl::StatusOr<UpstreamAddress> SplitHostPort(absl::string_view name, absl::stri
 absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
   if (value.empty() && allow_empty) return absl::OkStatus();
   return SplitHostPort(name, value).status();
+}
+
+// The planner list: every address HOST:PORT, none twice. `name` is the key or the flag.
+// A YAML list names its items `planner[i]` even when it has one; a string of one address names
+// it `planner`.
+absl::Status CheckPlanners(absl::string_view name, const std::vector<std::string>& planners,
+                           bool from_list = false) {
+  std::set<std::string> seen;
+  for (size_t i = 0; i < planners.size(); ++i) {
+    const std::string indexed =
+        planners.size() == 1 && !from_list ? std::string(name) : absl::StrCat(name, "[", i, "]");
+    if (absl::Status s = CheckHostPort(indexed, planners[i], false); !s.ok()) return s;
+    if (!seen.insert(planners[i]).second) {
+      return Invalid(indexed, absl::StrCat("duplicate address ", Quote(planners[i])));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "a:1,b:2" (the flag; one YAML string too): split on commas, blanks around them ignored; ""
+// is the empty list.
+std::vector<std::string> SplitPlannerList(absl::string_view value) {
+  std::vector<std::string> planners;
+  if (absl::StripAsciiWhitespace(value).empty()) return planners;
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    planners.emplace_back(absl::StripAsciiWhitespace(part));
+  }
+  return planners;
+}
+
+absl::Status YamlPlanners(absl::string_view name, const YAML::Node& node, GatewayConfig& config) {
+  std::vector<std::string> planners;
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      absl::StatusOr<std::string> s = YamlString(absl::StrCat(name, "[", i, "]"), node[i]);
+      if (!s.ok()) return s.status();
+      planners.push_back(*std::move(s));
+    }
+    if (planners.empty()) return Invalid(name, "an empty list; leave the key out for no planner");
+    if (absl::Status c = CheckPlanners(name, planners, true); !c.ok()) return c;
+  } else {
+    absl::StatusOr<std::string> s = YamlString(name, node);
+    if (!s.ok()) {
+      return Invalid(
+          name, absl::StrCat("expected HOST:PORT or a list of them, got ", DescribeNode(node)));
+    }
+    planners = SplitPlannerList(*s);
+    if (absl::Status c = CheckPlanners(name, planners); !c.ok()) return c;
+  }
+  config.planner = std::move(planners);
+  return absl::OkStatus();
 }
 
 absl::Status CheckPolicy(absl::string_view name, absl::string_view value) {
@@ -198,9 +250,7 @@ const std::vector<YamlField>& Fields() {
       IntegerField("max_upstreams", &GatewayConfig::max_upstreams, 1, 4096),
       StringField("policy", &GatewayConfig::policy, CheckPolicy),
       StringField("key_header", &GatewayConfig::key_header, CheckHeaderName),
-      StringField(
-          "planner", &GatewayConfig::planner,
-          [](absl::string_view n, absl::string_view v) { return CheckHostPort(n, v, true); }),
+      YamlField{"planner", YamlPlanners},
       StringField("gateway_id", &GatewayConfig::gateway_id, nullptr),
       DurationField("report_interval", &GatewayConfig::report_interval),
       DurationField("table_ttl", &GatewayConfig::table_ttl),
@@ -259,8 +309,9 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, GatewayConfig& 
     config.listen = flags.listen;
   }
   if (given("--planner")) {
-    if (absl::Status s = CheckHostPort("--planner", flags.planner, true); !s.ok()) return s;
-    config.planner = flags.planner;
+    std::vector<std::string> planners = SplitPlannerList(flags.planner);
+    if (absl::Status s = CheckPlanners("--planner", planners); !s.ok()) return s;
+    config.planner = std::move(planners);
   }
   if (given("--gateway-id")) config.gateway_id = flags.gateway_id;
   if (given("--policy")) {
@@ -294,8 +345,9 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
       ->type_name("FILE");
   app.add_option("--listen", flags.listen, "HTTP address; port 0 picks a free one")
       ->type_name("HOST:PORT");
-  app.add_option("--planner", flags.planner, "Planner gRPC address; \"\" for none")
-      ->type_name("HOST:PORT");
+  app.add_option("--planner", flags.planner,
+                 "Planner gRPC address, or several replicas' comma-separated; \"\" for none")
+      ->type_name("HOST:PORT[,HOST:PORT…]");
   app.add_option("--gateway-id", flags.gateway_id, "This gateway's id at the planner")
       ->type_name("ID");
   app.add_option("--policy", flags.policy,
@@ -410,7 +462,7 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
            CheckPositiveDuration("membership_interval", config.membership_interval),
            CheckPolicy("policy", config.policy),
            CheckHeaderName("key_header", config.key_header),
-           CheckHostPort("planner", config.planner, true),
+           CheckPlanners("planner", config.planner),
            CheckPositiveDuration("report_interval", config.report_interval),
            CheckPositiveDuration("table_ttl", config.table_ttl),
            CheckPositiveDuration("connect_timeout", config.connect_timeout),
@@ -429,8 +481,9 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
     if (!s.ok()) return s;
   }
   if (!config.planner.empty() && config.gateway_id.empty()) {
-    return Invalid("gateway_id", absl::StrCat("must be set when planner is set (planner = ",
-                                              Quote(config.planner), "), got \"\""));
+    return Invalid("gateway_id",
+                   absl::StrCat("must be set when planner is set (planner = ",
+                                Quote(absl::StrJoin(config.planner, ",")), "), got \"\""));
   }
   if (config.planner_tls_cert_file.empty() != config.planner_tls_key_file.empty()) {
     const bool cert = !config.planner_tls_cert_file.empty();

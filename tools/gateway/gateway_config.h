@@ -59,9 +59,11 @@ struct GatewayConfig {
   std::vector<std::string> key_from = {"header", "user", "system"};
   uint32_t prefix_bytes = 1024;
 
-  // Planner (gRPC HOST:PORT). Empty: no rate reports and no table, so `cacheroute` routes every
-  // request by power of two choices.
-  std::string planner;
+  // Planner replicas, each a gRPC HOST:PORT (YAML: one string, or a list; flag: a comma-separated
+  // list); the table stream and the reports fail over between them (planner_channels.h). One
+  // address may be a DNS name resolving to all replicas (a headless Service). Empty: no rate
+  // reports and no table, so `cacheroute` routes every request by power of two choices.
+  std::vector<std::string> planner;
   std::string gateway_id;  // required with a planner; unique per gateway
   absl::Duration report_interval = absl::Seconds(10);
   absl::Duration table_ttl = absl::Seconds(60);  // a table older than this is not routed by
@@ -132,7 +134,7 @@ absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml,
 absl::StatusOr<std::vector<Upstream>> ParseUpstreamListYaml(absl::string_view yaml);
 
 // Full loading: defaults, then `--config FILE`, then the flags:
-//   --config FILE --listen HOST:PORT --planner HOST:PORT --gateway-id ID --policy NAME
+//   --config FILE --listen HOST:PORT --planner HOST:PORT[,HOST:PORT…] --gateway-id ID --policy NAME
 //   --upstream NAME=URL (repeatable; replaces the file's list)
 // `--help` is reported as a NotFound status whose message is the help text. The result is
 // validated (ValidateGatewayConfig).
@@ -140,10 +142,10 @@ absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* arg
 
 // Checks consistency: one membership source (at least one static upstream, or upstreams_file,
 // or upstreams_dns), names distinct and non-empty, URLs http://HOST:PORT;
-// listen and planner HOST:PORT (planner may be empty); a policy from kPolicyNames; a gateway_id
-// when a planner is set; positive durations; failure_threshold >= 1; key_from names from
-// kKeySources without repeats; tls_cert_file and tls_key_file both or neither; a
-// non-empty key_header made of header-name characters.
+// listen HOST:PORT; each planner address HOST:PORT, without repeats (the list may be empty); a
+// policy from kPolicyNames; a gateway_id when a planner is set; positive durations;
+// failure_threshold >= 1; key_from names from kKeySources without repeats; tls_cert_file and
+// tls_key_file both or neither; a non-empty key_header made of header-name characters.
 absl::Status ValidateGatewayConfig(const GatewayConfig& config);
 
 // http://HOST:PORT split into its parts ("[::1]" keeps its brackets off in `host`).

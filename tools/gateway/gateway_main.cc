@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tools/gateway/gateway.h"
 #include "tools/gateway/gateway_config.h"
 
@@ -51,10 +52,10 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  std::string line =
-      absl::StrCat("started gateway port=", (*started)->port(), " listen=", config->listen,
-                   " policy=", config->policy, " upstreams=", config->upstreams.size(),
-                   " planner=", config->planner.empty() ? "none" : config->planner, "\n");
+  std::string line = absl::StrCat(
+      "started gateway port=", (*started)->port(), " listen=", config->listen,
+      " policy=", config->policy, " upstreams=", config->upstreams.size(),
+      " planner=", config->planner.empty() ? "none" : absl::StrJoin(config->planner, ","), "\n");
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
   while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(20));

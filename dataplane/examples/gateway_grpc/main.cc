@@ -1,9 +1,11 @@
 // A gateway's control-plane wiring: follow the planner's tables, report per-key rates, route.
-// Usage: example_gateway_grpc [planner host:port]   (default 127.0.0.1:50051)
+// Usage: example_gateway_grpc [planner host:port[,host:port…]]   (default 127.0.0.1:50051)
+// Several addresses are planner replicas; PlannerChannels fails over between them.
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "cacheroute/dataplane/grpc/planner_channels.h"
 #include "cacheroute/dataplane/grpc/rate_reporter.h"
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
 #include "cacheroute/dataplane/key_id.h"
@@ -11,7 +13,13 @@
 namespace dp = cacheroute::dataplane;
 
 int main(int argc, char** argv) {
-  const std::string planner_address = argc > 1 ? argv[1] : "127.0.0.1:50051";
+  const std::string list = argc > 1 ? argv[1] : "127.0.0.1:50051";
+  std::vector<std::string> addresses;
+  for (size_t start = 0, comma; start <= list.size(); start = comma + 1) {
+    comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    addresses.push_back(list.substr(start, comma - start));
+  }
   const std::vector<std::string> upstreams = {"engine-0", "engine-1", "engine-2"};
   dp::ThreadLocalRandom random(7);
   dp::SteadyClock clock;
@@ -19,7 +27,7 @@ int main(int argc, char** argv) {
   dp::Router router(
       {.destination_count = 3, .table_ttl = std::chrono::seconds(60), .rate_recorder = &recorder},
       random);
-  auto planner = grpc::CreateChannel(planner_address, grpc::InsecureChannelCredentials());
+  auto planner = dp::PlannerChannels::Create(addresses, grpc::InsecureChannelCredentials());
   dp::TableSubscriber subscriber(planner, router,
                                  {.gateway_id = "example", .destinations = upstreams});
   dp::RateReporter reporter(planner, recorder, {.gateway_id = "example"});

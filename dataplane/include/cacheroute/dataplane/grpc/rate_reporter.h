@@ -10,6 +10,9 @@
 // `max_pending` wait behind a failed one, beyond that the oldest is dropped and counted in
 // Stats().dropped_reports. Sequences start at the wall-clock time in milliseconds when the
 // reporter is built and go up by one per report. Why: docs/dataplane.md, "Rate reporter".
+// Over several planner replicas (planner_channels.h), a report that failed UNAVAILABLE or
+// DEADLINE_EXCEEDED is retried at once, same sequence, on the next channel (each at most once per
+// ReportOnce); inside one channel over all replicas gRPC's round_robin sends it to another.
 //
 // Invariants: Start at most once; Stop is idempotent, sends one last report of the counts drained
 // so far (best effort, bounded by rpc_timeout) and joins the thread; ReportOnce may be called
@@ -37,6 +40,7 @@
 #include <utility>
 
 #include "cacheroute/dataplane/evidence_recorder.h"
+#include "cacheroute/dataplane/grpc/planner_channels.h"
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/status.h"
 #include "cacheroute/v1/rates.grpc.pb.h"
@@ -73,9 +77,12 @@ class RateReporter {
  public:
   RateReporter(std::shared_ptr<grpc::ChannelInterface> channel, RateRecorder& recorder,
                RateReporterOptions options)
-      : stub_(v1::RateService::NewStub(std::move(channel))),
-        recorder_(recorder),
-        options_(std::move(options)) {
+      : RateReporter(std::make_shared<PlannerChannels>(
+                         std::vector<std::shared_ptr<grpc::ChannelInterface>>{std::move(channel)}),
+                     recorder, std::move(options)) {}
+  RateReporter(std::shared_ptr<PlannerChannels> channels, RateRecorder& recorder,
+               RateReporterOptions options)
+      : channels_(std::move(channels)), recorder_(recorder), options_(std::move(options)) {
     if (!options_.now_unix_ms) {
       options_.now_unix_ms = [] {
         return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -120,6 +127,7 @@ class RateReporter {
     std::optional<WindowEvidence> evidence;
     if (options_.evidence != nullptr) evidence = options_.evidence->Drain();
     Enqueue(recorder_.Drain(), evidence);
+    size_t rotations = 0;  // channels moved past in this call; each is tried at most once
     while (true) {
       v1::ReportRatesRequest request;
       {
@@ -133,7 +141,18 @@ class RateReporter {
         context.AddMetadata("authorization", "Bearer " + options_.bearer_token);
       }
       v1::ReportRatesResponse response;
-      grpc::Status status = stub_->ReportRates(&context, request, &response);
+      const PlannerChannels::Pick pick = channels_->Current();
+      grpc::Status status =
+          v1::RateService::NewStub(pick.channel)->ReportRates(&context, request, &response);
+      if (!status.ok() && PlannerChannels::ShouldRotate(status.error_code()) &&
+          channels_->size() > 1) {
+        channels_->Failed(pick.index);
+        if (++rotations < channels_->size()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.failed_attempts;
+          continue;  // the same report, on the next replica
+        }
+      }
       std::lock_guard<std::mutex> lock(mu_);
       if (!status.ok()) {
         ++stats_.failed_attempts;
@@ -228,7 +247,7 @@ class RateReporter {
     }
   }
 
-  std::unique_ptr<v1::RateService::Stub> stub_;
+  std::shared_ptr<PlannerChannels> channels_;
   RateRecorder& recorder_;
   RateReporterOptions options_;
 

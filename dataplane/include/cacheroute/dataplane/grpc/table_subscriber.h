@@ -10,6 +10,8 @@
 // names NACK a table (with ignore_unknown_destinations: they are left out of it); a membership
 // change is SetDestinations, which re-installs the last table re-mapped (Router::Resize).
 //
+// Over PlannerChannels (several replicas) a stream that ends reopens on the next channel, the
+// backoff growing once per round; it resumes from the applied version, keeping the table.
 // Invariants: Start at most once; Stop is idempotent, ends the stream (TryCancel) and joins the
 // threads; the destructor calls Stop. Stats() is safe from any thread.
 //
@@ -41,6 +43,7 @@
 
 #include "absl/status/status.h"
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/grpc/planner_channels.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
@@ -105,7 +108,14 @@ class TableSubscriber {
   TableSubscriber(std::shared_ptr<grpc::ChannelInterface> channel, Router& router,
                   TableSubscriberOptions options, Clock& clock = DefaultClock(),
                   Random& random = DefaultRandom())
-      : stub_(v1::TableService::NewStub(std::move(channel))),
+      : TableSubscriber(
+            std::make_shared<PlannerChannels>(
+                std::vector<std::shared_ptr<grpc::ChannelInterface>>{std::move(channel)}),
+            router, std::move(options), clock, random) {}
+  TableSubscriber(std::shared_ptr<PlannerChannels> channels, Router& router,
+                  TableSubscriberOptions options, Clock& clock = DefaultClock(),
+                  Random& random = DefaultRandom())
+      : channels_(std::move(channels)),
         router_(router),
         options_(std::move(options)),
         clock_(clock),
@@ -328,8 +338,9 @@ class TableSubscriber {
         context_ = &context;
         ++stats_.connects;
       }
+      const PlannerChannels::Pick pick = channels_->Current();
       std::unique_ptr<grpc::ClientReaderWriter<v1::StreamTableRequest, v1::TableUpdate>> stream =
-          stub_->StreamTable(&context);
+          v1::TableService::NewStub(pick.channel)->StreamTable(&context);
       if (stream->Write(state_.OnConnect())) {
         // The planner took the stream. It sends nothing if we already have its latest version,
         // so an open stream is itself the sign that our table is current.
@@ -369,7 +380,12 @@ class TableSubscriber {
         stats_.last_error =
             "stream ended: " + std::to_string(status.error_code()) + " " + status.error_message();
       }
-      WaitFor(options_.backoff.Delay(attempt++, random_));
+      // A stream to a healthy replica does not end: whatever ended it, try the next one.
+      channels_->Failed(pick.index);
+      // Over several channels the backoff grows once per round over all of them, so that dead
+      // replicas ahead of a live one in the list do not stretch the wait for it.
+      WaitFor(
+          options_.backoff.Delay(static_cast<uint32_t>(attempt++ / channels_->size()), random_));
     }
   }
 
@@ -391,7 +407,7 @@ class TableSubscriber {
     wake_.wait_for(lock, delay, [this] { return stopping_; });
   }
 
-  std::unique_ptr<v1::TableService::Stub> stub_;
+  std::shared_ptr<PlannerChannels> channels_;
   Router& router_;
   // options_.destinations and index_by_name_ change only in SetDestinations; both, and last_,
   // are guarded by map_mu_ once Start has run. Lock order: map_mu_, then the Router's.
