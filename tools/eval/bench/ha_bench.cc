@@ -221,6 +221,15 @@ std::string PlannerYaml() {
   return yaml;
 }
 
+bool WaitFor(const std::function<bool()>& condition, std::chrono::seconds timeout) {
+  const auto give_up = Clock::now() + timeout;
+  while (!condition()) {
+    if (Clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 // One cacheroute-planner process; its port comes from its "started" log line.
 class Planner {
  public:
@@ -280,12 +289,34 @@ class Planner {
     auto s = Status();
     return s ? s->version().number() : 0;
   }
-  std::optional<v1::ReplanResponse> Replan() const {
+  std::optional<v1::ReplanResponse> Replan(std::string* error = nullptr) const {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ReplanResponse response;
-    if (!admin_->Replan(&context, {}, &response).ok()) return std::nullopt;
+    const grpc::Status status = admin_->Replan(&context, {}, &response);
+    if (!status.ok()) {
+      if (error != nullptr) *error = absl::StrCat(status.error_code(), " ", status.error_message());
+      return std::nullopt;
+    }
     return response;
+  }
+  // The first table: a Replan, retried for a while (a replica that has just been elected may
+  // refuse one while it takes over).
+  void FirstTable() const {
+    std::string error;
+    bool noted = false;
+    const bool done = WaitFor(
+        [&] {
+          if (Version() > 0) return true;
+          if (!Replan(&error) && !noted) {
+            std::cerr << "cacheroute-ha-bench: note: " << id_ << " refused the first Replan ("
+                      << error << "); retrying\n";
+            noted = true;
+          }
+          return Version() > 0;
+        },
+        std::chrono::seconds(20));
+    if (!done) Die(absl::StrCat("planner ", id_, ": no first table (Replan: ", error, ")"));
   }
   bool Report(const v1::ReportRatesRequest& request) const {
     grpc::ClientContext context;
@@ -303,14 +334,6 @@ class Planner {
   std::unique_ptr<v1::RateService::Stub> rates_;
 };
 
-bool WaitFor(const std::function<bool()>& condition, std::chrono::seconds timeout) {
-  const auto give_up = Clock::now() + timeout;
-  while (!condition()) {
-    if (Clock::now() > give_up) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
 
 // Three replicas under one key prefix; waits until one leads, has published, and the others
 // serve its version.
@@ -326,7 +349,7 @@ struct Replicas {
       Die("no replica led within 30 s");
     }
     // The control interval is long: the first table comes from a Replan.
-    if (leader->Version() == 0 && !leader->Replan()) Die("the first Replan failed");
+    leader->FirstTable();
     const bool served = WaitFor(
         [&] {
           const uint64_t v = leader->Version();
@@ -650,7 +673,7 @@ int main(int argc, char** argv) {
       {
         Planner single(planner_binary, dir, absl::StrCat("s", r), "", "", lease_ttl);
         single.AwaitStarted();
-        if (single.Version() == 0 && !single.Replan()) Die("the first Replan failed");
+        single.FirstTable();
         FanoutRun one =
             MeasureFanout({&single}, single, streams, versions, absl::StrCat("one", r), &sequence);
         if (!one.complete) {
