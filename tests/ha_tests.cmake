@@ -11,3 +11,13 @@ if(TARGET cacheroute_coord)
   add_dependencies(ha_replica_test cacheroute-planner cacheroutectl)
   target_link_libraries(ha_replica_test PRIVATE cacheroute::workload_gen)  # support/json_reader.h
 endif()
+# The HA benchmark's smoke run (tools/eval/bench/ha_bench.cc --quick: 1 failover, 20 streams,
+# 3 versions): it exits 1 unless a new leader published a greater version and every stream
+# applied every version; 77 (skipped) without /usr/bin/etcd. Checks the outcome, never timing.
+if(TARGET cacheroute-ha-bench)
+  add_test(NAME ha_bench_smoke_test COMMAND cacheroute-ha-bench --quick)
+  set_tests_properties(ha_bench_smoke_test PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 90)
+  # A target of the test's name, as .ci/run builds every test by name (in build-asan too).
+  add_custom_target(ha_bench_smoke_test)
+  add_dependencies(ha_bench_smoke_test cacheroute-ha-bench)
+endif()
