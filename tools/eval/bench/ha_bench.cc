@@ -56,7 +56,7 @@
 #include "grpcpp/grpcpp.h"
 #include "planner/coord/etcd_client.h"
 #include "planner/key_id.h"
-#include "proto/table/table_client_state.h"
+#include "tools/eval/bench/table_stream.h"
 
 #ifndef CACHEROUTE_PLANNER_PATH
 #define CACHEROUTE_PLANNER_PATH "cacheroute-planner"
@@ -396,73 +396,6 @@ std::optional<Published> ReadPublished(cacheroute::coord::EtcdClient& client,
   return p;
 }
 
-// One TableService stream: applies what arrives, ACKs it, and reports each applied version.
-class Stream final : public grpc::ClientBidiReactor<v1::StreamTableRequest, v1::TableUpdate> {
- public:
-  Stream(v1::TableService::Stub* stub, std::string gateway_id,
-         std::function<void(uint64_t)> on_version)
-      : state_(std::move(gateway_id)), on_version_(std::move(on_version)) {
-    stub->async()->StreamTable(&context_, this);
-    first_ = state_.OnConnect();
-    writing_ = true;
-    StartWrite(&first_);
-    StartRead(&update_);
-    StartCall();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) return;
-    absl::StatusOr<std::optional<v1::StreamTableRequest>> answer = state_.OnUpdate(update_);
-    if (answer.ok() && answer->has_value()) {
-      const uint64_t version = state_.version().number;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (writing_) {
-          pending_ = **answer;
-        } else {
-          current_ = **answer;
-          writing_ = true;
-          StartWrite(&current_);
-        }
-      }
-      on_version_(version);
-    }
-    StartRead(&update_);
-  }
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    if (ok && pending_.has_value()) {
-      current_ = *std::move(pending_);
-      pending_.reset();
-      writing_ = true;
-      StartWrite(&current_);
-    }
-  }
-  void OnDone(const grpc::Status&) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
-    done_cv_.notify_all();
-  }
-  void Cancel() { context_.TryCancel(); }
-  void AwaitDone() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return done_; });
-  }
-
- private:
-  grpc::ClientContext context_;
-  cacheroute::table::TableClientState state_;
-  std::function<void(uint64_t)> on_version_;
-  v1::StreamTableRequest first_;
-  v1::TableUpdate update_;
-  std::mutex mu_;
-  v1::StreamTableRequest current_;
-  std::optional<v1::StreamTableRequest> pending_;
-  bool writing_ = false;
-  bool done_ = false;
-  std::condition_variable done_cv_;
-};
-
 // The latest version each stream has applied; waits until all have one at or after a version.
 class Applied {
  public:
@@ -517,9 +450,9 @@ FanoutRun MeasureFanout(const std::vector<Planner*>& servers, const Planner& lea
           servers[s]->address(), grpc::InsecureChannelCredentials(), args)));
     }
   }
-  std::vector<std::unique_ptr<Stream>> open;
+  std::vector<std::unique_ptr<cacheroute::bench::TableStream>> open;
   struct CloseAll {  // also when Die() throws: a reactor must be done before it is destroyed
-    std::vector<std::unique_ptr<Stream>>& streams;
+    std::vector<std::unique_ptr<cacheroute::bench::TableStream>>& streams;
     ~CloseAll() {
       for (auto& s : streams) s->Cancel();
       for (auto& s : streams) s->AwaitDone();
@@ -529,7 +462,7 @@ FanoutRun MeasureFanout(const std::vector<Planner*>& servers, const Planner& lea
     // Round-robin over servers first, then over each server's channels.
     const size_t server = s % servers.size();
     const size_t channel = (s / servers.size()) % 2;
-    open.push_back(std::make_unique<Stream>(stubs[server * 2 + channel].get(),
+    open.push_back(std::make_unique<cacheroute::bench::TableStream>(stubs[server * 2 + channel].get(),
                                             absl::StrFormat("%s-stream-%d", tag, s),
                                             [&applied, s](uint64_t v) { applied.Set(s, v); }));
   }

@@ -33,7 +33,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
-#include "proto/table/table_client_state.h"
+#include "tools/eval/bench/table_stream.h"
 #include "tools/eval/workload/lognormal_rates.h"
 
 namespace {
@@ -44,75 +44,6 @@ namespace v1 = cacheroute::v1;
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// One subscriber stream: applies what arrives, ACKs it, and reports each applied version.
-class Subscriber final : public grpc::ClientBidiReactor<v1::StreamTableRequest, v1::TableUpdate> {
- public:
-  Subscriber(v1::TableService::Stub* stub, std::string gateway_id,
-             std::function<void(uint64_t)> on_version)
-      : state_(std::move(gateway_id)), on_version_(std::move(on_version)) {
-    stub->async()->StreamTable(&context_, this);
-    first_ = state_.OnConnect();
-    writing_ = true;
-    StartWrite(&first_);
-    StartRead(&update_);
-    StartCall();
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) return;
-    absl::StatusOr<std::optional<v1::StreamTableRequest>> answer = state_.OnUpdate(update_);
-    if (answer.ok() && answer->has_value()) {
-      const uint64_t version = state_.version().number;
-      std::lock_guard<std::mutex> lock(mu_);
-      if (writing_) {
-        pending_ = **answer;  // only the latest answer matters
-      } else {
-        current_ = **answer;
-        writing_ = true;
-        StartWrite(&current_);
-      }
-      on_version_(version);
-    }
-    StartRead(&update_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    if (ok && pending_.has_value()) {
-      current_ = *std::move(pending_);
-      pending_.reset();
-      writing_ = true;
-      StartWrite(&current_);
-    }
-  }
-
-  void OnDone(const grpc::Status&) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
-    done_cv_.notify_all();
-  }
-
-  void Cancel() { context_.TryCancel(); }
-  void AwaitDone() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return done_; });
-  }
-
- private:
-  grpc::ClientContext context_;
-  cacheroute::table::TableClientState state_;
-  std::function<void(uint64_t)> on_version_;
-  v1::StreamTableRequest first_;
-  v1::TableUpdate update_;
-  std::mutex mu_;
-  v1::StreamTableRequest current_;
-  std::optional<v1::StreamTableRequest> pending_;
-  bool writing_ = false;
-  bool done_ = false;
-  std::condition_variable done_cv_;
-};
 
 // Counts, per version number, how many subscribers have applied it.
 class AckTracker {
@@ -276,9 +207,9 @@ int main(int argc, char** argv) {
     table_stubs.push_back(v1::TableService::NewStub(
         grpc::CreateCustomChannel(planner, grpc::InsecureChannelCredentials(), args)));
   }
-  std::vector<std::unique_ptr<Subscriber>> streams;
+  std::vector<std::unique_ptr<cacheroute::bench::TableStream>> streams;
   for (int s = 0; s < subscribers; ++s) {
-    streams.push_back(std::make_unique<Subscriber>(table_stubs[s % table_stubs.size()].get(),
+    streams.push_back(std::make_unique<cacheroute::bench::TableStream>(table_stubs[s % table_stubs.size()].get(),
                                                    absl::StrFormat("bench-sub-%d", s),
                                                    [&tracker](uint64_t v) { tracker.Applied(v); }));
   }
