@@ -249,14 +249,7 @@ struct HaReplica::State {
 
   void Tick() {
     if (election->IsLeader()) {
-      absl::StatusOr<PlanOutcome> outcome = core->Replan();
-      if (!outcome.ok()) {
-        LogEvent("error", "plan_failed", {{"error", std::string(outcome.status().message())}});
-      } else if (outcome->changed) {
-        LogEvent("info", "table_published",
-                 {{"version", outcome->version.ToString()},
-                  {"build_ms", absl::StrCat(outcome->build_seconds * 1e3)}});
-      }
+      LogPlanOutcome(core->Replan());
     } else {
       core->FollowerTick();
     }

@@ -78,6 +78,23 @@ constexpr char kForwardedHeader[] = "x-cacheroute-forwarded-by";
 
 }  // namespace
 
+void LogPlanOutcome(const absl::StatusOr<PlanOutcome>& outcome) {
+  if (outcome.ok() && outcome->gate.has_value() && outcome->gate->changed) {
+    const planner::Gate::Decision& d = *outcome->gate;
+    LogEvent("info", "gate_changed",
+             {{"state", std::string(planner::GateStateName(d.state))},
+              {"table_fraction", absl::StrCat(d.table_fraction)},
+              {"why", d.why}});
+  }
+  if (!outcome.ok()) {
+    LogEvent("error", "plan_failed", {{"error", std::string(outcome.status().message())}});
+  } else if (outcome->changed) {
+    LogEvent("info", "table_published",
+             {{"version", outcome->version.ToString()},
+              {"build_ms", absl::StrCat(outcome->build_seconds * 1e3)}});
+  }
+}
+
 planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
   planner::RateReport report;
   report.gateway_id = request.gateway_id();
@@ -633,21 +650,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
     const absl::Duration interval = config.control_interval;
     server->ticker_ = std::thread([raw, interval] {
       while (!raw->shutdown_.WaitForNotificationWithTimeout(interval)) {
-        absl::StatusOr<PlanOutcome> outcome = raw->core_->Replan();
-        if (outcome.ok() && outcome->gate.has_value() && outcome->gate->changed) {
-          const planner::Gate::Decision& d = *outcome->gate;
-          LogEvent("info", "gate_changed",
-                   {{"state", std::string(planner::GateStateName(d.state))},
-                    {"table_fraction", absl::StrCat(d.table_fraction)},
-                    {"why", d.why}});
-        }
-        if (!outcome.ok()) {
-          LogEvent("error", "plan_failed", {{"error", std::string(outcome.status().message())}});
-        } else if (outcome->changed) {
-          LogEvent("info", "table_published",
-                   {{"version", outcome->version.ToString()},
-                    {"build_ms", absl::StrCat(outcome->build_seconds * 1e3)}});
-        }
+        LogPlanOutcome(raw->core_->Replan());
       }
     });
   }
