@@ -18,8 +18,3 @@ if(CACHEROUTE_SANITIZE MATCHES "thread")
   set_tests_properties(dataplane_table_subscriber_test dataplane_planner_channels_test PROPERTIES
     ENVIRONMENT "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tsan-grpc.supp")
 endif()
-if(CACHEROUTE_SANITIZE MATCHES "address")
-  # Host-name addresses go through gRPC's c-ares resolver, whose libcares allocations outlive it.
-  set_tests_properties(dataplane_planner_channels_test PROPERTIES
-    ENVIRONMENT "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-cares.supp")
-endif()
