@@ -416,7 +416,9 @@ absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::optional<planner::Gate::Decision> decision;
-    const std::optional<planner::Gate> gate_before = gate_;
+    // Only a publish hook can refuse the step and so need the gate as it was before it.
+    const std::optional<planner::Gate> gate_before =
+        publish_hook_ ? gate_ : std::optional<planner::Gate>();
     // The evidence of the interval that ends now, gathered under the split published for it.
     if (gate_.has_value()) {
       decision = gate_->Observe(rates_.TakeEvidence(gate_->table_fraction()));
