@@ -6,14 +6,11 @@
 cacheroute_add_test(NAME dataplane_table_subscriber_test SOURCES dataplane_table_subscriber_test.cc
                     LIBS cacheroute::dataplane_grpc cacheroute::planner_service
                     LABELS concurrency)
-target_include_directories(dataplane_table_subscriber_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 cacheroute_add_test(NAME dataplane_rate_reporter_test SOURCES dataplane_rate_reporter_test.cc
                     LIBS cacheroute::dataplane_grpc cacheroute::planner_service)
-target_include_directories(dataplane_rate_reporter_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 cacheroute_add_test(NAME dataplane_planner_channels_test SOURCES dataplane_planner_channels_test.cc
                     LIBS cacheroute::dataplane_grpc cacheroute::planner_service
                     LABELS concurrency)
-target_include_directories(dataplane_planner_channels_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 if(CACHEROUTE_SANITIZE MATCHES "thread")
   set_tests_properties(dataplane_table_subscriber_test dataplane_planner_channels_test PROPERTIES
     ENVIRONMENT "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tsan-grpc.supp")

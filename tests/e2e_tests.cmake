@@ -7,12 +7,7 @@ cacheroute_add_test(NAME engine_emu_test SOURCES engine_emu_test.cc
                     LIBS cacheroute::engine_emu cacheroute::workload_gen PkgConfig::E2E_HTTPLIB)
 cacheroute_add_test(NAME replay_test SOURCES replay_test.cc
                     LIBS cacheroute::engine_emu cacheroute::replay cacheroute::workload_gen
-                         PkgConfig::E2E_HTTPLIB)
-target_compile_definitions(replay_test PRIVATE
-                           CACHEROUTE_REPLAY_PATH="$<TARGET_FILE:cacheroute-replay>")
-add_dependencies(replay_test cacheroute-replay)
-cacheroute_add_test(NAME replay_compare_test SOURCES replay_compare_test.cc LIBS cacheroute::replay)
-target_include_directories(replay_compare_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_definitions(replay_compare_test PRIVATE
-                           CACHEROUTE_REPLAY_COMPARE_PATH="$<TARGET_FILE:cacheroute-replay-compare>")
-add_dependencies(replay_compare_test cacheroute-replay-compare)
+                         PkgConfig::E2E_HTTPLIB
+                    RUNS cacheroute-replay)
+cacheroute_add_test(NAME replay_compare_test SOURCES replay_compare_test.cc LIBS cacheroute::replay
+                    RUNS cacheroute-replay-compare)

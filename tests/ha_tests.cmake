@@ -2,14 +2,11 @@
 # against a real etcd (tests/support/etcd_process.h; they skip, saying so, when /usr/bin/etcd is
 # missing). Not under ThreadSanitizer: the work is in other processes and Debian's gRPC.
 if(TARGET cacheroute_coord)
+  # cacheroute::workload_gen: tests/support/json_reader.h.
   cacheroute_add_test(NAME ha_replica_test SOURCES ha_replica_test.cc
                       LIBS cacheroute::planner_service cacheroute::dataplane_grpc
-                           cacheroute::coord cacheroute::etcd_proto)
-  target_compile_definitions(ha_replica_test PRIVATE
-                             CACHEROUTE_PLANNER_PATH="$<TARGET_FILE:cacheroute-planner>"
-                             CACHEROUTECTL_PATH="$<TARGET_FILE:cacheroutectl>")
-  add_dependencies(ha_replica_test cacheroute-planner cacheroutectl)
-  target_link_libraries(ha_replica_test PRIVATE cacheroute::workload_gen)  # support/json_reader.h
+                           cacheroute::coord cacheroute::etcd_proto cacheroute::workload_gen
+                      RUNS cacheroute-planner cacheroutectl)
 endif()
 # The HA benchmark's smoke run (tools/eval/bench/ha_bench.cc --quick: 1 failover, 20 streams,
 # 3 versions): it exits 1 unless a new leader published a greater version and every stream

@@ -4,8 +4,5 @@ cacheroute_add_test(NAME workload_gen_test SOURCES workload_gen_test.cc
 cacheroute_add_test(NAME mooncake_trace_test SOURCES mooncake_trace_test.cc
                     LIBS cacheroute::workload_gen)
 # The real cacheroute-workload binary.
-cacheroute_add_test(NAME workload_cli_test SOURCES workload_cli_test.cc LIBS cacheroute::workload_gen)
-target_include_directories(workload_cli_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_definitions(workload_cli_test PRIVATE
-                           CACHEROUTE_WORKLOAD_PATH="$<TARGET_FILE:cacheroute-workload>")
-add_dependencies(workload_cli_test cacheroute-workload)
+cacheroute_add_test(NAME workload_cli_test SOURCES workload_cli_test.cc LIBS cacheroute::workload_gen
+                    RUNS cacheroute-workload)
