@@ -67,15 +67,27 @@ void HoldOnePlan(StudyConfig& c) {
   c.fleet.max_plans = 1;
 }
 
-StudyConfig Primary() {
+// What the paper's studies share: R = 30 destinations of `profile`, paired seeds, 300 measured
+// seconds, and the primary aggregate at top-K 128 with 120 s of warm-up in the workload.
+StudyConfig PaperSetup(std::string profile) {
   StudyConfig c;
+  c.profile = std::move(profile);
+  c.destinations = 30;
+  c.seeds = {2, 3, 4};
+  c.duration_s = 300;
+  c.workload = workload::PaperPrimaryProfile();
+  c.workload.top_k = 128;
+  c.workload.warmup_s = 120;
+  return c;
+}
+
+StudyConfig Primary() {
+  StudyConfig c = PaperSetup("llama-70b-fp8-tp2-h100");
   c.name = "primary";
   c.description =
       "The six-policy comparison of the paper's Table 1: Llama-3.3-70B fp8 on 30 TP2 "
       "destinations, the semi-synthetic primary workload (128,824 lognormal keys, σ = 1.65) with "
       "a top-K 128 active set, the 70B load ladder and paired seeds.";
-  c.profile = "llama-70b-fp8-tp2-h100";
-  c.destinations = 30;
   c.policies = {"flat-lb",
                 "sticky",
                 "chwbl",
@@ -86,18 +98,13 @@ StudyConfig Primary() {
                 "cacheroute-replan-10s",
                 "cacheroute-sticky-lpt"};
   c.loads = Ladder70B();
-  c.seeds = {2, 3, 4};
-  c.duration_s = 300;
   c.common_load_qps = 100;
-  c.workload = workload::PaperPrimaryProfile();
-  c.workload.top_k = 128;
-  c.workload.warmup_s = 120;
   HoldOnePlan(c);
   return c;
 }
 
 StudyConfig Ablation() {
-  StudyConfig c;
+  StudyConfig c = PaperSetup("llama-8b-h100");
   c.name = "ablation";
   c.description =
       "The component ablation of the paper's Table 4 on Llama-3.1-8B (one H100 per destination, "
@@ -108,24 +115,17 @@ StudyConfig Ablation() {
       "workload'; its count and share are ours, inside the 5–45% head shares of the paper's "
       "Table 13), so that the whales exceed q_cap at the upper loads and replication has work. "
       "The steps run the paper's dispatch; `cacheroute` is the shipped variant (docs/dispatch.md).";
-  c.profile = "llama-8b-h100";
-  c.destinations = 30;
   // The paper's steps, then CacheRoute as shipped (load-adaptive k_b, spills, its dispatch).
   c.policies = {"flat", "affinity", "replication", "lpt", "cacheroute"};
   c.loads = Ladder8B();
-  c.seeds = {2, 3, 4};
-  c.duration_s = 300;
   c.common_load_qps = 240;
-  c.workload = workload::PaperPrimaryProfile();
-  c.workload.top_k = 128;
-  c.workload.warmup_s = 120;
   c.whales = {.count = 4, .share = 0.4};
   HoldOnePlan(c);
   return c;
 }
 
 StudyConfig Negative() {
-  StudyConfig c;
+  StudyConfig c = PaperSetup("llama-70b-fp8-tp2-h100");
   c.name = "negative";
   c.description =
       "A regime with little recoverable prefix work (the paper's Table 5, whose 32B aggregates "
@@ -134,17 +134,11 @@ StudyConfig Negative() {
       "(≈ 1,400 tokens), over a wide top-K 2000 active set. Only the per-key context (≈ 9% of a "
       "prompt) is recoverable, and only by affinity. 70B profile, R = 30, Flat-LB against "
       "CacheRoute.";
-  c.profile = "llama-70b-fp8-tp2-h100";
-  c.destinations = 30;
   c.policies = {"flat-lb", "cacheroute", "cacheroute-paper", "cacheroute-gated",
                 "cacheroute-paper-gated"};
   c.loads = Ladder70B();
-  c.seeds = {2, 3, 4};
-  c.duration_s = 300;
   c.common_load_qps = 60;
-  c.workload = workload::PaperPrimaryProfile();
   c.workload.top_k = 2000;
-  c.workload.warmup_s = 120;
   c.workload.template_tokens = 0;
   c.workload.context_tokens = 160;
   c.workload.few_shot_tokens = 240;
@@ -178,7 +172,7 @@ StudyConfig TurnBad() {
 }
 
 StudyConfig Drift() {
-  StudyConfig c;
+  StudyConfig c = PaperSetup("llama-70b-fp8-tp2-h100");
   c.name = "drift";
   c.description =
       "Rate drift (the paper's §5.4 and Appendix E): every key's rate follows a lognormal random "
@@ -190,18 +184,11 @@ StudyConfig Drift() {
       "`fresh-sticky` replans every 10 s with placement hysteresis (stickiness 0.1). Plan churn "
       "is computed with the planner core on the exact walked rates, and in the fleet per replan. "
       "The five baselines run on the same drifting workload.";
-  c.profile = "llama-70b-fp8-tp2-h100";
-  c.destinations = 30;
   // CacheRoute's plan timings, then the baselines on the same drifting workload.
   c.policies = {"fresh", "stale", "held", "fresh-sticky", "flat-lb", "sticky", "chwbl", "dualmap",
                 "preble"};
   c.loads = {160};
-  c.seeds = {2, 3, 4};
-  c.duration_s = 300;
   c.common_load_qps = 160;
-  c.workload = workload::PaperPrimaryProfile();
-  c.workload.top_k = 128;
-  c.workload.warmup_s = 120;
   c.drift = {.enabled = true, .intervals = 6, .sigma = 0.3};
   // Warm-up is one drift interval, so the stale variant's plans land on interval boundaries.
   c.fleet.warmup_s = 50;
