@@ -55,6 +55,7 @@
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
+#include "tools/eval/main_helpers.h"
 #include "tools/eval/workload/lognormal_rates.h"
 
 namespace {
@@ -360,11 +361,7 @@ int main(int argc, char** argv) {
                  "one atomic shared by all threads)")
       ->check(CLI::IsMember({"per-thread", "seeded"}));
   app.add_flag("--json", json, "print one JSON object instead of text");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
 
   const size_t stream_size = std::bit_ceil(stream_keys);
   const Workload w = MakeWorkload(keys, destinations, unadmitted_share, stream_size, seed);

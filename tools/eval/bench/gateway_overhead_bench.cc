@@ -58,6 +58,17 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
+// Stops a child process of ours (SIGTERM, then reaps it) and removes its config file; for the
+// destructors below. pid <= 0: none was started.
+void StopChild(pid_t pid, const std::filesystem::path& config) {
+  if (pid > 0) {
+    ::kill(pid, SIGTERM);
+    ::waitpid(pid, nullptr, 0);
+  }
+  std::error_code ignored;
+  std::filesystem::remove(config, ignored);
+}
+
 // HAProxy in HTTP mode in front of one upstream, as a reference proxy; stopped by the destructor.
 struct HaProxy {
   pid_t pid = -1;
@@ -88,14 +99,7 @@ struct HaProxy {
     }
     port = 0;
   }
-  ~HaProxy() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-    }
-    std::error_code ignored;
-    std::filesystem::remove(config, ignored);
-  }
+  ~HaProxy() { StopChild(pid, config); }
 };
 
 // cacheroute-gateway as a process of its own (as HAProxy is), from `binary`; stopped by the
@@ -140,14 +144,7 @@ struct ChildGateway {
       ::close(fd);
     }).detach();
   }
-  ~ChildGateway() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-    }
-    std::error_code ignored;
-    std::filesystem::remove(config, ignored);
-  }
+  ~ChildGateway() { StopChild(pid, config); }
 };
 
 }  // namespace

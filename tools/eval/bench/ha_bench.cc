@@ -57,6 +57,7 @@
 #include "planner/coord/etcd_client.h"
 #include "planner/key_id.h"
 #include "tools/eval/bench/table_stream.h"
+#include "tools/eval/main_helpers.h"
 
 #ifndef CACHEROUTE_PLANNER_PATH
 #define CACHEROUTE_PLANNER_PATH "cacheroute-planner"
@@ -518,11 +519,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 60));
   app.add_flag("--quick", quick, "smoke run: 1 failover, 20 streams, 3 versions, 1 run");
   app.add_flag("--json", json, "print one JSON object");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
   if (quick) {
     failovers = 1;
     streams = 20;

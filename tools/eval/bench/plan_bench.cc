@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "planner/clock.h"
 #include "planner/plan_builder.h"
+#include "tools/eval/main_helpers.h"
 #include "tools/eval/workload/lognormal_rates.h"
 
 namespace {
@@ -61,11 +62,7 @@ int main(int argc, char** argv) {
                "a new PlanBuilder per build (cold buffers) instead of one reused, as the planner "
                "service does");
   app.add_flag("--json", json, "print one JSON object instead of text");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
   if (admit_all) slots_per_destination = rates_options.keys;
   if (q_cap == 0) q_cap = rates_options.total_rate / destinations;
 

@@ -34,6 +34,7 @@
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
 #include "tools/eval/bench/table_stream.h"
+#include "tools/eval/main_helpers.h"
 #include "tools/eval/workload/lognormal_rates.h"
 
 namespace {
@@ -100,11 +101,7 @@ int main(int argc, char** argv) {
   app.add_option("--destinations", destinations, "embedded planner's R")
       ->check(CLI::Range(1u, 1u << 20));
   app.add_flag("--json", json, "print one JSON object");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
 
   cacheroute::planner::RealClock clock;
   std::unique_ptr<cacheroute::service::PlannerServer> embedded;

@@ -8,6 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "tools/eval/main_helpers.h"
 #include "tools/eval/workload/lognormal_rates.h"
 
 int main(int argc, char** argv) {
@@ -21,11 +22,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", options.seed, "random seed");
   app.add_option("--output,-o", output, "file to write, or - for stdout");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
 
   std::vector<double> rates = cacheroute::workload::GenerateLognormalRates(options);
   std::ofstream file;

@@ -53,6 +53,35 @@ double NiceMax(double v) {
   return 10 * p;
 }
 
+// A chart's opening: the canvas, its title, and four grid lines from the x axis at `bottom` up
+// `plot_h`, labelled from 0 to scale_max in `unit` at `left`. The marks follow, then CloseChart.
+std::string OpenChart(const std::string& title, double width, double height, double left,
+                      double bottom, double plot_h, double scale_max, const std::string& unit) {
+  std::string out = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%.0f\" y=\"24\" font-size=\"15\" text-anchor=\"middle\">%s</text>\n",
+      width, height, width / 2, Escape(title));
+  for (int t = 0; t <= 4; ++t) {
+    const double v = scale_max * t / 4, y = bottom - plot_h * t / 4;
+    absl::StrAppendFormat(
+        &out,
+        "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
+        "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.3g%s</text>\n",
+        left, y, width - 20, y, left - 6, y + 4, v, Escape(unit));
+  }
+  return out;
+}
+
+// A chart's x axis and its end.
+std::string CloseChart(double left, double bottom, double width) {
+  return absl::StrFormat(
+      "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
+      "</svg>\n",
+      left, bottom, width - 20, bottom);
+}
+
 }  // namespace
 
 absl::StatusOr<ReplayRun> ReadRun(const std::string& label, const std::string& json) {
@@ -186,20 +215,7 @@ std::string BarChartSvg(const std::string& title, const std::vector<std::string>
   double max_v = 0;
   for (double v : values) max_v = std::max(max_v, v);
   const double scale_max = NiceMax(max_v);
-  std::string out = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%.0f\" y=\"24\" font-size=\"15\" text-anchor=\"middle\">%s</text>\n",
-      width, height, width / 2, Escape(title));
-  for (int t = 0; t <= 4; ++t) {
-    const double v = scale_max * t / 4, y = bottom - plot_h * t / 4;
-    absl::StrAppendFormat(
-        &out,
-        "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
-        "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.3g%s</text>\n",
-        left, y, width - 20, y, left - 6, y + 4, v, Escape(unit));
-  }
+  std::string out = OpenChart(title, width, height, left, bottom, plot_h, scale_max, unit);
   for (size_t i = 0; i < values.size(); ++i) {
     const double x = left + 30 + 110.0 * static_cast<double>(i);
     const double h = scale_max > 0 ? plot_h * values[i] / scale_max : 0;
@@ -210,11 +226,7 @@ std::string BarChartSvg(const std::string& title, const std::vector<std::string>
                           x, bottom - h, h, kColors[i % 6], x + 35, bottom - h - 5, values[i],
                           Escape(unit), x + 35, bottom + 18, Escape(labels[i]));
   }
-  absl::StrAppendFormat(&out,
-                        "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
-                        "</svg>\n",
-                        left, bottom, width - 20, bottom);
-  return out;
+  return out + CloseChart(left, bottom, width);
 }
 
 std::string DestinationLoadSvg(const std::vector<ReplayRun>& runs) {
@@ -233,21 +245,8 @@ std::string DestinationLoadSvg(const std::vector<ReplayRun>& runs) {
     for (const ReplayRunDestination& d : r.destinations) max_v = std::max(max_v, d.prefill_tokens);
   }
   const double scale_max = NiceMax(max_v);
-  std::string out = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%.0f\" y=\"24\" font-size=\"15\" text-anchor=\"middle\">Prefill work per "
-      "destination (prompt tokens not cached)</text>\n",
-      width, height, width / 2);
-  for (int t = 0; t <= 4; ++t) {
-    const double v = scale_max * t / 4, y = bottom - plot_h * t / 4;
-    absl::StrAppendFormat(
-        &out,
-        "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
-        "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n",
-        left, y, width - 20, y, left - 6, y + 4, v);
-  }
+  std::string out = OpenChart("Prefill work per destination (prompt tokens not cached)", width,
+                              height, left, bottom, plot_h, scale_max, "");
   for (size_t n = 0; n < names.size(); ++n) {
     const double gx = left + 20 + group * static_cast<double>(n);
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -272,11 +271,7 @@ std::string DestinationLoadSvg(const std::vector<ReplayRun>& runs) {
                           lx, bottom + 40, kColors[i % 6], lx + 16, bottom + 51,
                           Escape(runs[i].label));
   }
-  absl::StrAppendFormat(&out,
-                        "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n"
-                        "</svg>\n",
-                        left, bottom, width - 20, bottom);
-  return out;
+  return out + CloseChart(left, bottom, width);
 }
 
 }  // namespace cacheroute::replay

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "tools/eval/main_helpers.h"
 #include "tools/eval/replay/compare.h"
 
 namespace {
@@ -21,11 +22,7 @@ int Fail(const std::string& message, int code = 2) {
   return code;
 }
 
-bool WriteFile(const std::string& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-  return static_cast<bool>(out.flush());
-}
+using cacheroute::eval::WriteFile;
 
 }  // namespace
 
@@ -38,11 +35,7 @@ int main(int argc, char** argv) {
   app.add_option("runs", specs, "LABEL=FILE: a cacheroute-replay --json report")->required();
   app.add_option("--out", out_dir, "Write report.md and SVG charts into this directory");
   app.add_option("--title", title, "Title of report.md");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
 
   std::vector<ReplayRun> runs;
   for (const std::string& spec : specs) {

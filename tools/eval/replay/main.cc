@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_split.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "tools/eval/main_helpers.h"
 #include "tools/eval/replay/http_replay.h"
 #include "tools/eval/replay/replay.h"
 
@@ -21,11 +22,7 @@ int Fail(const std::string& message, int code = 2) {
   return code;
 }
 
-bool WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  return static_cast<bool>(out.flush());
-}
+using cacheroute::eval::WriteFile;
 
 }  // namespace
 

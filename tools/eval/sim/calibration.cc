@@ -167,17 +167,19 @@ absl::StatusOr<DecodeFit> FitDecodeLine(const EngineProfile& profile,
   const double base_span = max_itl;
   const double slope_span = max_itl / max_c;
   double best_base = 0, best_slope = 0, best = std::numeric_limits<double>::infinity();
+  // Keeps the candidate if it beats the best so far; true when it does.
+  auto improves = [&](double base, double slope) {
+    const double sse = evaluate(base, slope, nullptr);
+    if (!error.ok() || !(sse < best)) return false;
+    best = sse;
+    best_base = base;
+    best_slope = slope;
+    return true;
+  };
   for (int i = 0; i <= kGrid; ++i) {
     for (int j = 0; j <= kGrid; ++j) {
-      const double base = base_span * i / kGrid;
-      const double slope = slope_span * j / kGrid;
-      const double sse = evaluate(base, slope, nullptr);
+      improves(base_span * i / kGrid, slope_span * j / kGrid);
       if (!error.ok()) return error;
-      if (sse < best) {
-        best = sse;
-        best_base = base;
-        best_slope = slope;
-      }
     }
   }
   // Compass search from the best grid cell, halving the steps when no move improves.
@@ -189,14 +191,8 @@ absl::StatusOr<DecodeFit> FitDecodeLine(const EngineProfile& profile,
       const double base = std::max(0.0, best_base + db * step_base);
       const double slope = std::max(0.0, best_slope + ds * step_slope);
       if (base == best_base && slope == best_slope) continue;
-      const double sse = evaluate(base, slope, nullptr);
+      if (improves(base, slope)) moved = true;
       if (!error.ok()) return error;
-      if (sse < best) {
-        best = sse;
-        best_base = base;
-        best_slope = slope;
-        moved = true;
-      }
     }
     if (!moved) {
       step_base /= 2;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -49,32 +50,38 @@ EngineProfile Llama70bFp8Tp2H100() {
   return p;
 }
 
+// The 70B destination with another decode line (base and per-sequence cost in ms), for the
+// sensitivity profiles below.
+EngineProfile Llama70bFp8Tp2H100WithDecodeLine(std::string name, std::string description,
+                                               double decode_base_ms, double decode_per_seq_ms) {
+  EngineProfile p = Llama70bFp8Tp2H100();
+  p.name = std::move(name);
+  p.description = std::move(description);
+  p.decode_base_s = decode_base_ms * kMs;
+  p.decode_per_seq_s = decode_per_seq_ms * kMs;
+  return p;
+}
+
 // The previous calibration, kept for sensitivity: NIM's inter-token latencies read directly as
 // decode-step times, i.e. the least-squares line through (1, 18.6), (25, 38.8), (50, 59.7) ms:
 // 17.785 ms + 0.8388 ms per sequence (residuals under 0.05 ms). It counts the benchmark's prefill
 // stalls as decode cost.
 EngineProfile Llama70bFp8Tp2H100ItlAsDecode() {
-  EngineProfile p = Llama70bFp8Tp2H100();
-  p.name = "llama-70b-fp8-tp2-h100-itl-as-decode";
-  p.description =
+  return Llama70bFp8Tp2H100WithDecodeLine(
+      "llama-70b-fp8-tp2-h100-itl-as-decode",
       "Llama-3.3-70B fp8 TP2 on 2xH100, previous calibration: NIM inter-token latencies read as "
-      "decode-step times (sensitivity only)";
-  p.decode_base_s = 17.785 * kMs;
-  p.decode_per_seq_s = 0.8388 * kMs;
-  return p;
+      "decode-step times (sensitivity only)",
+      17.785, 0.8388);
 }
 
 // Sensitivity to the benchmark's unknown output length: the same fit as the shipped profile with
 // OSL = 1,000 instead of 500 (docs/simulator.md, "Engine profiles": RMS error 0.15 ms).
 EngineProfile Llama70bFp8Tp2H100FitOsl1000() {
-  EngineProfile p = Llama70bFp8Tp2H100();
-  p.name = "llama-70b-fp8-tp2-h100-fit-osl1000";
-  p.description =
+  return Llama70bFp8Tp2H100WithDecodeLine(
+      "llama-70b-fp8-tp2-h100-fit-osl1000",
       "Llama-3.3-70B fp8 TP2 on 2xH100, decode line fitted to NIM's benchmark assuming OSL 1,000 "
-      "(sensitivity only)";
-  p.decode_base_s = 18.037 * kMs;
-  p.decode_per_seq_s = 0.4555 * kMs;
-  return p;
+      "(sensitivity only)",
+      18.037, 0.4555);
 }
 
 EngineProfile Llama8bH100() {

@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tools/eval/main_helpers.h"
 #include "tools/eval/sim/calibration.h"
 #include "tools/eval/sim/engine_profile.h"
 #include "tools/eval/sim/study/fleet_runner.h"
@@ -295,11 +296,7 @@ int main(int argc, char** argv) {
   bound->add_option("--qps", bound_qps, "offered load of the generated sample (default 300)");
   bound->add_option("--seed", bound_seed, "seed");
   bound->add_option("--hit", bound_hits, "comma-separated KV hits in [0, 1), e.g. 0.568,0.61");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
 
   // Positive numbers, checked here so the message names the flag and the value plainly.
   for (CLI::Option* o : {duration, run_duration}) {

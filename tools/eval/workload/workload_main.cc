@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tools/eval/main_helpers.h"
 #include "tools/eval/workload/arrivals.h"
 #include "tools/eval/workload/mooncake.h"
 #include "tools/eval/workload/workload.h"
@@ -378,11 +379,7 @@ int Main(int argc, char** argv) {
       app.add_subcommand("convert", "read a Mooncake trace, rescale it, write it with keys");
   add_trace_options(convert, convert_flags, true);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
   if (generate->parsed()) return RunGenerate(gen);
   if (read->parsed()) return RunTrace(read_flags);
   return RunTrace(convert_flags);

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -66,15 +67,27 @@ void HoldOnePlan(StudyConfig& c) {
   c.fleet.max_plans = 1;
 }
 
-StudyConfig Primary() {
+// What the paper's studies share: R = 30 destinations of `profile`, paired seeds, 300 measured
+// seconds, and the primary aggregate at top-K 128 with 120 s of warm-up in the workload.
+StudyConfig PaperSetup(std::string profile) {
   StudyConfig c;
+  c.profile = std::move(profile);
+  c.destinations = 30;
+  c.seeds = {2, 3, 4};
+  c.duration_s = 300;
+  c.workload = workload::PaperPrimaryProfile();
+  c.workload.top_k = 128;
+  c.workload.warmup_s = 120;
+  return c;
+}
+
+StudyConfig Primary() {
+  StudyConfig c = PaperSetup("llama-70b-fp8-tp2-h100");
   c.name = "primary";
   c.description =
       "The six-policy comparison of the paper's Table 1: Llama-3.3-70B fp8 on 30 TP2 "
       "destinations, the semi-synthetic primary workload (128,824 lognormal keys, σ = 1.65) with "
       "a top-K 128 active set, the 70B load ladder and paired seeds.";
-  c.profile = "llama-70b-fp8-tp2-h100";
-  c.destinations = 30;
   c.policies = {"flat-lb",
                 "sticky",
                 "chwbl",
@@ -85,18 +98,13 @@ StudyConfig Primary() {
                 "cacheroute-replan-10s",
                 "cacheroute-sticky-lpt"};
   c.loads = Ladder70B();
-  c.seeds = {2, 3, 4};
-  c.duration_s = 300;
   c.common_load_qps = 100;
-  c.workload = workload::PaperPrimaryProfile();
-  c.workload.top_k = 128;
-  c.workload.warmup_s = 120;
   HoldOnePlan(c);
   return c;
 }
 
 StudyConfig Ablation() {
-  StudyConfig c;
+  StudyConfig c = PaperSetup("llama-8b-h100");
   c.name = "ablation";
   c.description =
       "The component ablation of the paper's Table 4 on Llama-3.1-8B (one H100 per destination, "
@@ -107,24 +115,17 @@ StudyConfig Ablation() {
       "workload'; its count and share are ours, inside the 5–45% head shares of the paper's "
       "Table 13), so that the whales exceed q_cap at the upper loads and replication has work. "
       "The steps run the paper's dispatch; `cacheroute` is the shipped variant (docs/dispatch.md).";
-  c.profile = "llama-8b-h100";
-  c.destinations = 30;
   // The paper's steps, then CacheRoute as shipped (load-adaptive k_b, spills, its dispatch).
   c.policies = {"flat", "affinity", "replication", "lpt", "cacheroute"};
   c.loads = Ladder8B();
-  c.seeds = {2, 3, 4};
-  c.duration_s = 300;
   c.common_load_qps = 240;
-  c.workload = workload::PaperPrimaryProfile();
-  c.workload.top_k = 128;
-  c.workload.warmup_s = 120;
   c.whales = {.count = 4, .share = 0.4};
   HoldOnePlan(c);
   return c;
 }
 
 StudyConfig Negative() {
-  StudyConfig c;
+  StudyConfig c = PaperSetup("llama-70b-fp8-tp2-h100");
   c.name = "negative";
   c.description =
       "A regime with little recoverable prefix work (the paper's Table 5, whose 32B aggregates "
@@ -133,17 +134,11 @@ StudyConfig Negative() {
       "(≈ 1,400 tokens), over a wide top-K 2000 active set. Only the per-key context (≈ 9% of a "
       "prompt) is recoverable, and only by affinity. 70B profile, R = 30, Flat-LB against "
       "CacheRoute.";
-  c.profile = "llama-70b-fp8-tp2-h100";
-  c.destinations = 30;
   c.policies = {"flat-lb", "cacheroute", "cacheroute-paper", "cacheroute-gated",
                 "cacheroute-paper-gated"};
   c.loads = Ladder70B();
-  c.seeds = {2, 3, 4};
-  c.duration_s = 300;
   c.common_load_qps = 60;
-  c.workload = workload::PaperPrimaryProfile();
   c.workload.top_k = 2000;
-  c.workload.warmup_s = 120;
   c.workload.template_tokens = 0;
   c.workload.context_tokens = 160;
   c.workload.few_shot_tokens = 240;
@@ -177,7 +172,7 @@ StudyConfig TurnBad() {
 }
 
 StudyConfig Drift() {
-  StudyConfig c;
+  StudyConfig c = PaperSetup("llama-70b-fp8-tp2-h100");
   c.name = "drift";
   c.description =
       "Rate drift (the paper's §5.4 and Appendix E): every key's rate follows a lognormal random "
@@ -189,18 +184,11 @@ StudyConfig Drift() {
       "`fresh-sticky` replans every 10 s with placement hysteresis (stickiness 0.1). Plan churn "
       "is computed with the planner core on the exact walked rates, and in the fleet per replan. "
       "The five baselines run on the same drifting workload.";
-  c.profile = "llama-70b-fp8-tp2-h100";
-  c.destinations = 30;
   // CacheRoute's plan timings, then the baselines on the same drifting workload.
   c.policies = {"fresh", "stale", "held", "fresh-sticky", "flat-lb", "sticky", "chwbl", "dualmap",
                 "preble"};
   c.loads = {160};
-  c.seeds = {2, 3, 4};
-  c.duration_s = 300;
   c.common_load_qps = 160;
-  c.workload = workload::PaperPrimaryProfile();
-  c.workload.top_k = 128;
-  c.workload.warmup_s = 120;
   c.drift = {.enabled = true, .intervals = 6, .sigma = 0.3};
   // Warm-up is one drift interval, so the stale variant's plans land on interval boundaries.
   c.fleet.warmup_s = 50;
@@ -420,190 +408,139 @@ absl::Status ReadScalar(const YAML::Node& node, absl::string_view field, T& out)
   return absl::OkStatus();
 }
 
-// Applies the entries of mapping `node` through `apply(key, value)`, rejecting unknown keys.
+// One entry of a mapping in a study file, offered to the fields the mapping may hold: the first
+// Is(name) or Read(name, out) whose name is the entry's key takes the entry, and Read also reads
+// its value into `out`. status() is the first error, matched() whether a field took the entry.
+class Entry {
+ public:
+  Entry(absl::string_view where, std::string key, YAML::Node value)
+      : field_(where.empty() ? key : absl::StrCat(where, ".", key)),
+        key_(std::move(key)),
+        value_(std::move(value)) {}
+
+  bool Is(absl::string_view name) {
+    if (matched_ || key_ != name) return false;
+    matched_ = true;
+    return true;
+  }
+  // True when this field took the entry and its value was read.
+  template <typename T>
+  bool Read(absl::string_view name, T& out) {
+    if (!Is(name)) return false;
+    status_ = ReadScalar(value_, field_, out);
+    return status_.ok();
+  }
+  void SetStatus(absl::Status s) { status_ = std::move(s); }
+
+  const std::string& field() const { return field_; }  // "where.key", or "key" at the top level
+  const YAML::Node& value() const { return value_; }
+  const absl::Status& status() const { return status_; }
+  bool matched() const { return matched_; }
+
+ private:
+  const std::string field_;
+  const std::string key_;
+  const YAML::Node value_;
+  bool matched_ = false;
+  absl::Status status_;
+};
+
+// Offers each entry of mapping `node` to `apply(Entry&)`, rejecting an entry no field takes.
 template <typename F>
 absl::Status ForEachField(const YAML::Node& node, absl::string_view where, F apply) {
   if (!node.IsMap()) return absl::InvalidArgumentError(absl::StrCat(where, ": must be a mapping"));
-  for (const auto& entry : node) {
-    const std::string key = entry.first.as<std::string>();
-    absl::StatusOr<bool> known = apply(key, entry.second);
-    if (!known.ok()) return known.status();
-    if (!*known) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, where.empty() ? "" : ".", key, ": unknown field"));
+  for (const auto& it : node) {
+    Entry entry(where, it.first.as<std::string>(), it.second);
+    apply(entry);
+    if (!entry.status().ok()) return entry.status();
+    if (!entry.matched()) {
+      return absl::InvalidArgumentError(absl::StrCat(entry.field(), ": unknown field"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status ApplyWorkload(const YAML::Node& node, workload::WorkloadProfile& w) {
-  return ForEachField(node, "workload",
-                      [&](const std::string& k, const YAML::Node& v) -> absl::StatusOr<bool> {
-                        const std::string f = "workload." + k;
-                        absl::Status s;
-                        if (k == "keys")
-                          s = ReadScalar(v, f, w.keys);
-                        else if (k == "rate_sigma")
-                          s = ReadScalar(v, f, w.rate_sigma);
-                        else if (k == "max_key_share")
-                          s = ReadScalar(v, f, w.max_key_share);
-                        else if (k == "top_k")
-                          s = ReadScalar(v, f, w.top_k);
-                        else if (k == "warmup_s")
-                          s = ReadScalar(v, f, w.warmup_s);
-                        else if (k == "multi_turn_share")
-                          s = ReadScalar(v, f, w.multi_turn_share);
-                        else if (k == "mean_requests_per_thread")
-                          s = ReadScalar(v, f, w.mean_requests_per_thread);
-                        else if (k == "follow_up_probability")
-                          s = ReadScalar(v, f, w.follow_up_probability);
-                        else if (k == "template_tokens")
-                          s = ReadScalar(v, f, w.template_tokens);
-                        else if (k == "context_tokens")
-                          s = ReadScalar(v, f, w.context_tokens);
-                        else if (k == "few_shot_tokens")
-                          s = ReadScalar(v, f, w.few_shot_tokens);
-                        else if (k == "few_shot_pool")
-                          s = ReadScalar(v, f, w.few_shot_pool);
-                        else if (k == "few_shot_break_rate")
-                          s = ReadScalar(v, f, w.few_shot_break_rate);
-                        else if (k == "mean_turn_tokens")
-                          s = ReadScalar(v, f, w.mean_turn_tokens);
-                        else if (k == "mean_output_tokens")
-                          s = ReadScalar(v, f, w.mean_output_tokens);
-                        else if (k == "length_sigma")
-                          s = ReadScalar(v, f, w.length_sigma);
-                        else if (k == "arrival_cv")
-                          s = ReadScalar(v, f, w.arrivals.cv);
-                        else if (k == "arrival") {
-                          std::string name;
-                          s = ReadScalar(v, f, name);
-                          if (s.ok()) {
-                            if (name == "poisson")
-                              w.arrivals.process = workload::ArrivalProcess::kPoisson;
-                            else if (name == "gamma")
-                              w.arrivals.process = workload::ArrivalProcess::kGamma;
-                            else
-                              s = Invalid(f, "poisson or gamma", "\"" + name + "\"");
-                          }
-                        } else {
-                          return false;
-                        }
-                        if (!s.ok()) return s;
-                        return true;
-                      });
+  return ForEachField(node, "workload", [&](Entry& e) {
+    e.Read("keys", w.keys);
+    e.Read("rate_sigma", w.rate_sigma);
+    e.Read("max_key_share", w.max_key_share);
+    e.Read("top_k", w.top_k);
+    e.Read("warmup_s", w.warmup_s);
+    e.Read("multi_turn_share", w.multi_turn_share);
+    e.Read("mean_requests_per_thread", w.mean_requests_per_thread);
+    e.Read("follow_up_probability", w.follow_up_probability);
+    e.Read("template_tokens", w.template_tokens);
+    e.Read("context_tokens", w.context_tokens);
+    e.Read("few_shot_tokens", w.few_shot_tokens);
+    e.Read("few_shot_pool", w.few_shot_pool);
+    e.Read("few_shot_break_rate", w.few_shot_break_rate);
+    e.Read("mean_turn_tokens", w.mean_turn_tokens);
+    e.Read("mean_output_tokens", w.mean_output_tokens);
+    e.Read("length_sigma", w.length_sigma);
+    e.Read("arrival_cv", w.arrivals.cv);
+    if (std::string name; e.Read("arrival", name)) {
+      if (name == "poisson")
+        w.arrivals.process = workload::ArrivalProcess::kPoisson;
+      else if (name == "gamma")
+        w.arrivals.process = workload::ArrivalProcess::kGamma;
+      else
+        e.SetStatus(Invalid(e.field(), "poisson or gamma", "\"" + name + "\""));
+    }
+  });
 }
 
 absl::Status ApplyYaml(const YAML::Node& root, StudyConfig& c) {
-  return ForEachField(
-      root, "", [&](const std::string& k, const YAML::Node& v) -> absl::StatusOr<bool> {
-        absl::Status s;
-        if (k == "base") return true;  // applied first, by the caller
-        if (k == "name")
-          s = ReadScalar(v, k, c.name);
-        else if (k == "description")
-          s = ReadScalar(v, k, c.description);
-        else if (k == "profile")
-          s = ReadScalar(v, k, c.profile);
-        else if (k == "destinations")
-          s = ReadScalar(v, k, c.destinations);
-        else if (k == "policies")
-          s = ReadScalar(v, k, c.policies);
-        else if (k == "loads")
-          s = ReadScalar(v, k, c.loads);
-        else if (k == "seeds")
-          s = ReadScalar(v, k, c.seeds);
-        else if (k == "duration_s")
-          s = ReadScalar(v, k, c.duration_s);
-        else if (k == "common_load_qps")
-          s = ReadScalar(v, k, c.common_load_qps);
-        else if (k == "primary_slo_s")
-          s = ReadScalar(v, k, c.primary_slo_s);
-        else if (k == "workload")
-          s = ApplyWorkload(v, c.workload);
-        else if (k == "whales") {
-          s = ForEachField(
-              v, "whales",
-              [&](const std::string& wk, const YAML::Node& wv) -> absl::StatusOr<bool> {
-                absl::Status ws;
-                if (wk == "count")
-                  ws = ReadScalar(wv, "whales.count", c.whales.count);
-                else if (wk == "share")
-                  ws = ReadScalar(wv, "whales.share", c.whales.share);
-                else
-                  return false;
-                if (!ws.ok()) return ws;
-                return true;
-              });
-        } else if (k == "drift") {
-          s = ForEachField(
-              v, "drift", [&](const std::string& dk, const YAML::Node& dv) -> absl::StatusOr<bool> {
-                absl::Status ds;
-                if (dk == "enabled")
-                  ds = ReadScalar(dv, "drift.enabled", c.drift.enabled);
-                else if (dk == "intervals")
-                  ds = ReadScalar(dv, "drift.intervals", c.drift.intervals);
-                else if (dk == "sigma")
-                  ds = ReadScalar(dv, "drift.sigma", c.drift.sigma);
-                else
-                  return false;
-                if (!ds.ok()) return ds;
-                return true;
-              });
-        } else if (k == "trace") {
-          c.trace.enabled = true;
-          s = ForEachField(
-              v, "trace", [&](const std::string& tk, const YAML::Node& tv) -> absl::StatusOr<bool> {
-                const std::string n = "trace." + tk;
-                absl::Status ts;
-                if (tk == "enabled")
-                  ts = ReadScalar(tv, n, c.trace.enabled);
-                else if (tk == "path")
-                  ts = ReadScalar(tv, n, c.trace.path);
-                else if (tk == "key_blocks")
-                  ts = ReadScalar(tv, n, c.trace.key_blocks);
-                else
-                  return false;
-                if (!ts.ok()) return ts;
-                return true;
-              });
-        } else if (k == "fleet") {
-          FleetKnobs& f = c.fleet;
-          s = ForEachField(
-              v, "fleet", [&](const std::string& fk, const YAML::Node& fv) -> absl::StatusOr<bool> {
-                const std::string n = "fleet." + fk;
-                absl::Status fs;
-                if (fk == "gateways")
-                  fs = ReadScalar(fv, n, f.gateways);
-                else if (fk == "control_interval_s")
-                  fs = ReadScalar(fv, n, f.control_interval_s);
-                else if (fk == "rate_smoothing_s")
-                  fs = ReadScalar(fv, n, f.rate_smoothing_s);
-                else if (fk == "q_cap")
-                  fs = ReadScalar(fv, n, f.q_cap);
-                else if (fk == "slots_per_destination")
-                  fs = ReadScalar(fv, n, f.slots_per_destination);
-                else if (fk == "warmup_s")
-                  fs = ReadScalar(fv, n, f.warmup_s);
-                else if (fk == "timeout_s")
-                  fs = ReadScalar(fv, n, f.timeout_s);
-                else if (fk == "queue_cap")
-                  fs = ReadScalar(fv, n, f.queue_cap);
-                else if (fk == "max_plans")
-                  fs = ReadScalar(fv, n, f.max_plans);
-                else if (fk == "stickiness")
-                  fs = ReadScalar(fv, n, f.stickiness);
-                else
-                  return false;
-                if (!fs.ok()) return fs;
-                return true;
-              });
-        } else {
-          return false;
-        }
-        if (!s.ok()) return s;
-        return true;
-      });
+  return ForEachField(root, "", [&](Entry& e) {
+    e.Is("base");  // applied first, by the caller
+    e.Read("name", c.name);
+    e.Read("description", c.description);
+    e.Read("profile", c.profile);
+    e.Read("destinations", c.destinations);
+    e.Read("policies", c.policies);
+    e.Read("loads", c.loads);
+    e.Read("seeds", c.seeds);
+    e.Read("duration_s", c.duration_s);
+    e.Read("common_load_qps", c.common_load_qps);
+    e.Read("primary_slo_s", c.primary_slo_s);
+    if (e.Is("workload")) e.SetStatus(ApplyWorkload(e.value(), c.workload));
+    if (e.Is("whales")) {
+      e.SetStatus(ForEachField(e.value(), "whales", [&](Entry& w) {
+        w.Read("count", c.whales.count);
+        w.Read("share", c.whales.share);
+      }));
+    }
+    if (e.Is("drift")) {
+      e.SetStatus(ForEachField(e.value(), "drift", [&](Entry& d) {
+        d.Read("enabled", c.drift.enabled);
+        d.Read("intervals", c.drift.intervals);
+        d.Read("sigma", c.drift.sigma);
+      }));
+    }
+    if (e.Is("trace")) {
+      c.trace.enabled = true;
+      e.SetStatus(ForEachField(e.value(), "trace", [&](Entry& t) {
+        t.Read("enabled", c.trace.enabled);
+        t.Read("path", c.trace.path);
+        t.Read("key_blocks", c.trace.key_blocks);
+      }));
+    }
+    if (e.Is("fleet")) {
+      FleetKnobs& f = c.fleet;
+      e.SetStatus(ForEachField(e.value(), "fleet", [&](Entry& k) {
+        k.Read("gateways", f.gateways);
+        k.Read("control_interval_s", f.control_interval_s);
+        k.Read("rate_smoothing_s", f.rate_smoothing_s);
+        k.Read("q_cap", f.q_cap);
+        k.Read("slots_per_destination", f.slots_per_destination);
+        k.Read("warmup_s", f.warmup_s);
+        k.Read("timeout_s", f.timeout_s);
+        k.Read("queue_cap", f.queue_cap);
+        k.Read("max_plans", f.max_plans);
+        k.Read("stickiness", f.stickiness);
+      }));
+    }
+  });
 }
 
 }  // namespace
