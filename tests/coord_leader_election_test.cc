@@ -137,10 +137,7 @@ TEST_CASE("Start validates the options and runs once") {
 }
 
 TEST_CASE("one of two candidates leads; the other follows it; only the leader's writes pass") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   Candidate a(etcd.endpoint(), "r1", 2);
   Candidate b(etcd.endpoint(), "r2", 2);
@@ -185,10 +182,7 @@ TEST_CASE("one of two candidates leads; the other follows it; only the leader's 
 }
 
 TEST_CASE("a leader stopped without resigning is replaced after its TTL; its term is fenced out") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   Candidate a(etcd.endpoint(), "r1", 3);
   Candidate b(etcd.endpoint(), "r2", 3);
@@ -226,10 +220,7 @@ TEST_CASE("a leader stopped without resigning is replaced after its TTL; its ter
 }
 
 TEST_CASE("a deleted leader key ends the term; the leader campaigns again under a new term") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   Candidate a(etcd.endpoint(), "r1", 2);
   a.Start();
@@ -250,10 +241,7 @@ TEST_CASE("a deleted leader key ends the term; the leader campaigns again under 
 }
 
 TEST_CASE("keepalives blocked: the leader steps down at its local deadline; etcd back, a leader again") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   planner::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
   Candidate a(etcd.endpoint(), "r1", 2, &clock);
@@ -288,10 +276,7 @@ TEST_CASE("keepalives blocked: the leader steps down at its local deadline; etcd
 }
 
 TEST_CASE("etcd killed and restarted: the leader steps down, the follower keeps it, all resumes") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   Candidate a(etcd.endpoint(), "r1", 2);
   Candidate b(etcd.endpoint(), "r2", 2);
@@ -314,10 +299,7 @@ TEST_CASE("etcd killed and restarted: the leader steps down, the follower keeps 
 }
 
 TEST_CASE("Resign hands leadership over at once, long before the lease would expire") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   Candidate a(etcd.endpoint(), "r1", 60);
   Candidate b(etcd.endpoint(), "r2", 60);

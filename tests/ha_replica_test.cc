@@ -254,10 +254,7 @@ struct Subscriber {
 };
 
 TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no report lost or doubled") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
   REQUIRE(client.ok());
@@ -387,10 +384,7 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
 }
 
 TEST_CASE("a leader frozen past its lease publishes nothing after SIGCONT and follows") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
   REQUIRE(client.ok());
@@ -442,10 +436,7 @@ TEST_CASE("a leader frozen past its lease publishes nothing after SIGCONT and fo
 }
 
 TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, then resume") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
   REQUIRE(client.ok());
@@ -505,10 +496,7 @@ TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, t
 }
 
 TEST_CASE("SIGTERM: the leader resigns and another replica leads without waiting for the lease") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   TempDir dir("cacheroute-ha");
   Replica a(dir, "a", etcd.endpoint());
