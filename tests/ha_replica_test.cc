@@ -202,6 +202,21 @@ uint64_t EtcdVersion(coord::EtcdClient& client, uint64_t* epoch = nullptr) {
   return std::stoull(v.substr(v.find('.') + 1));
 }
 
+// Replicas "a" and "b" on one etcd, waited for until one of them leads: `leader`, and `other`.
+struct TwoReplicas {
+  TwoReplicas(TempDir& dir, const std::string& etcd_endpoint)
+      : a(dir, "a", etcd_endpoint), b(dir, "b", etcd_endpoint) {
+    REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
+    other = leader == &a ? &b : &a;
+  }
+
+  Replica a;
+  Replica b;
+  std::vector<Replica*> all = {&a, &b};
+  Replica* leader = nullptr;
+  Replica* other = nullptr;
+};
+
 // A gateway's table subscription: a Router fed by the real TableSubscriber, and a sampler that
 // records whether the Router ever lost its table and whether versions ever went back.
 struct Subscriber {
@@ -389,12 +404,9 @@ TEST_CASE("a leader frozen past its lease publishes nothing after SIGCONT and fo
   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
   REQUIRE(client.ok());
   TempDir dir("cacheroute-ha");
-  Replica a(dir, "a", etcd.endpoint());
-  Replica b(dir, "b", etcd.endpoint());
-  std::vector<Replica*> all = {&a, &b};
-  Replica* leader = nullptr;
-  REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
-  Replica* other = leader == &a ? &b : &a;
+  TwoReplicas two(dir, etcd.endpoint());
+  Replica* leader = two.leader;
+  Replica* other = two.other;
   REQUIRE(Eventually([&] { return other->Ready() == 200 && EtcdVersion(**client) > 0; }));
   const std::string published_by = absl::StrCat(kPrefix, "published_by");
 
@@ -441,11 +453,11 @@ TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, t
   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
   REQUIRE(client.ok());
   TempDir dir("cacheroute-ha");
-  Replica a(dir, "a", etcd.endpoint());
-  Replica b(dir, "b", etcd.endpoint());
-  std::vector<Replica*> all = {&a, &b};
-  Replica* leader = nullptr;
-  REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
+  TwoReplicas two(dir, etcd.endpoint());
+  Replica& a = two.a;
+  Replica& b = two.b;
+  const std::vector<Replica*>& all = two.all;
+  Replica* leader = two.leader;
   REQUIRE(Eventually([&] { return a.Ready() == 200 && b.Ready() == 200; }));
   REQUIRE(Eventually([&] { return a.Version() == b.Version() && a.Version() > 0; }));
   const uint64_t version = a.Version();
@@ -499,12 +511,9 @@ TEST_CASE("SIGTERM: the leader resigns and another replica leads without waiting
   CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   TempDir dir("cacheroute-ha");
-  Replica a(dir, "a", etcd.endpoint());
-  Replica b(dir, "b", etcd.endpoint());
-  std::vector<Replica*> all = {&a, &b};
-  Replica* leader = nullptr;
-  REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
-  Replica* other = leader == &a ? &b : &a;
+  TwoReplicas two(dir, etcd.endpoint());
+  Replica* leader = two.leader;
+  Replica* other = two.other;
   const uint64_t version = leader->Version();
   const int status = leader->Terminate();
   CHECK(WIFEXITED(status));
