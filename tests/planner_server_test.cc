@@ -126,6 +126,15 @@ class Fixture {
     return status;
   }
 
+  // Opens a table stream on `context` and says hello on it as `gateway`.
+  std::unique_ptr<Stream> Subscribe(grpc::ClientContext& context, const std::string& gateway) {
+    std::unique_ptr<Stream> stream = tables_->StreamTable(&context);
+    v1::StreamTableRequest hello;
+    hello.set_gateway_id(gateway);
+    REQUIRE(stream->Write(hello));
+    return stream;
+  }
+
   PlannerConfig config_;
   planner::ManualClock clock_;
   std::unique_ptr<PlannerServer> server_;
@@ -164,10 +173,7 @@ TEST_CASE("gateways report, a version is published and streamed, then a delta") 
   CHECK(v1_table.assignments(0).rate() == Approx(4.0).epsilon(1e-6));  // 400 counts / 100 s
 
   grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = f.tables_->StreamTable(&context);
-  v1::StreamTableRequest hello;
-  hello.set_gateway_id("gw-1");
-  REQUIRE(stream->Write(hello));
+  std::unique_ptr<Stream> stream = f.Subscribe(context, "gw-1");
   v1::TableUpdate update;
   REQUIRE(stream->Read(&update));
   REQUIRE(update.has_full());
@@ -215,10 +221,7 @@ TEST_CASE("a NACKed delta keeps the last good version and is answered with a ful
   REQUIRE(f.Report("gw", 1, {{"a", 300}, {"b", 200}, {"c", 50}}).ok());
   f.Replan();
   grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = f.tables_->StreamTable(&context);
-  v1::StreamTableRequest hello;
-  hello.set_gateway_id("gw");
-  REQUIRE(stream->Write(hello));
+  std::unique_ptr<Stream> stream = f.Subscribe(context, "gw");
   v1::TableUpdate full;
   REQUIRE(stream->Read(&full));
   REQUIRE(full.has_full());
@@ -247,10 +250,7 @@ TEST_CASE("a slow subscriber gets the intermediate versions coalesced") {
   REQUIRE(f.Report("gw", 1, {{"a", 300}, {"b", 200}, {"c", 50}, {"d", 10}}).ok());
   f.Replan();
   grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = f.tables_->StreamTable(&context);
-  v1::StreamTableRequest hello;
-  hello.set_gateway_id("slow");
-  REQUIRE(stream->Write(hello));
+  std::unique_ptr<Stream> stream = f.Subscribe(context, "slow");
   v1::TableUpdate full;
   REQUIRE(stream->Read(&full));
   REQUIRE(full.full().version().number() == 1);
