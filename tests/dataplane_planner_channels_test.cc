@@ -20,6 +20,7 @@
 #include "cacheroute/dataplane/key_id.h"
 #include "support/free_port.h"
 #include "support/planner_fixture.h"
+#include "tests/support/planner_config.h"
 
 namespace cacheroute::dataplane {
 namespace {
@@ -30,19 +31,7 @@ using testing::InProcessPlanner;
 
 const std::vector<std::string> kNames = {"d0", "d1", "d2"};
 
-service::PlannerConfig Config() {
-  service::PlannerConfig config;
-  config.gate_enabled = false;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = kNames;
-  config.q_cap = 100;
-  config.slots_per_destination = 1;
-  config.control_interval = absl::Hours(1);
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
-  return config;
-}
+service::PlannerConfig Config() { return testing::LoopbackPlannerConfig(kNames); }
 
 // The same report and plan on every planner given: they publish the same version.
 void PlanEverywhere(const std::vector<InProcessPlanner*>& planners, uint64_t sequence,

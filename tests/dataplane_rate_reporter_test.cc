@@ -10,6 +10,7 @@
 #include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
+#include "tests/support/planner_config.h"
 #include "support/temp_dir.h"
 
 namespace cacheroute::dataplane {
@@ -20,18 +21,9 @@ using testing::InProcessPlanner;
 using testing::TempDir;
 
 service::PlannerConfig PlannerConfig(std::string state_dir = "") {
-  service::PlannerConfig config;
-  config.gate_enabled = false;  // routing by the table from the first plan; the gate's own tests turn it on
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = {"d0", "d1"};
-  config.q_cap = 100;
-  config.slots_per_destination = 1;
+  service::PlannerConfig config = testing::LoopbackPlannerConfig({"d0", "d1"});
   // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
   config.algorithm = "cacheroute-paper";
-  config.control_interval = absl::Hours(1);
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
   config.state_dir = std::move(state_dir);
   return config;
 }

@@ -31,6 +31,7 @@
 #include "support/dns_server.h"
 #include "support/free_port.h"
 #include "support/planner_fixture.h"
+#include "tests/support/planner_config.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 
@@ -254,18 +255,11 @@ std::unique_ptr<Gateway> StartGateway(const GatewayConfig& config) {
   return *std::move(gateway);
 }
 
+// One slot a destination: C = R, the R hottest keys are admitted.
 service::PlannerConfig PlannerFor(std::vector<std::string> destinations) {
-  service::PlannerConfig config;
-  config.gate_enabled = false;  // routing by the table from the first plan; the gate's own tests turn it on
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = std::move(destinations);
-  config.q_cap = 1e9;                // every admitted key gets one destination
-  config.slots_per_destination = 1;  // C = R: the R hottest keys are admitted
+  service::PlannerConfig config = testing::LoopbackPlannerConfig(std::move(destinations));
+  config.q_cap = 1e9;                     // every admitted key gets one destination
   config.algorithm = "cacheroute-paper";  // Algorithm 1's tables: no key split, no spill
-  config.control_interval = absl::Hours(1);
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
   return config;
 }
 

@@ -25,6 +25,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "proto/table/table_snapshot.h"
+#include "tests/support/planner_config.h"
 #include "tests/support/rate_reports.h"
 #include "tests/support/test_certs.h"
 
@@ -41,20 +42,13 @@ std::string TempDir() {
   return dir.string();
 }
 
+// One slot on each of two destinations: C = 2, the two hottest keys are admitted. Its rate
+// smoothing (1 s) is a short time constant against 100 s intervals: each plan follows the last
+// interval's counts.
 PlannerConfig TestConfig() {
-  PlannerConfig config;
-  config.gate_enabled = false;  // routing by the table from the first plan; the gate's own tests turn it on
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = {"d0", "d1"};
-  config.q_cap = 100;
-  config.slots_per_destination = 1;  // C = 2: the two hottest keys are admitted
+  PlannerConfig config = testing::LoopbackPlannerConfig({"d0", "d1"});
   // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
   config.algorithm = "cacheroute-paper";
-  config.control_interval = absl::Hours(1);
-  // A short time constant against 100 s intervals: each plan follows the last interval's counts.
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
   config.max_keys_per_report = 10;
   return config;
 }
