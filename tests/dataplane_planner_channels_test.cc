@@ -21,6 +21,7 @@
 #include "support/free_port.h"
 #include "support/planner_fixture.h"
 #include "tests/support/planner_config.h"
+#include "tests/support/subscriber_options.h"
 
 namespace cacheroute::dataplane {
 namespace {
@@ -119,13 +120,7 @@ TEST_CASE("a subscriber keeps its table when its planner goes and follows the ot
   ManualClock clock;
   SeededRandom random(5);
   Router router({.destination_count = 3, .table_ttl = std::chrono::seconds(30)}, random);
-  TableSubscriberOptions options;
-  options.gateway_id = "gw-ha";
-  options.destinations = kNames;
-  options.backoff = {.initial = std::chrono::milliseconds(20),
-                     .multiplier = 1.6,
-                     .jitter = 0.2,
-                     .max = std::chrono::milliseconds(200)};
+  TableSubscriberOptions options = testing::QuickSubscriberOptions("gw-ha", kNames);
   options.refresh_period = std::chrono::milliseconds(20);
   TableSubscriber subscriber(channels, router, options, clock, random);
   REQUIRE(subscriber.Start().ok);
@@ -180,13 +175,7 @@ TEST_CASE("a subscriber tries the addresses in turn until one answers") {
   ManualClock clock;
   SeededRandom random(9);
   Router router({.destination_count = 3, .table_ttl = std::chrono::seconds(30)}, random);
-  TableSubscriberOptions options;
-  options.gateway_id = "gw-turn";
-  options.destinations = kNames;
-  options.backoff = {.initial = std::chrono::milliseconds(20),
-                     .multiplier = 1.6,
-                     .jitter = 0.2,
-                     .max = std::chrono::milliseconds(200)};
+  const TableSubscriberOptions options = testing::QuickSubscriberOptions("gw-turn", kNames);
   TableSubscriber subscriber(channels, router, options, clock, random);
   REQUIRE(subscriber.Start().ok);
   REQUIRE(Eventually([&] { return router.table() != nullptr; }));

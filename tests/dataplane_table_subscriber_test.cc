@@ -12,6 +12,7 @@
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
 #include "tests/support/planner_config.h"
+#include "tests/support/subscriber_options.h"
 #include "support/temp_dir.h"
 
 namespace cacheroute::dataplane {
@@ -30,13 +31,7 @@ service::PlannerConfig PlannerWith(std::vector<std::string> destinations,
 }
 
 TableSubscriberOptions SubscriberOptions(std::vector<std::string> destinations) {
-  TableSubscriberOptions options;
-  options.gateway_id = "gw-test";
-  options.destinations = std::move(destinations);
-  options.backoff = {.initial = std::chrono::milliseconds(20),
-                     .multiplier = 1.6,
-                     .jitter = 0.2,
-                     .max = std::chrono::milliseconds(200)};
+  TableSubscriberOptions options = testing::QuickSubscriberOptions("gw-test", std::move(destinations));
   options.refresh_period = std::chrono::milliseconds(20);
   return options;
 }

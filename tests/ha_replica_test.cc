@@ -32,6 +32,7 @@
 #include "tests/support/eventually.h"
 #include "tests/support/json_reader.h"
 #include "tests/support/rate_reports.h"
+#include "tests/support/subscriber_options.h"
 #include "tests/support/temp_dir.h"
 
 namespace cacheroute {
@@ -242,13 +243,8 @@ struct Subscriber {
     });
   }
   static dataplane::TableSubscriberOptions Options() {
-    dataplane::TableSubscriberOptions options;
-    options.gateway_id = "gw-sub";
-    options.destinations = {"0", "1", "2", "3"};
-    options.backoff = {.initial = std::chrono::milliseconds(20),
-                       .multiplier = 1.6,
-                       .jitter = 0.2,
-                       .max = std::chrono::milliseconds(200)};
+    dataplane::TableSubscriberOptions options =
+        testing::QuickSubscriberOptions("gw-sub", {"0", "1", "2", "3"});
     options.refresh_period = std::chrono::milliseconds(50);
     return options;
   }
