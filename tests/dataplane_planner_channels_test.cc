@@ -51,14 +51,6 @@ bool Subscribed(InProcessPlanner& planner, const std::string& gateway) {
   return false;
 }
 
-uint64_t LastSequence(InProcessPlanner& planner, const std::string& gateway) {
-  const v1::GetStatusResponse status = planner.Status();
-  for (const auto& g : status.gateways()) {
-    if (g.gateway_id() == gateway) return g.last_sequence();
-  }
-  return 0;
-}
-
 // "HOST:port" for each planner.
 std::vector<std::string> Addresses(const std::string& host, const std::vector<int>& ports) {
   std::vector<std::string> out;
@@ -210,7 +202,7 @@ TEST_CASE("a report that fails on one address is retried, same sequence, on the 
     CHECK(stats.failed_attempts == 1);  // the dead address, once
     CHECK(stats.reports_sent == 1);
     CHECK(stats.pending == 0);
-    CHECK(LastSequence(live, "gw-r") == stats.last_sequence);
+    CHECK(live.LastSequence("gw-r") == stats.last_sequence);
   }
 
   SECTION("one ipv4: channel over both: gRPC sends the retry to the live replica") {
@@ -223,7 +215,7 @@ TEST_CASE("a report that fails on one address is retried, same sequence, on the 
     now_ms += 10'000;
     REQUIRE(reporter.ReportOnce().ok);
     const uint64_t first = reporter.Stats().last_sequence;
-    CHECK(LastSequence(live, "gw-r") + LastSequence(other, "gw-r") == first);
+    CHECK(live.LastSequence("gw-r") + other.LastSequence("gw-r") == first);
 
     // Every report from now on must reach `live` alone: each is retried (same sequence) until
     // it is accepted there.
@@ -235,7 +227,7 @@ TEST_CASE("a report that fails on one address is retried, same sequence, on the 
         reporter.ReportOnce();
         return reporter.Stats().pending == 0;
       }));
-      CHECK(LastSequence(live, "gw-r") == reporter.Stats().last_sequence);
+      CHECK(live.LastSequence("gw-r") == reporter.Stats().last_sequence);
     }
     CHECK(reporter.Stats().last_sequence == first + 3);
     CHECK(reporter.Stats().dropped_reports == 0);

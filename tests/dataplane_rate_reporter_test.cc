@@ -28,14 +28,6 @@ service::PlannerConfig PlannerConfig(std::string state_dir = "") {
   return config;
 }
 
-uint64_t LastSequence(InProcessPlanner& planner, const std::string& gateway) {
-  const v1::GetStatusResponse status = planner.Status();
-  for (const auto& g : status.gateways()) {
-    if (g.gateway_id() == gateway) return g.last_sequence();
-  }
-  return 0;
-}
-
 RateReporterOptions Options(int64_t* now_ms) {
   RateReporterOptions options;
   options.gateway_id = "gw-r";
@@ -62,7 +54,7 @@ TEST_CASE("a report carries the hot keys and the cold tail, and the planner plan
   CHECK(stats.reports_sent == 1);
   CHECK(stats.requests_reported == 5040);
   CHECK(stats.pending == 0);
-  CHECK(LastSequence(planner, "gw-r") == stats.last_sequence);
+  CHECK(planner.LastSequence("gw-r") == stats.last_sequence);
   CHECK(stats.last_sequence == 1'800'000'000'000);  // starts at the wall clock in ms
 
   planner.Replan();
@@ -127,7 +119,7 @@ TEST_CASE("sequences go up by one per report") {
     now_ms += 1000;
     REQUIRE(reporter.ReportOnce().ok);
   }
-  CHECK(LastSequence(planner, "gw-r") == 1'800'000'000'002);
+  CHECK(planner.LastSequence("gw-r") == 1'800'000'000'002);
   CHECK(reporter.Stats().duplicates == 0);
 }
 
@@ -158,7 +150,7 @@ TEST_CASE("a failed report is retried with the same sequence once the planner is
   RateReporterStats stats = reporter.Stats();
   CHECK(stats.pending == 0);
   CHECK(stats.requests_reported == 13);  // 1 + 5 + 7: nothing lost, nothing twice
-  CHECK(LastSequence(planner, "gw-r") == stats.last_sequence);
+  CHECK(planner.LastSequence("gw-r") == stats.last_sequence);
   CHECK(stats.duplicates == 0);
 }
 

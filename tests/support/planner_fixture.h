@@ -98,6 +98,15 @@ class InProcessPlanner {
     return status;
   }
 
+  // The last report sequence the planner has from `gateway` (0 when it has none).
+  uint64_t LastSequence(const std::string& gateway) {
+    const v1::GetStatusResponse status = Status();
+    for (const auto& g : status.gateways()) {
+      if (g.gateway_id() == gateway) return g.last_sequence();
+    }
+    return 0;
+  }
+
   planner::ManualClock& clock() { return clock_; }
 
  private:
