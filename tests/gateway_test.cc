@@ -248,6 +248,15 @@ GatewayConfig ConfigFor(const Fleet& fleet, std::string policy = "cacheroute") {
   return config;
 }
 
+// The same, as gateway `gateway_id` following `planner`.
+GatewayConfig ConfigFor(const Fleet& fleet, const InProcessPlanner& planner,
+                        std::string gateway_id) {
+  GatewayConfig config = ConfigFor(fleet);
+  config.planner = {planner.target()};
+  config.gateway_id = std::move(gateway_id);
+  return config;
+}
+
 std::unique_ptr<Gateway> StartGateway(const GatewayConfig& config) {
   absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(config);
   INFO(gateway.status().ToString());
@@ -347,10 +356,8 @@ const std::vector<std::string> kHot = {"tenant-a", "tenant-b", "tenant-c", "tena
 TEST_CASE("planned keys go to their table destination, other keys spread by P2C") {
   Fleet fleet(4);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
-  GatewayConfig config = ConfigFor(fleet);
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-test");
   config.key_from = {"header", "user"};  // a request without either has no key
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-test";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   REQUIRE(Eventually([&] { return gateway->SubscriberStats()->connected; }));
 
@@ -428,9 +435,7 @@ TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollo
   planner_config.gate.promote_after = 1;
   planner_config.gate.z = 5;  // an equal canary must never look worse by chance here
   InProcessPlanner planner(planner_config);
-  GatewayConfig config = ConfigFor(fleet);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-gate";
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-gate");
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   REQUIRE(Eventually([&] { return gateway->SubscriberStats()->connected; }));
 
@@ -481,9 +486,7 @@ TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollo
 TEST_CASE("a table update arrives while traffic flows and no request fails") {
   Fleet fleet(3);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
-  GatewayConfig config = ConfigFor(fleet);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-flow";
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-flow");
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   PlanFromTraffic(planner, *gateway, {"k0", "k1", "k2"}, 10, 0);
   const uint64_t before = TableNumber(*gateway);
@@ -573,9 +576,7 @@ TEST_CASE("an upstream killed mid-run: 502 only for its requests, marked down, t
 TEST_CASE("the planner stopped mid-run leaves the gateway routing on its last table") {
   Fleet fleet(3);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
-  GatewayConfig config = ConfigFor(fleet);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-orphan";
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-orphan");
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   PlanFromTraffic(planner, *gateway, {"x", "y", "z"}, 10, 0);
   std::map<std::string, std::string> planned;
@@ -809,9 +810,7 @@ TEST_CASE("planner_tls_*: a gateway reaches a planner behind mutual TLS") {
   ssl.pem_private_key = dir.Read("client.key");
   InProcessPlanner planner(planner_config, grpc::SslCredentials(ssl));
 
-  GatewayConfig config = ConfigFor(fleet);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-mtls";
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-mtls");
   config.planner_tls_ca_file = certs.ca;
   config.planner_tls_cert_file = certs.client_cert;
   config.planner_tls_key_file = certs.client_key;
@@ -1145,12 +1144,10 @@ TEST_CASE("upstreams_file: members added and removed reach the gateway and the p
   service::PlannerConfig planner_config = PlannerFor({"u0", "u1"});
   planner_config.slots_per_destination = 4;  // every hot key admitted, with 2 members or 3
   InProcessPlanner planner(planner_config);
-  GatewayConfig config = ConfigFor(fleet);
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-members");
   config.upstreams.clear();
   config.upstreams_file = path;
   config.membership_interval = absl::Milliseconds(50);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-members";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   CHECK(gateway->DestinationNames() == std::vector<std::string>{"u0", "u1"});
   PlanFromTraffic(planner, *gateway, kHot, 20, 8);
