@@ -26,16 +26,27 @@ namespace {
 using workload::JsonValue;
 using workload::ParseJson;
 
-std::unique_ptr<EmuServer> StartEmu() {
+// Model "emu-model" on the llama-8b-h100 profile, two I/O threads, at this time scale.
+EmuOptions Options(double time_scale) {
   EmuOptions options;
   options.model = "emu-model";
-  options.engine_label = "7";
   options.io_threads = 2;
   options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
-  options.runner.time_scale = 0;
+  options.runner.time_scale = time_scale;
+  return options;
+}
+
+std::unique_ptr<EmuServer> Start(const EmuOptions& options) {
   absl::StatusOr<std::unique_ptr<EmuServer>> server = EmuServer::Start(options);
   REQUIRE(server.ok());
   return *std::move(server);
+}
+
+// Engine "7", answering at once (time scale 0).
+std::unique_ptr<EmuServer> StartEmu() {
+  EmuOptions options = Options(0);
+  options.engine_label = "7";
+  return Start(options);
 }
 
 std::string Words(int n, const std::string& prefix = "w") {
@@ -351,14 +362,9 @@ TEST_CASE("hundreds of streams are in flight at once over two I/O threads, and a
   constexpr int kStreams = 300;
   constexpr int kTokens = 16;
   constexpr int kIoThreads = 2;
-  EmuOptions options;
-  options.model = "emu-model";
+  EmuOptions options = Options(5);
   options.io_threads = kIoThreads;
-  options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
-  options.runner.time_scale = 5;
-  absl::StatusOr<std::unique_ptr<EmuServer>> started = EmuServer::Start(options);
-  REQUIRE(started.ok());
-  std::unique_ptr<EmuServer> server = *std::move(started);
+  std::unique_ptr<EmuServer> server = Start(options);
   const int port = server->port();
 
   struct Outcome {
@@ -429,14 +435,7 @@ TEST_CASE("hundreds of streams are in flight at once over two I/O threads, and a
 TEST_CASE("Stop answers a stream in progress and a waiting request, then returns") {
   // Real time: 5,000 tokens take the engine about 30 s, so both requests are still running when
   // Stop comes right after the stream's first chunk.
-  EmuOptions options;
-  options.model = "emu-model";
-  options.io_threads = 2;
-  options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
-  options.runner.time_scale = 1;
-  absl::StatusOr<std::unique_ptr<EmuServer>> started = EmuServer::Start(options);
-  REQUIRE(started.ok());
-  std::unique_ptr<EmuServer> server = *std::move(started);
+  std::unique_ptr<EmuServer> server = Start(Options(1));
   const int port = server->port();
   const std::string body = R"({"prompt": "a b c", "max_tokens": 5000)";
 
