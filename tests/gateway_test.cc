@@ -761,17 +761,13 @@ TEST_CASE("planner_token_file: the token gets rates and tables through, its abse
   planner_config.token_required_for_reads = true;
   InProcessPlanner planner(planner_config);
 
-  GatewayConfig with_token = ConfigFor(fleet);
-  with_token.planner = {planner.target()};
-  with_token.gateway_id = "gw-token";
+  GatewayConfig with_token = ConfigFor(fleet, planner, "gw-token");
   with_token.planner_token_file = dir.Write("token", "s3cret-token\n");
   auto gateway = StartGateway(with_token);
   PlanFromTraffic(planner, *gateway, kHot, 3, 2);
   CHECK(TableDestination(*gateway, kHot[0]) != "");
 
-  GatewayConfig without = ConfigFor(fleet);
-  without.planner = {planner.target()};
-  without.gateway_id = "gw-plain";
+  GatewayConfig without = ConfigFor(fleet, planner, "gw-plain");
   auto plain = StartGateway(without);
   httplib::Client client = ClientFor(*plain);
   REQUIRE(Send(client, "tenant-a").status == 200);  // routed by P2C all the same
@@ -818,9 +814,7 @@ TEST_CASE("planner_tls_*: a gateway reaches a planner behind mutual TLS") {
   PlanFromTraffic(planner, *gateway, kHot, 3, 2);
   CHECK(TableDestination(*gateway, kHot[0]) != "");
 
-  GatewayConfig no_client_cert = ConfigFor(fleet);
-  no_client_cert.planner = {planner.target()};
-  no_client_cert.gateway_id = "gw-ca-only";
+  GatewayConfig no_client_cert = ConfigFor(fleet, planner, "gw-ca-only");
   no_client_cert.planner_tls_ca_file = certs.ca;
   auto refused = StartGateway(no_client_cert);
   httplib::Client client = ClientFor(*refused);
