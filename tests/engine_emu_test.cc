@@ -87,15 +87,23 @@ uint64_t Cached(const Reply& r) {
   return Field(r.json, {"usage", "prompt_tokens_details", "cached_tokens"});
 }
 
+// The lines of `text`, without their '\n' (no empty line after a final '\n').
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return lines;
+}
+
 // name{labels} value lines of a /metrics page, by the whole series text.
 std::map<std::string, double> Samples(const std::string& page) {
   std::map<std::string, double> out;
-  size_t pos = 0;
-  while (pos < page.size()) {
-    size_t end = page.find('\n', pos);
-    if (end == std::string::npos) end = page.size();
-    const std::string line = page.substr(pos, end - pos);
-    pos = end + 1;
+  for (const std::string& line : Lines(page)) {
     if (line.empty() || line[0] == '#') continue;
     const size_t space = line.rfind(' ');
     out[line.substr(0, space)] = std::stod(line.substr(space + 1));
@@ -325,12 +333,7 @@ TEST_CASE("/metrics counters agree with the usage the responses reported") {
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
   const int status = pclose(pipe);
   INFO(output);
-  size_t pos = 0;
-  while (pos < output.size()) {
-    size_t end = output.find('\n', pos);
-    if (end == std::string::npos) end = output.size();
-    const std::string line = output.substr(pos, end - pos);
-    pos = end + 1;
+  for (const std::string& line : Lines(output)) {
     if (line.empty()) continue;
     CHECK(line.find("metric names should not contain ':'") != std::string::npos);
   }
