@@ -38,6 +38,7 @@
 #include "planner/service/planner_server.h"
 #include "tests/support/free_port.h"
 #include "tests/support/json_reader.h"
+#include "tests/support/planner_config.h"
 #include "tests/support/temp_dir.h"
 
 #ifndef CACHEROUTECTL_PATH
@@ -137,21 +138,14 @@ Result Run(const std::vector<std::string>& args, const std::vector<std::string>&
   return Process(args, env).Wait();
 }
 
+// One slot on each of two destinations: C = 2, the two hottest keys are admitted, k = 1 each.
 PlannerConfig TestConfig() {
-  PlannerConfig config;
-  config.gate_enabled = false;  // routing by the table from the first plan; the gate's own tests turn it on
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = {"d0", "d1"};
-  config.q_cap = 100;
-  config.slots_per_destination = 1;  // C = 2: the two hottest keys are admitted, k = 1 each
+  PlannerConfig config = cacheroute::testing::LoopbackPlannerConfig({"d0", "d1"});
   // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
   config.algorithm = "cacheroute-paper";
-  config.control_interval = absl::Hours(1);
   // Far shorter than the 10 s the tests advance between plans: each plan takes exactly the last
   // interval's counts, so a rate pushed as `key,rate` comes back unchanged.
   config.rate_smoothing = absl::Milliseconds(1);
-  config.key_ttl = absl::Hours(10);
   return config;
 }
 

@@ -76,10 +76,7 @@ TEST_CASE("Create rejects no endpoints and a non-positive timeout") {
 }
 
 TEST_CASE("Put, Get and Delete round-trip with their revisions") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = Connect({etcd.endpoint()});
 
@@ -112,10 +109,7 @@ TEST_CASE("Put, Get and Delete round-trip with their revisions") {
 }
 
 TEST_CASE("a lease is granted, kept alive, revoked with its keys, and expires") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = Connect({etcd.endpoint()});
 
@@ -146,10 +140,7 @@ TEST_CASE("a lease is granted, kept alive, revoked with its keys, and expires") 
 }
 
 TEST_CASE("Txn runs the success branch when every compare holds, else the failure branch") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = Connect({etcd.endpoint()});
   absl::StatusOr<LeaseGrant> lease = client->GrantLease(30);
@@ -209,10 +200,7 @@ TEST_CASE("Txn runs the success branch when every compare holds, else the failur
 }
 
 TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = Connect({etcd.endpoint()});
 
@@ -275,10 +263,7 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
 }
 
 TEST_CASE("a watch reports a broken stream; a new watch from next_revision misses nothing") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = Connect({etcd.endpoint()});
   Recorder first;
@@ -313,10 +298,7 @@ TEST_CASE("a watch reports a broken stream; a new watch from next_revision misse
 }
 
 TEST_CASE("calls fail over to the next endpoint when the first is dead") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   const std::string dead = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
   auto client = Connect({dead, etcd.endpoint()});
@@ -340,10 +322,7 @@ TEST_CASE("calls fail over to the next endpoint when the first is dead") {
 }
 
 TEST_CASE("a paused etcd makes calls time out at the call deadline, then it answers again") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = Connect({etcd.endpoint()}, absl::Milliseconds(300));
   REQUIRE(client->Put("/p", "v").ok());

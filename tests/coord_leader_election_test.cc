@@ -104,6 +104,23 @@ Candidate* WaitForOneLeader(Candidate& a, Candidate& b) {
   return leader;
 }
 
+// Candidates "r1" and "r2" with the same lease TTL (and clock), both started and settled on one
+// leader: `leader` leads, `other` names it.
+struct TwoCandidates {
+  TwoCandidates(const std::string& endpoint, int64_t ttl_seconds, planner::Clock* clock = nullptr)
+      : a(endpoint, "r1", ttl_seconds, clock), b(endpoint, "r2", ttl_seconds, clock) {
+    a.Start();
+    b.Start();
+    leader = WaitForOneLeader(a, b);
+    other = leader == &a ? &b : &a;
+  }
+
+  Candidate a;
+  Candidate b;
+  Candidate* leader;
+  Candidate* other;
+};
+
 TEST_CASE("Start validates the options and runs once") {
   auto client = Connect("127.0.0.1:1", absl::Milliseconds(100));
   LeaderElection::Options good;
@@ -137,17 +154,11 @@ TEST_CASE("Start validates the options and runs once") {
 }
 
 TEST_CASE("one of two candidates leads; the other follows it; only the leader's writes pass") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
-  Candidate a(etcd.endpoint(), "r1", 2);
-  Candidate b(etcd.endpoint(), "r2", 2);
-  a.Start();
-  b.Start();
-  Candidate* leader = WaitForOneLeader(a, b);
-  Candidate* follower = leader == &a ? &b : &a;
+  TwoCandidates two(etcd.endpoint(), 2);
+  Candidate* leader = two.leader;
+  Candidate* follower = two.other;
 
   std::optional<Term> term = leader->election().term();
   REQUIRE(term.has_value());
@@ -185,17 +196,11 @@ TEST_CASE("one of two candidates leads; the other follows it; only the leader's 
 }
 
 TEST_CASE("a leader stopped without resigning is replaced after its TTL; its term is fenced out") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
-  Candidate a(etcd.endpoint(), "r1", 3);
-  Candidate b(etcd.endpoint(), "r2", 3);
-  a.Start();
-  b.Start();
-  Candidate* old = WaitForOneLeader(a, b);
-  Candidate* next = old == &a ? &b : &a;
+  TwoCandidates two(etcd.endpoint(), 3);
+  Candidate* old = two.leader;
+  Candidate* next = two.other;
   const Term old_term = *old->election().term();
   std::vector<Compare> old_fence =
       LeaderElection::FenceCompares(old->election().leader_key(), old_term);
@@ -226,10 +231,7 @@ TEST_CASE("a leader stopped without resigning is replaced after its TTL; its ter
 }
 
 TEST_CASE("a deleted leader key ends the term; the leader campaigns again under a new term") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   Candidate a(etcd.endpoint(), "r1", 2);
   a.Start();
@@ -250,18 +252,12 @@ TEST_CASE("a deleted leader key ends the term; the leader campaigns again under 
 }
 
 TEST_CASE("keepalives blocked: the leader steps down at its local deadline; etcd back, a leader again") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   planner::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
-  Candidate a(etcd.endpoint(), "r1", 2, &clock);
-  Candidate b(etcd.endpoint(), "r2", 2, &clock);
-  a.Start();
-  b.Start();
-  Candidate* old = WaitForOneLeader(a, b);
-  Candidate* other = old == &a ? &b : &a;
+  TwoCandidates two(etcd.endpoint(), 2, &clock);
+  Candidate* old = two.leader;
+  Candidate* other = two.other;
   const Term old_term = *old->election().term();
 
   etcd.Pause();  // SIGSTOP: no keepalive can succeed from now on
@@ -281,24 +277,18 @@ TEST_CASE("keepalives blocked: the leader steps down at its local deadline; etcd
   CHECK_FALSE(other->election().IsLeader());
 
   etcd.Resume();
-  Candidate* leader = WaitForOneLeader(a, b);
+  Candidate* leader = WaitForOneLeader(two.a, two.b);
   CHECK(leader->election().term()->create_revision > old_term.create_revision);
   auto raw = Connect(etcd.endpoint());
   CHECK(raw->Get(leader->election().leader_key())->kv->lease == leader->election().term()->lease_id);
 }
 
 TEST_CASE("etcd killed and restarted: the leader steps down, the follower keeps it, all resumes") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
-  Candidate a(etcd.endpoint(), "r1", 2);
-  Candidate b(etcd.endpoint(), "r2", 2);
-  a.Start();
-  b.Start();
-  Candidate* old = WaitForOneLeader(a, b);
-  Candidate* other = old == &a ? &b : &a;
+  TwoCandidates two(etcd.endpoint(), 2);
+  Candidate* old = two.leader;
+  Candidate* other = two.other;
   const Term old_term = *old->election().term();
 
   etcd.Kill();
@@ -308,23 +298,17 @@ TEST_CASE("etcd killed and restarted: the leader steps down, the follower keeps 
   CHECK_FALSE(other->election().IsLeader());
 
   etcd.Start();  // the same data: the old leader key comes back with it, until its lease goes
-  Candidate* leader = WaitForOneLeader(a, b);
+  Candidate* leader = WaitForOneLeader(two.a, two.b);
   CHECK(leader->election().term()->create_revision > old_term.create_revision);
   CHECK(leader->election().FencedTxn({TxnOp::Put("/table", "after")}).ok());
 }
 
 TEST_CASE("Resign hands leadership over at once, long before the lease would expire") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
-  Candidate a(etcd.endpoint(), "r1", 60);
-  Candidate b(etcd.endpoint(), "r2", 60);
-  a.Start();
-  b.Start();
-  Candidate* old = WaitForOneLeader(a, b);
-  Candidate* next = old == &a ? &b : &a;
+  TwoCandidates two(etcd.endpoint(), 60);
+  Candidate* old = two.leader;
+  Candidate* next = two.other;
   const Term old_term = *old->election().term();
 
   REQUIRE(old->election().Resign().ok());

@@ -20,6 +20,8 @@
 #include "cacheroute/dataplane/key_id.h"
 #include "support/free_port.h"
 #include "support/planner_fixture.h"
+#include "tests/support/planner_config.h"
+#include "tests/support/subscriber_options.h"
 
 namespace cacheroute::dataplane {
 namespace {
@@ -30,19 +32,7 @@ using testing::InProcessPlanner;
 
 const std::vector<std::string> kNames = {"d0", "d1", "d2"};
 
-service::PlannerConfig Config() {
-  service::PlannerConfig config;
-  config.gate_enabled = false;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = kNames;
-  config.q_cap = 100;
-  config.slots_per_destination = 1;
-  config.control_interval = absl::Hours(1);
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
-  return config;
-}
+service::PlannerConfig Config() { return testing::LoopbackPlannerConfig(kNames); }
 
 // The same report and plan on every planner given: they publish the same version.
 void PlanEverywhere(const std::vector<InProcessPlanner*>& planners, uint64_t sequence,
@@ -59,14 +49,6 @@ bool Subscribed(InProcessPlanner& planner, const std::string& gateway) {
     if (g.gateway_id() == gateway && g.subscribed()) return true;
   }
   return false;
-}
-
-uint64_t LastSequence(InProcessPlanner& planner, const std::string& gateway) {
-  const v1::GetStatusResponse status = planner.Status();
-  for (const auto& g : status.gateways()) {
-    if (g.gateway_id() == gateway) return g.last_sequence();
-  }
-  return 0;
 }
 
 // "HOST:port" for each planner.
@@ -130,13 +112,7 @@ TEST_CASE("a subscriber keeps its table when its planner goes and follows the ot
   ManualClock clock;
   SeededRandom random(5);
   Router router({.destination_count = 3, .table_ttl = std::chrono::seconds(30)}, random);
-  TableSubscriberOptions options;
-  options.gateway_id = "gw-ha";
-  options.destinations = kNames;
-  options.backoff = {.initial = std::chrono::milliseconds(20),
-                     .multiplier = 1.6,
-                     .jitter = 0.2,
-                     .max = std::chrono::milliseconds(200)};
+  TableSubscriberOptions options = testing::QuickSubscriberOptions("gw-ha", kNames);
   options.refresh_period = std::chrono::milliseconds(20);
   TableSubscriber subscriber(channels, router, options, clock, random);
   REQUIRE(subscriber.Start().ok);
@@ -191,13 +167,7 @@ TEST_CASE("a subscriber tries the addresses in turn until one answers") {
   ManualClock clock;
   SeededRandom random(9);
   Router router({.destination_count = 3, .table_ttl = std::chrono::seconds(30)}, random);
-  TableSubscriberOptions options;
-  options.gateway_id = "gw-turn";
-  options.destinations = kNames;
-  options.backoff = {.initial = std::chrono::milliseconds(20),
-                     .multiplier = 1.6,
-                     .jitter = 0.2,
-                     .max = std::chrono::milliseconds(200)};
+  const TableSubscriberOptions options = testing::QuickSubscriberOptions("gw-turn", kNames);
   TableSubscriber subscriber(channels, router, options, clock, random);
   REQUIRE(subscriber.Start().ok);
   REQUIRE(Eventually([&] { return router.table() != nullptr; }));
@@ -232,7 +202,7 @@ TEST_CASE("a report that fails on one address is retried, same sequence, on the 
     CHECK(stats.failed_attempts == 1);  // the dead address, once
     CHECK(stats.reports_sent == 1);
     CHECK(stats.pending == 0);
-    CHECK(LastSequence(live, "gw-r") == stats.last_sequence);
+    CHECK(live.LastSequence("gw-r") == stats.last_sequence);
   }
 
   SECTION("one ipv4: channel over both: gRPC sends the retry to the live replica") {
@@ -245,7 +215,7 @@ TEST_CASE("a report that fails on one address is retried, same sequence, on the 
     now_ms += 10'000;
     REQUIRE(reporter.ReportOnce().ok);
     const uint64_t first = reporter.Stats().last_sequence;
-    CHECK(LastSequence(live, "gw-r") + LastSequence(other, "gw-r") == first);
+    CHECK(live.LastSequence("gw-r") + other.LastSequence("gw-r") == first);
 
     // Every report from now on must reach `live` alone: each is retried (same sequence) until
     // it is accepted there.
@@ -257,7 +227,7 @@ TEST_CASE("a report that fails on one address is retried, same sequence, on the 
         reporter.ReportOnce();
         return reporter.Stats().pending == 0;
       }));
-      CHECK(LastSequence(live, "gw-r") == reporter.Stats().last_sequence);
+      CHECK(live.LastSequence("gw-r") == reporter.Stats().last_sequence);
     }
     CHECK(reporter.Stats().last_sequence == first + 3);
     CHECK(reporter.Stats().dropped_reports == 0);

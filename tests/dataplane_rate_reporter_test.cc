@@ -10,6 +10,7 @@
 #include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
+#include "tests/support/planner_config.h"
 #include "support/temp_dir.h"
 
 namespace cacheroute::dataplane {
@@ -20,28 +21,11 @@ using testing::InProcessPlanner;
 using testing::TempDir;
 
 service::PlannerConfig PlannerConfig(std::string state_dir = "") {
-  service::PlannerConfig config;
-  config.gate_enabled = false;  // routing by the table from the first plan; the gate's own tests turn it on
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = {"d0", "d1"};
-  config.q_cap = 100;
-  config.slots_per_destination = 1;
+  service::PlannerConfig config = testing::LoopbackPlannerConfig({"d0", "d1"});
   // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
   config.algorithm = "cacheroute-paper";
-  config.control_interval = absl::Hours(1);
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
   config.state_dir = std::move(state_dir);
   return config;
-}
-
-uint64_t LastSequence(InProcessPlanner& planner, const std::string& gateway) {
-  const v1::GetStatusResponse status = planner.Status();
-  for (const auto& g : status.gateways()) {
-    if (g.gateway_id() == gateway) return g.last_sequence();
-  }
-  return 0;
 }
 
 RateReporterOptions Options(int64_t* now_ms) {
@@ -70,7 +54,7 @@ TEST_CASE("a report carries the hot keys and the cold tail, and the planner plan
   CHECK(stats.reports_sent == 1);
   CHECK(stats.requests_reported == 5040);
   CHECK(stats.pending == 0);
-  CHECK(LastSequence(planner, "gw-r") == stats.last_sequence);
+  CHECK(planner.LastSequence("gw-r") == stats.last_sequence);
   CHECK(stats.last_sequence == 1'800'000'000'000);  // starts at the wall clock in ms
 
   planner.Replan();
@@ -135,7 +119,7 @@ TEST_CASE("sequences go up by one per report") {
     now_ms += 1000;
     REQUIRE(reporter.ReportOnce().ok);
   }
-  CHECK(LastSequence(planner, "gw-r") == 1'800'000'000'002);
+  CHECK(planner.LastSequence("gw-r") == 1'800'000'000'002);
   CHECK(reporter.Stats().duplicates == 0);
 }
 
@@ -166,7 +150,7 @@ TEST_CASE("a failed report is retried with the same sequence once the planner is
   RateReporterStats stats = reporter.Stats();
   CHECK(stats.pending == 0);
   CHECK(stats.requests_reported == 13);  // 1 + 5 + 7: nothing lost, nothing twice
-  CHECK(LastSequence(planner, "gw-r") == stats.last_sequence);
+  CHECK(planner.LastSequence("gw-r") == stats.last_sequence);
   CHECK(stats.duplicates == 0);
 }
 

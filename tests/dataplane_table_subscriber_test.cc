@@ -11,6 +11,8 @@
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
+#include "tests/support/planner_config.h"
+#include "tests/support/subscriber_options.h"
 #include "support/temp_dir.h"
 
 namespace cacheroute::dataplane {
@@ -20,30 +22,16 @@ using testing::Eventually;
 using testing::InProcessPlanner;
 using testing::TempDir;
 
+// One slot a destination: C = R, the R hottest keys are admitted.
 service::PlannerConfig PlannerWith(std::vector<std::string> destinations,
                                    std::string state_dir = "") {
-  service::PlannerConfig config;
-  config.gate_enabled = false;  // routing by the table from the first plan; the gate's own tests turn it on
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = std::move(destinations);
-  config.q_cap = 100;
-  config.slots_per_destination = 1;  // C = R: the R hottest keys are admitted
-  config.control_interval = absl::Hours(1);
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
+  service::PlannerConfig config = testing::LoopbackPlannerConfig(std::move(destinations));
   config.state_dir = std::move(state_dir);
   return config;
 }
 
 TableSubscriberOptions SubscriberOptions(std::vector<std::string> destinations) {
-  TableSubscriberOptions options;
-  options.gateway_id = "gw-test";
-  options.destinations = std::move(destinations);
-  options.backoff = {.initial = std::chrono::milliseconds(20),
-                     .multiplier = 1.6,
-                     .jitter = 0.2,
-                     .max = std::chrono::milliseconds(200)};
+  TableSubscriberOptions options = testing::QuickSubscriberOptions("gw-test", std::move(destinations));
   options.refresh_period = std::chrono::milliseconds(20);
   return options;
 }

@@ -26,16 +26,27 @@ namespace {
 using workload::JsonValue;
 using workload::ParseJson;
 
-std::unique_ptr<EmuServer> StartEmu() {
+// Model "emu-model" on the llama-8b-h100 profile, two I/O threads, at this time scale.
+EmuOptions Options(double time_scale) {
   EmuOptions options;
   options.model = "emu-model";
-  options.engine_label = "7";
   options.io_threads = 2;
   options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
-  options.runner.time_scale = 0;
+  options.runner.time_scale = time_scale;
+  return options;
+}
+
+std::unique_ptr<EmuServer> Start(const EmuOptions& options) {
   absl::StatusOr<std::unique_ptr<EmuServer>> server = EmuServer::Start(options);
   REQUIRE(server.ok());
   return *std::move(server);
+}
+
+// Engine "7", answering at once (time scale 0).
+std::unique_ptr<EmuServer> StartEmu() {
+  EmuOptions options = Options(0);
+  options.engine_label = "7";
+  return Start(options);
 }
 
 std::string Words(int n, const std::string& prefix = "w") {
@@ -76,15 +87,23 @@ uint64_t Cached(const Reply& r) {
   return Field(r.json, {"usage", "prompt_tokens_details", "cached_tokens"});
 }
 
+// The lines of `text`, without their '\n' (no empty line after a final '\n').
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return lines;
+}
+
 // name{labels} value lines of a /metrics page, by the whole series text.
 std::map<std::string, double> Samples(const std::string& page) {
   std::map<std::string, double> out;
-  size_t pos = 0;
-  while (pos < page.size()) {
-    size_t end = page.find('\n', pos);
-    if (end == std::string::npos) end = page.size();
-    const std::string line = page.substr(pos, end - pos);
-    pos = end + 1;
+  for (const std::string& line : Lines(page)) {
     if (line.empty() || line[0] == '#') continue;
     const size_t space = line.rfind(' ');
     out[line.substr(0, space)] = std::stod(line.substr(space + 1));
@@ -314,12 +333,7 @@ TEST_CASE("/metrics counters agree with the usage the responses reported") {
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
   const int status = pclose(pipe);
   INFO(output);
-  size_t pos = 0;
-  while (pos < output.size()) {
-    size_t end = output.find('\n', pos);
-    if (end == std::string::npos) end = output.size();
-    const std::string line = output.substr(pos, end - pos);
-    pos = end + 1;
+  for (const std::string& line : Lines(output)) {
     if (line.empty()) continue;
     CHECK(line.find("metric names should not contain ':'") != std::string::npos);
   }
@@ -351,14 +365,9 @@ TEST_CASE("hundreds of streams are in flight at once over two I/O threads, and a
   constexpr int kStreams = 300;
   constexpr int kTokens = 16;
   constexpr int kIoThreads = 2;
-  EmuOptions options;
-  options.model = "emu-model";
+  EmuOptions options = Options(5);
   options.io_threads = kIoThreads;
-  options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
-  options.runner.time_scale = 5;
-  absl::StatusOr<std::unique_ptr<EmuServer>> started = EmuServer::Start(options);
-  REQUIRE(started.ok());
-  std::unique_ptr<EmuServer> server = *std::move(started);
+  std::unique_ptr<EmuServer> server = Start(options);
   const int port = server->port();
 
   struct Outcome {
@@ -429,14 +438,7 @@ TEST_CASE("hundreds of streams are in flight at once over two I/O threads, and a
 TEST_CASE("Stop answers a stream in progress and a waiting request, then returns") {
   // Real time: 5,000 tokens take the engine about 30 s, so both requests are still running when
   // Stop comes right after the stream's first chunk.
-  EmuOptions options;
-  options.model = "emu-model";
-  options.io_threads = 2;
-  options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
-  options.runner.time_scale = 1;
-  absl::StatusOr<std::unique_ptr<EmuServer>> started = EmuServer::Start(options);
-  REQUIRE(started.ok());
-  std::unique_ptr<EmuServer> server = *std::move(started);
+  std::unique_ptr<EmuServer> server = Start(Options(1));
   const int port = server->port();
   const std::string body = R"({"prompt": "a b c", "max_tokens": 5000)";
 

@@ -749,6 +749,23 @@ TEST_CASE("Gate: Save and Restore keep the state and its clock, not the window")
   CHECK(again.Observe(Equal(300)).verdict.table_samples == 300);
 }
 
+// An enabled gate with these options fed `intervals` intervals of equal arms (3,800 table and
+// 200 control requests, lognormal TTFT with this median, sigma 0.6, 1% failures): how many times
+// it rolls back, enabled again after each.
+int FalseRollbacks(Draw& draw, const GateOptions& options, double median, int intervals) {
+  Gate gate(options, GateState::kEnabled);
+  int rollbacks = 0;
+  for (int i = 0; i < intervals; ++i) {
+    const Evidence e{.table = draw.Arm(3800, median, 0.6, 0.01),
+                     .control = draw.Arm(200, median, 0.6, 0.01)};
+    if (gate.Observe(e).state == GateState::kRolledBack) {
+      ++rollbacks;
+      gate = Gate(options, GateState::kEnabled);
+    }
+  }
+  return rollbacks;
+}
+
 // An enabled gate (defaults: 5% control, two worse decisions in a row to roll back) fed equal
 // arms, 4,000 requests an interval: how often it rolls back falsely. Batches never share samples,
 // so two worse decisions in a row should come near the per-decision rate squared.
@@ -757,16 +774,7 @@ TEST_CASE("Gate: an enabled gate on equal arms rarely rolls back") {
   int total = 0;
   for (double median : {0.13, 0.25, 1.0}) {
     Draw draw(static_cast<uint32_t>(median * 1000) + 7);
-    Gate gate(GateOptions{}, GateState::kEnabled);
-    int rollbacks = 0;
-    for (int i = 0; i < kIntervals; ++i) {
-      const Evidence e{.table = draw.Arm(3800, median, 0.6, 0.01),
-                       .control = draw.Arm(200, median, 0.6, 0.01)};
-      if (gate.Observe(e).state == GateState::kRolledBack) {
-        ++rollbacks;
-        gate = Gate(GateOptions{}, GateState::kEnabled);
-      }
-    }
+    const int rollbacks = FalseRollbacks(draw, GateOptions{}, median, kIntervals);
     INFO("median " << median << " s: " << rollbacks << " rollbacks in " << kIntervals);
     CHECK(rollbacks <= 5);
     total += rollbacks;
@@ -775,16 +783,7 @@ TEST_CASE("Gate: an enabled gate on equal arms rarely rolls back") {
   // With a 3.5 s envelope and equal arms whose p99 (4.0 s at median 1 s, σ 0.6) sits on it, so
   // that both arms' checks often fall outside it: the envelope rule must not add false alarms.
   Draw draw(1007);
-  Gate gate(Envelope(), GateState::kEnabled);
-  int rollbacks = 0;
-  for (int i = 0; i < kIntervals; ++i) {
-    const Evidence e{.table = draw.Arm(3800, 1.0, 0.6, 0.01),
-                     .control = draw.Arm(200, 1.0, 0.6, 0.01)};
-    if (gate.Observe(e).state == GateState::kRolledBack) {
-      ++rollbacks;
-      gate = Gate(Envelope(), GateState::kEnabled);
-    }
-  }
+  const int rollbacks = FalseRollbacks(draw, Envelope(), 1.0, kIntervals);
   INFO("envelope 3.5 s on a 4.0 s p99: " << rollbacks << " rollbacks in " << kIntervals);
   CHECK(rollbacks <= 5);
 }

@@ -31,6 +31,7 @@
 #include "support/dns_server.h"
 #include "support/free_port.h"
 #include "support/planner_fixture.h"
+#include "tests/support/planner_config.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 
@@ -247,6 +248,15 @@ GatewayConfig ConfigFor(const Fleet& fleet, std::string policy = "cacheroute") {
   return config;
 }
 
+// The same, as gateway `gateway_id` following `planner`.
+GatewayConfig ConfigFor(const Fleet& fleet, const InProcessPlanner& planner,
+                        std::string gateway_id) {
+  GatewayConfig config = ConfigFor(fleet);
+  config.planner = {planner.target()};
+  config.gateway_id = std::move(gateway_id);
+  return config;
+}
+
 std::unique_ptr<Gateway> StartGateway(const GatewayConfig& config) {
   absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(config);
   INFO(gateway.status().ToString());
@@ -254,18 +264,11 @@ std::unique_ptr<Gateway> StartGateway(const GatewayConfig& config) {
   return *std::move(gateway);
 }
 
+// One slot a destination: C = R, the R hottest keys are admitted.
 service::PlannerConfig PlannerFor(std::vector<std::string> destinations) {
-  service::PlannerConfig config;
-  config.gate_enabled = false;  // routing by the table from the first plan; the gate's own tests turn it on
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = std::move(destinations);
-  config.q_cap = 1e9;                // every admitted key gets one destination
-  config.slots_per_destination = 1;  // C = R: the R hottest keys are admitted
+  service::PlannerConfig config = testing::LoopbackPlannerConfig(std::move(destinations));
+  config.q_cap = 1e9;                     // every admitted key gets one destination
   config.algorithm = "cacheroute-paper";  // Algorithm 1's tables: no key split, no spill
-  config.control_interval = absl::Hours(1);
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
   return config;
 }
 
@@ -353,10 +356,8 @@ const std::vector<std::string> kHot = {"tenant-a", "tenant-b", "tenant-c", "tena
 TEST_CASE("planned keys go to their table destination, other keys spread by P2C") {
   Fleet fleet(4);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
-  GatewayConfig config = ConfigFor(fleet);
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-test");
   config.key_from = {"header", "user"};  // a request without either has no key
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-test";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   REQUIRE(Eventually([&] { return gateway->SubscriberStats()->connected; }));
 
@@ -434,9 +435,7 @@ TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollo
   planner_config.gate.promote_after = 1;
   planner_config.gate.z = 5;  // an equal canary must never look worse by chance here
   InProcessPlanner planner(planner_config);
-  GatewayConfig config = ConfigFor(fleet);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-gate";
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-gate");
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   REQUIRE(Eventually([&] { return gateway->SubscriberStats()->connected; }));
 
@@ -487,9 +486,7 @@ TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollo
 TEST_CASE("a table update arrives while traffic flows and no request fails") {
   Fleet fleet(3);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
-  GatewayConfig config = ConfigFor(fleet);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-flow";
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-flow");
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   PlanFromTraffic(planner, *gateway, {"k0", "k1", "k2"}, 10, 0);
   const uint64_t before = TableNumber(*gateway);
@@ -579,9 +576,7 @@ TEST_CASE("an upstream killed mid-run: 502 only for its requests, marked down, t
 TEST_CASE("the planner stopped mid-run leaves the gateway routing on its last table") {
   Fleet fleet(3);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
-  GatewayConfig config = ConfigFor(fleet);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-orphan";
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-orphan");
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   PlanFromTraffic(planner, *gateway, {"x", "y", "z"}, 10, 0);
   std::map<std::string, std::string> planned;
@@ -766,17 +761,13 @@ TEST_CASE("planner_token_file: the token gets rates and tables through, its abse
   planner_config.token_required_for_reads = true;
   InProcessPlanner planner(planner_config);
 
-  GatewayConfig with_token = ConfigFor(fleet);
-  with_token.planner = {planner.target()};
-  with_token.gateway_id = "gw-token";
+  GatewayConfig with_token = ConfigFor(fleet, planner, "gw-token");
   with_token.planner_token_file = dir.Write("token", "s3cret-token\n");
   auto gateway = StartGateway(with_token);
   PlanFromTraffic(planner, *gateway, kHot, 3, 2);
   CHECK(TableDestination(*gateway, kHot[0]) != "");
 
-  GatewayConfig without = ConfigFor(fleet);
-  without.planner = {planner.target()};
-  without.gateway_id = "gw-plain";
+  GatewayConfig without = ConfigFor(fleet, planner, "gw-plain");
   auto plain = StartGateway(without);
   httplib::Client client = ClientFor(*plain);
   REQUIRE(Send(client, "tenant-a").status == 200);  // routed by P2C all the same
@@ -815,9 +806,7 @@ TEST_CASE("planner_tls_*: a gateway reaches a planner behind mutual TLS") {
   ssl.pem_private_key = dir.Read("client.key");
   InProcessPlanner planner(planner_config, grpc::SslCredentials(ssl));
 
-  GatewayConfig config = ConfigFor(fleet);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-mtls";
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-mtls");
   config.planner_tls_ca_file = certs.ca;
   config.planner_tls_cert_file = certs.client_cert;
   config.planner_tls_key_file = certs.client_key;
@@ -825,9 +814,7 @@ TEST_CASE("planner_tls_*: a gateway reaches a planner behind mutual TLS") {
   PlanFromTraffic(planner, *gateway, kHot, 3, 2);
   CHECK(TableDestination(*gateway, kHot[0]) != "");
 
-  GatewayConfig no_client_cert = ConfigFor(fleet);
-  no_client_cert.planner = {planner.target()};
-  no_client_cert.gateway_id = "gw-ca-only";
+  GatewayConfig no_client_cert = ConfigFor(fleet, planner, "gw-ca-only");
   no_client_cert.planner_tls_ca_file = certs.ca;
   auto refused = StartGateway(no_client_cert);
   httplib::Client client = ClientFor(*refused);
@@ -1151,12 +1138,10 @@ TEST_CASE("upstreams_file: members added and removed reach the gateway and the p
   service::PlannerConfig planner_config = PlannerFor({"u0", "u1"});
   planner_config.slots_per_destination = 4;  // every hot key admitted, with 2 members or 3
   InProcessPlanner planner(planner_config);
-  GatewayConfig config = ConfigFor(fleet);
+  GatewayConfig config = ConfigFor(fleet, planner, "gw-members");
   config.upstreams.clear();
   config.upstreams_file = path;
   config.membership_interval = absl::Milliseconds(50);
-  config.planner = {planner.target()};
-  config.gateway_id = "gw-members";
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   CHECK(gateway->DestinationNames() == std::vector<std::string>{"u0", "u1"});
   PlanFromTraffic(planner, *gateway, kHot, 20, 8);

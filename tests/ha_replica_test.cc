@@ -32,6 +32,7 @@
 #include "tests/support/eventually.h"
 #include "tests/support/json_reader.h"
 #include "tests/support/rate_reports.h"
+#include "tests/support/subscriber_options.h"
 #include "tests/support/temp_dir.h"
 
 namespace cacheroute {
@@ -202,6 +203,21 @@ uint64_t EtcdVersion(coord::EtcdClient& client, uint64_t* epoch = nullptr) {
   return std::stoull(v.substr(v.find('.') + 1));
 }
 
+// Replicas "a" and "b" on one etcd, waited for until one of them leads: `leader`, and `other`.
+struct TwoReplicas {
+  TwoReplicas(TempDir& dir, const std::string& etcd_endpoint)
+      : a(dir, "a", etcd_endpoint), b(dir, "b", etcd_endpoint) {
+    REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
+    other = leader == &a ? &b : &a;
+  }
+
+  Replica a;
+  Replica b;
+  std::vector<Replica*> all = {&a, &b};
+  Replica* leader = nullptr;
+  Replica* other = nullptr;
+};
+
 // A gateway's table subscription: a Router fed by the real TableSubscriber, and a sampler that
 // records whether the Router ever lost its table and whether versions ever went back.
 struct Subscriber {
@@ -227,13 +243,8 @@ struct Subscriber {
     });
   }
   static dataplane::TableSubscriberOptions Options() {
-    dataplane::TableSubscriberOptions options;
-    options.gateway_id = "gw-sub";
-    options.destinations = {"0", "1", "2", "3"};
-    options.backoff = {.initial = std::chrono::milliseconds(20),
-                       .multiplier = 1.6,
-                       .jitter = 0.2,
-                       .max = std::chrono::milliseconds(200)};
+    dataplane::TableSubscriberOptions options =
+        testing::QuickSubscriberOptions("gw-sub", {"0", "1", "2", "3"});
     options.refresh_period = std::chrono::milliseconds(50);
     return options;
   }
@@ -254,10 +265,7 @@ struct Subscriber {
 };
 
 TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no report lost or doubled") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
   REQUIRE(client.ok());
@@ -387,20 +395,14 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
 }
 
 TEST_CASE("a leader frozen past its lease publishes nothing after SIGCONT and follows") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
   REQUIRE(client.ok());
   TempDir dir("cacheroute-ha");
-  Replica a(dir, "a", etcd.endpoint());
-  Replica b(dir, "b", etcd.endpoint());
-  std::vector<Replica*> all = {&a, &b};
-  Replica* leader = nullptr;
-  REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
-  Replica* other = leader == &a ? &b : &a;
+  TwoReplicas two(dir, etcd.endpoint());
+  Replica* leader = two.leader;
+  Replica* other = two.other;
   REQUIRE(Eventually([&] { return other->Ready() == 200 && EtcdVersion(**client) > 0; }));
   const std::string published_by = absl::StrCat(kPrefix, "published_by");
 
@@ -442,19 +444,16 @@ TEST_CASE("a leader frozen past its lease publishes nothing after SIGCONT and fo
 }
 
 TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, then resume") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
   REQUIRE(client.ok());
   TempDir dir("cacheroute-ha");
-  Replica a(dir, "a", etcd.endpoint());
-  Replica b(dir, "b", etcd.endpoint());
-  std::vector<Replica*> all = {&a, &b};
-  Replica* leader = nullptr;
-  REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
+  TwoReplicas two(dir, etcd.endpoint());
+  Replica& a = two.a;
+  Replica& b = two.b;
+  const std::vector<Replica*>& all = two.all;
+  Replica* leader = two.leader;
   REQUIRE(Eventually([&] { return a.Ready() == 200 && b.Ready() == 200; }));
   REQUIRE(Eventually([&] { return a.Version() == b.Version() && a.Version() > 0; }));
   const uint64_t version = a.Version();
@@ -505,18 +504,12 @@ TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, t
 }
 
 TEST_CASE("SIGTERM: the leader resigns and another replica leads without waiting for the lease") {
-  if (!EtcdProcess::Available()) {
-    WARN(EtcdProcess::kMissing);
-    return;
-  }
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   TempDir dir("cacheroute-ha");
-  Replica a(dir, "a", etcd.endpoint());
-  Replica b(dir, "b", etcd.endpoint());
-  std::vector<Replica*> all = {&a, &b};
-  Replica* leader = nullptr;
-  REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
-  Replica* other = leader == &a ? &b : &a;
+  TwoReplicas two(dir, etcd.endpoint());
+  Replica* leader = two.leader;
+  Replica* other = two.other;
   const uint64_t version = leader->Version();
   const int status = leader->Terminate();
   CHECK(WIFEXITED(status));

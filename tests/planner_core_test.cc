@@ -269,17 +269,28 @@ TEST_CASE("concurrent reports, replans, membership changes and readers") {
   CHECK(seen.back() == h.core->Latest()->version().number);
 }
 
+// 6 destinations of 10 slots each, for the 60 keys of SixtyKeys: every key admitted with k_b = 1.
+PlannerConfig SixDestinations(double stickiness) {
+  PlannerConfig config = Config();
+  config.destinations = {"d0", "d1", "d2", "d3", "d4", "d5"};
+  config.slots_per_destination = 10;
+  config.placement_stickiness = stickiness;
+  return config;
+}
+
+// key-0 … key-59, 100 + 7·k requests each.
+std::vector<std::pair<std::string, double>> SixtyKeys() {
+  std::vector<std::pair<std::string, double>> counts;
+  for (int k = 0; k < 60; ++k) counts.emplace_back("key-" + std::to_string(k), 100.0 + 7 * k);
+  return counts;
+}
+
 TEST_CASE("placement hysteresis keeps keys where they were when rates wobble") {
   // 60 keys on 6 destinations, every key admitted with k_b = 1. The second interval changes every
   // rate by up to ±20%, which reshuffles from-scratch LPT; with stickiness the keys stay put.
   auto run = [](double stickiness) {
-    PlannerConfig config = Config();
-    config.destinations = {"d0", "d1", "d2", "d3", "d4", "d5"};
-    config.slots_per_destination = 10;
-    config.placement_stickiness = stickiness;
-    Harness h(config);
-    std::vector<std::pair<std::string, double>> counts;
-    for (int k = 0; k < 60; ++k) counts.emplace_back("key-" + std::to_string(k), 100.0 + 7 * k);
+    Harness h(SixDestinations(stickiness));
+    std::vector<std::pair<std::string, double>> counts = SixtyKeys();
     REQUIRE(h.core->ReportRates(Report("gw", 1, counts)).ok());
     h.Replan();
     const auto first = h.core->Latest();
@@ -308,13 +319,8 @@ TEST_CASE("placement hysteresis keeps keys where they were when rates wobble") {
 
 TEST_CASE("membership changes move only the keys of a destination that left") {
   // 60 keys on 6 destinations with k_b = 1, as above, with stickiness.
-  PlannerConfig config = Config();
-  config.destinations = {"d0", "d1", "d2", "d3", "d4", "d5"};
-  config.slots_per_destination = 10;
-  config.placement_stickiness = 0.1;
-  Harness h(config);
-  std::vector<std::pair<std::string, double>> counts;
-  for (int k = 0; k < 60; ++k) counts.emplace_back("key-" + std::to_string(k), 100.0 + 7 * k);
+  Harness h(SixDestinations(0.1));
+  const std::vector<std::pair<std::string, double>> counts = SixtyKeys();
   REQUIRE(h.core->ReportRates(Report("gw", 1, counts)).ok());
   h.Replan();
   const auto first = h.core->Latest();

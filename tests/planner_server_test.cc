@@ -25,6 +25,7 @@
 #include "planner/clock.h"
 #include "planner/key_id.h"
 #include "proto/table/table_snapshot.h"
+#include "tests/support/planner_config.h"
 #include "tests/support/rate_reports.h"
 #include "tests/support/test_certs.h"
 
@@ -41,20 +42,13 @@ std::string TempDir() {
   return dir.string();
 }
 
+// One slot on each of two destinations: C = 2, the two hottest keys are admitted. Its rate
+// smoothing (1 s) is a short time constant against 100 s intervals: each plan follows the last
+// interval's counts.
 PlannerConfig TestConfig() {
-  PlannerConfig config;
-  config.gate_enabled = false;  // routing by the table from the first plan; the gate's own tests turn it on
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.destinations = {"d0", "d1"};
-  config.q_cap = 100;
-  config.slots_per_destination = 1;  // C = 2: the two hottest keys are admitted
+  PlannerConfig config = testing::LoopbackPlannerConfig({"d0", "d1"});
   // Algorithm 1 exactly: these tests pin its tables (the default adds spills and splits keys).
   config.algorithm = "cacheroute-paper";
-  config.control_interval = absl::Hours(1);
-  // A short time constant against 100 s intervals: each plan follows the last interval's counts.
-  config.rate_smoothing = absl::Seconds(1);
-  config.key_ttl = absl::Hours(10);
   config.max_keys_per_report = 10;
   return config;
 }
@@ -126,6 +120,15 @@ class Fixture {
     return status;
   }
 
+  // Opens a table stream on `context` and says hello on it as `gateway`.
+  std::unique_ptr<Stream> Subscribe(grpc::ClientContext& context, const std::string& gateway) {
+    std::unique_ptr<Stream> stream = tables_->StreamTable(&context);
+    v1::StreamTableRequest hello;
+    hello.set_gateway_id(gateway);
+    REQUIRE(stream->Write(hello));
+    return stream;
+  }
+
   PlannerConfig config_;
   planner::ManualClock clock_;
   std::unique_ptr<PlannerServer> server_;
@@ -164,10 +167,7 @@ TEST_CASE("gateways report, a version is published and streamed, then a delta") 
   CHECK(v1_table.assignments(0).rate() == Approx(4.0).epsilon(1e-6));  // 400 counts / 100 s
 
   grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = f.tables_->StreamTable(&context);
-  v1::StreamTableRequest hello;
-  hello.set_gateway_id("gw-1");
-  REQUIRE(stream->Write(hello));
+  std::unique_ptr<Stream> stream = f.Subscribe(context, "gw-1");
   v1::TableUpdate update;
   REQUIRE(stream->Read(&update));
   REQUIRE(update.has_full());
@@ -215,10 +215,7 @@ TEST_CASE("a NACKed delta keeps the last good version and is answered with a ful
   REQUIRE(f.Report("gw", 1, {{"a", 300}, {"b", 200}, {"c", 50}}).ok());
   f.Replan();
   grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = f.tables_->StreamTable(&context);
-  v1::StreamTableRequest hello;
-  hello.set_gateway_id("gw");
-  REQUIRE(stream->Write(hello));
+  std::unique_ptr<Stream> stream = f.Subscribe(context, "gw");
   v1::TableUpdate full;
   REQUIRE(stream->Read(&full));
   REQUIRE(full.has_full());
@@ -247,10 +244,7 @@ TEST_CASE("a slow subscriber gets the intermediate versions coalesced") {
   REQUIRE(f.Report("gw", 1, {{"a", 300}, {"b", 200}, {"c", 50}, {"d", 10}}).ok());
   f.Replan();
   grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = f.tables_->StreamTable(&context);
-  v1::StreamTableRequest hello;
-  hello.set_gateway_id("slow");
-  REQUIRE(stream->Write(hello));
+  std::unique_ptr<Stream> stream = f.Subscribe(context, "slow");
   v1::TableUpdate full;
   REQUIRE(stream->Read(&full));
   REQUIRE(full.full().version().number() == 1);

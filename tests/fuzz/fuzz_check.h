@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+
 #define FUZZ_CHECK(cond, ...)                                                               \
   do {                                                                                      \
     if (!(cond)) {                                                                          \
@@ -15,6 +17,15 @@
                    ::cacheroute::fuzz::Message(__VA_ARGS__).c_str());                       \
       std::abort();                                                                         \
     }                                                                                       \
+  } while (0)
+
+// FUZZ_CHECK_INVALID_ARGUMENT(status): a decoder's error is InvalidArgument, with a message.
+#define FUZZ_CHECK_INVALID_ARGUMENT(status)                                          \
+  do {                                                                               \
+    const ::absl::Status& fuzz_status_ = (status);                                   \
+    FUZZ_CHECK(fuzz_status_.code() == ::absl::StatusCode::kInvalidArgument,          \
+               fuzz_status_.ToString());                                             \
+    FUZZ_CHECK(!fuzz_status_.message().empty());                                     \
   } while (0)
 
 namespace cacheroute::fuzz {

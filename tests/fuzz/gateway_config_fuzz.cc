@@ -41,16 +41,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!list->empty(), "an empty upstream list was accepted");
     CheckUpstreams(*list);
   } else {
-    FUZZ_CHECK(list.status().code() == absl::StatusCode::kInvalidArgument,
-               list.status().ToString());
-    FUZZ_CHECK(!list.status().message().empty());
+    FUZZ_CHECK_INVALID_ARGUMENT(list.status());
   }
 
   absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(yaml);
   if (!config.ok()) {
-    FUZZ_CHECK(config.status().code() == absl::StatusCode::kInvalidArgument,
-               config.status().ToString());
-    FUZZ_CHECK(!config.status().message().empty());
+    FUZZ_CHECK_INVALID_ARGUMENT(config.status());
     return 0;
   }
   const absl::Status valid = ValidateGatewayConfig(*config);

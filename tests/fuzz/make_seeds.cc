@@ -18,6 +18,7 @@
 #include "planner/service/planner_server.h"
 #include "proto/table/chunking.h"
 #include "proto/table/table_snapshot.h"
+#include "tests/support/rate_reports.h"
 
 namespace {
 
@@ -33,20 +34,12 @@ void Write(const fs::path& path, const std::string& bytes) {
   std::cout << path.string() << " (" << bytes.size() << " bytes)\n";
 }
 
+// A report of the 10 s window [1'800'000'000'000 ms, 1'800'000'010'000 ms) with 3 other requests.
 v1::ReportRatesRequest Report(const std::string& gateway, uint64_t sequence,
                               const std::vector<std::pair<std::string, double>>& counts) {
-  v1::ReportRatesRequest r;
-  r.set_gateway_id(gateway);
-  r.set_sequence(sequence);
-  r.set_window_start_unix_ms(1'800'000'000'000);
-  r.set_window_end_unix_ms(1'800'000'010'000);
+  v1::ReportRatesRequest r = testing::MakeRateReport(
+      gateway, sequence, absl::FromUnixMillis(1'800'000'010'000), counts);
   r.set_other_count(3);
-  for (const auto& [key, count] : counts) {
-    v1::KeyCount* c = r.add_counts();
-    c->set_key_id(KeyId(key));
-    c->set_count(count);
-    c->set_key(key);
-  }
   return r;
 }
 

@@ -35,14 +35,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view yaml(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<PlannerConfig> config = ParsePlannerConfigYaml(yaml);
   if (!config.ok()) {
-    FUZZ_CHECK(config.status().code() == absl::StatusCode::kInvalidArgument,
-               config.status().ToString());
-    FUZZ_CHECK(!config.status().message().empty());
+    FUZZ_CHECK_INVALID_ARGUMENT(config.status());
     return 0;
   }
   const absl::Status valid = ValidatePlannerConfig(*config);
-  FUZZ_CHECK(valid.ok() || valid.code() == absl::StatusCode::kInvalidArgument, valid.ToString());
-  FUZZ_CHECK(valid.ok() || !valid.message().empty());
+  if (!valid.ok()) FUZZ_CHECK_INVALID_ARGUMENT(valid);
 
   absl::StatusOr<PlannerConfig> again = ParsePlannerConfigYaml(yaml, *config);
   FUZZ_CHECK(again.ok(), again.status().ToString());

@@ -4,7 +4,7 @@
 // ports and data directory. The destructor always kills it and removes the directory.
 //
 // Usage:
-//   if (!EtcdProcess::Available()) { WARN(EtcdProcess::kMissing); return; }
+//   CACHEROUTE_SKIP_WITHOUT_ETCD();  // in a TEST_CASE: warns and returns when etcd is missing
 //   EtcdProcess etcd;
 //   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
 #pragma once
@@ -194,3 +194,13 @@ class EtcdProcess {
 };
 
 }  // namespace cacheroute::testing
+
+// Ends the calling test (a void function: a TEST_CASE body) with a warning when /usr/bin/etcd is
+// not installed.
+#define CACHEROUTE_SKIP_WITHOUT_ETCD()                          \
+  do {                                                          \
+    if (!::cacheroute::testing::EtcdProcess::Available()) {     \
+      WARN(::cacheroute::testing::EtcdProcess::kMissing);       \
+      return;                                                   \
+    }                                                           \
+  } while (false)

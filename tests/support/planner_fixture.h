@@ -79,23 +79,18 @@ class InProcessPlanner {
   // Lets 100 s of planner time pass, then plans.
   v1::ReplanResponse Replan() {
     clock_.Advance(absl::Seconds(100));
-    grpc::ClientContext context;
-    Authorize(context);
-    v1::ReplanResponse response;
-    grpc::Status status = admin_->Replan(&context, {}, &response);
-    INFO(status.error_message());
-    REQUIRE(status.ok());
-    return response;
+    return CallAdmin(&v1::AdminService::Stub::Replan);
   }
 
-  v1::GetStatusResponse Status() {
-    grpc::ClientContext context;
-    Authorize(context);
-    v1::GetStatusResponse status;
-    grpc::Status s = admin_->GetStatus(&context, {}, &status);
-    INFO(s.error_message());
-    REQUIRE(s.ok());
-    return status;
+  v1::GetStatusResponse Status() { return CallAdmin(&v1::AdminService::Stub::GetStatus); }
+
+  // The last report sequence the planner has from `gateway` (0 when it has none).
+  uint64_t LastSequence(const std::string& gateway) {
+    const v1::GetStatusResponse status = Status();
+    for (const auto& g : status.gateways()) {
+      if (g.gateway_id() == gateway) return g.last_sequence();
+    }
+    return 0;
   }
 
   planner::ManualClock& clock() { return clock_; }
@@ -103,6 +98,19 @@ class InProcessPlanner {
  private:
   void Authorize(grpc::ClientContext& context) const {
     if (!config_.token.empty()) context.AddMetadata("authorization", "Bearer " + config_.token);
+  }
+
+  // An AdminService call with an empty request, which must succeed.
+  template <typename Request, typename Response>
+  Response CallAdmin(grpc::Status (v1::AdminService::Stub::*method)(grpc::ClientContext*,
+                                                                    const Request&, Response*)) {
+    grpc::ClientContext context;
+    Authorize(context);
+    Response response;
+    grpc::Status status = (admin_.get()->*method)(&context, Request(), &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    return response;
   }
 
   service::PlannerConfig config_;
