@@ -3,17 +3,39 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <iterator>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cacheroute/dataplane/enum_names.h"
 
 namespace cacheroute::planner {
 namespace {
 
 using dataplane::ArmEvidence;
+using dataplane::EnumName;
 using dataplane::Evidence;
 using dataplane::TtftHistogram;
+
+constexpr EnumName<GateState> kGateStateNames[] = {
+    {GateState::kShadow, "shadow"},
+    {GateState::kCanary, "canary"},
+    {GateState::kEnabled, "enabled"},
+    {GateState::kRolledBack, "rolled_back"},
+};
+static_assert(dataplane::IsEnumTable(kGateStateNames) &&
+              std::size(kGateStateNames) == std::size(kGateStates));
+
+constexpr EnumName<Verdict::Kind> kVerdictKindNames[] = {
+    {Verdict::kTooFewSamples, "too_few_samples"},
+    {Verdict::kWorse, "worse"},
+    {Verdict::kNotWorse, "not_worse"},
+    {Verdict::kBetter, "better"},
+};
+static_assert(dataplane::IsEnumTable(kVerdictKindNames) &&
+              std::size(kVerdictKindNames) == Verdict::kBetter + 1);
 
 absl::Status OutOfRange(absl::string_view field, absl::string_view range, double value) {
   return absl::InvalidArgumentError(
@@ -58,38 +80,15 @@ std::string Test(double z, double critical) {
 }  // namespace
 
 absl::string_view GateStateName(GateState state) {
-  switch (state) {
-    case GateState::kShadow:
-      return "shadow";
-    case GateState::kCanary:
-      return "canary";
-    case GateState::kEnabled:
-      return "enabled";
-    case GateState::kRolledBack:
-      return "rolled_back";
-  }
-  return "unknown";
+  return dataplane::NameOf(kGateStateNames, state);
 }
 
 std::optional<GateState> ParseGateState(absl::string_view name) {
-  for (GateState s : kGateStates) {
-    if (name == GateStateName(s)) return s;
-  }
-  return std::nullopt;
+  return dataplane::ParseName(kGateStateNames, std::string_view(name.data(), name.size()));
 }
 
 absl::string_view VerdictKindName(Verdict::Kind kind) {
-  switch (kind) {
-    case Verdict::kTooFewSamples:
-      return "too_few_samples";
-    case Verdict::kWorse:
-      return "worse";
-    case Verdict::kNotWorse:
-      return "not_worse";
-    case Verdict::kBetter:
-      return "better";
-  }
-  return "unknown";
+  return dataplane::NameOf(kVerdictKindNames, kind);
 }
 
 absl::Status GateOptions::Validate() const {

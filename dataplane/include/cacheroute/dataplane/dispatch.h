@@ -16,11 +16,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string_view>
 #include <utility>
 
+#include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/random.h"
 
 namespace cacheroute::dataplane {
@@ -50,25 +52,18 @@ enum class Reason : uint8_t {
 };
 inline constexpr int kReasonCount = 7;
 
-inline std::string_view ReasonName(Reason r) {
-  switch (r) {
-    case Reason::kPlanned:
-      return "planned";
-    case Reason::kNoTable:
-      return "no_table";
-    case Reason::kStale:
-      return "stale";
-    case Reason::kSetDown:
-      return "set_down";
-    case Reason::kNotAdmitted:
-      return "not_admitted";
-    case Reason::kPolicy:
-      return "policy";
-    case Reason::kControlArm:
-      return "control_arm";
-  }
-  return "unknown";
-}
+inline constexpr EnumName<Reason> kReasonNames[] = {
+    {Reason::kPlanned, "planned"},
+    {Reason::kNoTable, "no_table"},
+    {Reason::kStale, "stale"},
+    {Reason::kSetDown, "set_down"},
+    {Reason::kNotAdmitted, "not_admitted"},
+    {Reason::kPolicy, "policy"},
+    {Reason::kControlArm, "control_arm"},
+};
+static_assert(IsEnumTable(kReasonNames) && std::size(kReasonNames) == size_t{kReasonCount});
+
+inline std::string_view ReasonName(Reason r) { return NameOf(kReasonNames, r); }
 
 struct Decision {
   uint32_t destination = kNoDestination;
