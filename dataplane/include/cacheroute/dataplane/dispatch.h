@@ -168,16 +168,25 @@ inline uint32_t LeastLoaded(const LoadView& loads, Random& random) {
   return best;
 }
 
-// Mean load over up destinations (0 when none is up).
-inline double MeanUpLoad(const LoadView& loads) {
-  double sum = 0;
+// The summed load of the up destinations, and how many are up.
+struct UpLoad {
+  double total = 0;
   uint32_t up = 0;
+};
+inline UpLoad SumUpLoad(const LoadView& loads) {
+  UpLoad sum;
   for (uint32_t d = 0; d < loads.size(); ++d) {
     if (!loads.Up(d)) continue;
-    sum += loads.Load(d);
-    ++up;
+    sum.total += loads.Load(d);
+    ++sum.up;
   }
-  return up == 0 ? 0.0 : sum / up;
+  return sum;
+}
+
+// Mean load over up destinations (0 when none is up).
+inline double MeanUpLoad(const LoadView& loads) {
+  const UpLoad sum = SumUpLoad(loads);
+  return sum.up == 0 ? 0.0 : sum.total / sum.up;
 }
 
 }  // namespace cacheroute::dataplane
