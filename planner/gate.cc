@@ -25,8 +25,7 @@ constexpr EnumName<GateState> kGateStateNames[] = {
     {GateState::kEnabled, "enabled"},
     {GateState::kRolledBack, "rolled_back"},
 };
-static_assert(dataplane::IsEnumTable(kGateStateNames) &&
-              std::size(kGateStateNames) == std::size(kGateStates));
+static_assert(dataplane::IsEnumTable(kGateStateNames, std::size(kGateStates)));
 
 constexpr EnumName<Verdict::Kind> kVerdictKindNames[] = {
     {Verdict::kTooFewSamples, "too_few_samples"},
@@ -34,8 +33,7 @@ constexpr EnumName<Verdict::Kind> kVerdictKindNames[] = {
     {Verdict::kNotWorse, "not_worse"},
     {Verdict::kBetter, "better"},
 };
-static_assert(dataplane::IsEnumTable(kVerdictKindNames) &&
-              std::size(kVerdictKindNames) == Verdict::kBetter + 1);
+static_assert(dataplane::IsEnumTable(kVerdictKindNames, Verdict::kBetter));
 
 absl::Status OutOfRange(absl::string_view field, absl::string_view range, double value) {
   return absl::InvalidArgumentError(

@@ -35,8 +35,7 @@ constexpr dataplane::EnumName<Type> kTypeNames[] = {
     {Type::kArray, "an array"},
     {Type::kObject, "an object"},
 };
-static_assert(dataplane::IsEnumTable(kTypeNames) &&
-              std::size(kTypeNames) == static_cast<size_t>(Type::kObject) + 1);
+static_assert(dataplane::IsEnumTable(kTypeNames, Type::kObject));
 
 const char* TypeName(Type t) { return dataplane::NameOf(kTypeNames, t); }
 

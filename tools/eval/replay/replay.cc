@@ -164,8 +164,7 @@ constexpr dataplane::EnumName<OutcomeKind> kOutcomeKindNames[] = {
     {OutcomeKind::kTransportError, "transport_error"},
     {OutcomeKind::kRejected, "rejected"},
 };
-static_assert(dataplane::IsEnumTable(kOutcomeKindNames) &&
-              std::size(kOutcomeKindNames) == size_t{kOutcomeKinds});
+static_assert(dataplane::IsEnumTable(kOutcomeKindNames, kOutcomeKinds));
 
 const char* OutcomeName(OutcomeKind kind) { return dataplane::NameOf(kOutcomeKindNames, kind); }
 

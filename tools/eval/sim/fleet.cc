@@ -164,8 +164,7 @@ constexpr dataplane::EnumName<PolicyKind> kPolicyKindNames[] = {
     {PolicyKind::kPreble, "preble"},
     {PolicyKind::kCacheRoute, "cacheroute"},
 };
-static_assert(dataplane::IsEnumTable(kPolicyKindNames) &&
-              std::size(kPolicyKindNames) == static_cast<size_t>(PolicyKind::kCacheRoute) + 1);
+static_assert(dataplane::IsEnumTable(kPolicyKindNames, PolicyKind::kCacheRoute));
 
 std::string_view PolicyName(PolicyKind policy) {
   return dataplane::NameOf(kPolicyKindNames, policy);
@@ -188,8 +187,7 @@ constexpr dataplane::EnumName<PlanAblation> kPlanAblationNames[] = {
     {PlanAblation::kAffinityOnly, "affinity"},
     {PlanAblation::kReplication, "replication"},
 };
-static_assert(dataplane::IsEnumTable(kPlanAblationNames) &&
-              std::size(kPlanAblationNames) == static_cast<size_t>(PlanAblation::kReplication) + 1);
+static_assert(dataplane::IsEnumTable(kPlanAblationNames, PlanAblation::kReplication));
 
 std::string_view PlanAblationName(PlanAblation ablation) {
   return dataplane::NameOf(kPlanAblationNames, ablation);

@@ -16,7 +16,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <memory>
 #include <string_view>
@@ -61,7 +60,7 @@ inline constexpr EnumName<Reason> kReasonNames[] = {
     {Reason::kPolicy, "policy"},
     {Reason::kControlArm, "control_arm"},
 };
-static_assert(IsEnumTable(kReasonNames) && std::size(kReasonNames) == size_t{kReasonCount});
+static_assert(IsEnumTable(kReasonNames, kReasonCount));
 
 inline std::string_view ReasonName(Reason r) { return NameOf(kReasonNames, r); }
 

@@ -3,15 +3,15 @@
 //
 // Contract: names are string literals, distinct and matched exactly (case-sensitive). NameOf
 // answers "unknown" for a value the table does not list, ParseName nullopt for a name it does not
-// list; JoinNames joins the names in table order. IsEnumTable, for a static_assert next to the
-// table, holds when entry i has the value i and every name is non-empty and distinct; assert it
-// together with the table's size against the enum's count (or its last enumerator + 1), so that a
-// table cannot miss or repeat an enumerator.
+// list; JoinNames joins the names in table order. Assert IsEnumTable(table, count) next to each
+// table, with the enum's count (or IsEnumTable(table, last) with its last enumerator), so that a
+// table cannot miss or repeat an enumerator: it holds when the table has `count` entries, entry i
+// has the value i, and every name is non-empty and distinct.
 //
 // Usage:
 //   enum class Color : uint8_t { kRed, kBlue };
 //   constexpr EnumName<Color> kColorNames[] = {{Color::kRed, "red"}, {Color::kBlue, "blue"}};
-//   static_assert(IsEnumTable(kColorNames) && std::size(kColorNames) == 2);
+//   static_assert(IsEnumTable(kColorNames, Color::kBlue));
 //   NameOf(kColorNames, Color::kBlue);  // "blue";  ParseName(kColorNames, "red") == Color::kRed
 //   JoinNames(kColorNames);             // "red, blue"
 #pragma once
@@ -56,7 +56,8 @@ std::string JoinNames(const EnumName<E> (&table)[N], std::string_view separator 
 }
 
 template <typename E, size_t N>
-constexpr bool IsEnumTable(const EnumName<E> (&table)[N]) {
+constexpr bool IsEnumTable(const EnumName<E> (&table)[N], size_t count) {
+  if (N != count) return false;
   for (size_t i = 0; i < N; ++i) {
     const std::string_view name = table[i].name;
     if (table[i].value != static_cast<E>(i) || name.empty()) return false;
@@ -65,6 +66,11 @@ constexpr bool IsEnumTable(const EnumName<E> (&table)[N]) {
     }
   }
   return true;
+}
+
+template <typename E, size_t N>
+constexpr bool IsEnumTable(const EnumName<E> (&table)[N], E last) {
+  return IsEnumTable(table, static_cast<size_t>(last) + 1);
 }
 
 }  // namespace cacheroute::dataplane
