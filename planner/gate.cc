@@ -322,6 +322,17 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
   const std::optional<std::string> envelope_why =
       before == GateState::kEnabled && !forced_.has_value() ? EnvelopeBreached(interval_evidence)
                                                             : std::nullopt;
+  // A worse decision while canary or enabled: rolled back after `limit` of them in a row.
+  const auto count_worse = [&](uint32_t limit) {
+    ++worse_streak_;
+    if (worse_streak_ >= limit) {
+      next = GateState::kRolledBack;
+      d.why = absl::StrCat(name, " -> rolled_back after ", worse_streak_,
+                           " worse decision(s) in a row: ", v.why);
+    } else {
+      d.why = absl::StrCat(name, ": ", worse_streak_, " of ", limit, " worse decisions: ", v.why);
+    }
+  };
   if (forced_.has_value()) {
     d.why = absl::StrCat(name, " (forced: ", forced_why_, "); ", v.why);
   } else {
@@ -340,15 +351,7 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
         if (v.kind == Verdict::kWorse) {
           good_streak_ = 0;
           better_streak_ = 0;
-          ++worse_streak_;
-          if (worse_streak_ >= options_.canary_rollback_after) {
-            next = GateState::kRolledBack;
-            d.why = absl::StrCat("canary -> rolled_back after ", worse_streak_,
-                                 " worse decision(s) in a row: ", v.why);
-          } else {
-            d.why = absl::StrCat("canary: ", worse_streak_, " of ", options_.canary_rollback_after,
-                                 " worse decisions: ", v.why);
-          }
+          count_worse(options_.canary_rollback_after);
         } else if (v.kind == Verdict::kNotWorse || v.kind == Verdict::kBetter) {
           worse_streak_ = 0;
           ++good_streak_;
@@ -375,15 +378,7 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
           d.why = absl::StrCat("enabled -> rolled_back by the envelope rule: ", *envelope_why,
                                "; ", v.why);
         } else if (v.kind == Verdict::kWorse) {
-          ++worse_streak_;
-          if (worse_streak_ >= options_.rollback_after) {
-            next = GateState::kRolledBack;
-            d.why = absl::StrCat("enabled -> rolled_back after ", worse_streak_,
-                                 " worse decision(s) in a row: ", v.why);
-          } else {
-            d.why = absl::StrCat("enabled: ", worse_streak_, " of ", options_.rollback_after,
-                                 " worse decisions: ", v.why);
-          }
+          count_worse(options_.rollback_after);
         } else {
           if (v.kind != Verdict::kTooFewSamples) worse_streak_ = 0;
           d.why = absl::StrCat("enabled: ", v.why);
