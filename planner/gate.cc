@@ -249,6 +249,10 @@ Gate::Gate(GateOptions options, GateState initial) : options_(std::move(options)
 void Gate::Enter(GateState state) {
   state_ = state;
   window_.clear();
+  ResetCounters();
+}
+
+void Gate::ResetCounters() {
   worse_streak_ = 0;
   good_streak_ = 0;
   better_streak_ = 0;
@@ -413,13 +417,7 @@ void Gate::Force(std::optional<GateState> state, std::string why) {
   if (state.has_value() && *state != state_) {
     Enter(*state);
   } else {
-    worse_streak_ = 0;
-    good_streak_ = 0;
-    better_streak_ = 0;
-    intervals_in_state_ = 0;
-    envelope_chunk_ = {};
-    envelope_run_ = {};
-    envelope_breaches_ = 0;
+    ResetCounters();
   }
   forced_ = state;
   forced_why_ = state.has_value() ? std::move(why) : std::string();
