@@ -18,7 +18,6 @@ namespace {
 
 constexpr size_t kBarCells = 40;
 constexpr size_t kMaxNameColumns = 24;
-constexpr size_t kMostLoadedListed = 5;
 constexpr const char* kEighths[] = {"▏", "▎", "▍", "▌", "▋", "▊", "▉", "█"};
 
 std::string Num(double v) { return absl::StrFormat("%.6g", v); }
@@ -107,21 +106,11 @@ void AppendSummaryForMany(std::string* out, std::span<const std::string> names,
     std::vector<double> sorted;
     for (const uint32_t r : active) sorted.push_back(loads[r]);
     std::sort(sorted.begin(), sorted.end());
-    const auto quantile = [&](double q) {
-      return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
-    };
-    absl::StrAppendFormat(out, "  min %s   p50 %s   p90 %s   p99 %s   max %s\n",
-                          Num(sorted.front()), Num(quantile(0.5)), Num(quantile(0.9)),
-                          Num(quantile(0.99)), Num(sorted.back()));
-    const size_t listed = std::min(kMostLoadedListed, active.size());
-    std::partial_sort(
-        active.begin(), active.begin() + listed, active.end(),
-        [&](uint32_t a, uint32_t b) { return loads[a] != loads[b] ? loads[a] > loads[b] : a < b; });
+    AppendLoadQuantiles(out, sorted);
     std::vector<std::string> hottest;
-    for (size_t i = 0; i < listed; ++i) {
-      hottest.push_back(absl::StrFormat("#%d %s %s", active[i],
-                                        DisplayText(names[active[i]], kMaxNameColumns),
-                                        Num(loads[active[i]])));
+    for (const uint32_t r : MostLoaded(active, loads)) {
+      hottest.push_back(
+          absl::StrFormat("#%d %s %s", r, DisplayText(names[r], kMaxNameColumns), Num(loads[r])));
     }
     absl::StrAppend(out, "  most loaded: ", absl::StrJoin(hottest, ", "), "\n");
   }
@@ -138,6 +127,25 @@ void AppendSummaryForMany(std::string* out, std::span<const std::string> names,
 }
 
 }  // namespace
+
+void AppendLoadQuantiles(std::string* out, std::span<const double> sorted) {
+  const auto quantile = [&](double q) {
+    return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
+  };
+  absl::StrAppendFormat(out, "  min %s   p50 %s   p90 %s   p99 %s   max %s\n", Num(sorted.front()),
+                        Num(quantile(0.5)), Num(quantile(0.9)), Num(quantile(0.99)),
+                        Num(sorted.back()));
+}
+
+std::vector<uint32_t> MostLoaded(std::vector<uint32_t> candidates, std::span<const double> loads) {
+  constexpr size_t kListed = 5;
+  const size_t listed = std::min(kListed, candidates.size());
+  std::partial_sort(
+      candidates.begin(), candidates.begin() + listed, candidates.end(),
+      [&](uint32_t a, uint32_t b) { return loads[a] != loads[b] ? loads[a] > loads[b] : a < b; });
+  candidates.resize(listed);
+  return candidates;
+}
 
 double LoadImbalance(std::span<const double> loads, const std::vector<bool>& drained) {
   const double mean = MeanLoad(loads, drained);

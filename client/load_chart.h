@@ -12,6 +12,7 @@
 //   AppendLoadChart(&out, names, loads, drained);  // drained may be empty: none drained
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,5 +32,13 @@ std::string LoadBar(double value, double max, size_t cells);
 
 // max / mean of the loads of destinations not drained; 1 when that mean is 0 (as PlanStats).
 double LoadImbalance(std::span<const double> loads, const std::vector<bool>& drained);
+
+// "  min …   p50 …   p90 …   p99 …   max …\n" of `sorted` (ascending, not empty), for the
+// summaries of many destinations.
+void AppendLoadQuantiles(std::string* out, std::span<const double> sorted);
+
+// The (at most) five most loaded of `candidates`, destination indices into `loads`: the most
+// loaded first, ties by the lower index. For the "most loaded:" lines of the summaries.
+std::vector<uint32_t> MostLoaded(std::vector<uint32_t> candidates, std::span<const double> loads);
 
 }  // namespace cacheroute::client

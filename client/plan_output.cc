@@ -27,7 +27,6 @@ constexpr size_t kMaxListedDestinations = 8;
 constexpr size_t kLoadBarCells = 40;
 constexpr size_t kHistogramBins = 16;
 constexpr size_t kHistogramBarCells = 30;
-constexpr size_t kMostLoadedListed = 5;
 // Eighth blocks, 1/8 to 8/8 of a cell.
 
 absl::Status CheckPlan(const Plan& plan, std::span<const std::string> key_names) {
@@ -226,13 +225,9 @@ void AppendLoadBars(std::string* out, std::span<const double> loads, double max_
 void AppendLoadHistogram(std::string* out, std::span<const double> loads) {
   std::vector<double> sorted(loads.begin(), loads.end());
   std::sort(sorted.begin(), sorted.end());
-  const auto quantile = [&](double q) {
-    return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
-  };
+  AppendLoadQuantiles(out, sorted);
   const double lo = sorted.front();
   const double hi = sorted.back();
-  absl::StrAppendFormat(out, "  min %s   p50 %s   p90 %s   p99 %s   max %s\n", Num(lo),
-                        Num(quantile(0.5)), Num(quantile(0.9)), Num(quantile(0.99)), Num(hi));
   if (hi == lo) {
     absl::StrAppendFormat(out, "  all %d destinations carry %s\n", loads.size(), Num(lo));
     return;
@@ -263,15 +258,11 @@ void AppendLoadHistogram(std::string* out, std::span<const double> loads) {
         LoadBar(static_cast<double>(counts[b]), static_cast<double>(max_count), kHistogramBarCells),
         count_w, counts[b], b + 1 == kHistogramBins ? "  ◀ max" : "");
   }
-  std::vector<uint32_t> order(loads.size());
-  for (uint32_t r = 0; r < order.size(); ++r) order[r] = r;
-  const size_t listed = std::min(kMostLoadedListed, order.size());
-  std::partial_sort(
-      order.begin(), order.begin() + listed, order.end(),
-      [&](uint32_t a, uint32_t b) { return loads[a] != loads[b] ? loads[a] > loads[b] : a < b; });
+  std::vector<uint32_t> all(loads.size());
+  for (uint32_t r = 0; r < all.size(); ++r) all[r] = r;
   std::vector<std::string> hottest;
-  for (size_t i = 0; i < listed; ++i) {
-    hottest.push_back(absl::StrFormat("#%d %s", order[i], Num(loads[order[i]])));
+  for (const uint32_t r : MostLoaded(std::move(all), loads)) {
+    hottest.push_back(absl::StrFormat("#%d %s", r, Num(loads[r])));
   }
   absl::StrAppend(out, "  most loaded: ", absl::StrJoin(hottest, ", "), "\n");
 }

@@ -3,17 +3,37 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <iterator>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cacheroute/dataplane/enum_names.h"
 
 namespace cacheroute::planner {
 namespace {
 
 using dataplane::ArmEvidence;
+using dataplane::EnumName;
 using dataplane::Evidence;
 using dataplane::TtftHistogram;
+
+constexpr EnumName<GateState> kGateStateNames[] = {
+    {GateState::kShadow, "shadow"},
+    {GateState::kCanary, "canary"},
+    {GateState::kEnabled, "enabled"},
+    {GateState::kRolledBack, "rolled_back"},
+};
+static_assert(dataplane::IsEnumTable(kGateStateNames, std::size(kGateStates)));
+
+constexpr EnumName<Verdict::Kind> kVerdictKindNames[] = {
+    {Verdict::kTooFewSamples, "too_few_samples"},
+    {Verdict::kWorse, "worse"},
+    {Verdict::kNotWorse, "not_worse"},
+    {Verdict::kBetter, "better"},
+};
+static_assert(dataplane::IsEnumTable(kVerdictKindNames, Verdict::kBetter));
 
 absl::Status OutOfRange(absl::string_view field, absl::string_view range, double value) {
   return absl::InvalidArgumentError(
@@ -58,38 +78,15 @@ std::string Test(double z, double critical) {
 }  // namespace
 
 absl::string_view GateStateName(GateState state) {
-  switch (state) {
-    case GateState::kShadow:
-      return "shadow";
-    case GateState::kCanary:
-      return "canary";
-    case GateState::kEnabled:
-      return "enabled";
-    case GateState::kRolledBack:
-      return "rolled_back";
-  }
-  return "unknown";
+  return dataplane::NameOf(kGateStateNames, state);
 }
 
 std::optional<GateState> ParseGateState(absl::string_view name) {
-  for (GateState s : kGateStates) {
-    if (name == GateStateName(s)) return s;
-  }
-  return std::nullopt;
+  return dataplane::ParseName(kGateStateNames, std::string_view(name.data(), name.size()));
 }
 
 absl::string_view VerdictKindName(Verdict::Kind kind) {
-  switch (kind) {
-    case Verdict::kTooFewSamples:
-      return "too_few_samples";
-    case Verdict::kWorse:
-      return "worse";
-    case Verdict::kNotWorse:
-      return "not_worse";
-    case Verdict::kBetter:
-      return "better";
-  }
-  return "unknown";
+  return dataplane::NameOf(kVerdictKindNames, kind);
 }
 
 absl::Status GateOptions::Validate() const {
@@ -252,6 +249,10 @@ Gate::Gate(GateOptions options, GateState initial) : options_(std::move(options)
 void Gate::Enter(GateState state) {
   state_ = state;
   window_.clear();
+  ResetCounters();
+}
+
+void Gate::ResetCounters() {
   worse_streak_ = 0;
   good_streak_ = 0;
   better_streak_ = 0;
@@ -325,6 +326,17 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
   const std::optional<std::string> envelope_why =
       before == GateState::kEnabled && !forced_.has_value() ? EnvelopeBreached(interval_evidence)
                                                             : std::nullopt;
+  // A worse decision while canary or enabled: rolled back after `limit` of them in a row.
+  const auto count_worse = [&](uint32_t limit) {
+    ++worse_streak_;
+    if (worse_streak_ >= limit) {
+      next = GateState::kRolledBack;
+      d.why = absl::StrCat(name, " -> rolled_back after ", worse_streak_,
+                           " worse decision(s) in a row: ", v.why);
+    } else {
+      d.why = absl::StrCat(name, ": ", worse_streak_, " of ", limit, " worse decisions: ", v.why);
+    }
+  };
   if (forced_.has_value()) {
     d.why = absl::StrCat(name, " (forced: ", forced_why_, "); ", v.why);
   } else {
@@ -343,15 +355,7 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
         if (v.kind == Verdict::kWorse) {
           good_streak_ = 0;
           better_streak_ = 0;
-          ++worse_streak_;
-          if (worse_streak_ >= options_.canary_rollback_after) {
-            next = GateState::kRolledBack;
-            d.why = absl::StrCat("canary -> rolled_back after ", worse_streak_,
-                                 " worse decision(s) in a row: ", v.why);
-          } else {
-            d.why = absl::StrCat("canary: ", worse_streak_, " of ", options_.canary_rollback_after,
-                                 " worse decisions: ", v.why);
-          }
+          count_worse(options_.canary_rollback_after);
         } else if (v.kind == Verdict::kNotWorse || v.kind == Verdict::kBetter) {
           worse_streak_ = 0;
           ++good_streak_;
@@ -378,15 +382,7 @@ Gate::Decision Gate::Observe(const Evidence& interval_evidence) {
           d.why = absl::StrCat("enabled -> rolled_back by the envelope rule: ", *envelope_why,
                                "; ", v.why);
         } else if (v.kind == Verdict::kWorse) {
-          ++worse_streak_;
-          if (worse_streak_ >= options_.rollback_after) {
-            next = GateState::kRolledBack;
-            d.why = absl::StrCat("enabled -> rolled_back after ", worse_streak_,
-                                 " worse decision(s) in a row: ", v.why);
-          } else {
-            d.why = absl::StrCat("enabled: ", worse_streak_, " of ", options_.rollback_after,
-                                 " worse decisions: ", v.why);
-          }
+          count_worse(options_.rollback_after);
         } else {
           if (v.kind != Verdict::kTooFewSamples) worse_streak_ = 0;
           d.why = absl::StrCat("enabled: ", v.why);
@@ -421,13 +417,7 @@ void Gate::Force(std::optional<GateState> state, std::string why) {
   if (state.has_value() && *state != state_) {
     Enter(*state);
   } else {
-    worse_streak_ = 0;
-    good_streak_ = 0;
-    better_streak_ = 0;
-    intervals_in_state_ = 0;
-    envelope_chunk_ = {};
-    envelope_run_ = {};
-    envelope_breaches_ = 0;
+    ResetCounters();
   }
   forced_ = state;
   forced_why_ = state.has_value() ? std::move(why) : std::string();

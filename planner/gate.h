@@ -200,7 +200,9 @@ class Gate {
   static Gate Restore(GateOptions options, const Persisted& persisted);
 
  private:
-  void Enter(GateState state);  // a state change: clears the window, streaks and state clock
+  void Enter(GateState state);  // a state change: clears the window, then ResetCounters
+  // Clears the streaks, the state clock and the envelope rule's run.
+  void ResetCounters();
   // The envelope rule on one more interval (enabled only): the reason to roll back, if it says so.
   std::optional<std::string> EnvelopeBreached(const dataplane::Evidence& interval_evidence);
 

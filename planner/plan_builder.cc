@@ -205,6 +205,11 @@ class LoadTournament {
   std::vector<uint32_t> tree_;   // 1-based; leaves at [leaves_, 2·leaves_)
 };
 
+// k_b, the number of assignments of a key with `rate` (1 without replication).
+uint32_t Assignments(const PlanConfig& config, double rate, bool* capped = nullptr) {
+  return config.replicate ? AssignmentCount(rate, config.q_cap, config.destinations, capped) : 1;
+}
+
 // LPT with placement hysteresis (PlanConfig::stickiness): like the LPT loop in Build, except that
 // a job first tries the key's previous destinations not yet chosen for it, and stays on the least
 // loaded of them if that keeps it at or under (1 + stickiness) × mean_load. Returns the number of
@@ -225,7 +230,7 @@ uint64_t PlaceSticky(const PlanConfig& config, const Plan& previous, double mean
   for (size_t i = 0; i < admitted.size(); ++i) {
     offsets[i] = offset;
     const double rate = admitted[i].rate;
-    const uint32_t k = config.replicate ? AssignmentCount(rate, config.q_cap, r_count) : 1;
+    const uint32_t k = Assignments(config, rate);
     const double share = rate / k;
     std::span<const uint32_t> before;
     if (auto it = previous_index.find(admitted[i].key); it != previous_index.end()) {
@@ -272,7 +277,7 @@ void PlaceHashed(const PlanConfig& config, std::span<const KeyRate> admitted,
   for (size_t i = 0; i < admitted.size(); ++i) {
     offsets[i] = offset;
     const double rate = admitted[i].rate;
-    const uint32_t k = config.replicate ? AssignmentCount(rate, config.q_cap, r_count) : 1;
+    const uint32_t k = Assignments(config, rate);
     const double share = rate / k;
     uint32_t* chosen = destination_ids.data() + offset;
     uint64_t h = admitted[i].key ^ seed;
@@ -467,8 +472,7 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
     const double rate = sorted[admitted].rate;
     if (rate == 0) break;
     bool capped = false;
-    const uint32_t k =
-        config.replicate ? AssignmentCount(rate, capped_config.q_cap, config.destinations, &capped) : 1;
+    const uint32_t k = Assignments(capped_config, rate, &capped);
     if (slots + k > stats.slot_capacity) break;
     if (slots + k > std::numeric_limits<uint32_t>::max()) {
       return absl::OutOfRangeError(
@@ -514,7 +518,7 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
     for (size_t i = 0; i < admitted; ++i) {
       plan.offsets_[i] = offset;
       const double rate = plan.admitted_[i].rate;
-      const uint32_t k = config.replicate ? AssignmentCount(rate, capped_config.q_cap, r_count) : 1;
+      const uint32_t k = Assignments(capped_config, rate);
       if (k == 1) {
         const uint32_t r = tournament.Min();
         plan.destination_ids_[offset++] = r;

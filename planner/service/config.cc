@@ -298,6 +298,19 @@ absl::Status CheckEtcd(const EtcdConfig& etcd) {
   return CheckHostPort("etcd.advertise", etcd.advertise, /*allow_empty=*/true);
 }
 
+// A section (tls, etcd, gate): a mapping of `fields`, applied with keys named "name.key"; null
+// (every sub-key commented out) leaves the defaults. Anything else is an error saying that
+// `expected` was.
+absl::Status ApplySection(absl::string_view name, const YAML::Node& node,
+                          absl::string_view expected, const std::vector<YamlField>& fields,
+                          PlannerConfig& config) {
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) {
+    return Invalid(name, absl::StrCat("expected ", expected, "; got ", DescribeNode(node)));
+  }
+  return ApplyMapping(absl::StrCat(name, "."), node, fields, config).status();
+}
+
 const std::vector<YamlField>& TopLevelFields() {
   constexpr uint64_t kNoMax = std::numeric_limits<uint64_t>::max();
   static const auto* const fields = new std::vector<YamlField>{
@@ -311,34 +324,21 @@ const std::vector<YamlField>& TopLevelFields() {
                   }),
       {"tls",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         if (node.IsNull()) return absl::OkStatus();  // every sub-key commented out
-         if (!node.IsMap()) {
-           return Invalid(name, absl::StrCat("expected a mapping with cert_file, key_file, "
-                                             "client_ca_file; got ",
-                                             DescribeNode(node)));
-         }
-         return ApplyMapping(absl::StrCat(name, "."), node, TlsFields(), config).status();
+         return ApplySection(name, node, "a mapping with cert_file, key_file, client_ca_file",
+                             TlsFields(), config);
        }},
       {"etcd",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         if (node.IsNull()) return absl::OkStatus();  // every sub-key commented out
-         if (!node.IsMap()) {
-           return Invalid(name, absl::StrCat("expected a mapping (endpoints, key_prefix, "
-                                             "lease_ttl_seconds, replica_id, advertise); got ",
-                                             DescribeNode(node)));
-         }
-         config.etcd.enabled = true;
-         return ApplyMapping(absl::StrCat(name, "."), node, EtcdFields(), config).status();
+         if (node.IsMap()) config.etcd.enabled = true;
+         return ApplySection(
+             name, node,
+             "a mapping (endpoints, key_prefix, lease_ttl_seconds, replica_id, advertise)",
+             EtcdFields(), config);
        }},
       {"gate",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         if (node.IsNull()) return absl::OkStatus();
-         if (!node.IsMap()) {
-           return Invalid(name, absl::StrCat("expected a mapping (enabled, canary_fraction, …); "
-                                             "got ",
-                                             DescribeNode(node)));
-         }
-         return ApplyMapping(absl::StrCat(name, "."), node, GateFields(), config).status();
+         return ApplySection(name, node, "a mapping (enabled, canary_fraction, …)", GateFields(),
+                             config);
        }},
       // Setting one of token / token_file clears the other, so that a layer (YAML over
       // defaults, flags over YAML) replaces the way the token is given.

@@ -171,22 +171,27 @@ absl::StatusOr<std::string> YamlPlainScalar(absl::string_view name, const YAML::
   return node.Scalar();
 }
 
-absl::StatusOr<double> YamlPositiveNumber(absl::string_view name, const YAML::Node& node) {
+namespace {
+
+// An unquoted number that passes `check`.
+absl::StatusOr<double> YamlCheckedNumber(absl::string_view name, const YAML::Node& node,
+                                         absl::Status (*check)(absl::string_view, double)) {
   absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "a number");
   if (!text.ok()) return text.status();
   absl::StatusOr<double> value = ParseNumber(name, *text);
   if (!value.ok()) return value.status();
-  if (absl::Status status = CheckPositiveFinite(name, *value); !status.ok()) return status;
+  if (absl::Status status = check(name, *value); !status.ok()) return status;
   return value;
 }
 
+}  // namespace
+
+absl::StatusOr<double> YamlPositiveNumber(absl::string_view name, const YAML::Node& node) {
+  return YamlCheckedNumber(name, node, CheckPositiveFinite);
+}
+
 absl::StatusOr<double> YamlNonNegativeNumber(absl::string_view name, const YAML::Node& node) {
-  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "a number");
-  if (!text.ok()) return text.status();
-  absl::StatusOr<double> value = ParseNumber(name, *text);
-  if (!value.ok()) return value.status();
-  if (absl::Status status = CheckNonNegativeFinite(name, *value); !status.ok()) return status;
-  return value;
+  return YamlCheckedNumber(name, node, CheckNonNegativeFinite);
 }
 
 absl::StatusOr<uint64_t> YamlInteger(absl::string_view name, const YAML::Node& node, uint64_t min,

@@ -145,6 +145,34 @@ TableEntry EntryFromProto(const v1::Assignment& a) {
           .spill = a.has_spill() ? std::optional<uint32_t>(a.spill()) : std::nullopt};
 }
 
+// Appends the entries of the assignment list `list` ("assignments", "delta.upserts") to `entries`
+// and their positions to `index` (key_id -> i), checking that each passes ValidateAssignment, that
+// no key_id repeats and, with hottest_first, that no rate is above the one before it.
+absl::Status EntriesFromProto(const RepeatedPtrField<v1::Assignment>& assignments,
+                              absl::string_view list, size_t num_destinations, bool hottest_first,
+                              std::vector<TableEntry>& entries,
+                              absl::flat_hash_map<uint64_t, int>& index) {
+  index.reserve(assignments.size());
+  entries.reserve(assignments.size());
+  for (int i = 0; i < assignments.size(); ++i) {
+    const v1::Assignment& a = assignments[i];
+    const std::string field = absl::StrFormat("%s[%d]", list, i);
+    if (absl::Status s = ValidateAssignment(a, field, num_destinations); !s.ok()) return s;
+    auto [it, inserted] = index.try_emplace(a.key_id(), i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.key_id: %u repeats %s[%d]", field, a.key_id(), list, it->second));
+    }
+    if (hottest_first && i > 0 && a.rate() > assignments[i - 1].rate()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.rate: %s is above %s[%d].rate %s; %s must be hottest first", field,
+          FormatNumber(a.rate()), list, i - 1, FormatNumber(assignments[i - 1].rate()), list));
+    }
+    entries.push_back(EntryFromProto(a));
+  }
+  return absl::OkStatus();
+}
+
 void EntryToProto(const TableEntry& e, v1::Assignment* a) {
   a->set_key_id(e.key_id);
   a->mutable_destinations()->Add(e.destinations.begin(), e.destinations.end());
@@ -252,26 +280,13 @@ absl::StatusOr<std::shared_ptr<const TableSnapshot>> TableSnapshot::FromProto(
   if (absl::Status s = ValidateTiming(table.built_unix_ms(), table.ttl_seconds(), ""); !s.ok()) {
     return s;
   }
-  const size_t num_destinations = table.destinations_size();
-  absl::flat_hash_map<uint64_t, int> seen;
-  seen.reserve(table.assignments_size());
   std::vector<TableEntry> entries;
-  entries.reserve(table.assignments_size());
-  for (int i = 0; i < table.assignments_size(); ++i) {
-    const v1::Assignment& a = table.assignments(i);
-    const std::string field = absl::StrFormat("assignments[%d]", i);
-    if (absl::Status s = ValidateAssignment(a, field, num_destinations); !s.ok()) return s;
-    auto [it, inserted] = seen.try_emplace(a.key_id(), i);
-    if (!inserted) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s.key_id: %u repeats assignments[%d]", field, a.key_id(), it->second));
-    }
-    if (i > 0 && a.rate() > table.assignments(i - 1).rate()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s.rate: %s is above assignments[%d].rate %s; assignments must be hottest first", field,
-          FormatNumber(a.rate()), i - 1, FormatNumber(table.assignments(i - 1).rate())));
-    }
-    entries.push_back(EntryFromProto(a));
+  absl::flat_hash_map<uint64_t, int> seen;
+  if (absl::Status s =
+          EntriesFromProto(table.assignments(), "assignments", table.destinations_size(),
+                           /*hottest_first=*/true, entries, seen);
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<std::optional<TableRollout>> rollout =
       RolloutFromProto(table.has_rollout(), table.rollout(), "");
@@ -372,20 +387,12 @@ absl::StatusOr<std::shared_ptr<const TableSnapshot>> ApplyDelta(const TableSnaps
   if (!rollout.ok()) return rollout.status();
   const size_t num_destinations = delta.destinations_size();
 
-  absl::flat_hash_map<uint64_t, int> upserted;  // key_id -> index in delta.upserts
-  upserted.reserve(delta.upserts_size());
   std::vector<TableEntry> upserts;
-  upserts.reserve(delta.upserts_size());
-  for (int i = 0; i < delta.upserts_size(); ++i) {
-    const v1::Assignment& a = delta.upserts(i);
-    const std::string field = absl::StrFormat("delta.upserts[%d]", i);
-    if (absl::Status s = ValidateAssignment(a, field, num_destinations); !s.ok()) return s;
-    auto [it, inserted] = upserted.try_emplace(a.key_id(), i);
-    if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s.key_id: %u repeats delta.upserts[%d]",
-                                                        field, a.key_id(), it->second));
-    }
-    upserts.push_back(EntryFromProto(a));
+  absl::flat_hash_map<uint64_t, int> upserted;  // key_id -> index in delta.upserts
+  if (absl::Status s = EntriesFromProto(delta.upserts(), "delta.upserts", num_destinations,
+                                        /*hottest_first=*/false, upserts, upserted);
+      !s.ok()) {
+    return s;
   }
   absl::flat_hash_set<uint64_t> removed;
   removed.reserve(delta.removed_key_ids_size());

@@ -448,14 +448,15 @@ void Gateway::ReportMembership() {
                                       {"version", absl::StrCat(response.version().number())}});
 }
 
+bool Gateway::WaitForStop(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  return stop_cv_.wait_for(lock, ToChrono(timeout), [this] { return stopping_; });
+}
+
 void Gateway::RunMembership() {
-  const auto interval = ToChrono(config_.membership_interval);
   for (;;) {
     ReportMembership();
-    {
-      std::unique_lock<std::mutex> lock(stop_mu_);
-      if (stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) return;
-    }
+    if (WaitForStop(config_.membership_interval)) return;
     if (dynamic_membership_) PollMembership();
   }
 }
@@ -604,8 +605,7 @@ bool Gateway::Drain() {
          {"drain_delay", absl::FormatDuration(config_.drain_delay)},
          {"drain_timeout", absl::FormatDuration(config_.drain_timeout)}});
     // /healthz answers 503 from now; keep serving until those who watch it have seen it.
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    stop_cv_.wait_for(lock, ToChrono(config_.drain_delay), [this] { return stopping_; });
+    WaitForStop(config_.drain_delay);
   }
   server_->StopAccepting();
   const auto deadline = std::chrono::steady_clock::now() + ToChrono(config_.drain_timeout);
@@ -1116,14 +1116,10 @@ int Gateway::GetHealth(const Member& member, absl::Duration timeout) const {
 }
 
 void Gateway::RunProber() {
-  const auto interval = ToChrono(config_.probe_interval);
   const bool active = config_.health_check_interval > absl::ZeroDuration();
   auto next_check = std::chrono::steady_clock::now() + ToChrono(config_.health_check_interval);
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(stop_mu_);
-      if (stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) return;
-    }
+    if (WaitForStop(config_.probe_interval)) return;
     const std::shared_ptr<const Members> members = ControlMembers();
     // Down members: a 200 brings one back.
     for (uint32_t d = 0; d < members->count; ++d) {
@@ -1194,11 +1190,9 @@ void Gateway::ScrapeLoads() {
 }
 
 void Gateway::RunLoadScraper() {
-  const auto interval = ToChrono(config_.load_scrape_interval);
   for (;;) {
     ScrapeLoads();
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    if (stop_cv_.wait_for(lock, interval, [this] { return stopping_; })) return;
+    if (WaitForStop(config_.load_scrape_interval)) return;
   }
 }
 

@@ -153,6 +153,8 @@ class Gateway {
   // Resolves and installs `upstreams` as the membership (control path; serialised).
   absl::Status ApplyMembership(const std::vector<Upstream>& upstreams);
   std::unique_ptr<dataplane::Policy> MakePolicy(uint32_t destinations);
+  // Waits up to `timeout` for Stop; true once stopping (the background loops' pause).
+  bool WaitForStop(absl::Duration timeout);
   void RunMembership();
   // Reads the dynamic source once; applies it when it changed.
   void PollMembership();

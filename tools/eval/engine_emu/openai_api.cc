@@ -5,6 +5,7 @@
 #include <span>
 
 #include "absl/strings/str_cat.h"
+#include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "tools/eval/engine_emu/tokenizer.h"
 #include "tools/eval/workload/json_line.h"
@@ -26,23 +27,17 @@ ApiError BadRequest(std::string param, std::string message) {
                   .param = std::move(param)};
 }
 
-const char* TypeName(Type t) {
-  switch (t) {
-    case Type::kNull:
-      return "null";
-    case Type::kBool:
-      return "a boolean";
-    case Type::kNumber:
-      return "a number";
-    case Type::kString:
-      return "a string";
-    case Type::kArray:
-      return "an array";
-    case Type::kObject:
-      return "an object";
-  }
-  return "unknown";
-}
+constexpr dataplane::EnumName<Type> kTypeNames[] = {
+    {Type::kNull, "null"},
+    {Type::kBool, "a boolean"},
+    {Type::kNumber, "a number"},
+    {Type::kString, "a string"},
+    {Type::kArray, "an array"},
+    {Type::kObject, "an object"},
+};
+static_assert(dataplane::IsEnumTable(kTypeNames, Type::kObject));
+
+const char* TypeName(Type t) { return dataplane::NameOf(kTypeNames, t); }
 
 ApiError WrongType(absl::string_view field, absl::string_view expected, const JsonValue& v) {
   return BadRequest(std::string(field), absl::StrCat("field \"", field, "\" must be ", expected,

@@ -156,23 +156,17 @@ void Dispatcher::Done(uint32_t destination) {
   }
 }
 
-const char* OutcomeName(OutcomeKind kind) {
-  switch (kind) {
-    case OutcomeKind::kOk:
-      return "ok";
-    case OutcomeKind::kHttpError:
-      return "http_error";
-    case OutcomeKind::kConnectError:
-      return "connect_error";
-    case OutcomeKind::kTimeout:
-      return "timeout";
-    case OutcomeKind::kTransportError:
-      return "transport_error";
-    case OutcomeKind::kRejected:
-      return "rejected";
-  }
-  return "unknown";
-}
+constexpr dataplane::EnumName<OutcomeKind> kOutcomeKindNames[] = {
+    {OutcomeKind::kOk, "ok"},
+    {OutcomeKind::kHttpError, "http_error"},
+    {OutcomeKind::kConnectError, "connect_error"},
+    {OutcomeKind::kTimeout, "timeout"},
+    {OutcomeKind::kTransportError, "transport_error"},
+    {OutcomeKind::kRejected, "rejected"},
+};
+static_assert(dataplane::IsEnumTable(kOutcomeKindNames, kOutcomeKinds));
+
+const char* OutcomeName(OutcomeKind kind) { return dataplane::NameOf(kOutcomeKindNames, kind); }
 
 double Percentile(std::vector<double>& values, double p) {
   if (values.empty()) return 0;

@@ -156,47 +156,41 @@ std::string RunLabel(const FleetConfig& config) {
 
 }  // namespace
 
+constexpr dataplane::EnumName<PolicyKind> kPolicyKindNames[] = {
+    {PolicyKind::kFlatLb, "flat-lb"},
+    {PolicyKind::kSticky, "sticky"},
+    {PolicyKind::kChwbl, "chwbl"},
+    {PolicyKind::kDualMap, "dualmap"},
+    {PolicyKind::kPreble, "preble"},
+    {PolicyKind::kCacheRoute, "cacheroute"},
+};
+static_assert(dataplane::IsEnumTable(kPolicyKindNames, PolicyKind::kCacheRoute));
+
 std::string_view PolicyName(PolicyKind policy) {
-  switch (policy) {
-    case PolicyKind::kFlatLb:
-      return "flat-lb";
-    case PolicyKind::kSticky:
-      return "sticky";
-    case PolicyKind::kChwbl:
-      return "chwbl";
-    case PolicyKind::kDualMap:
-      return "dualmap";
-    case PolicyKind::kPreble:
-      return "preble";
-    case PolicyKind::kCacheRoute:
-      return "cacheroute";
-  }
-  return "unknown";
+  return dataplane::NameOf(kPolicyKindNames, policy);
 }
 
 std::vector<PolicyKind> AllPolicies() {
-  return {PolicyKind::kFlatLb,  PolicyKind::kSticky, PolicyKind::kChwbl,
-          PolicyKind::kDualMap, PolicyKind::kPreble, PolicyKind::kCacheRoute};
+  std::vector<PolicyKind> all;
+  for (const auto& entry : kPolicyKindNames) all.push_back(entry.value);
+  return all;
 }
 
 absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name) {
-  for (PolicyKind p : AllPolicies()) {
-    if (PolicyName(p) == name) return p;
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "unknown policy \"%s\" (known: flat-lb, sticky, chwbl, dualmap, preble, cacheroute)", name));
+  if (std::optional<PolicyKind> p = dataplane::ParseName(kPolicyKindNames, name)) return *p;
+  return absl::InvalidArgumentError(absl::StrFormat("unknown policy \"%s\" (known: %s)", name,
+                                                    dataplane::JoinNames(kPolicyKindNames)));
 }
 
+constexpr dataplane::EnumName<PlanAblation> kPlanAblationNames[] = {
+    {PlanAblation::kFull, "full"},
+    {PlanAblation::kAffinityOnly, "affinity"},
+    {PlanAblation::kReplication, "replication"},
+};
+static_assert(dataplane::IsEnumTable(kPlanAblationNames, PlanAblation::kReplication));
+
 std::string_view PlanAblationName(PlanAblation ablation) {
-  switch (ablation) {
-    case PlanAblation::kFull:
-      return "full";
-    case PlanAblation::kAffinityOnly:
-      return "affinity";
-    case PlanAblation::kReplication:
-      return "replication";
-  }
-  return "unknown";
+  return dataplane::NameOf(kPlanAblationNames, ablation);
 }
 
 void AppendSimRequestBlockHashes(const SimRequest& request, std::vector<uint64_t>& out) {

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <utility>
 
+#include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/random.h"
 
 namespace cacheroute::dataplane {
@@ -50,25 +51,18 @@ enum class Reason : uint8_t {
 };
 inline constexpr int kReasonCount = 7;
 
-inline std::string_view ReasonName(Reason r) {
-  switch (r) {
-    case Reason::kPlanned:
-      return "planned";
-    case Reason::kNoTable:
-      return "no_table";
-    case Reason::kStale:
-      return "stale";
-    case Reason::kSetDown:
-      return "set_down";
-    case Reason::kNotAdmitted:
-      return "not_admitted";
-    case Reason::kPolicy:
-      return "policy";
-    case Reason::kControlArm:
-      return "control_arm";
-  }
-  return "unknown";
-}
+inline constexpr EnumName<Reason> kReasonNames[] = {
+    {Reason::kPlanned, "planned"},
+    {Reason::kNoTable, "no_table"},
+    {Reason::kStale, "stale"},
+    {Reason::kSetDown, "set_down"},
+    {Reason::kNotAdmitted, "not_admitted"},
+    {Reason::kPolicy, "policy"},
+    {Reason::kControlArm, "control_arm"},
+};
+static_assert(IsEnumTable(kReasonNames, kReasonCount));
+
+inline std::string_view ReasonName(Reason r) { return NameOf(kReasonNames, r); }
 
 struct Decision {
   uint32_t destination = kNoDestination;
@@ -173,16 +167,25 @@ inline uint32_t LeastLoaded(const LoadView& loads, Random& random) {
   return best;
 }
 
-// Mean load over up destinations (0 when none is up).
-inline double MeanUpLoad(const LoadView& loads) {
-  double sum = 0;
+// The summed load of the up destinations, and how many are up.
+struct UpLoad {
+  double total = 0;
   uint32_t up = 0;
+};
+inline UpLoad SumUpLoad(const LoadView& loads) {
+  UpLoad sum;
   for (uint32_t d = 0; d < loads.size(); ++d) {
     if (!loads.Up(d)) continue;
-    sum += loads.Load(d);
-    ++up;
+    sum.total += loads.Load(d);
+    ++sum.up;
   }
-  return up == 0 ? 0.0 : sum / up;
+  return sum;
+}
+
+// Mean load over up destinations (0 when none is up).
+inline double MeanUpLoad(const LoadView& loads) {
+  const UpLoad sum = SumUpLoad(loads);
+  return sum.up == 0 ? 0.0 : sum.total / sum.up;
 }
 
 }  // namespace cacheroute::dataplane

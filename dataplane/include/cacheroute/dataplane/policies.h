@@ -125,14 +125,8 @@ class ChwblPolicy final : public Policy {
   std::string_view name() const override { return "chwbl"; }
 
   double Capacity(const LoadView& loads) const {
-    double total = 0;
-    uint32_t up = 0;
-    for (uint32_t d = 0; d < loads.size(); ++d) {
-      if (!loads.Up(d)) continue;
-      total += loads.Load(d);
-      ++up;
-    }
-    return up == 0 ? 0.0 : std::ceil((1.0 + epsilon_) * (total + 1.0) / up);
+    const UpLoad sum = SumUpLoad(loads);
+    return sum.up == 0 ? 0.0 : std::ceil((1.0 + epsilon_) * (sum.total + 1.0) / sum.up);
   }
 
   Decision Pick(uint64_t key_id, const LoadView& loads) override {
