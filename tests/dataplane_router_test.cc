@@ -122,7 +122,8 @@ TEST_CASE("A rollout's control arm routes its keys by power of two, off the tabl
   CHECK(control_destinations.size() >= 6);  // spread, not sent to the planned 5
   const RouterStats stats = router.Stats(clock.Now());
   CHECK(stats.planned == static_cast<uint64_t>(table_arm));
-  CHECK(stats.fallback[static_cast<int>(Reason::kControlArm)] == 400 - table_arm);
+  CHECK(stats.fallback[static_cast<int>(Reason::kControlArm)] ==
+        static_cast<uint64_t>(400 - table_arm));
   CHECK(ReasonName(Reason::kControlArm) == "control_arm");
 
   CHECK_FALSE(RoutingTable::Build({1, 2}, 8, std::vector<double>(8, 1.0), entries, 1.5).ok());

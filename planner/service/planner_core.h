@@ -48,7 +48,7 @@ struct PlanOutcome {
   bool changed = false;         // a new version was published
   double build_seconds = 0;
   // The rollout gate's decision of this interval (Replan with gate_enabled only).
-  std::optional<planner::Gate::Decision> gate;
+  std::optional<planner::Gate::Decision> gate = std::nullopt;
 };
 
 class PlannerCore {

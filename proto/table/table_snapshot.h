@@ -60,9 +60,9 @@ struct TableEntry {
   uint64_t key_id = 0;
   double rate = 0.0;                   // planned requests/s
   std::vector<uint32_t> destinations;  // indices into TableSnapshot::destinations(), ascending
-  std::string key;                     // readable key, or ""
+  std::string key{};                   // readable key, or ""
   // The planned spill destination (an index like `destinations`, not among them), if any.
-  std::optional<uint32_t> spill;
+  std::optional<uint32_t> spill{};
 
   bool operator==(const TableEntry&) const = default;
 };
