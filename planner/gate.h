@@ -5,18 +5,11 @@
 // fraction of keys on the table arm: shadow → canary → enabled, rolled_back from canary or
 // enabled, and a retry from rolled_back to canary (fractions per state: TableFraction).
 //
-// Decision rule (Compare): evidence accumulates over the intervals since the last decision (at
-// most window_intervals, the oldest dropped); a decision is taken once both arms have ≥
-// min_samples TTFT samples in it, which then starts a new batch (decisions never share samples). TTFT: b = control's q-quantile
-// bucket, p_c and p_t the shares of control's and table's samples above b; worse if the pooled
-// two-proportion z statistic (p_t − p_c − ttft_margin)/se exceeds z. Failures: the same test on
-// failures/requests with failure_margin. Worse if either is worse; better if, with b' = table's
-// q-quantile bucket, control's share above b' is significantly above table's (same test, same
-// margin), or if, neither arm being worse, the table's served KV hit (cached / prompt tokens)
-// exceeds control's by kv_hit_margin or more; else not worse. With ttft_envelope_seconds > 0, the TTFT test counts as worse only
-// while table's q-quantile is above the envelope. se = √(p(1−p)(1/n_t + 1/n_c)), p pooled; se = 0 gives z = 0.
-// While enabled, the envelope rule (GateOptions::envelope_rollback_after) also rolls back a table
-// whose p99 stays above the envelope while control's does not, without waiting for a batch.
+// Compare decides once both arms have min_samples TTFT samples in the current batch: worse when
+// the table arm's share of samples above control's q-quantile bucket, or of failures, is
+// significantly higher (a pooled two-proportion z test with margins); better when the reverse
+// holds or the table's served KV hit beats control's by kv_hit_margin; else not worse. The rule,
+// the envelope and the envelope rule are derived in docs/gate.md ("The decision rule").
 //
 // Invariants: every state change clears the evidence window and the streaks (old evidence belongs
 // to the old split); a forced state never changes in Observe; the results depend only on the
