@@ -9,19 +9,22 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "cacheroute/dataplane/enum_names.h"
 
 namespace cacheroute::workload {
 
+namespace {
+
+constexpr dataplane::EnumName<ArrivalProcess> kArrivalProcessNames[] = {
+    {ArrivalProcess::kPoisson, "poisson"},
+    {ArrivalProcess::kGamma, "gamma"},
+    {ArrivalProcess::kBootstrap, "bootstrap"},
+};
+static_assert(dataplane::IsEnumTable(kArrivalProcessNames, ArrivalProcess::kBootstrap));
+}  // namespace
+
 std::string_view ArrivalProcessName(ArrivalProcess process) {
-  switch (process) {
-    case ArrivalProcess::kPoisson:
-      return "poisson";
-    case ArrivalProcess::kGamma:
-      return "gamma";
-    case ArrivalProcess::kBootstrap:
-      return "bootstrap";
-  }
-  return "unknown";
+  return dataplane::NameOf(kArrivalProcessNames, process);
 }
 
 double SampleGamma(double shape, Rng& rng) {

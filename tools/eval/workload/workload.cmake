@@ -6,7 +6,7 @@ cacheroute_library(cacheroute_workload_gen
   SOURCES ${_dir}/arrivals.cc ${_dir}/json_line.cc ${_dir}/mooncake.cc ${_dir}/workload.cc
           ${_dir}/workload_stats.cc
   PUBLIC cacheroute::workload absl::status absl::statusor
-  PRIVATE absl::flat_hash_map absl::flat_hash_set absl::str_format absl::strings
+  PRIVATE cacheroute::dataplane absl::flat_hash_map absl::flat_hash_set absl::str_format absl::strings
           nlohmann_json::nlohmann_json)
 
 cacheroute_program(cacheroute-workload SOURCES ${_dir}/workload_main.cc INSTALL
