@@ -145,9 +145,10 @@ TableEntry EntryFromProto(const v1::Assignment& a) {
           .spill = a.has_spill() ? std::optional<uint32_t>(a.spill()) : std::nullopt};
 }
 
-// Appends the entries of the assignment list `list` ("assignments", "delta.upserts") to `entries`
-// and their positions to `index` (key_id -> i), checking that each passes ValidateAssignment, that
-// no key_id repeats and, with hottest_first, that no rate is above the one before it.
+// Appends `assignments` (the field named `list` in errors: "assignments", "delta.upserts") to
+// `entries` and their positions to `index` (key_id -> i), checking that each passes
+// ValidateAssignment, that no key_id repeats and, with hottest_first, that no rate is above the
+// one before it.
 absl::Status EntriesFromProto(const RepeatedPtrField<v1::Assignment>& assignments,
                               absl::string_view list, size_t num_destinations, bool hottest_first,
                               std::vector<TableEntry>& entries,

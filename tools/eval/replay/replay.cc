@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/routing_table.h"
 #include "planner/plan_builder.h"

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/policies.h"
