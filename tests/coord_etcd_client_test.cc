@@ -1,11 +1,19 @@
 // Tests for planner/coord/etcd_client: against a real etcd (tests/support/etcd_process.h), no mocks.
 #include "planner/coord/etcd_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/etcd_process.h"
@@ -67,12 +75,100 @@ struct Recorder {
   }
 };
 
+// Fault injection: a loopback TCP relay to `upstream_port` that holds each new connection for
+// `delay` before it connects upstream, so the server's first bytes (its HTTP/2 SETTINGS) reach
+// the client that much later: a slow handshake, as on a loaded host.
+class SlowHandshakeRelay {
+ public:
+  SlowHandshakeRelay(int upstream_port, std::chrono::milliseconds delay)
+      : upstream_port_(upstream_port), delay_(delay) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(listen_fd_ >= 0);
+    sockaddr_in addr = Loopback(0);
+    REQUIRE(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(listen(listen_fd_, 16) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~SlowHandshakeRelay() {
+    stop_ = true;
+    acceptor_.join();
+    for (std::thread& t : relays_) t.join();
+    close(listen_fd_);
+  }
+  std::string endpoint() const { return absl::StrCat("127.0.0.1:", port_); }
+  int connections() const { return connections_.load(); }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    return addr;
+  }
+  // Waits up to 50 ms for fd to become readable; false when stopping or on timeout.
+  bool Readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return !stop_ && poll(&p, 1, 50) > 0;
+  }
+  void Accept() {  // one thread per connection, all joined by the destructor
+    while (!stop_) {
+      if (!Readable(listen_fd_)) continue;
+      const int client = accept(listen_fd_, nullptr, nullptr);
+      if (client < 0) continue;
+      ++connections_;
+      relays_.emplace_back([this, client] { Relay(client); });
+    }
+  }
+  void Relay(int client) {
+    const auto until = std::chrono::steady_clock::now() + delay_;
+    while (!stop_ && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const int server = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = Loopback(upstream_port_);
+    if (server >= 0 && connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      char buffer[16384];
+      while (!stop_) {
+        pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+        if (poll(fds, 2, 50) <= 0) continue;
+        bool open = true;
+        for (int i = 0; i < 2 && open; ++i) {
+          if (fds[i].revents == 0) continue;
+          const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+          open = n > 0 && send(fds[1 - i].fd, buffer, n, MSG_NOSIGNAL) == n;
+        }
+        if (!open) break;
+      }
+    }
+    if (server >= 0) close(server);
+    close(client);
+  }
+
+  const int upstream_port_;
+  const std::chrono::milliseconds delay_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread acceptor_;
+  std::vector<std::thread> relays_;  // the acceptor's until it is joined
+};
+
 TEST_CASE("Create rejects no endpoints and a non-positive timeout") {
   CHECK(EtcdClient::Create({}).status().code() == absl::StatusCode::kInvalidArgument);
   EtcdClient::Options options;
   options.endpoints = {"127.0.0.1:1"};
   options.call_timeout = absl::ZeroDuration();
   CHECK(EtcdClient::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
+  options.call_timeout = absl::Seconds(1);
+  options.connect_timeout = absl::ZeroDuration();
+  absl::Status status = EtcdClient::Create(options).status();
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(status.message()), Catch::Contains("connect_timeout"));
 }
 
 TEST_CASE("Put, Get and Delete round-trip with their revisions") {
@@ -319,6 +415,20 @@ TEST_CASE("calls fail over to the next endpoint when the first is dead") {
   absl::Status status = nowhere->Get("/f").status();
   CHECK(status.code() == absl::StatusCode::kUnavailable);
   CHECK_THAT(std::string(status.message()), Catch::Contains(dead));
+}
+
+TEST_CASE("a handshake slower than the whole reconnect backoff still connects") {
+  CACHEROUTE_SKIP_WITHOUT_ETCD();
+  EtcdProcess etcd;
+  // 2 s is above the backoff cap (1 s, 1.2 s with jitter), which once bounded each attempt: then
+  // every attempt timed out before etcd's SETTINGS frame came, and no call ever succeeded.
+  SlowHandshakeRelay relay(etcd.port(), std::chrono::milliseconds(2000));
+  auto client = Connect({relay.endpoint()}, absl::Seconds(10));
+  absl::Status put = client->Put("/slow", "v").status();
+  INFO(put.ToString());
+  REQUIRE(put.ok());
+  CHECK(client->Get("/slow")->kv->value == "v");
+  CHECK(relay.connections() == 1);  // the first attempt was given the time it needed
 }
 
 TEST_CASE("a paused etcd makes calls time out at the call deadline, then it answers again") {

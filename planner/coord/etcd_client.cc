@@ -287,6 +287,9 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(Options options) 
   if (options.call_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("etcd: call_timeout must be positive");
   }
+  if (options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("etcd: connect_timeout must be positive");
+  }
   std::unique_ptr<EtcdClient> client(new EtcdClient(std::move(options)));
   for (const std::string& address : client->options_.endpoints) {
     if (address.empty()) return absl::InvalidArgumentError("etcd: an empty endpoint");
@@ -302,8 +305,11 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(Options options) 
     const int backoff_ms =
         static_cast<int>(absl::ToInt64Milliseconds(client->options_.max_reconnect_backoff));
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(100, backoff_ms));
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(100, backoff_ms));
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, backoff_ms);
+    // gRPC core reads its minimum connect timeout from this argument, not a minimum backoff: a
+    // small value here gives each attempt only the backoff to finish its handshake.
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(client->options_.connect_timeout)));
     // Its own connection, not one shared with other clients of the same process.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     auto endpoint = std::make_unique<Endpoint>();

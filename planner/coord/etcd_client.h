@@ -154,6 +154,9 @@ class EtcdClient {
     absl::Duration keepalive_timeout = absl::Seconds(5);
     // Upper bound of gRPC's reconnect backoff, so a restarted etcd is reached again quickly.
     absl::Duration max_reconnect_backoff = absl::Seconds(1);
+    // How long one connection attempt (TCP, then HTTP/2 SETTINGS) may take. Apart from the
+    // backoff: on a loaded host a handshake slower than the backoff must still complete.
+    absl::Duration connect_timeout = absl::Seconds(20);
   };
 
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(Options options);

@@ -59,6 +59,7 @@ class EtcdProcess {
   EtcdProcess& operator=(const EtcdProcess&) = delete;
 
   std::string endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
+  int port() const { return client_port_; }
   int pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
 
