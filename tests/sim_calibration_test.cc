@@ -5,25 +5,18 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
+#include "tests/support/require_ok.h"
 #include "tools/eval/sim/calibration.h"
 #include "tools/eval/sim/engine_profile.h"
 
 namespace cacheroute::sim {
 namespace {
 
-EngineProfile Must(std::string_view name) {
-  absl::StatusOr<EngineProfile> p = FindEngineProfile(name);
-  INFO(p.status().ToString());
-  REQUIRE(p.ok());
-  return *p;
-}
+EngineProfile Must(std::string_view name) { return testing::RequireOk(FindEngineProfile(name)); }
 
 ClosedLoopResult Bench(const EngineProfile& p, uint32_t c, uint32_t osl = 500) {
-  absl::StatusOr<ClosedLoopResult> r =
-      RunClosedLoopBenchmark(p, {.concurrency = c, .input_tokens = 5000, .output_tokens = osl});
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  return *r;
+  return testing::RequireOk(
+      RunClosedLoopBenchmark(p, {.concurrency = c, .input_tokens = 5000, .output_tokens = osl}));
 }
 
 TEST_CASE("at concurrency 1 the benchmark sees one prefill, then one decode step per token") {

@@ -4,17 +4,13 @@
 #include <cmath>
 #include <limits>
 
+#include "tests/support/require_ok.h"
 #include "tools/eval/sim/engine_profile.h"
 
 namespace cacheroute::sim {
 namespace {
 
-EngineProfile Must(std::string_view name) {
-  absl::StatusOr<EngineProfile> p = FindEngineProfile(name);
-  INFO(p.status().ToString());
-  REQUIRE(p.ok());
-  return *p;
-}
+EngineProfile Must(std::string_view name) { return testing::RequireOk(FindEngineProfile(name)); }
 
 TEST_CASE("the 70B profile's prefill line and limits come from the NIM benchmark and the paper") {
   // Its decode line is checked against the simulated benchmark in sim_calibration_test.
