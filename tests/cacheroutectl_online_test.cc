@@ -39,6 +39,7 @@
 #include "tests/support/free_port.h"
 #include "tests/support/json_reader.h"
 #include "tests/support/planner_config.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 
 #ifndef CACHEROUTECTL_PATH
@@ -154,11 +155,8 @@ class Planner {
  public:
   explicit Planner(PlannerConfig config = TestConfig())
       : clock_(absl::FromUnixSeconds(1'800'000'000)) {
-    absl::StatusOr<std::unique_ptr<PlannerServer>> server =
-        PlannerServer::Start(config, &clock_, /*run_ticker=*/false);
-    INFO(server.status().ToString());
-    REQUIRE(server.ok());
-    server_ = *std::move(server);
+    server_ =
+        cacheroute::testing::RequireOk(PlannerServer::Start(config, &clock_, /*run_ticker=*/false));
     address_ = absl::StrCat("127.0.0.1:", server_->port());
     channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     admin_ = v1::AdminService::NewStub(channel_);

@@ -18,6 +18,7 @@
 
 #include "tests/support/etcd_process.h"
 #include "tests/support/eventually.h"
+#include "tests/support/require_ok.h"
 
 namespace cacheroute::coord {
 namespace {
@@ -31,10 +32,7 @@ std::unique_ptr<EtcdClient> Connect(std::vector<std::string> endpoints,
   EtcdClient::Options options;
   options.endpoints = std::move(endpoints);
   options.call_timeout = timeout;
-  absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(std::move(options));
-  INFO(client.status().ToString());
-  REQUIRE(client.ok());
-  return *std::move(client);
+  return cacheroute::testing::RequireOk(EtcdClient::Create(std::move(options)));
 }
 
 // What a watch delivered, read from the test thread.

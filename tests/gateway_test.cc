@@ -32,6 +32,7 @@
 #include "support/free_port.h"
 #include "support/planner_fixture.h"
 #include "tests/support/planner_config.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 
@@ -258,10 +259,7 @@ GatewayConfig ConfigFor(const Fleet& fleet, const InProcessPlanner& planner,
 }
 
 std::unique_ptr<Gateway> StartGateway(const GatewayConfig& config) {
-  absl::StatusOr<std::unique_ptr<Gateway>> gateway = Gateway::Start(config);
-  INFO(gateway.status().ToString());
-  REQUIRE(gateway.ok());
-  return *std::move(gateway);
+  return cacheroute::testing::RequireOk(Gateway::Start(config));
 }
 
 // One slot a destination: C = R, the R hottest keys are admitted.

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "planner/clock.h"
+#include "tests/support/require_ok.h"
 
 namespace cacheroute::planner {
 namespace {
@@ -31,10 +32,7 @@ Table TableOf(const Plan& plan) {
 }
 
 Plan MustBuild(const std::vector<KeyRate>& rates, PlanConfig config) {
-  absl::StatusOr<Plan> plan = BuildPlan(rates, config);
-  INFO(plan.status().ToString());
-  REQUIRE(plan.ok());
-  return *std::move(plan);
+  return cacheroute::testing::RequireOk(BuildPlan(rates, config));
 }
 
 std::vector<double> Loads(const Plan& plan) { return {plan.loads().begin(), plan.loads().end()}; }

@@ -15,6 +15,7 @@
 #include "client/text_format.h"
 #include "planner/plan_builder.h"
 #include "tests/support/json_reader.h"
+#include "tests/support/require_ok.h"
 
 namespace cacheroute::client {
 namespace {
@@ -27,10 +28,7 @@ planner::Plan MakePlan(const std::vector<std::string>& names, const std::vector<
                        const planner::PlanConfig& config) {
   std::vector<planner::KeyRate> key_rates;
   for (size_t i = 0; i < rates.size(); ++i) key_rates.push_back({i, rates[i]});
-  absl::StatusOr<planner::Plan> plan = planner::BuildPlan(key_rates, config);
-  INFO(plan.status().ToString());
-  REQUIRE(plan.ok());
-  return *std::move(plan);
+  return cacheroute::testing::RequireOk(planner::BuildPlan(key_rates, config));
 }
 
 // Five keys, R = 2, q_cap = 8, W = 2: alpha needs k = 2, beta and gamma one slot each, which
@@ -45,10 +43,7 @@ planner::Plan SmallPlan() {
 
 std::string Format(const planner::Plan& plan, const std::vector<std::string>& names,
                    OutputFormat format, size_t top = 10) {
-  absl::StatusOr<std::string> text = FormatPlan(plan, names, {.format = format, .top = top});
-  INFO(text.status().ToString());
-  REQUIRE(text.ok());
-  return *text;
+  return cacheroute::testing::RequireOk(FormatPlan(plan, names, {.format = format, .top = top}));
 }
 
 TEST_CASE("json: exact document for a small plan") {

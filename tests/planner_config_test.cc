@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "planner/service/config.h"
+#include "tests/support/require_ok.h"
 #include "yaml-cpp/yaml.h"
 
 #ifndef CACHEROUTE_SOURCE_DIR
@@ -38,11 +39,8 @@ const fs::path kDeployDir = fs::path(CACHEROUTE_SOURCE_DIR) / "deploy";
 constexpr char kMinimalYaml[] = "destinations: 2\n";
 
 PlannerConfig ParseOk(const std::string& yaml, PlannerConfig base = {}) {
-  absl::StatusOr<PlannerConfig> config = ParsePlannerConfigYaml(yaml, std::move(base));
   INFO(yaml);
-  INFO(config.status().ToString());
-  REQUIRE(config.ok());
-  return *std::move(config);
+  return cacheroute::testing::RequireOk(ParsePlannerConfigYaml(yaml, std::move(base)));
 }
 
 std::string ParseError(const std::string& yaml) {
@@ -86,10 +84,7 @@ absl::StatusOr<PlannerConfig> Load(std::vector<std::string> args) {
 }
 
 PlannerConfig LoadOk(std::vector<std::string> args) {
-  absl::StatusOr<PlannerConfig> config = Load(std::move(args));
-  INFO(config.status().ToString());
-  REQUIRE(config.ok());
-  return *std::move(config);
+  return cacheroute::testing::RequireOk(Load(std::move(args)));
 }
 
 std::string LoadError(std::vector<std::string> args) {

@@ -27,6 +27,7 @@
 #include "proto/table/table_snapshot.h"
 #include "tests/support/planner_config.h"
 #include "tests/support/rate_reports.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/test_certs.h"
 
 namespace cacheroute::service {
@@ -62,11 +63,8 @@ class Fixture {
   }
 
   void Start() {
-    absl::StatusOr<std::unique_ptr<PlannerServer>> server =
-        PlannerServer::Start(config_, &clock_, /*run_ticker=*/false);
-    INFO(server.status().ToString());
-    REQUIRE(server.ok());
-    server_ = *std::move(server);
+    server_ = cacheroute::testing::RequireOk(
+        PlannerServer::Start(config_, &clock_, /*run_ticker=*/false));
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                    grpc::InsecureChannelCredentials());
     rates_ = v1::RateService::NewStub(channel_);

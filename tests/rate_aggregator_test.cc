@@ -5,10 +5,10 @@
 #include "planner/rate_aggregator.h"
 
 #include <catch2/catch.hpp>
-#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "tests/support/require_ok.h"
 
 namespace cacheroute::planner {
 namespace {
@@ -47,10 +48,7 @@ RateReport Report(std::string gateway, uint64_t sequence,
 }
 
 ReportResult MustApply(RateAggregator& aggregator, const RateReport& report, absl::Time now) {
-  absl::StatusOr<ReportResult> result = aggregator.Apply(report, now);
-  INFO(result.status().ToString());
-  REQUIRE(result.ok());
-  return *result;
+  return cacheroute::testing::RequireOk(aggregator.Apply(report, now));
 }
 
 using RateList = std::vector<std::pair<uint64_t, double>>;

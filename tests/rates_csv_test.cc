@@ -9,15 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "planner/plan_builder.h"
+#include "tests/support/require_ok.h"
 
 namespace cacheroute::client {
 namespace {
 
 RatesCsv ParseOk(const std::string& text) {
-  absl::StatusOr<RatesCsv> csv = ParseRatesCsv(text);
-  INFO(csv.status().ToString());
-  REQUIRE(csv.ok());
-  return *std::move(csv);
+  return cacheroute::testing::RequireOk(ParseRatesCsv(text));
 }
 
 std::string ParseError(const std::string& text) {

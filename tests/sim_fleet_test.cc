@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cacheroute/dataplane/key_id.h"
+#include "tests/support/require_ok.h"
 #include "tools/eval/sim/fleet.h"
 
 namespace cacheroute::sim {
@@ -65,10 +66,7 @@ FleetConfig Config(PolicyKind policy) {
 }
 
 RunResult MustRun(const FleetConfig& config, const std::vector<SimRequest>& requests) {
-  absl::StatusOr<RunResult> result = RunFleet(config, requests);
-  INFO(result.status().ToString());
-  REQUIRE(result.ok());
-  return *std::move(result);
+  return cacheroute::testing::RequireOk(RunFleet(config, requests));
 }
 
 TEST_CASE("the same config and requests give the same result, for every policy") {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_snapshot.h"
+#include "tests/support/require_ok.h"
 
 namespace cacheroute::table {
 namespace {
@@ -57,10 +58,7 @@ v1::RoutingTable TableProto(TableVersion version, const std::vector<std::string>
 }
 
 Snapshot MustFromProto(const v1::RoutingTable& t) {
-  absl::StatusOr<Snapshot> s = TableSnapshot::FromProto(t);
-  INFO(s.status().ToString());
-  REQUIRE(s.ok());
-  return *s;
+  return cacheroute::testing::RequireOk(TableSnapshot::FromProto(t));
 }
 
 Snapshot Table(TableVersion version, const std::vector<std::string>& names,

@@ -24,6 +24,7 @@
 #include "planner/service/planner_server.h"
 #include "tests/support/eventually.h"
 #include "tests/support/rate_reports.h"
+#include "tests/support/require_ok.h"
 
 namespace cacheroute::testing {
 
@@ -42,11 +43,8 @@ class InProcessPlanner {
 
   // Starts (or restarts) the planner; after the first start it keeps the same port.
   void Start() {
-    absl::StatusOr<std::unique_ptr<service::PlannerServer>> server =
-        service::PlannerServer::Start(config_, &clock_, /*run_ticker=*/false);
-    INFO(server.status().ToString());
-    REQUIRE(server.ok());
-    server_ = *std::move(server);
+    server_ = cacheroute::testing::RequireOk(
+        service::PlannerServer::Start(config_, &clock_, /*run_ticker=*/false));
     if (port_ == 0) {
       port_ = server_->port();
       config_.listen = absl::StrCat("127.0.0.1:", port_);
