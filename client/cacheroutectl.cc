@@ -32,6 +32,7 @@
 #include "client/text_format.h"
 #include "planner/clock.h"
 #include "planner/plan_builder.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::client {
 namespace {
@@ -74,29 +75,24 @@ class PlanCommand final : public Command {
   bool Selected() const override { return command_->parsed(); }
 
   absl::Status Run() override {
-    absl::StatusOr<uint32_t> destinations =
-        ParseIntFlag<uint32_t>("--destinations", destinations_, 1);
-    if (!destinations.ok()) return destinations.status();
-    absl::StatusOr<double> q_cap = ParsePositiveFlag("--q-cap", q_cap_);
-    if (!q_cap.ok()) return q_cap.status();
-    absl::StatusOr<uint64_t> slots =
-        ParseIntFlag<uint64_t>("--slots-per-destination", slots_per_destination_, 1);
-    if (!slots.ok()) return slots.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(uint32_t destinations,
+                                ParseIntFlag<uint32_t>("--destinations", destinations_, 1));
+    CACHEROUTE_ASSIGN_OR_RETURN(double q_cap, ParsePositiveFlag("--q-cap", q_cap_));
+    CACHEROUTE_ASSIGN_OR_RETURN(uint64_t slots, ParseIntFlag<uint64_t>("--slots-per-destination",
+                                                                       slots_per_destination_, 1));
     absl::StatusOr<OutputFormat> format = ParseOutputFormat(format_);
     if (!format.ok())
       return absl::InvalidArgumentError(absl::StrCat("--format: ", format.status().message()));
-    absl::StatusOr<uint64_t> top = ParseIntFlag<uint64_t>("--top", top_, 0);
-    if (!top.ok()) return top.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(uint64_t top, ParseIntFlag<uint64_t>("--top", top_, 0));
 
-    absl::StatusOr<std::string> text = ReadRatesFile(rates_path_);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<RatesCsv> csv = ParseRatesCsv(*text);
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string text, ReadRatesFile(rates_path_));
+    absl::StatusOr<RatesCsv> csv = ParseRatesCsv(text);
     if (!csv.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(rates_path_ == "-" ? "<stdin>" : rates_path_, ": ", csv.status().message()));
     }
-    text->clear();
-    text->shrink_to_fit();
+    text.clear();
+    text.shrink_to_fit();
     double total_rate = 0.0;
     for (const double rate : csv->rates) total_rate += rate;
     if (!(total_rate <= kMaxTotalRate)) {
@@ -109,11 +105,11 @@ class PlanCommand final : public Command {
     planner::RealClock clock;
     absl::StatusOr<planner::Plan> plan = planner::BuildPlan(
         ranked.rates,
-        {.destinations = *destinations, .q_cap = *q_cap, .slots_per_destination = *slots}, &clock);
+        {.destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots}, &clock);
     if (!plan.ok()) return plan.status();
 
     absl::StatusOr<std::string> output =
-        FormatPlan(*plan, ranked.key_names, {.format = *format, .top = static_cast<size_t>(*top)});
+        FormatPlan(*plan, ranked.key_names, {.format = *format, .top = static_cast<size_t>(top)});
     if (!output.ok()) return output.status();
     return WriteStdout(*output);
   }

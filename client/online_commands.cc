@@ -28,6 +28,7 @@
 #include "client/rates_csv.h"
 #include "client/text_format.h"
 #include "planner/key_id.h"
+#include "planner/status_macros.h"
 #include "proto/table/table_client_state.h"
 
 namespace cacheroute::client {
@@ -143,38 +144,34 @@ class PushRatesCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
     if (gateway_.empty()) return FlagError("--gateway", "a non-empty gateway id", gateway_);
     double window_seconds = kDefaultWindowSeconds;
     if (!window_.empty()) {
-      absl::StatusOr<double> window = ParsePositiveFlag("--window", window_);
-      if (!window.ok()) return window.status();
-      if (*window > kMaxWindowSeconds) {
+      CACHEROUTE_ASSIGN_OR_RETURN(double window, ParsePositiveFlag("--window", window_));
+      if (window > kMaxWindowSeconds) {
         return FlagError("--window", "a number of seconds in (0, 3600]", window_);
       }
-      window_seconds = *window;
+      window_seconds = window;
     }
     const int64_t window_ms = std::llround(window_seconds * 1000);
     if (window_ms < 1) return FlagError("--window", "at least 0.001 seconds", window_);
     std::optional<uint64_t> first_sequence;
     if (!sequence_.empty()) {
-      absl::StatusOr<uint64_t> sequence = ParseIntFlag<uint64_t>("--sequence", sequence_, 1);
-      if (!sequence.ok()) return sequence.status();
-      first_sequence = *sequence;
+      CACHEROUTE_ASSIGN_OR_RETURN(uint64_t sequence,
+                                  ParseIntFlag<uint64_t>("--sequence", sequence_, 1));
+      first_sequence = sequence;
     }
-    absl::StatusOr<uint64_t> batch_size = ParseIntFlag<uint64_t>("--batch-size", batch_size_, 1);
-    if (!batch_size.ok()) return batch_size.status();
-    if (*batch_size > kMaxEntriesPerReport) {
+    CACHEROUTE_ASSIGN_OR_RETURN(uint64_t batch_size,
+                                ParseIntFlag<uint64_t>("--batch-size", batch_size_, 1));
+    if (batch_size > kMaxEntriesPerReport) {
       return FlagError("--batch-size", "an integer in [1, 100000]", batch_size_);
     }
 
-    absl::StatusOr<std::string> text = ReadRatesFile(rates_path_);
-    if (!text.ok()) return text.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string text, ReadRatesFile(rates_path_));
     const std::string file_name = rates_path_ == "-" ? "<stdin>" : rates_path_;
-    absl::StatusOr<RatesFile> file = ParseRatesOrCounts(*std::move(text), file_name);
-    if (!file.ok()) return file.status();
-    if (file->counts && window_.empty()) {
+    CACHEROUTE_ASSIGN_OR_RETURN(RatesFile file, ParseRatesOrCounts(std::move(text), file_name));
+    if (file.counts && window_.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--window: required with a key,count file (", file_name,
                        "), so the planner knows how long the counts took"));
@@ -182,7 +179,7 @@ class PushRatesCommand final : public OnlineCommand {
 
     // Counts as sent: a rate covers the window exactly as it goes on the wire (whole ms).
     const double seconds = static_cast<double>(window_ms) / 1000.0;
-    const RatesCsv& csv = file->csv;
+    const RatesCsv& csv = file.csv;
     std::vector<double> counts(csv.keys.size());
     double total_count = 0;
     for (size_t i = 0; i < csv.keys.size(); ++i) {
@@ -191,7 +188,7 @@ class PushRatesCommand final : public OnlineCommand {
             "%s: key %s is %d bytes; the planner takes keys of at most %d bytes", file_name,
             QuoteForMessage(csv.keys[i]), csv.keys[i].size(), kMaxKeyBytes));
       }
-      counts[i] = file->counts ? csv.rates[i] : csv.rates[i] * seconds;
+      counts[i] = file.counts ? csv.rates[i] : csv.rates[i] * seconds;
       if (!(counts[i] <= kMaxCount)) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: key %s: %s requests in the window is more than the planner accepts (%s)",
@@ -201,11 +198,10 @@ class PushRatesCommand final : public OnlineCommand {
       total_count += counts[i];
     }
 
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
     const int64_t end_ms = NowUnixMs();
     const uint64_t sequence = first_sequence.value_or(static_cast<uint64_t>(end_ms));
-    const size_t reports = std::max<size_t>(1, (csv.keys.size() + *batch_size - 1) / *batch_size);
+    const size_t reports = std::max<size_t>(1, (csv.keys.size() + batch_size - 1) / batch_size);
     if (sequence > UINT64_MAX - (reports - 1)) {
       return FlagError("--sequence", absl::StrCat("room for ", reports, " consecutive numbers"),
                        sequence_);
@@ -223,15 +219,15 @@ class PushRatesCommand final : public OnlineCommand {
       request.set_sequence(sequence + r);
       request.set_window_start_unix_ms(end_ms - window_ms);
       request.set_window_end_unix_ms(end_ms);
-      const size_t begin = r * *batch_size;
-      const size_t end = std::min(csv.keys.size(), begin + *batch_size);
+      const size_t begin = r * batch_size;
+      const size_t end = std::min(csv.keys.size(), begin + batch_size);
       for (size_t i = begin; i < end; ++i) {
         v1::KeyCount* count = request.add_counts();
         count->set_key_id(KeyId(csv.keys[i]));
         count->set_count(counts[i]);
         count->set_key(csv.keys[i]);
       }
-      absl::StatusOr<v1::ReportRatesResponse> response = (*client)->ReportRates(request);
+      absl::StatusOr<v1::ReportRatesResponse> response = client->ReportRates(request);
       if (!response.ok()) {
         if (r == 0) return response.status();
         return absl::Status(
@@ -246,7 +242,7 @@ class PushRatesCommand final : public OnlineCommand {
 
     uint64_t accepted = 0;
     for (const Sent& s : sent) accepted += s.response.accepted_keys();
-    if (*format == OnlineFormat::kJson) {
+    if (format == OnlineFormat::kJson) {
       JsonWriter json;
       json.BeginObject()
           .Key("gateway_id")
@@ -281,7 +277,7 @@ class PushRatesCommand final : public OnlineCommand {
     std::string out =
         absl::StrFormat("Pushed %d keys (%s requests in a %s s window) for gateway %s to %s\n",
                         csv.keys.size(), absl::StrFormat("%.6g", total_count),
-                        ShortestDouble(seconds), QuoteForMessage(gateway_), (*client)->address());
+                        ShortestDouble(seconds), QuoteForMessage(gateway_), client->address());
     absl::StrAppendFormat(&out, "  accepted keys   %d\n", accepted);
     for (size_t r = 0; r < sent.size(); ++r) {
       const Sent& s = sent[r];
@@ -311,13 +307,10 @@ class StatusCommand final : public OnlineCommand {
                       "Show the planner's version, plan statistics, loads and gateways.") {}
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
-    absl::StatusOr<v1::GetStatusResponse> status = (*client)->GetStatus();
-    if (!status.ok()) return status.status();
-    return WriteStdout(FormatStatus(*status, (*client)->address(), NowUnixMs(), *format));
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
+    CACHEROUTE_ASSIGN_OR_RETURN(v1::GetStatusResponse status, client->GetStatus());
+    return WriteStdout(FormatStatus(status, client->address(), NowUnixMs(), format));
   }
 };
 
@@ -336,24 +329,18 @@ class ShowCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
-    absl::StatusOr<uint64_t> top = ParseIntFlag<uint64_t>("--top", top_, 0);
-    if (!top.ok()) return top.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
+    CACHEROUTE_ASSIGN_OR_RETURN(uint64_t top, ParseIntFlag<uint64_t>("--top", top_, 0));
     v1::Version version;
     if (!version_.empty()) {
-      absl::StatusOr<v1::Version> parsed = ParseVersion("--version", version_);
-      if (!parsed.ok()) return parsed.status();
-      version = *parsed;
+      CACHEROUTE_ASSIGN_OR_RETURN(v1::Version parsed, ParseVersion("--version", version_));
+      version = parsed;
     }
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
-    absl::StatusOr<v1::RoutingTable> table = (*client)->GetTable(version);
-    if (!table.ok()) return table.status();
-    absl::StatusOr<std::string> text =
-        FormatRoutingTable(*table, *format, static_cast<size_t>(*top));
-    if (!text.ok()) return text.status();
-    return WriteStdout(*text);
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
+    CACHEROUTE_ASSIGN_OR_RETURN(v1::RoutingTable table, client->GetTable(version));
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string text,
+                                FormatRoutingTable(table, format, static_cast<size_t>(top)));
+    return WriteStdout(text);
   }
 
  private:
@@ -374,8 +361,7 @@ class ExplainCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
     const bool has_key = command_->count("KEY") > 0;
     const bool has_id = command_->count("--key-id") > 0;
     if (has_key == has_id) {
@@ -387,21 +373,18 @@ class ExplainCommand final : public OnlineCommand {
       if (key_.empty()) return FlagError("KEY", "a non-empty key", key_);
       request.set_key(key_);
     } else {
-      absl::StatusOr<uint64_t> id = ParseKeyId(key_id_);
-      if (!id.ok()) return id.status();
-      request.set_key_id(*id);
+      CACHEROUTE_ASSIGN_OR_RETURN(uint64_t id, ParseKeyId(key_id_));
+      request.set_key_id(id);
     }
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
-    absl::StatusOr<v1::ExplainResponse> explain = (*client)->Explain(request);
-    if (!explain.ok()) return explain.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
+    CACHEROUTE_ASSIGN_OR_RETURN(v1::ExplainResponse explain, client->Explain(request));
     // Destination names come from the status when it describes the same version; the answer is
     // complete without them, so a failure here only costs the names.
-    absl::StatusOr<v1::GetStatusResponse> status = (*client)->GetStatus();
+    absl::StatusOr<v1::GetStatusResponse> status = client->GetStatus();
     const bool same_version = status.ok() &&
-                              status->version().epoch() == explain->version().epoch() &&
-                              status->version().number() == explain->version().number();
-    return WriteStdout(FormatExplain(*explain, same_version ? &*status : nullptr, *format));
+                              status->version().epoch() == explain.version().epoch() &&
+                              status->version().number() == explain.version().number();
+    return WriteStdout(FormatExplain(explain, same_version ? &*status : nullptr, format));
   }
 
  private:
@@ -440,24 +423,18 @@ class DiffCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
-    absl::StatusOr<uint64_t> top = ParseIntFlag<uint64_t>("--top", top_, 0);
-    if (!top.ok()) return top.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
+    CACHEROUTE_ASSIGN_OR_RETURN(uint64_t top, ParseIntFlag<uint64_t>("--top", top_, 0));
     v1::DiffRequest request;
-    absl::StatusOr<v1::Version> from = ParseVersion("V1", from_);
-    if (!from.ok()) return from.status();
-    *request.mutable_from() = *from;
+    CACHEROUTE_ASSIGN_OR_RETURN(v1::Version from, ParseVersion("V1", from_));
+    *request.mutable_from() = from;
     if (!to_.empty()) {
-      absl::StatusOr<v1::Version> to = ParseVersion("V2", to_);
-      if (!to.ok()) return to.status();
-      *request.mutable_to() = *to;
+      CACHEROUTE_ASSIGN_OR_RETURN(v1::Version to, ParseVersion("V2", to_));
+      *request.mutable_to() = to;
     }
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
-    absl::StatusOr<v1::DiffResponse> diff = (*client)->Diff(request);
-    if (!diff.ok()) return diff.status();
-    return WriteStdout(FormatDiff(*diff, *format, static_cast<size_t>(*top)));
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
+    CACHEROUTE_ASSIGN_OR_RETURN(v1::DiffResponse diff, client->Diff(request));
+    return WriteStdout(FormatDiff(diff, format, static_cast<size_t>(top)));
   }
 
  private:
@@ -482,37 +459,33 @@ class WatchCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
     uint64_t count = 0;  // 0: no limit
     if (!count_.empty()) {
-      absl::StatusOr<uint64_t> parsed = ParseIntFlag<uint64_t>("--count", count_, 1);
-      if (!parsed.ok()) return parsed.status();
-      count = *parsed;
+      CACHEROUTE_ASSIGN_OR_RETURN(uint64_t parsed, ParseIntFlag<uint64_t>("--count", count_, 1));
+      count = parsed;
     }
     const std::string gateway_id =
         gateway_id_.empty() ? absl::StrCat("cacheroutectl-watch-", getpid()) : gateway_id_;
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
-    if ((*client)->address_count() > 1) {
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
+    if (client->address_count() > 1) {
       // The stream goes to the current address: first find a replica that answers.
-      if (absl::Status s = (*client)->GetStatus().status(); !s.ok()) return s;
+      if (absl::Status s = client->GetStatus().status(); !s.ok()) return s;
     }
 
     grpc::ClientContext context;
-    (*client)->PrepareStreamContext(&context);
+    client->PrepareStreamContext(&context);
     std::unique_ptr<grpc::ClientReaderWriter<v1::StreamTableRequest, v1::TableUpdate>> stream =
-        (*client)->tables().StreamTable(&context);
+        client->tables().StreamTable(&context);
     table::TableClientState state(gateway_id);
     uint64_t printed = 0;
     const auto stream_ended = [&]() -> absl::Status {
       const grpc::Status status = stream->Finish();
       if (status.ok() || status.error_code() == grpc::StatusCode::CANCELLED) {
-        return absl::UnavailableError(absl::StrCat("planner ", (*client)->address(),
-                                                   " ended the table stream after ", printed,
-                                                   " versions"));
+        return absl::UnavailableError(absl::StrCat(
+            "planner ", client->address(), " ended the table stream after ", printed, " versions"));
       }
-      return (*client)->ToStatus("StreamTable", status);
+      return client->ToStatus("StreamTable", status);
     };
     if (!stream->Write(state.OnConnect())) return stream_ended();
 
@@ -549,7 +522,7 @@ class WatchCommand final : public OnlineCommand {
       pending.keys = current->entries().size();
       pending.destinations = current->destinations().size();
       pending.built_unix_ms = current->built_unix_ms();
-      if (absl::Status s = WriteStdout(FormatWatchEvent(pending, *format)); !s.ok()) return s;
+      if (absl::Status s = WriteStdout(FormatWatchEvent(pending, format)); !s.ok()) return s;
       ++printed;
     }
     stream->WritesDone();
@@ -577,26 +550,23 @@ class ReplanCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
-    absl::StatusOr<v1::ReplanResponse> replan = (*client)->Replan();
-    if (!replan.ok()) return replan.status();
-    if (*format == OnlineFormat::kJson) {
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
+    CACHEROUTE_ASSIGN_OR_RETURN(v1::ReplanResponse replan, client->Replan());
+    if (format == OnlineFormat::kJson) {
       JsonWriter json;
       json.BeginObject()
           .Key("version")
-          .Version(replan->version())
+          .Version(replan.version())
           .Key("changed")
-          .Bool(replan->changed())
+          .Bool(replan.changed())
           .EndObject();
       return WriteStdout(json.Line());
     }
     return WriteStdout(absl::StrCat(
-        "version ", VersionText(replan->version()),
-        replan->changed() ? ": new table published\n"
-                          : ": unchanged (the plan came out the same; no new version)\n"));
+        "version ", VersionText(replan.version()),
+        replan.changed() ? ": new table published\n"
+                         : ": unchanged (the plan came out the same; no new version)\n"));
   }
 };
 
@@ -611,16 +581,13 @@ class DrainCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
     v1::DrainRequest request;
     request.set_destination(destination_);
     request.set_undrain(undrain_);
-    absl::StatusOr<v1::DrainResponse> drain = (*client)->Drain(request);
-    if (!drain.ok()) return drain.status();
-    if (*format == OnlineFormat::kJson) {
+    CACHEROUTE_ASSIGN_OR_RETURN(v1::DrainResponse drain, client->Drain(request));
+    if (format == OnlineFormat::kJson) {
       JsonWriter json;
       json.BeginObject()
           .Key("destination")
@@ -628,13 +595,13 @@ class DrainCommand final : public OnlineCommand {
           .Key("drained")
           .Bool(!undrain_)
           .Key("version")
-          .Version(drain->version())
+          .Version(drain.version())
           .EndObject();
       return WriteStdout(json.Line());
     }
     return WriteStdout(absl::StrCat(undrain_ ? "undrained " : "drained ",
                                     QuoteForMessage(destination_), "; the table is now version ",
-                                    VersionText(drain->version()), "\n"));
+                                    VersionText(drain.version()), "\n"));
   }
 
  private:
@@ -705,31 +672,27 @@ class GateCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
     if (release_ && !force_.empty()) {
       return absl::InvalidArgumentError("--force and --release: give one of them");
     }
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
     v1::GateStatus gate;
     if (release_ || !force_.empty()) {
       v1::ForceGateRequest request;
       request.set_state(force_);
       request.set_why(why_);
-      absl::StatusOr<v1::GateStatus> forced = (*client)->ForceGate(request);
-      if (!forced.ok()) return forced.status();
-      gate = *std::move(forced);
+      CACHEROUTE_ASSIGN_OR_RETURN(v1::GateStatus forced, client->ForceGate(request));
+      gate = std::move(forced);
     } else {
-      absl::StatusOr<v1::GetStatusResponse> status = (*client)->GetStatus();
-      if (!status.ok()) return status.status();
-      if (!status->has_gate()) {
+      CACHEROUTE_ASSIGN_OR_RETURN(v1::GetStatusResponse status, client->GetStatus());
+      if (!status.has_gate()) {
         return absl::FailedPreconditionError(
             "the planner runs no rollout gate (planner.yaml: gate.enabled is false)");
       }
-      gate = status->gate();
+      gate = status.gate();
     }
-    return WriteStdout(*format == OnlineFormat::kJson ? GateJson(gate) : GateText(gate));
+    return WriteStdout(format == OnlineFormat::kJson ? GateJson(gate) : GateText(gate));
   }
 
  private:
@@ -754,31 +717,27 @@ class DestinationsCommand final : public OnlineCommand {
   }
 
   absl::Status Run() override {
-    absl::StatusOr<OnlineFormat> format = Format();
-    if (!format.ok()) return format.status();
-    absl::StatusOr<std::unique_ptr<PlannerClient>> client = Connect();
-    if (!client.ok()) return client.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
     if (list_->parsed()) {
-      absl::StatusOr<v1::GetStatusResponse> status = (*client)->GetStatus();
-      if (!status.ok()) return status.status();
-      return WriteStdout(FormatDestinations(*status, *format));
+      CACHEROUTE_ASSIGN_OR_RETURN(v1::GetStatusResponse status, client->GetStatus());
+      return WriteStdout(FormatDestinations(status, format));
     }
     v1::SetDestinationsRequest request;
     for (const std::string& name : names_) request.add_destinations(name);
-    absl::StatusOr<v1::SetDestinationsResponse> set = (*client)->SetDestinations(request);
-    if (!set.ok()) return set.status();
-    if (*format == OnlineFormat::kJson) {
+    CACHEROUTE_ASSIGN_OR_RETURN(v1::SetDestinationsResponse set, client->SetDestinations(request));
+    if (format == OnlineFormat::kJson) {
       JsonWriter json;
       json.BeginObject().Key("destinations").BeginArray();
       for (const std::string& name : names_) json.String(name);
-      json.EndArray().Key("version").Version(set->version()).EndObject();
+      json.EndArray().Key("version").Version(set.version()).EndObject();
       return WriteStdout(json.Line());
     }
     std::vector<std::string> shown;
     for (const std::string& name : names_) shown.push_back(QuoteForMessage(name));
     return WriteStdout(absl::StrCat("destinations set to ", names_.size(), ": ",
                                     absl::StrJoin(shown, ", "), "; the table is now version ",
-                                    VersionText(set->version()), "\n"));
+                                    VersionText(set.version()), "\n"));
   }
 
  private:

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "client/load_chart.h"
 #include "client/text_format.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::client {
 namespace {
@@ -314,9 +315,8 @@ absl::StatusOr<std::string> FormatPlan(const Plan& plan, std::span<const std::st
 
 absl::Status WritePlan(const Plan& plan, std::span<const std::string> key_names,
                        const OutputOptions& options, std::ostream& out) {
-  absl::StatusOr<std::string> text = FormatPlan(plan, key_names, options);
-  if (!text.ok()) return text.status();
-  out.write(text->data(), static_cast<std::streamsize>(text->size()));
+  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, FormatPlan(plan, key_names, options));
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.flush();
   if (!out) return absl::InternalError("cannot write the plan to the output stream");
   return absl::OkStatus();

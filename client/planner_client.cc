@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "client/text_format.h"
 #include "grpc/support/log.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::client {
 namespace {
@@ -49,10 +50,9 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!options.tls_ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadCaFile(options.tls_ca_file);
-    if (!ca.ok()) return ca.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string ca, ReadCaFile(options.tls_ca_file));
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = *std::move(ca);
+    ssl.pem_root_certs = std::move(ca);
     credentials = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments args;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::coord {
 namespace {
@@ -160,14 +161,12 @@ absl::StatusOr<std::vector<Compare>> LeaderElection::FenceCompares() const {
 }
 
 absl::StatusOr<TxnResult> LeaderElection::FencedTxn(std::vector<TxnOp> ops) {
-  absl::StatusOr<std::vector<Compare>> compares = FenceCompares();
-  if (!compares.ok()) return compares.status();
+  CACHEROUTE_ASSIGN_OR_RETURN(std::vector<Compare> compares, FenceCompares());
   TxnRequest txn;
-  txn.compares = *std::move(compares);
+  txn.compares = std::move(compares);
   txn.success = std::move(ops);
-  absl::StatusOr<TxnResult> result = client_->Txn(txn);
-  if (!result.ok()) return result.status();
-  if (!result->succeeded) {
+  CACHEROUTE_ASSIGN_OR_RETURN(TxnResult result, client_->Txn(txn));
+  if (!result.succeeded) {
     {
       // Our view is stale: let the election thread read the key again.
       std::lock_guard<std::mutex> lock(mu_);

@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "planner/service/yaml_fields.h"
+#include "planner/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cacheroute::service {
@@ -131,9 +132,9 @@ absl::StatusOr<std::vector<std::string>> YamlDestinations(absl::string_view name
     return names;
   }
   if (node.IsScalar() && node.Tag() != "!" && LooksLikeInteger(node.Scalar())) {
-    absl::StatusOr<uint64_t> count = ParseInteger(name, node.Scalar(), 1, kMaxConfigDestinations);
-    if (!count.ok()) return count.status();
-    return NumberedDestinations(*count);
+    CACHEROUTE_ASSIGN_OR_RETURN(uint64_t count,
+                                ParseInteger(name, node.Scalar(), 1, kMaxConfigDestinations));
+    return NumberedDestinations(count);
   }
   return Invalid(name,
                  absl::StrCat("expected a count or a list of names, got ", DescribeNode(node)));
@@ -143,9 +144,8 @@ YamlField TlsStringField(absl::string_view key, std::string TlsConfig::*member) 
   return {key,
           [member](absl::string_view name, const YAML::Node& node,
                    PlannerConfig& config) -> absl::Status {
-            absl::StatusOr<std::string> value = YamlString(name, node);
-            if (!value.ok()) return value.status();
-            config.tls.*member = *std::move(value);
+            CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(name, node));
+            config.tls.*member = std::move(value);
             return absl::OkStatus();
           }};
 }
@@ -185,9 +185,8 @@ const std::vector<YamlField>& GateFields() {
   static const auto* const fields = new std::vector<YamlField>{
       {"enabled",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         absl::StatusOr<bool> value = YamlBool(name, node);
-         if (!value.ok()) return value.status();
-         config.gate_enabled = *value;
+         CACHEROUTE_ASSIGN_OR_RETURN(bool value, YamlBool(name, node));
+         config.gate_enabled = value;
          return absl::OkStatus();
        }},
       GateField("min_samples", &planner::GateOptions::min_samples,
@@ -222,11 +221,11 @@ const std::vector<YamlField>& GateFields() {
 // The etcd section's keys (docs/ha.md).
 const std::vector<YamlField>& EtcdFields() {
   const auto string_field = [](absl::string_view key, std::string EtcdConfig::*member) {
-    return YamlField{key, [member](absl::string_view name, const YAML::Node& node,
-                                   PlannerConfig& config) -> absl::Status {
-                       absl::StatusOr<std::string> value = YamlString(name, node);
-                       if (!value.ok()) return value.status();
-                       config.etcd.*member = *std::move(value);
+    return YamlField{key,
+                     [member](absl::string_view name, const YAML::Node& node,
+                              PlannerConfig& config) -> absl::Status {
+                       CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(name, node));
+                       config.etcd.*member = std::move(value);
                        return absl::OkStatus();
                      }};
   };
@@ -255,9 +254,8 @@ const std::vector<YamlField>& EtcdFields() {
       string_field("key_prefix", &EtcdConfig::key_prefix),
       {"lease_ttl_seconds",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         absl::StatusOr<uint64_t> value = YamlInteger(name, node, 1, 3600);
-         if (!value.ok()) return value.status();
-         config.etcd.lease_ttl_seconds = static_cast<int64_t>(*value);
+         CACHEROUTE_ASSIGN_OR_RETURN(uint64_t value, YamlInteger(name, node, 1, 3600));
+         config.etcd.lease_ttl_seconds = static_cast<int64_t>(value);
          return absl::OkStatus();
        }},
       string_field("replica_id", &EtcdConfig::replica_id),
@@ -344,34 +342,30 @@ const std::vector<YamlField>& TopLevelFields() {
       // defaults, flags over YAML) replaces the way the token is given.
       {"token",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         absl::StatusOr<std::string> value = YamlString(name, node);
-         if (!value.ok()) return value.status();
-         if (absl::Status status = CheckToken(name, *value); !status.ok()) return status;
-         config.token = *std::move(value);
+         CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(name, node));
+         if (absl::Status status = CheckToken(name, value); !status.ok()) return status;
+         config.token = std::move(value);
          config.token_file.clear();
          return absl::OkStatus();
        }},
       {"token_file",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         absl::StatusOr<std::string> value = YamlString(name, node);
-         if (!value.ok()) return value.status();
-         config.token_file = *std::move(value);
+         CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(name, node));
+         config.token_file = std::move(value);
          config.token.clear();
          return absl::OkStatus();
        }},
       {"token_required_for_reads",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         absl::StatusOr<bool> value = YamlBool(name, node);
-         if (!value.ok()) return value.status();
-         config.token_required_for_reads = *value;
+         CACHEROUTE_ASSIGN_OR_RETURN(bool value, YamlBool(name, node));
+         config.token_required_for_reads = value;
          return absl::OkStatus();
        }},
       StringField("state_dir", &PlannerConfig::state_dir, nullptr),
       {"destinations",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         absl::StatusOr<std::vector<std::string>> value = YamlDestinations(name, node);
-         if (!value.ok()) return value.status();
-         config.destinations = *std::move(value);
+         CACHEROUTE_ASSIGN_OR_RETURN(std::vector<std::string> value, YamlDestinations(name, node));
+         config.destinations = std::move(value);
          return absl::OkStatus();
        }},
       PositiveNumberField("q_cap", &PlannerConfig::q_cap),
@@ -392,10 +386,9 @@ const std::vector<YamlField>& TopLevelFields() {
 }
 
 absl::StatusOr<PlannerConfig> ParseYamlOrThrow(absl::string_view yaml, PlannerConfig config) {
-  absl::StatusOr<std::set<std::string>> seen =
-      ApplyDocument(yaml, TopLevelFields(), config, "q_cap: 8");
-  if (!seen.ok()) return seen.status();
-  if (seen->count("token") > 0 && seen->count("token_file") > 0) {
+  CACHEROUTE_ASSIGN_OR_RETURN(std::set<std::string> seen,
+                              ApplyDocument(yaml, TopLevelFields(), config, "q_cap: 8"));
+  if (seen.count("token") > 0 && seen.count("token_file") > 0) {
     return Invalid("token_file", "give either token or token_file, not both");
   }
   return config;
@@ -439,10 +432,9 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& 
   }
   if (given("--state-dir")) config.state_dir = flags.state_dir;
   if (given("--destinations")) {
-    absl::StatusOr<uint64_t> count =
-        ParseInteger("--destinations", flags.destinations, 1, kMaxConfigDestinations);
-    if (!count.ok()) return count.status();
-    config.destinations = NumberedDestinations(*count);
+    CACHEROUTE_ASSIGN_OR_RETURN(uint64_t count, ParseInteger("--destinations", flags.destinations,
+                                                             1, kMaxConfigDestinations));
+    config.destinations = NumberedDestinations(count);
   }
   if (given("--destination-names")) {
     std::vector<std::string> names = absl::StrSplit(flags.destination_names, ',');
@@ -450,32 +442,28 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& 
     config.destinations = std::move(names);
   }
   if (given("--q-cap")) {
-    absl::StatusOr<double> q_cap = ParseNumber("--q-cap", flags.q_cap);
-    if (!q_cap.ok()) return q_cap.status();
-    if (absl::Status s = CheckPositiveFinite("--q-cap", *q_cap); !s.ok()) return s;
-    config.q_cap = *q_cap;
+    CACHEROUTE_ASSIGN_OR_RETURN(double q_cap, ParseNumber("--q-cap", flags.q_cap));
+    if (absl::Status s = CheckPositiveFinite("--q-cap", q_cap); !s.ok()) return s;
+    config.q_cap = q_cap;
   }
   if (given("--placement-stickiness")) {
-    absl::StatusOr<double> value =
-        ParseNumber("--placement-stickiness", flags.placement_stickiness);
-    if (!value.ok()) return value.status();
-    if (absl::Status s = CheckNonNegativeFinite("--placement-stickiness", *value); !s.ok()) {
+    CACHEROUTE_ASSIGN_OR_RETURN(double value,
+                                ParseNumber("--placement-stickiness", flags.placement_stickiness));
+    if (absl::Status s = CheckNonNegativeFinite("--placement-stickiness", value); !s.ok()) {
       return s;
     }
-    config.placement_stickiness = *value;
+    config.placement_stickiness = value;
   }
   if (given("--slots-per-destination")) {
-    absl::StatusOr<uint64_t> slots =
-        ParseInteger("--slots-per-destination", flags.slots_per_destination, 1,
-                     std::numeric_limits<uint64_t>::max());
-    if (!slots.ok()) return slots.status();
-    config.slots_per_destination = *slots;
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        uint64_t slots, ParseInteger("--slots-per-destination", flags.slots_per_destination, 1,
+                                     std::numeric_limits<uint64_t>::max()));
+    config.slots_per_destination = slots;
   }
   if (given("--control-interval")) {
-    absl::StatusOr<absl::Duration> interval =
-        ParseDurationText("--control-interval", flags.control_interval);
-    if (!interval.ok()) return interval.status();
-    config.control_interval = *interval;
+    CACHEROUTE_ASSIGN_OR_RETURN(absl::Duration interval,
+                                ParseDurationText("--control-interval", flags.control_interval));
+    config.control_interval = interval;
   }
   if (given("--token")) {
     if (absl::Status s = CheckToken("--token", flags.token); !s.ok()) return s;
@@ -588,18 +576,16 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
 
   PlannerConfig config;
   if (app.count("--config") > 0) {
-    absl::StatusOr<PlannerConfig> parsed =
-        ParseConfigFile(flags.config, config, &ParsePlannerConfigYaml);
-    if (!parsed.ok()) return parsed.status();
-    config = *std::move(parsed);
+    CACHEROUTE_ASSIGN_OR_RETURN(PlannerConfig parsed,
+                                ParseConfigFile(flags.config, config, &ParsePlannerConfigYaml));
+    config = std::move(parsed);
   }
   if (absl::Status status = ApplyFlags(app, flags, config); !status.ok()) return status;
 
   if (!config.token_file.empty()) {
     const char* name = app.count("--token-file") > 0 ? "--token-file" : "token_file";
-    absl::StatusOr<std::string> token = ReadConfigFile(name, config.token_file);
-    if (!token.ok()) return token.status();
-    absl::string_view trimmed = absl::StripTrailingAsciiWhitespace(*token);
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string token, ReadConfigFile(name, config.token_file));
+    absl::string_view trimmed = absl::StripTrailingAsciiWhitespace(token);
     if (trimmed.empty()) {
       return Invalid(name, absl::StrCat(Quote(config.token_file), " is empty"));
     }

@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "planner/gate.h"
+#include "planner/status_macros.h"
 
 namespace CLI {
 class App;
@@ -123,9 +124,8 @@ absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::st
 // error is InvalidArgument prefixed with the path. Shared with the gateway's loader.
 template <class Config, class Parse>
 absl::StatusOr<Config> ParseConfigFile(const std::string& path, const Config& base, Parse parse) {
-  absl::StatusOr<std::string> text = ReadConfigFile("--config", path);
-  if (!text.ok()) return text.status();
-  absl::StatusOr<Config> parsed = parse(*text, base);
+  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, ReadConfigFile("--config", path));
+  absl::StatusOr<Config> parsed = parse(text, base);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
   }

@@ -16,6 +16,7 @@
 #include "planner/coord/etcd_client.h"
 #include "planner/service/logging.h"
 #include "planner/service/planner_server.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::service {
 
@@ -288,10 +289,9 @@ struct HaReplica::State {
     std::lock_guard<std::mutex> lock(lease_mu);
     const auto now = std::chrono::steady_clock::now();
     if (report_lease != 0 && now < report_lease_renew) return report_lease;
-    absl::StatusOr<coord::LeaseGrant> grant = client->GrantLease(ReportTtlSeconds());
-    if (!grant.ok()) return grant.status();
-    report_lease = grant->id;
-    report_lease_renew = now + std::chrono::seconds(std::max<int64_t>(1, grant->ttl_seconds / 2));
+    CACHEROUTE_ASSIGN_OR_RETURN(coord::LeaseGrant grant, client->GrantLease(ReportTtlSeconds()));
+    report_lease = grant.id;
+    report_lease_renew = now + std::chrono::seconds(std::max<int64_t>(1, grant.ttl_seconds / 2));
     return report_lease;
   }
 };

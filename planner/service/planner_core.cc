@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "planner/plan_snapshot.h"
 #include "planner/service/state_convert.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::service {
 namespace {
@@ -102,12 +103,10 @@ absl::StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::Create(const PlannerCo
   std::optional<StateStore> store;
   std::optional<v1::PlannerState> state;
   if (!config.state_dir.empty()) {
-    absl::StatusOr<StateStore> opened = StateStore::Open(config.state_dir);
-    if (!opened.ok()) return opened.status();
-    absl::StatusOr<std::optional<v1::PlannerState>> loaded = opened->Load();
-    if (!loaded.ok()) return loaded.status();
-    state = *std::move(loaded);
-    store.emplace(*std::move(opened));
+    CACHEROUTE_ASSIGN_OR_RETURN(StateStore opened, StateStore::Open(config.state_dir));
+    CACHEROUTE_ASSIGN_OR_RETURN(std::optional<v1::PlannerState> loaded, opened.Load());
+    state = std::move(loaded);
+    store.emplace(std::move(opened));
   }
   std::unique_ptr<PlannerCore> core(new PlannerCore(config, clock, std::move(store)));
   std::lock_guard<std::mutex> lock(core->mu_);
@@ -234,33 +233,32 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
     remapped = previous->Remapped(index, static_cast<uint32_t>(active.size()));
     previous = &*remapped;
   }
-  absl::StatusOr<planner::Plan> plan = builder_.Build(last_rates_, plan_config, previous);
-  if (!plan.ok()) return plan.status();
+  CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan,
+                              builder_.Build(last_rates_, plan_config, previous));
   ++counters_.plans;
-  last_stats_ = plan->stats();
+  last_stats_ = plan.stats();
   last_plan_unix_ms_ = absl::ToUnixMillis(now);
 
   const std::shared_ptr<const table::TableSnapshot> latest =
       history_.empty() ? nullptr : history_.back();
   const table::TableVersion next{epoch_, last_number_ + 1};
   std::shared_ptr<const table::TableSnapshot> candidate = planner::SnapshotFromPlan(
-      next, *plan, destinations_, active,
+      next, plan, destinations_, active,
       [this](uint64_t key_id) ABSL_NO_THREAD_SAFETY_ANALYSIS { return rates_.KeyName(key_id); },
       last_plan_unix_ms_, config_.table_ttl_seconds);
   if (gate_.has_value()) candidate = candidate->WithRollout(GateRolloutLocked());
   PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
                       .changed = false,
-                      .build_seconds = plan->stats().build_seconds};
+                      .build_seconds = plan.stats().build_seconds};
   if (force || latest == nullptr || !latest->SameRouting(*candidate) ||
       LoadsDrifted(*latest, *candidate)) {
-    absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
-        PublishLocked(std::move(candidate));
-    if (!done.ok()) return done.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(std::shared_ptr<const table::TableSnapshot> done,
+                                PublishLocked(std::move(candidate)));
     outcome.version = next;
     outcome.changed = true;
-    *published = *std::move(done);
+    *published = std::move(done);
   }
-  last_plan_ = *std::move(plan);
+  last_plan_ = std::move(plan);
   last_plan_active_ = std::move(active_names);
   PersistLocked();
   return outcome;

@@ -19,6 +19,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "planner/key_id.h"
 #include "planner/service/logging.h"
+#include "planner/status_macros.h"
 #include "proto/table/table_stream.h"
 #ifdef CACHEROUTE_HAVE_ETCD
 #include "planner/service/ha_replica.h"
@@ -241,12 +242,11 @@ class PlannerServices final : public v1::RateService::CallbackService,
                                    v1::ReplanResponse* response) override {
     return Write(context, *request, response, &v1::AdminService::Stub::Replan,
                  [&]() -> absl::Status {
-      absl::StatusOr<PlanOutcome> outcome = core_->Replan();
-      if (!outcome.ok()) return outcome.status();
-      *response->mutable_version() = outcome->version.ToProto();
-      response->set_changed(outcome->changed);
-      return absl::OkStatus();
-    });
+                   CACHEROUTE_ASSIGN_OR_RETURN(PlanOutcome outcome, core_->Replan());
+                   *response->mutable_version() = outcome.version.ToProto();
+                   response->set_changed(outcome.changed);
+                   return absl::OkStatus();
+                 });
   }
 
   grpc::ServerUnaryReactor* SetDestinations(grpc::CallbackServerContext* context,
@@ -268,16 +268,16 @@ class PlannerServices final : public v1::RateService::CallbackService,
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
                                   const v1::DrainRequest* request,
                                   v1::DrainResponse* response) override {
-    return Write(context, *request, response, &v1::AdminService::Stub::Drain,
-                 [&]() -> absl::Status {
-      absl::StatusOr<PlanOutcome> outcome =
-          core_->Drain(request->destination(), request->undrain());
-      if (!outcome.ok()) return outcome.status();
-      *response->mutable_version() = outcome->version.ToProto();
-      LogEvent("info", request->undrain() ? "destination_undrained" : "destination_drained",
-               {{"destination", request->destination()}, {"version", outcome->version.ToString()}});
-      return absl::OkStatus();
-    });
+    return Write(
+        context, *request, response, &v1::AdminService::Stub::Drain, [&]() -> absl::Status {
+          CACHEROUTE_ASSIGN_OR_RETURN(PlanOutcome outcome,
+                                      core_->Drain(request->destination(), request->undrain()));
+          *response->mutable_version() = outcome.version.ToProto();
+          LogEvent(
+              "info", request->undrain() ? "destination_undrained" : "destination_drained",
+              {{"destination", request->destination()}, {"version", outcome.version.ToString()}});
+          return absl::OkStatus();
+        });
   }
 
   grpc::ServerUnaryReactor* ForceGate(grpc::CallbackServerContext* context,
@@ -285,15 +285,15 @@ class PlannerServices final : public v1::RateService::CallbackService,
                                       v1::GateStatus* response) override {
     return Write(context, *request, response, &v1::AdminService::Stub::ForceGate,
                  [&]() -> absl::Status {
-      absl::StatusOr<v1::GateStatus> status = core_->ForceGate(request->state(), request->why());
-      if (!status.ok()) return status.status();
-      *response = *std::move(status);
-      LogEvent("info", request->state().empty() ? "gate_released" : "gate_forced",
-               {{"state", response->state()},
-                {"table_fraction", absl::StrCat(response->table_fraction())},
-                {"why", request->why()}});
-      return absl::OkStatus();
-    });
+                   CACHEROUTE_ASSIGN_OR_RETURN(v1::GateStatus status,
+                                               core_->ForceGate(request->state(), request->why()));
+                   *response = std::move(status);
+                   LogEvent("info", request->state().empty() ? "gate_released" : "gate_forced",
+                            {{"state", response->state()},
+                             {"table_fraction", absl::StrCat(response->table_fraction())},
+                             {"why", request->why()}});
+                   return absl::OkStatus();
+                 });
   }
 
   // --- Table-stream registry, used by StreamTableReactor.
@@ -564,9 +564,9 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
                                                                     planner::Clock* clock,
                                                                     bool run_ticker) {
   std::unique_ptr<PlannerServer> server(new PlannerServer());
-  absl::StatusOr<std::unique_ptr<PlannerCore>> core = PlannerCore::Create(config, clock);
-  if (!core.ok()) return core.status();
-  server->core_ = *std::move(core);
+  CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerCore> core,
+                              PlannerCore::Create(config, clock));
+  server->core_ = std::move(core);
   server->services_ = std::make_unique<PlannerServices>(config, server->core_.get());
 
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -575,15 +575,13 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
         config.tls.client_ca_file.empty()
             ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
             : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    absl::StatusOr<std::string> cert = ReadFile(config.tls.cert_file, "tls.cert_file");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadFile(config.tls.key_file, "tls.key_file");
-    if (!key.ok()) return key.status();
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string cert, ReadFile(config.tls.cert_file, "tls.cert_file"));
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string key, ReadFile(config.tls.key_file, "tls.key_file"));
+    ssl.pem_key_cert_pairs.push_back({key, cert});
     if (!config.tls.client_ca_file.empty()) {
-      absl::StatusOr<std::string> ca = ReadFile(config.tls.client_ca_file, "tls.client_ca_file");
-      if (!ca.ok()) return ca.status();
-      ssl.pem_root_certs = *ca;
+      CACHEROUTE_ASSIGN_OR_RETURN(std::string ca,
+                                  ReadFile(config.tls.client_ca_file, "tls.client_ca_file"));
+      ssl.pem_root_certs = ca;
     }
     credentials = grpc::SslServerCredentials(ssl);
   }
@@ -624,10 +622,9 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
       if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = hostname;
       options.etcd.advertise = absl::StrCat(host, ":", server->port_);
     }
-    absl::StatusOr<std::unique_ptr<HaReplica>> ha =
-        HaReplica::Create(std::move(options), server->core_.get());
-    if (!ha.ok()) return ha.status();
-    server->ha_ = *std::move(ha);
+    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<HaReplica> ha,
+                                HaReplica::Create(std::move(options), server->core_.get()));
+    server->ha_ = std::move(ha);
     if (absl::Status s = server->ha_->Start(); !s.ok()) return s;
     server->services_->set_ha(server->ha_.get());
 #else

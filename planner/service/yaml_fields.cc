@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "planner/status_macros.h"
 #include "yaml-cpp/eventhandler.h"
 
 namespace cacheroute::service::yaml {
@@ -176,11 +177,9 @@ namespace {
 // An unquoted number that passes `check`.
 absl::StatusOr<double> YamlCheckedNumber(absl::string_view name, const YAML::Node& node,
                                          absl::Status (*check)(absl::string_view, double)) {
-  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "a number");
-  if (!text.ok()) return text.status();
-  absl::StatusOr<double> value = ParseNumber(name, *text);
-  if (!value.ok()) return value.status();
-  if (absl::Status status = check(name, *value); !status.ok()) return status;
+  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, YamlPlainScalar(name, node, "a number"));
+  CACHEROUTE_ASSIGN_OR_RETURN(double value, ParseNumber(name, text));
+  if (absl::Status status = check(name, value); !status.ok()) return status;
   return value;
 }
 
@@ -196,18 +195,16 @@ absl::StatusOr<double> YamlNonNegativeNumber(absl::string_view name, const YAML:
 
 absl::StatusOr<uint64_t> YamlInteger(absl::string_view name, const YAML::Node& node, uint64_t min,
                                      uint64_t max) {
-  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "an integer");
-  if (!text.ok()) return text.status();
-  return ParseInteger(name, *text, min, max);
+  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, YamlPlainScalar(name, node, "an integer"));
+  return ParseInteger(name, text, min, max);
 }
 
 absl::StatusOr<bool> YamlBool(absl::string_view name, const YAML::Node& node) {
-  absl::StatusOr<std::string> text = YamlPlainScalar(name, node, "true or false");
-  if (!text.ok()) return text.status();
-  const std::string lower = absl::AsciiStrToLower(*text);
+  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, YamlPlainScalar(name, node, "true or false"));
+  const std::string lower = absl::AsciiStrToLower(text);
   if (lower == "true") return true;
   if (lower == "false") return false;
-  return Invalid(name, absl::StrCat("expected true or false, got ", Quote(*text)));
+  return Invalid(name, absl::StrCat("expected true or false, got ", Quote(text)));
 }
 
 absl::StatusOr<absl::Duration> YamlDuration(absl::string_view name, const YAML::Node& node,

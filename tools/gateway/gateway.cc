@@ -6,19 +6,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstdio>
-#include <fstream>
-#include <utility>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -34,6 +33,7 @@
 #include "cacheroute/v1/admin.grpc.pb.h"
 #include "planner/service/config.h"
 #include "planner/service/exposition.h"
+#include "planner/status_macros.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/prometheus_text.h"
 #include "tools/http/reactive.h"
@@ -141,19 +141,16 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PlannerCredentials(
     const GatewayConfig& config) {
   if (config.planner_tls_ca_file.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> ca =
-      ReadNonEmptyFile("planner_tls_ca_file", config.planner_tls_ca_file);
-  if (!ca.ok()) return ca.status();
-  ssl.pem_root_certs = *std::move(ca);
+  CACHEROUTE_ASSIGN_OR_RETURN(std::string ca,
+                              ReadNonEmptyFile("planner_tls_ca_file", config.planner_tls_ca_file));
+  ssl.pem_root_certs = std::move(ca);
   if (!config.planner_tls_cert_file.empty()) {
-    absl::StatusOr<std::string> cert =
-        ReadNonEmptyFile("planner_tls_cert_file", config.planner_tls_cert_file);
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key =
-        ReadNonEmptyFile("planner_tls_key_file", config.planner_tls_key_file);
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *std::move(cert);
-    ssl.pem_private_key = *std::move(key);
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        std::string cert, ReadNonEmptyFile("planner_tls_cert_file", config.planner_tls_cert_file));
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        std::string key, ReadNonEmptyFile("planner_tls_key_file", config.planner_tls_key_file));
+    ssl.pem_cert_chain = std::move(cert);
+    ssl.pem_private_key = std::move(key);
   }
   return grpc::SslCredentials(ssl);
 }
@@ -309,22 +306,21 @@ absl::Status Gateway::ApplyMembership(const std::vector<Upstream>& upstreams) {
       wanted.push_back(u.name);
       continue;
     }
-    absl::StatusOr<UpstreamAddress> address =
-        ParseUpstreamUrl(absl::StrCat("upstreams[", i, "].url"), u.url);
-    if (!address.ok()) return address.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(UpstreamAddress address,
+                                ParseUpstreamUrl(absl::StrCat("upstreams[", i, "].url"), u.url));
     auto member = std::make_shared<Member>();
     member->name = u.name;
     member->url = u.url;
-    member->address = *address;
-    member->host_header = absl::StrContains(address->host, ':')
-                              ? absl::StrCat("[", address->host, "]:", address->port)
-                              : absl::StrCat(address->host, ":", address->port);
+    member->address = address;
+    member->host_header = absl::StrContains(address.host, ':')
+                              ? absl::StrCat("[", address.host, "]:", address.port)
+                              : absl::StrCat(address.host, ":", address.port);
     tcp::resolver resolver(server_->context());
     beast::error_code ec;
-    member->endpoints = resolver.resolve(address->host, std::to_string(address->port), ec);
+    member->endpoints = resolver.resolve(address.host, std::to_string(address.port), ec);
     if (ec || member->endpoints.empty()) {
       const std::string error = absl::StrCat("upstreams[", i, "].url: cannot resolve \"",
-                                             address->host, "\": ", ec.message());
+                                             address.host, "\": ", ec.message());
       if (!dynamic_membership_) return absl::InvalidArgumentError(error);
       Log("warning", "member_unresolved", {{"destination", u.name}, {"error", absl::StrCat("\"", error, "\"")}});
       continue;
@@ -490,18 +486,16 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
       const std::shared_ptr<const Members> members = gateway->ControlMembers();
       for (uint32_t d = 0; d < members->count; ++d) names.push_back(members->by_index[d]->name);
     }
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        PlannerCredentials(config);
-    if (!credentials.ok()) return credentials.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                PlannerCredentials(config));
     std::string token;
     if (!config.planner_token_file.empty()) {
-      absl::StatusOr<std::string> text =
-          ReadNonEmptyFile("planner_token_file", config.planner_token_file);
-      if (!text.ok()) return text.status();
-      token = std::string(absl::StripAsciiWhitespace(*text));
+      CACHEROUTE_ASSIGN_OR_RETURN(
+          std::string text, ReadNonEmptyFile("planner_token_file", config.planner_token_file));
+      token = std::string(absl::StripAsciiWhitespace(text));
     }
     // One channel over every replica where gRPC can (planner_channels.h).
-    auto channel = dataplane::PlannerChannels::Create(config.planner, *credentials);
+    auto channel = dataplane::PlannerChannels::Create(config.planner, credentials);
     dataplane::TableSubscriberOptions table_options;
     table_options.gateway_id = config.gateway_id;
     table_options.destinations = std::move(names);
@@ -552,9 +546,9 @@ absl::Status Gateway::Listen() {
   absl::SimpleAtoi(config_.listen.substr(colon + 1), &port);
 
   if (!config_.api_key_file.empty()) {
-    absl::StatusOr<std::string> text = ReadNonEmptyFile("api_key_file", config_.api_key_file);
-    if (!text.ok()) return text.status();
-    for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string text,
+                                ReadNonEmptyFile("api_key_file", config_.api_key_file));
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
       line = absl::StripAsciiWhitespace(line);
       if (line.empty() || line.front() == '#') continue;
       api_keys_.emplace_back(line);

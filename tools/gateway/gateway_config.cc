@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "planner/service/config.h"
 #include "planner/service/yaml_fields.h"
+#include "planner/status_macros.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/openai_fields.h"
 #include "yaml-cpp/yaml.h"
@@ -40,9 +41,9 @@ using YamlField = service::yaml::Field<GatewayConfig>;
 
 // HOST:PORT; an IPv6 host goes in brackets. Returns the host without brackets and the port.
 absl::StatusOr<UpstreamAddress> SplitHostPort(absl::string_view name, absl::string_view value) {
-  absl::StatusOr<HostPort> split = service::yaml::SplitHostPort(name, value, "[::1]:8000");
-  if (!split.ok()) return split.status();
-  return UpstreamAddress{std::move(split->host), split->port};
+  CACHEROUTE_ASSIGN_OR_RETURN(HostPort split,
+                              service::yaml::SplitHostPort(name, value, "[::1]:8000"));
+  return UpstreamAddress{std::move(split.host), split.port};
 }
 
 absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
@@ -82,9 +83,9 @@ absl::Status YamlPlanners(absl::string_view name, const YAML::Node& node, Gatewa
   std::vector<std::string> planners;
   if (node.IsSequence()) {
     for (size_t i = 0; i < node.size(); ++i) {
-      absl::StatusOr<std::string> s = YamlString(absl::StrCat(name, "[", i, "]"), node[i]);
-      if (!s.ok()) return s.status();
-      planners.push_back(*std::move(s));
+      CACHEROUTE_ASSIGN_OR_RETURN(std::string s,
+                                  YamlString(absl::StrCat(name, "[", i, "]"), node[i]));
+      planners.push_back(std::move(s));
     }
     if (planners.empty()) return Invalid(name, "an empty list; leave the key out for no planner");
     if (absl::Status c = CheckPlanners(name, planners, true); !c.ok()) return c;
@@ -133,9 +134,8 @@ absl::Status CheckMetricName(absl::string_view name, absl::string_view value) {
 // NAME:PORT of upstreams_dns (empty: not used); the port is the engines' and must not be 0.
 absl::Status CheckDnsName(absl::string_view name, absl::string_view value) {
   if (value.empty()) return absl::OkStatus();
-  absl::StatusOr<UpstreamAddress> address = SplitHostPort(name, value);
-  if (!address.ok()) return address.status();
-  if (address->port == 0) {
+  CACHEROUTE_ASSIGN_OR_RETURN(UpstreamAddress address, SplitHostPort(name, value));
+  if (address.port == 0) {
     return Invalid(name, absl::StrCat("the engines' port must be 1 to 65535, got ", Quote(value)));
   }
   return absl::OkStatus();
@@ -159,9 +159,8 @@ absl::Status CheckUpstreams(absl::string_view name, const std::vector<Upstream>&
       return Invalid(absl::StrCat(indexed, ".name"),
                      absl::StrCat("duplicate name ", Quote(upstreams[i].name)));
     }
-    absl::StatusOr<UpstreamAddress> address =
-        ParseUpstreamUrl(absl::StrCat(indexed, ".url"), upstreams[i].url);
-    if (!address.ok()) return address.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(UpstreamAddress address,
+                                ParseUpstreamUrl(absl::StrCat(indexed, ".url"), upstreams[i].url));
   }
   return absl::OkStatus();
 }
@@ -189,9 +188,8 @@ absl::StatusOr<std::vector<Upstream>> YamlUpstreams(absl::string_view name,
       if (key != "name" && key != "url")
         return Invalid(field, "unknown key; known keys: name, url");
       if (!seen.insert(key).second) return Invalid(field, "given more than once");
-      absl::StatusOr<std::string> value = YamlString(field, entry.second);
-      if (!value.ok()) return value.status();
-      (key == "name" ? upstream.name : upstream.url) = *std::move(value);
+      CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(field, entry.second));
+      (key == "name" ? upstream.name : upstream.url) = std::move(value);
     }
     if (seen.count("name") == 0) return Invalid(absl::StrCat(indexed, ".name"), "missing");
     if (seen.count("url") == 0) return Invalid(absl::StrCat(indexed, ".url"), "missing");
@@ -222,9 +220,9 @@ absl::Status KeyFrom(absl::string_view name, const YAML::Node& node, GatewayConf
   }
   std::vector<std::string> sources;
   for (size_t i = 0; i < node.size(); ++i) {
-    absl::StatusOr<std::string> s = YamlString(absl::StrCat(name, "[", i, "]"), node[i]);
-    if (!s.ok()) return s.status();
-    sources.push_back(*std::move(s));
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string s,
+                                YamlString(absl::StrCat(name, "[", i, "]"), node[i]));
+    sources.push_back(std::move(s));
   }
   if (absl::Status s = CheckKeyFrom(name, sources); !s.ok()) return s;
   config.key_from = std::move(sources);
@@ -237,12 +235,13 @@ const std::vector<YamlField>& Fields() {
           "listen", &GatewayConfig::listen,
           [](absl::string_view n, absl::string_view v) { return CheckHostPort(n, v, false); }),
       YamlField{"upstreams",
-       [](absl::string_view name, const YAML::Node& node, GatewayConfig& config) -> absl::Status {
-         absl::StatusOr<std::vector<Upstream>> value = YamlUpstreams(name, node);
-         if (!value.ok()) return value.status();
-         config.upstreams = *std::move(value);
-         return absl::OkStatus();
-       }},
+                [](absl::string_view name, const YAML::Node& node,
+                   GatewayConfig& config) -> absl::Status {
+                  CACHEROUTE_ASSIGN_OR_RETURN(std::vector<Upstream> value,
+                                              YamlUpstreams(name, node));
+                  config.upstreams = std::move(value);
+                  return absl::OkStatus();
+                }},
       StringField("upstreams_file", &GatewayConfig::upstreams_file, nullptr),
       StringField("upstreams_dns", &GatewayConfig::upstreams_dns, CheckDnsName),
       StringField("dns_server", &GatewayConfig::dns_server, CheckDnsServer),
@@ -285,9 +284,8 @@ const std::vector<YamlField>& Fields() {
 }
 
 absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayConfig config) {
-  absl::StatusOr<std::set<std::string>> seen =
-      ApplyDocument(yaml, Fields(), config, "policy: cacheroute");
-  if (!seen.ok()) return seen.status();
+  CACHEROUTE_ASSIGN_OR_RETURN(std::set<std::string> seen,
+                              ApplyDocument(yaml, Fields(), config, "policy: cacheroute"));
   return config;
 }
 
@@ -359,10 +357,10 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
   if (absl::Status s = service::ParseCommandLine(app, argc, argv); !s.ok()) return s;
   GatewayConfig config;
   if (app.count("--config") > 0) {
-    absl::StatusOr<GatewayConfig> parsed =
-        service::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml);
-    if (!parsed.ok()) return parsed.status();
-    config = *std::move(parsed);
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        GatewayConfig parsed,
+        service::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml));
+    config = std::move(parsed);
   }
   if (absl::Status s = ApplyFlags(app, flags, config); !s.ok()) return s;
   if (absl::Status s = ValidateGatewayConfig(config); !s.ok()) return s;

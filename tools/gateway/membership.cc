@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/service/yaml_fields.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::gateway {
 namespace {
@@ -189,9 +190,8 @@ absl::Status Drive(ares_channel channel, const Lookup& lookup, absl::Time deadli
 
 absl::StatusOr<std::vector<Upstream>> ReadUpstreamsFile(const std::string& path) {
   const std::string what = absl::StrCat("upstreams_file ", Quote(path));
-  absl::StatusOr<std::string> text = ReadWholeFile(path, what);
-  if (!text.ok()) return text.status();
-  absl::StatusOr<std::vector<Upstream>> upstreams = ParseUpstreamListYaml(*text);
+  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, what));
+  absl::StatusOr<std::vector<Upstream>> upstreams = ParseUpstreamListYaml(text);
   if (!upstreams.ok()) {
     return absl::Status(upstreams.status().code(),
                         absl::StrCat(what, ": ", upstreams.status().message()));

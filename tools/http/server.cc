@@ -1,6 +1,8 @@
 // See server.h.
 #include "tools/http/server.h"
 
+#include <pthread.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -12,9 +14,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/ssl.hpp>
-
-#include <pthread.h>
-
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -23,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "planner/status_macros.h"
 #include "tools/http/reactive.h"
 #include "tools/http/watchdog.h"
 
@@ -383,22 +383,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Han
   server->impl_ = std::make_unique<Impl>(server.get(), std::move(options), std::move(handler));
   Impl& impl = *server->impl_;
   if (!impl.options.tls_cert_file.empty()) {
-    absl::StatusOr<std::string> cert = ReadFile("tls_cert_file", impl.options.tls_cert_file);
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadFile("tls_key_file", impl.options.tls_key_file);
-    if (!key.ok()) return key.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string cert,
+                                ReadFile("tls_cert_file", impl.options.tls_cert_file));
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string key,
+                                ReadFile("tls_key_file", impl.options.tls_key_file));
     impl.tls.emplace(asio::ssl::context::tls_server);
     impl.tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                           asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
                           asio::ssl::context::no_tlsv1_1);
     beast::error_code ec;
-    impl.tls->use_certificate_chain(asio::buffer(*cert), ec);
+    impl.tls->use_certificate_chain(asio::buffer(cert), ec);
     if (ec) {
       return absl::InvalidArgumentError(absl::StrCat("tls_cert_file: '", impl.options.tls_cert_file,
                                                      "' is not a PEM certificate chain: ",
                                                      ec.message()));
     }
-    impl.tls->use_private_key(asio::buffer(*key), asio::ssl::context::pem, ec);
+    impl.tls->use_private_key(asio::buffer(key), asio::ssl::context::pem, ec);
     if (ec) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tls_key_file: '", impl.options.tls_key_file, "' is not a PEM private key for ",

@@ -9,7 +9,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-
 #include <chrono>
 #include <ctime>
 #include <memory>
@@ -21,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "planner/status_macros.h"
 #include "tools/eval/engine_emu/metrics.h"
 #include "tools/http/server.h"
 
@@ -265,10 +265,9 @@ absl::StatusOr<std::unique_ptr<EmuServer>> EmuServer::Start(EmuOptions options) 
   server->limits_ = {.model = server->options_.model,
                      .max_model_len = server->options_.max_model_len};
   server->created_ = static_cast<int64_t>(std::time(nullptr));
-  absl::StatusOr<std::unique_ptr<EngineRunner>> runner =
-      EngineRunner::Start(server->options_.runner);
-  if (!runner.ok()) return runner.status();
-  server->runner_ = *std::move(runner);
+  CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<EngineRunner> runner,
+                              EngineRunner::Start(server->options_.runner));
+  server->runner_ = std::move(runner);
 
   const EmuOptions& o = server->options_;
   http::ServerOptions http_options;

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "planner/status_macros.h"
 #include "tools/eval/workload/json_line.h"
 
 namespace cacheroute::replay {
@@ -85,9 +86,8 @@ std::string CloseChart(double left, double bottom, double width) {
 }  // namespace
 
 absl::StatusOr<ReplayRun> ReadRun(const std::string& label, const std::string& json) {
-  absl::StatusOr<JsonValue> parsed = workload::ParseJson(json);
-  if (!parsed.ok()) return parsed.status();
-  if (parsed->type != JsonValue::Type::kObject) {
+  CACHEROUTE_ASSIGN_OR_RETURN(JsonValue parsed, workload::ParseJson(json));
+  if (parsed.type != JsonValue::Type::kObject) {
     return absl::InvalidArgumentError("not a JSON object");
   }
   ReplayRun run;
@@ -109,11 +109,10 @@ absl::StatusOr<ReplayRun> ReadRun(const std::string& label, const std::string& j
                           {"request_imbalance", &run.request_imbalance, false},
                           {"prefill_imbalance", &run.prefill_imbalance, false}};
   for (const Field& f : fields) {
-    absl::StatusOr<double> v = Number(*parsed, f.name, f.required);
-    if (!v.ok()) return v.status();
-    *f.out = *v;
+    CACHEROUTE_ASSIGN_OR_RETURN(double v, Number(parsed, f.name, f.required));
+    *f.out = v;
   }
-  if (const JsonValue* dests = parsed->Find("destinations"); dests != nullptr) {
+  if (const JsonValue* dests = parsed.Find("destinations"); dests != nullptr) {
     if (dests->type != JsonValue::Type::kArray) {
       return absl::InvalidArgumentError("field \"destinations\": not an array");
     }

@@ -13,6 +13,7 @@
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/routing_table.h"
 #include "planner/plan_builder.h"
+#include "planner/status_macros.h"
 #include "tools/eval/workload/json_line.h"
 #include "tools/eval/workload/mooncake.h"
 
@@ -34,24 +35,23 @@ absl::StatusOr<workload::Workload> LoadReplayWorkload(const std::string& path,
   }
   workload::TraceReadOptions read;
   read.key_blocks = options.key_blocks;
-  absl::StatusOr<workload::Workload> w = workload::ReadMooncakeTraceFile(path, read);
-  if (!w.ok()) return w.status();
-  if (w->requests.empty()) {
+  CACHEROUTE_ASSIGN_OR_RETURN(workload::Workload w, workload::ReadMooncakeTraceFile(path, read));
+  if (w.requests.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the workload has no requests"));
   }
-  const double first = w->requests.front().arrival_s;
-  for (workload::Request& r : w->requests) r.arrival_s -= first;
+  const double first = w.requests.front().arrival_s;
+  for (workload::Request& r : w.requests) r.arrival_s -= first;
   if (options.speedup != 1.0) {
-    if (absl::Status s = workload::ScaleArrivalTimes(*w, 1.0 / options.speedup); !s.ok()) return s;
+    if (absl::Status s = workload::ScaleArrivalTimes(w, 1.0 / options.speedup); !s.ok()) return s;
   }
   if (options.qps > 0) {
-    if (absl::Status s = workload::RescaleToQps(*w, options.qps); !s.ok()) return s;
+    if (absl::Status s = workload::RescaleToQps(w, options.qps); !s.ok()) return s;
   }
   if (options.duration_s > 0) {
     auto end =
-        std::lower_bound(w->requests.begin(), w->requests.end(), options.duration_s,
+        std::lower_bound(w.requests.begin(), w.requests.end(), options.duration_s,
                          [](const workload::Request& r, double t) { return r.arrival_s < t; });
-    w->requests.erase(end, w->requests.end());
+    w.requests.erase(end, w.requests.end());
   }
   return w;
 }
@@ -103,18 +103,17 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(const RoutingOpti
                                .spill = !paper,
                                .balance_share = paper ? 0 : planner::kCacheRouteBalanceShare};
     if (!(config.q_cap > 0)) config.q_cap = 1;
-    absl::StatusOr<planner::Plan> plan = planner::BuildPlan(rates, config);
-    if (!plan.ok()) return plan.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan, planner::BuildPlan(rates, config));
     std::vector<dataplane::TableEntry> entries;
-    entries.reserve(plan->size());
-    for (size_t i = 0; i < plan->size(); ++i) {
-      const auto dests = plan->destinations(i);
-      entries.push_back({.key_id = plan->key(i),
+    entries.reserve(plan.size());
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const auto dests = plan.destinations(i);
+      entries.push_back({.key_id = plan.key(i),
                          .destinations = {dests.begin(), dests.end()},
-                         .spill = plan->spill(i)});
+                         .spill = plan.spill(i)});
     }
     dataplane::Result<dataplane::RoutingTable> table = dataplane::RoutingTable::Build(
-        {.epoch = 1, .number = 1}, n, {plan->loads().begin(), plan->loads().end()}, entries);
+        {.epoch = 1, .number = 1}, n, {plan.loads().begin(), plan.loads().end()}, entries);
     if (!table.ok()) return absl::InternalError(table.status().message);
     d->router_ = std::make_unique<dataplane::Router>(
         dataplane::RouterOptions{.destination_count = n,
@@ -129,12 +128,11 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(const RoutingOpti
     d->policy_ = std::make_unique<dataplane::CacheRoutePolicy>(*d->router_, d->clock_);
     d->plan_ = PlanSummary{
         .keys = counts.size(),
-        .admitted_keys = plan->size(),
+        .admitted_keys = plan.size(),
         .q_cap = config.q_cap,
-        .admitted_rate_share = plan->stats().total_rate > 0
-                                   ? plan->stats().admitted_rate / plan->stats().total_rate
-                                   : 0,
-        .imbalance = plan->stats().imbalance};
+        .admitted_rate_share =
+            plan.stats().total_rate > 0 ? plan.stats().admitted_rate / plan.stats().total_rate : 0,
+        .imbalance = plan.stats().imbalance};
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("--policy: unknown policy \"", p,

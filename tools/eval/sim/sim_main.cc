@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "planner/status_macros.h"
 #include "tools/eval/main_helpers.h"
 #include "tools/eval/sim/calibration.h"
 #include "tools/eval/sim/engine_profile.h"
@@ -49,29 +50,28 @@ struct Overrides {
 
 absl::StatusOr<study::StudyConfig> Configure(const std::string& name, const std::string& config,
                                              const Overrides& o) {
-  absl::StatusOr<study::StudyConfig> c =
-      config.empty() ? study::FindStudy(name) : study::LoadStudyFile(config);
-  if (!c.ok()) return c.status();
+  CACHEROUTE_ASSIGN_OR_RETURN(
+      study::StudyConfig c, config.empty() ? study::FindStudy(name) : study::LoadStudyFile(config));
   if (!o.seeds.empty()) {
-    absl::StatusOr<std::vector<uint64_t>> seeds = study::ParseSeedList(o.seeds, "--seeds");
-    if (!seeds.ok()) return seeds.status();
-    c->seeds = *seeds;
+    CACHEROUTE_ASSIGN_OR_RETURN(std::vector<uint64_t> seeds,
+                                study::ParseSeedList(o.seeds, "--seeds"));
+    c.seeds = seeds;
   }
   if (!o.loads.empty()) {
-    absl::StatusOr<std::vector<double>> loads = study::ParseNumberList(o.loads, "--loads");
-    if (!loads.ok()) return loads.status();
-    c->loads = *loads;
+    CACHEROUTE_ASSIGN_OR_RETURN(std::vector<double> loads,
+                                study::ParseNumberList(o.loads, "--loads"));
+    c.loads = loads;
   }
-  if (o.duration_s > 0) c->duration_s = o.duration_s;
-  if (!o.trace.empty() && c->trace.enabled) c->trace.path = o.trace;
-  if (absl::Status s = study::ValidateStudy(*c); !s.ok()) {
+  if (o.duration_s > 0) c.duration_s = o.duration_s;
+  if (!o.trace.empty() && c.trace.enabled) c.trace.path = o.trace;
+  if (absl::Status s = study::ValidateStudy(c); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         !o.seeds.empty() || !o.loads.empty() ? "after the command-line overrides: " : "",
         s.message()));
   }
   // A missing or malformed trace is a bad argument: report it before any run starts.
-  if (c->trace.enabled) {
-    if (absl::StatusOr<cacheroute::workload::Workload> t = study::ReadStudyTrace(*c); !t.ok()) {
+  if (c.trace.enabled) {
+    if (absl::StatusOr<cacheroute::workload::Workload> t = study::ReadStudyTrace(c); !t.ok()) {
       return t.status();
     }
   }

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::workload {
 namespace {
@@ -183,8 +184,7 @@ absl::Status ValidateProfile(const WorkloadProfile& p) {
 
 absl::StatusOr<GeneratedWorkload> GenerateWorkload(const WorkloadProfile& p) {
   if (absl::Status s = ValidateProfile(p); !s.ok()) return s;
-  absl::StatusOr<ArrivalSampler> sampler = ArrivalSampler::Create(p.arrivals);
-  if (!sampler.ok()) return sampler.status();
+  CACHEROUTE_ASSIGN_OR_RETURN(ArrivalSampler sampler, ArrivalSampler::Create(p.arrivals));
 
   GeneratedWorkload out;
   out.workload.block_size = p.block_size;
@@ -230,7 +230,7 @@ absl::StatusOr<GeneratedWorkload> GenerateWorkload(const WorkloadProfile& p) {
     // One stream per key: a key's requests do not change when top_k admits other keys.
     Rng rng(Combine(p.seed, key_index));
     times.clear();
-    sampler->Generate(active_rates[rank], -p.warmup_s, p.duration_s, rng, &times);
+    sampler.Generate(active_rates[rank], -p.warmup_s, p.duration_s, rng, &times);
     const uint64_t context_id = SegmentId(kContextTag, key_index);
     const std::string& key = out.active_keys[rank].key;
     open.clear();

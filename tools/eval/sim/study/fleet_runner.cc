@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "planner/status_macros.h"
 
 namespace cacheroute::sim::study {
 namespace {
@@ -22,12 +23,11 @@ constexpr double kServiceStickiness = 0.1;
 
 absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::string_view policy,
                                             double offered_qps, uint64_t seed) {
-  absl::StatusOr<EngineProfile> profile = FindEngineProfile(study.profile);
-  if (!profile.ok()) return profile.status();
+  CACHEROUTE_ASSIGN_OR_RETURN(EngineProfile profile, FindEngineProfile(study.profile));
   FleetConfig c;
   c.engines = study.destinations;
   c.gateways = study.fleet.gateways;
-  c.profile = *std::move(profile);
+  c.profile = std::move(profile);
   c.engine = {.max_waiting = study.fleet.queue_cap, .timeout_s = study.fleet.timeout_s};
   c.seed = seed;
   c.warmup_s = study.fleet.warmup_s;
@@ -191,9 +191,8 @@ class WorkloadCache {
 RunFunction MakeFleetRunner() {
   auto cache = std::make_shared<WorkloadCache>();
   return [cache](const RunSpec& spec) -> absl::StatusOr<RunRecord> {
-    absl::StatusOr<FleetConfig> config =
-        MakeFleetConfig(*spec.study, spec.policy, spec.offered_qps, spec.seed);
-    if (!config.ok()) return config.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        FleetConfig config, MakeFleetConfig(*spec.study, spec.policy, spec.offered_qps, spec.seed));
     std::shared_ptr<SharedWorkload> shared = cache->Acquire(spec);
     std::call_once(shared->once, [&] {
       absl::StatusOr<workload::Workload> w =
@@ -205,7 +204,7 @@ RunFunction MakeFleetRunner() {
       shared->requests = ToSimRequests(*w);
     });
     absl::StatusOr<RunResult> result = shared->status.ok()
-                                           ? RunFleet(*config, shared->requests)
+                                           ? RunFleet(config, shared->requests)
                                            : absl::StatusOr<RunResult>(shared->status);
     const uint64_t simulated = shared->requests.size();
     cache->Release(spec);

@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "planner/plan_builder.h"
+#include "planner/status_macros.h"
 #include "tools/eval/sim/engine_profile.h"
 #include "tools/eval/sim/study/capacity.h"
 #include "yaml-cpp/yaml.h"
@@ -757,18 +758,17 @@ namespace {
 // The trace rescaled to `qps` (mean rate over its span), starting at 0, cut at `span_s`.
 absl::StatusOr<workload::Workload> TraceAtLoad(const StudyConfig& config, double qps,
                                                double span_s) {
-  absl::StatusOr<workload::Workload> w = ReadStudyTrace(config);
-  if (!w.ok()) return w.status();
-  if (absl::Status s = workload::RescaleToQps(*w, qps); !s.ok()) return s;
-  const double start = w->requests.front().arrival_s;
-  for (workload::Request& r : w->requests) r.arrival_s -= start;
-  const double end = w->requests.back().arrival_s;
+  CACHEROUTE_ASSIGN_OR_RETURN(workload::Workload w, ReadStudyTrace(config));
+  if (absl::Status s = workload::RescaleToQps(w, qps); !s.ok()) return s;
+  const double start = w.requests.front().arrival_s;
+  for (workload::Request& r : w.requests) r.arrival_s -= start;
+  const double end = w.requests.back().arrival_s;
   if (!(end > config.fleet.warmup_s)) {
     return Invalid("fleet.warmup_s",
                    absl::StrFormat("shorter than the trace at %g QPS (it spans %g s)", qps, end),
                    Num(config.fleet.warmup_s));
   }
-  std::erase_if(w->requests, [&](const workload::Request& r) { return r.arrival_s >= span_s; });
+  std::erase_if(w.requests, [&](const workload::Request& r) { return r.arrival_s >= span_s; });
   return w;
 }
 
@@ -780,51 +780,49 @@ absl::StatusOr<workload::Workload> BuildRunWorkload(const StudyConfig& config, d
   const double aggregate_qps = offered_qps * (1 - config.whales.share);
   workload::Workload out;
   if (config.trace.enabled) {
-    absl::StatusOr<workload::Workload> t = TraceAtLoad(config, aggregate_qps, span);
-    if (!t.ok()) return t.status();
-    out = *std::move(t);
+    CACHEROUTE_ASSIGN_OR_RETURN(workload::Workload t, TraceAtLoad(config, aggregate_qps, span));
+    out = std::move(t);
   } else if (config.regime_change.enabled) {
-    absl::StatusOr<workload::GeneratedWorkload> before = Generate(config, aggregate_qps, seed, span);
-    if (!before.ok()) return before.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(workload::GeneratedWorkload before,
+                                Generate(config, aggregate_qps, seed, span));
     StudyConfig other = config;
     other.workload = config.regime_change.workload;
-    absl::StatusOr<workload::GeneratedWorkload> after =
-        Generate(other, aggregate_qps, dataplane::Mix64(seed ^ 0x2e91f0c3ULL), span);
-    if (!after.ok()) return after.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        workload::GeneratedWorkload after,
+        Generate(other, aggregate_qps, dataplane::Mix64(seed ^ 0x2e91f0c3ULL), span));
     const double at = config.regime_change.at_s;
-    out.block_size = before->workload.block_size;
-    for (workload::Request& r : before->workload.requests) {
+    out.block_size = before.workload.block_size;
+    for (workload::Request& r : before.workload.requests) {
       if (r.arrival_s < at) out.requests.push_back(std::move(r));
     }
-    for (workload::Request& r : after->workload.requests) {
+    for (workload::Request& r : after.workload.requests) {
       if (r.arrival_s < at) continue;
       Rename(r, "regime-", 0x3c6ef372fe94f82bULL);
       out.requests.push_back(std::move(r));
     }
   } else if (!config.drift.enabled) {
-    absl::StatusOr<workload::GeneratedWorkload> g = Generate(config, aggregate_qps, seed, span);
-    if (!g.ok()) return g.status();
-    out = std::move(g->workload);
+    CACHEROUTE_ASSIGN_OR_RETURN(workload::GeneratedWorkload g,
+                                Generate(config, aggregate_qps, seed, span));
+    out = std::move(g.workload);
   } else {
     // Thinning: generate at the largest multiplier, keep each request of key k in interval i
     // with probability m[i][k] / max m. Interval i covers [warm-up + i·L, warm-up + (i+1)·L); the
     // warm-up runs at interval 0's rates.
-    absl::StatusOr<workload::GeneratedWorkload> probe = Generate(config, aggregate_qps, seed, 1);
-    if (!probe.ok()) return probe.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(workload::GeneratedWorkload probe,
+                                Generate(config, aggregate_qps, seed, 1));
     std::vector<double> base;
-    for (const workload::KeyRate& k : probe->active_keys) base.push_back(k.rate);
+    for (const workload::KeyRate& k : probe.active_keys) base.push_back(k.rate);
     const std::vector<std::vector<double>> m = DriftMultipliers(base, config.drift, seed);
     double m_max = 1;
     for (const auto& row : m) m_max = std::max(m_max, *std::max_element(row.begin(), row.end()));
-    absl::StatusOr<workload::GeneratedWorkload> g =
-        Generate(config, aggregate_qps * m_max, seed, span);
-    if (!g.ok()) return g.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(workload::GeneratedWorkload g,
+                                Generate(config, aggregate_qps * m_max, seed, span));
     absl::flat_hash_map<std::string, size_t> rank;
-    for (size_t i = 0; i < g->active_keys.size(); ++i) rank[g->active_keys[i].key] = i;
+    for (size_t i = 0; i < g.active_keys.size(); ++i) rank[g.active_keys[i].key] = i;
     const double interval = config.duration_s / config.drift.intervals;
-    out.block_size = g->workload.block_size;
+    out.block_size = g.workload.block_size;
     uint64_t index = 0;
-    for (workload::Request& r : g->workload.requests) {
+    for (workload::Request& r : g.workload.requests) {
       const double t = r.arrival_s - config.fleet.warmup_s;
       const int i = std::clamp(static_cast<int>(std::floor(t / interval)), 0,
                                static_cast<int>(config.drift.intervals) - 1);
@@ -841,10 +839,9 @@ absl::StatusOr<workload::Workload> BuildRunWorkload(const StudyConfig& config, d
     w.qps = offered_qps * config.whales.share;
     w.seed = dataplane::Mix64(seed ^ 0x77a1e5ULL);
     w.duration_s = span;
-    absl::StatusOr<workload::GeneratedWorkload> g = workload::GenerateWorkload(w);
-    if (!g.ok()) return g.status();
+    CACHEROUTE_ASSIGN_OR_RETURN(workload::GeneratedWorkload g, workload::GenerateWorkload(w));
     const size_t before = out.requests.size();
-    for (workload::Request& r : g->workload.requests) {
+    for (workload::Request& r : g.workload.requests) {
       Rename(r, "whale-", 0x5bd1e9955bd1e995ULL);
       out.requests.push_back(std::move(r));
     }
@@ -863,25 +860,24 @@ absl::StatusOr<DriftResult> ComputeDriftChurn(const StudyConfig& config, double 
   out.sigma = config.drift.sigma;
   out.seed = seed;
   // The active set's rates (a short sample also gives the mean lengths for q_cap).
-  absl::StatusOr<workload::GeneratedWorkload> g = Generate(config, offered_qps, seed, 60);
-  if (!g.ok()) return g.status();
+  CACHEROUTE_ASSIGN_OR_RETURN(workload::GeneratedWorkload g,
+                              Generate(config, offered_qps, seed, 60));
   std::vector<double> base;
   std::vector<uint64_t> ids;
-  for (const workload::KeyRate& k : g->active_keys) {
+  for (const workload::KeyRate& k : g.active_keys) {
     base.push_back(k.rate);
     ids.push_back(dataplane::KeyId(k.key));
   }
   double q_cap = config.fleet.q_cap;
   if (q_cap <= 0) {
     double prompt = 0, output = 0;
-    for (const workload::Request& r : g->workload.requests) {
+    for (const workload::Request& r : g.workload.requests) {
       prompt += r.input_length;
       output += r.output_length;
     }
-    const double n = std::max<double>(1, g->workload.requests.size());
-    absl::StatusOr<EngineProfile> profile = FindEngineProfile(config.profile);
-    if (!profile.ok()) return profile.status();
-    q_cap = CalibrateQCap(*profile, prompt / n, prompt / n, output / n);
+    const double n = std::max<double>(1, g.workload.requests.size());
+    CACHEROUTE_ASSIGN_OR_RETURN(EngineProfile profile, FindEngineProfile(config.profile));
+    q_cap = CalibrateQCap(profile, prompt / n, prompt / n, output / n);
   }
   const planner::PlanConfig plan_config{
       .destinations = config.destinations,
@@ -892,9 +888,8 @@ absl::StatusOr<DriftResult> ComputeDriftChurn(const StudyConfig& config, double 
   std::vector<std::vector<planner::KeyRate>> rates(m.size());
   for (size_t i = 0; i < m.size(); ++i) {
     for (size_t k = 0; k < base.size(); ++k) rates[i].push_back({ids[k], base[k] * m[i][k]});
-    absl::StatusOr<planner::Plan> plan = planner::BuildPlan(rates[i], plan_config);
-    if (!plan.ok()) return plan.status();
-    plans.push_back(*std::move(plan));
+    CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan, planner::BuildPlan(rates[i], plan_config));
+    plans.push_back(std::move(plan));
   }
   // A plan's expected max/mean load under other rates: each admitted key spreads its new rate
   // evenly over its destinations, everything else (the cold tail) evenly over the fleet.
