@@ -29,8 +29,12 @@ std::pair<tcp::socket, tcp::socket> Pair(asio::io_context& context) {
 TEST_CASE("a watch past its deadline cancels the read it guards; a disarmed one never fires") {
   asio::io_context context(1);
   Watchdog dog(context, std::chrono::milliseconds(1));
-  auto [quiet, peer] = Pair(context);
-  auto [busy, busy_peer] = Pair(context);
+  // References, not structured bindings: clang 14 cannot capture a binding in the lambda below.
+  auto quiet_pair = Pair(context);
+  auto busy_pair = Pair(context);
+  tcp::socket& quiet = quiet_pair.first;
+  tcp::socket& busy = busy_pair.first;
+  tcp::socket& busy_peer = busy_pair.second;
   bool timed_out = false, aborted = false, disarmed_fired = true;
   size_t watched_while_reading = 0;
   asio::co_spawn(

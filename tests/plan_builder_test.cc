@@ -593,9 +593,10 @@ Table ReferenceSticky(std::vector<KeyRate> rates, const PlanConfig& config, cons
 
 double Churn(const Table& a, const Table& b) {
   size_t moved = 0;
-  for (const auto& [key, set] : b) {
-    auto it = std::find_if(a.begin(), a.end(), [&](const auto& e) { return e.first == key; });
-    if (it == a.end() || it->second != set) ++moved;
+  for (const auto& entry : b) {  // not a structured binding: clang 14 cannot capture one
+    auto it =
+        std::find_if(a.begin(), a.end(), [&](const auto& e) { return e.first == entry.first; });
+    if (it == a.end() || it->second != entry.second) ++moved;
   }
   return b.empty() ? 0 : static_cast<double>(moved) / b.size();
 }
@@ -735,8 +736,8 @@ TEST_CASE("spill: one destination outside the set, spread by spill load") {
   const auto [lo, hi] = std::minmax_element(spill_load.begin(), spill_load.end());
   CHECK(*hi - *lo <= 6.0);
   // A key on every destination has nowhere to spill.
-  const Plan full = MustBuild({{1, 50}}, {.destinations = 2, .q_cap = 10,
-                                          .slots_per_destination = 4, .spill = true});
+  const Plan full = MustBuild(
+      {{1, 50}}, {.destinations = 2, .q_cap = 10, .slots_per_destination = 4, .spill = true});
   CHECK(full.destinations(0).size() == 2);
   CHECK(full.spill(0) == kNoSpill);
 }
@@ -744,7 +745,8 @@ TEST_CASE("spill: one destination outside the set, spread by spill load") {
 TEST_CASE("balance_share: keys above that share of the mean destination load are split") {
   // Total 12 over 3 destinations: mean 4; share 0.5 caps an assignment at 2 (q_cap is 100).
   const std::vector<KeyRate> rates = {{1, 6}, {2, 3}, {3, 2}, {4, 1}};
-  const Plan paper = MustBuild(rates, {.destinations = 3, .q_cap = 100, .slots_per_destination = 4});
+  const Plan paper =
+      MustBuild(rates, {.destinations = 3, .q_cap = 100, .slots_per_destination = 4});
   CHECK(paper.destinations(0).size() == 1);
   CHECK(paper.stats().effective_q_cap == 100);
   const Plan plan = MustBuild(
@@ -757,7 +759,8 @@ TEST_CASE("balance_share: keys above that share of the mean destination load are
   // A share cap above q_cap changes nothing.
   const Plan loose = MustBuild(
       rates, {.destinations = 3, .q_cap = 1.5, .slots_per_destination = 8, .balance_share = 2});
-  const Plan fixed = MustBuild(rates, {.destinations = 3, .q_cap = 1.5, .slots_per_destination = 8});
+  const Plan fixed =
+      MustBuild(rates, {.destinations = 3, .q_cap = 1.5, .slots_per_destination = 8});
   CHECK(TableOf(loose) == TableOf(fixed));
   for (double bad : {-1.0, std::numeric_limits<double>::infinity()}) {
     absl::StatusOr<Plan> p = BuildPlan(

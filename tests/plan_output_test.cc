@@ -110,9 +110,9 @@ TEST_CASE("json: awkward keys and numbers survive a round trip") {
   for (size_t i = 0; i < plan.size(); ++i) {
     const JsonValue& a = assignments.array[i];
     REQUIRE(a.object.size() == 3);
-    CHECK(a.object[0].first == "key");
-    CHECK(a.object[1].first == "rate");
-    CHECK(a.object[2].first == "destinations");
+    CHECK(a.object[0].name == "key");
+    CHECK(a.object[1].name == "rate");
+    CHECK(a.object[2].name == "destinations");
     CHECK(a.Find("key")->string == names[plan.key(i)]);
     CHECK(a.Find("rate")->number == plan.rate(i));  // exact: shortest round-trip text
     const JsonValue& destinations = *a.Find("destinations");

@@ -99,7 +99,7 @@ TEST_CASE("summary.json holds the aggregated numbers", "[report]") {
   CHECK(toy->Find("common_load_qps")->number == 60);
   const JsonValue* policies = toy->Find("policies");
   REQUIRE(policies->object.size() == 2);
-  CHECK(policies->object[0].first == "alpha");  // in the study's order
+  CHECK(policies->object[0].name == "alpha");  // in the study's order
 
   const JsonValue* alpha = policies->Find("alpha");
   CHECK(alpha->Find("capacity_qps")->number == Approx(73.3333).epsilon(1e-4));

@@ -19,6 +19,10 @@
 
 namespace cacheroute::client::testing {
 
+// An object's member is a struct, not a std::pair: clang cannot instantiate
+// std::pair<std::string, JsonValue> while JsonValue is still being defined.
+struct JsonMember;
+
 struct JsonValue {
   enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
   Type type = Type::kNull;
@@ -27,15 +31,22 @@ struct JsonValue {
   std::string number_text;  // the number as written (integers: in canonical form)
   std::string string;       // decoded
   std::vector<JsonValue> array;
-  std::vector<std::pair<std::string, JsonValue>> object;  // in document order
+  std::vector<JsonMember> object;  // in document order
 
-  const JsonValue* Find(std::string_view name) const {
-    for (const auto& [key, value] : object) {
-      if (key == name) return &value;
-    }
-    return nullptr;
-  }
+  const JsonValue* Find(std::string_view name) const;
 };
+
+struct JsonMember {
+  std::string name;
+  JsonValue value;
+};
+
+inline const JsonValue* JsonValue::Find(std::string_view name) const {
+  for (const JsonMember& member : object) {
+    if (member.name == name) return &member.value;
+  }
+  return nullptr;
+}
 
 namespace json_internal {
 
@@ -65,7 +76,7 @@ inline JsonValue Convert(workload::JsonValue&& in) {
     case In::kObject:
       out.type = JsonValue::Type::kObject;
       for (auto& [key, value] : in.members) {
-        out.object.emplace_back(std::move(key), Convert(std::move(value)));
+        out.object.push_back({std::move(key), Convert(std::move(value))});
       }
       break;
   }
