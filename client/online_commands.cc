@@ -158,9 +158,8 @@ class PushRatesCommand final : public OnlineCommand {
     if (window_ms < 1) return FlagError("--window", "at least 0.001 seconds", window_);
     std::optional<uint64_t> first_sequence;
     if (!sequence_.empty()) {
-      CACHEROUTE_ASSIGN_OR_RETURN(uint64_t sequence,
+      CACHEROUTE_ASSIGN_OR_RETURN(first_sequence,
                                   ParseIntFlag<uint64_t>("--sequence", sequence_, 1));
-      first_sequence = sequence;
     }
     CACHEROUTE_ASSIGN_OR_RETURN(uint64_t batch_size,
                                 ParseIntFlag<uint64_t>("--batch-size", batch_size_, 1));
@@ -333,8 +332,7 @@ class ShowCommand final : public OnlineCommand {
     CACHEROUTE_ASSIGN_OR_RETURN(uint64_t top, ParseIntFlag<uint64_t>("--top", top_, 0));
     v1::Version version;
     if (!version_.empty()) {
-      CACHEROUTE_ASSIGN_OR_RETURN(v1::Version parsed, ParseVersion("--version", version_));
-      version = parsed;
+      CACHEROUTE_ASSIGN_OR_RETURN(version, ParseVersion("--version", version_));
     }
     CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
     CACHEROUTE_ASSIGN_OR_RETURN(v1::RoutingTable table, client->GetTable(version));
@@ -426,11 +424,9 @@ class DiffCommand final : public OnlineCommand {
     CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
     CACHEROUTE_ASSIGN_OR_RETURN(uint64_t top, ParseIntFlag<uint64_t>("--top", top_, 0));
     v1::DiffRequest request;
-    CACHEROUTE_ASSIGN_OR_RETURN(v1::Version from, ParseVersion("V1", from_));
-    *request.mutable_from() = from;
+    CACHEROUTE_ASSIGN_OR_RETURN(*request.mutable_from(), ParseVersion("V1", from_));
     if (!to_.empty()) {
-      CACHEROUTE_ASSIGN_OR_RETURN(v1::Version to, ParseVersion("V2", to_));
-      *request.mutable_to() = to;
+      CACHEROUTE_ASSIGN_OR_RETURN(*request.mutable_to(), ParseVersion("V2", to_));
     }
     CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerClient> client, Connect());
     CACHEROUTE_ASSIGN_OR_RETURN(v1::DiffResponse diff, client->Diff(request));
@@ -462,8 +458,7 @@ class WatchCommand final : public OnlineCommand {
     CACHEROUTE_ASSIGN_OR_RETURN(OnlineFormat format, Format());
     uint64_t count = 0;  // 0: no limit
     if (!count_.empty()) {
-      CACHEROUTE_ASSIGN_OR_RETURN(uint64_t parsed, ParseIntFlag<uint64_t>("--count", count_, 1));
-      count = parsed;
+      CACHEROUTE_ASSIGN_OR_RETURN(count, ParseIntFlag<uint64_t>("--count", count_, 1));
     }
     const std::string gateway_id =
         gateway_id_.empty() ? absl::StrCat("cacheroutectl-watch-", getpid()) : gateway_id_;
@@ -682,8 +677,7 @@ class GateCommand final : public OnlineCommand {
       v1::ForceGateRequest request;
       request.set_state(force_);
       request.set_why(why_);
-      CACHEROUTE_ASSIGN_OR_RETURN(v1::GateStatus forced, client->ForceGate(request));
-      gate = std::move(forced);
+      CACHEROUTE_ASSIGN_OR_RETURN(gate, client->ForceGate(request));
     } else {
       CACHEROUTE_ASSIGN_OR_RETURN(v1::GetStatusResponse status, client->GetStatus());
       if (!status.has_gate()) {

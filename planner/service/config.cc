@@ -144,8 +144,7 @@ YamlField TlsStringField(absl::string_view key, std::string TlsConfig::*member) 
   return {key,
           [member](absl::string_view name, const YAML::Node& node,
                    PlannerConfig& config) -> absl::Status {
-            CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(name, node));
-            config.tls.*member = std::move(value);
+            CACHEROUTE_ASSIGN_OR_RETURN(config.tls.*member, YamlString(name, node));
             return absl::OkStatus();
           }};
 }
@@ -185,8 +184,7 @@ const std::vector<YamlField>& GateFields() {
   static const auto* const fields = new std::vector<YamlField>{
       {"enabled",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         CACHEROUTE_ASSIGN_OR_RETURN(bool value, YamlBool(name, node));
-         config.gate_enabled = value;
+         CACHEROUTE_ASSIGN_OR_RETURN(config.gate_enabled, YamlBool(name, node));
          return absl::OkStatus();
        }},
       GateField("min_samples", &planner::GateOptions::min_samples,
@@ -224,8 +222,7 @@ const std::vector<YamlField>& EtcdFields() {
     return YamlField{key,
                      [member](absl::string_view name, const YAML::Node& node,
                               PlannerConfig& config) -> absl::Status {
-                       CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(name, node));
-                       config.etcd.*member = std::move(value);
+                       CACHEROUTE_ASSIGN_OR_RETURN(config.etcd.*member, YamlString(name, node));
                        return absl::OkStatus();
                      }};
   };
@@ -350,22 +347,19 @@ const std::vector<YamlField>& TopLevelFields() {
        }},
       {"token_file",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(name, node));
-         config.token_file = std::move(value);
+         CACHEROUTE_ASSIGN_OR_RETURN(config.token_file, YamlString(name, node));
          config.token.clear();
          return absl::OkStatus();
        }},
       {"token_required_for_reads",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         CACHEROUTE_ASSIGN_OR_RETURN(bool value, YamlBool(name, node));
-         config.token_required_for_reads = value;
+         CACHEROUTE_ASSIGN_OR_RETURN(config.token_required_for_reads, YamlBool(name, node));
          return absl::OkStatus();
        }},
       StringField("state_dir", &PlannerConfig::state_dir, nullptr),
       {"destinations",
        [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
-         CACHEROUTE_ASSIGN_OR_RETURN(std::vector<std::string> value, YamlDestinations(name, node));
-         config.destinations = std::move(value);
+         CACHEROUTE_ASSIGN_OR_RETURN(config.destinations, YamlDestinations(name, node));
          return absl::OkStatus();
        }},
       PositiveNumberField("q_cap", &PlannerConfig::q_cap),
@@ -455,15 +449,13 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& 
     config.placement_stickiness = value;
   }
   if (given("--slots-per-destination")) {
-    CACHEROUTE_ASSIGN_OR_RETURN(
-        uint64_t slots, ParseInteger("--slots-per-destination", flags.slots_per_destination, 1,
-                                     std::numeric_limits<uint64_t>::max()));
-    config.slots_per_destination = slots;
+    CACHEROUTE_ASSIGN_OR_RETURN(config.slots_per_destination,
+                                ParseInteger("--slots-per-destination", flags.slots_per_destination,
+                                             1, std::numeric_limits<uint64_t>::max()));
   }
   if (given("--control-interval")) {
-    CACHEROUTE_ASSIGN_OR_RETURN(absl::Duration interval,
+    CACHEROUTE_ASSIGN_OR_RETURN(config.control_interval,
                                 ParseDurationText("--control-interval", flags.control_interval));
-    config.control_interval = interval;
   }
   if (given("--token")) {
     if (absl::Status s = CheckToken("--token", flags.token); !s.ok()) return s;
@@ -576,9 +568,8 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
 
   PlannerConfig config;
   if (app.count("--config") > 0) {
-    CACHEROUTE_ASSIGN_OR_RETURN(PlannerConfig parsed,
+    CACHEROUTE_ASSIGN_OR_RETURN(config,
                                 ParseConfigFile(flags.config, config, &ParsePlannerConfigYaml));
-    config = std::move(parsed);
   }
   if (absl::Status status = ApplyFlags(app, flags, config); !status.ok()) return status;
 

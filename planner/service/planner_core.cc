@@ -104,8 +104,7 @@ absl::StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::Create(const PlannerCo
   std::optional<v1::PlannerState> state;
   if (!config.state_dir.empty()) {
     CACHEROUTE_ASSIGN_OR_RETURN(StateStore opened, StateStore::Open(config.state_dir));
-    CACHEROUTE_ASSIGN_OR_RETURN(std::optional<v1::PlannerState> loaded, opened.Load());
-    state = std::move(loaded);
+    CACHEROUTE_ASSIGN_OR_RETURN(state, opened.Load());
     store.emplace(std::move(opened));
   }
   std::unique_ptr<PlannerCore> core(new PlannerCore(config, clock, std::move(store)));

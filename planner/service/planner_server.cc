@@ -285,9 +285,8 @@ class PlannerServices final : public v1::RateService::CallbackService,
                                       v1::GateStatus* response) override {
     return Write(context, *request, response, &v1::AdminService::Stub::ForceGate,
                  [&]() -> absl::Status {
-                   CACHEROUTE_ASSIGN_OR_RETURN(v1::GateStatus status,
+                   CACHEROUTE_ASSIGN_OR_RETURN(*response,
                                                core_->ForceGate(request->state(), request->why()));
-                   *response = std::move(status);
                    LogEvent("info", request->state().empty() ? "gate_released" : "gate_forced",
                             {{"state", response->state()},
                              {"table_fraction", absl::StrCat(response->table_fraction())},
@@ -564,9 +563,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
                                                                     planner::Clock* clock,
                                                                     bool run_ticker) {
   std::unique_ptr<PlannerServer> server(new PlannerServer());
-  CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<PlannerCore> core,
-                              PlannerCore::Create(config, clock));
-  server->core_ = std::move(core);
+  CACHEROUTE_ASSIGN_OR_RETURN(server->core_, PlannerCore::Create(config, clock));
   server->services_ = std::make_unique<PlannerServices>(config, server->core_.get());
 
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -579,9 +576,8 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
     CACHEROUTE_ASSIGN_OR_RETURN(std::string key, ReadFile(config.tls.key_file, "tls.key_file"));
     ssl.pem_key_cert_pairs.push_back({key, cert});
     if (!config.tls.client_ca_file.empty()) {
-      CACHEROUTE_ASSIGN_OR_RETURN(std::string ca,
+      CACHEROUTE_ASSIGN_OR_RETURN(ssl.pem_root_certs,
                                   ReadFile(config.tls.client_ca_file, "tls.client_ca_file"));
-      ssl.pem_root_certs = ca;
     }
     credentials = grpc::SslServerCredentials(ssl);
   }
@@ -622,9 +618,8 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
       if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = hostname;
       options.etcd.advertise = absl::StrCat(host, ":", server->port_);
     }
-    CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<HaReplica> ha,
+    CACHEROUTE_ASSIGN_OR_RETURN(server->ha_,
                                 HaReplica::Create(std::move(options), server->core_.get()));
-    server->ha_ = std::move(ha);
     if (absl::Status s = server->ha_->Start(); !s.ok()) return s;
     server->services_->set_ha(server->ha_.get());
 #else

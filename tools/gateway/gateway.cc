@@ -1,4 +1,5 @@
 // See gateway.h.
+#include "planner/status_macros.h"
 #include "tools/gateway/gateway.h"
 
 #include <httplib.h>  // the prober's and the load scraper's blocking clients (own threads)
@@ -6,18 +7,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <utility>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <cerrno>
-#include <chrono>
-#include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -33,7 +35,6 @@
 #include "cacheroute/v1/admin.grpc.pb.h"
 #include "planner/service/config.h"
 #include "planner/service/exposition.h"
-#include "planner/status_macros.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/prometheus_text.h"
 #include "tools/http/reactive.h"
@@ -141,9 +142,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PlannerCredentials(
     const GatewayConfig& config) {
   if (config.planner_tls_ca_file.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
-  CACHEROUTE_ASSIGN_OR_RETURN(std::string ca,
+  CACHEROUTE_ASSIGN_OR_RETURN(ssl.pem_root_certs,
                               ReadNonEmptyFile("planner_tls_ca_file", config.planner_tls_ca_file));
-  ssl.pem_root_certs = std::move(ca);
   if (!config.planner_tls_cert_file.empty()) {
     CACHEROUTE_ASSIGN_OR_RETURN(
         std::string cert, ReadNonEmptyFile("planner_tls_cert_file", config.planner_tls_cert_file));

@@ -237,9 +237,7 @@ const std::vector<YamlField>& Fields() {
       YamlField{"upstreams",
                 [](absl::string_view name, const YAML::Node& node,
                    GatewayConfig& config) -> absl::Status {
-                  CACHEROUTE_ASSIGN_OR_RETURN(std::vector<Upstream> value,
-                                              YamlUpstreams(name, node));
-                  config.upstreams = std::move(value);
+                  CACHEROUTE_ASSIGN_OR_RETURN(config.upstreams, YamlUpstreams(name, node));
                   return absl::OkStatus();
                 }},
       StringField("upstreams_file", &GatewayConfig::upstreams_file, nullptr),
@@ -358,9 +356,7 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
   GatewayConfig config;
   if (app.count("--config") > 0) {
     CACHEROUTE_ASSIGN_OR_RETURN(
-        GatewayConfig parsed,
-        service::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml));
-    config = std::move(parsed);
+        config, service::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml));
   }
   if (absl::Status s = ApplyFlags(app, flags, config); !s.ok()) return s;
   if (absl::Status s = ValidateGatewayConfig(config); !s.ok()) return s;

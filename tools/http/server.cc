@@ -1,7 +1,6 @@
 // See server.h.
+#include "planner/status_macros.h"
 #include "tools/http/server.h"
-
-#include <pthread.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -14,6 +13,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/ssl.hpp>
+
+#include <pthread.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -22,7 +24,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "planner/status_macros.h"
 #include "tools/http/reactive.h"
 #include "tools/http/watchdog.h"
 

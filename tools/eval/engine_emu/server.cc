@@ -1,4 +1,5 @@
 // See server.h.
+#include "planner/status_macros.h"
 #include "tools/eval/engine_emu/server.h"
 
 #include <boost/asio/as_tuple.hpp>
@@ -9,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <chrono>
 #include <ctime>
 #include <memory>
@@ -20,7 +22,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "planner/status_macros.h"
 #include "tools/eval/engine_emu/metrics.h"
 #include "tools/http/server.h"
 
@@ -265,9 +266,7 @@ absl::StatusOr<std::unique_ptr<EmuServer>> EmuServer::Start(EmuOptions options) 
   server->limits_ = {.model = server->options_.model,
                      .max_model_len = server->options_.max_model_len};
   server->created_ = static_cast<int64_t>(std::time(nullptr));
-  CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<EngineRunner> runner,
-                              EngineRunner::Start(server->options_.runner));
-  server->runner_ = std::move(runner);
+  CACHEROUTE_ASSIGN_OR_RETURN(server->runner_, EngineRunner::Start(server->options_.runner));
 
   const EmuOptions& o = server->options_;
   http::ServerOptions http_options;

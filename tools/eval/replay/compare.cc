@@ -109,8 +109,7 @@ absl::StatusOr<ReplayRun> ReadRun(const std::string& label, const std::string& j
                           {"request_imbalance", &run.request_imbalance, false},
                           {"prefill_imbalance", &run.prefill_imbalance, false}};
   for (const Field& f : fields) {
-    CACHEROUTE_ASSIGN_OR_RETURN(double v, Number(parsed, f.name, f.required));
-    *f.out = v;
+    CACHEROUTE_ASSIGN_OR_RETURN(*f.out, Number(parsed, f.name, f.required));
   }
   if (const JsonValue* dests = parsed.Find("destinations"); dests != nullptr) {
     if (dests->type != JsonValue::Type::kArray) {

@@ -53,14 +53,10 @@ absl::StatusOr<study::StudyConfig> Configure(const std::string& name, const std:
   CACHEROUTE_ASSIGN_OR_RETURN(
       study::StudyConfig c, config.empty() ? study::FindStudy(name) : study::LoadStudyFile(config));
   if (!o.seeds.empty()) {
-    CACHEROUTE_ASSIGN_OR_RETURN(std::vector<uint64_t> seeds,
-                                study::ParseSeedList(o.seeds, "--seeds"));
-    c.seeds = seeds;
+    CACHEROUTE_ASSIGN_OR_RETURN(c.seeds, study::ParseSeedList(o.seeds, "--seeds"));
   }
   if (!o.loads.empty()) {
-    CACHEROUTE_ASSIGN_OR_RETURN(std::vector<double> loads,
-                                study::ParseNumberList(o.loads, "--loads"));
-    c.loads = loads;
+    CACHEROUTE_ASSIGN_OR_RETURN(c.loads, study::ParseNumberList(o.loads, "--loads"));
   }
   if (o.duration_s > 0) c.duration_s = o.duration_s;
   if (!o.trace.empty() && c.trace.enabled) c.trace.path = o.trace;
