@@ -37,3 +37,14 @@ cacheroute_build() {
   fi
   cmake --build "$dir" -j2
 }
+
+# cacheroute_configure_fuzz DIR [cmake args...]: configure DIR (once) as the fuzz build, with
+# clang-14 and CACHEROUTE_FUZZ: every library with ASan + UBSan and libFuzzer's coverage, at -O1
+# without NDEBUG so assertions stay on. tests/fuzz/run and .ci/run's sanitizer tree use it.
+cacheroute_configure_fuzz() {
+  local dir=$1
+  shift
+  [ -f "$dir/build.ninja" ] && return 0
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCACHEROUTE_FUZZ=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" "$@" >/dev/null
+}
