@@ -210,10 +210,57 @@ uint32_t Assignments(const PlanConfig& config, double rate, bool* capped = nullp
   return config.replicate ? AssignmentCount(rate, config.q_cap, config.destinations, capped) : 1;
 }
 
-// LPT with placement hysteresis (PlanConfig::stickiness): like the LPT loop in Build, except that
-// a job first tries the key's previous destinations not yet chosen for it, and stays on the least
-// loaded of them if that keeps it at or under (1 + stickiness) × mean_load. Returns the number of
-// jobs that ended on a previous destination.
+// Lays out the admitted keys' destinations key by key: key i's k = Assignments(config, rate)
+// destinations are destination_ids[offsets[i], offsets[i + 1]), written by
+// choose(i, k, share, chosen) with share = rate / k; then each is charged charge(d, share) and the
+// run is sorted.
+template <class Choose, class Charge>
+void PlaceEach(const PlanConfig& config, std::span<const KeyRate> admitted,
+               std::span<uint32_t> offsets, std::span<uint32_t> destination_ids, Choose choose,
+               Charge charge) {
+  uint32_t offset = 0;
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    offsets[i] = offset;
+    const double rate = admitted[i].rate;
+    const uint32_t k = Assignments(config, rate);
+    const double share = k == 1 ? rate : rate / k;  // most keys have one: no division
+    uint32_t* chosen = destination_ids.data() + offset;
+    choose(i, k, share, chosen);
+    for (uint32_t j = 0; j < k; ++j) charge(chosen[j], share);
+    if (k > 1) std::sort(chosen, chosen + k);
+    offset += k;
+  }
+  offsets[admitted.size()] = offset;
+}
+
+// LPT: each of a key's k jobs goes to the least loaded destination not yet chosen for it (ties:
+// lowest index).
+void PlaceLpt(const PlanConfig& config, std::span<const KeyRate> admitted,
+              std::span<uint32_t> offsets, std::span<uint32_t> destination_ids,
+              std::span<double> loads) {
+  LoadTournament tournament(loads);
+  PlaceEach(
+      config, admitted, offsets, destination_ids,
+      [&](size_t, uint32_t k, double, uint32_t* chosen) {
+        if (k == 1) {  // nothing to exclude: the charge below replays the one pick
+          chosen[0] = tournament.Min();
+          return;
+        }
+        for (uint32_t j = 0; j < k; ++j) {
+          chosen[j] = tournament.Min();
+          tournament.Exclude(chosen[j]);
+        }
+      },
+      [&](uint32_t d, double share) {
+        loads[d] += share;
+        tournament.Set(d, loads[d]);
+      });
+}
+
+// LPT with placement hysteresis (PlanConfig::stickiness): like PlaceLpt, except that a job first
+// tries the key's previous destinations not yet chosen for it, and stays on the least loaded of
+// them if that keeps it at or under (1 + stickiness) × mean_load. Returns the number of jobs that
+// ended on a previous destination.
 uint64_t PlaceSticky(const PlanConfig& config, const Plan& previous, double mean_load,
                      std::span<const KeyRate> admitted, std::span<uint32_t> offsets,
                      std::span<uint32_t> destination_ids, std::span<double> loads) {
@@ -226,80 +273,62 @@ uint64_t PlaceSticky(const PlanConfig& config, const Plan& previous, double mean
   const uint32_t r_count = config.destinations;
   LoadTournament tournament(loads);
   uint64_t kept = 0;
-  uint32_t offset = 0;
-  for (size_t i = 0; i < admitted.size(); ++i) {
-    offsets[i] = offset;
-    const double rate = admitted[i].rate;
-    const uint32_t k = Assignments(config, rate);
-    const double share = rate / k;
-    std::span<const uint32_t> before;
-    if (auto it = previous_index.find(admitted[i].key); it != previous_index.end()) {
-      before = previous.destinations(it->second);
-    }
-    uint32_t* chosen = destination_ids.data() + offset;
-    for (uint32_t j = 0; j < k; ++j) {
-      // The least loaded previous destination still free for this key that stays under the cap
-      // (ties: lowest index, as `before` is sorted); else where LPT puts it.
-      uint32_t pick = r_count;
-      for (uint32_t d : before) {
-        if (d >= r_count || std::find(chosen, chosen + j, d) != chosen + j) continue;
-        if (loads[d] + share <= cap && (pick == r_count || loads[d] < loads[pick])) pick = d;
-      }
-      if (pick == r_count) {
-        pick = tournament.Min();
-        if (std::find(before.begin(), before.end(), pick) != before.end()) ++kept;
-      } else {
-        ++kept;
-      }
-      chosen[j] = pick;
-      tournament.Exclude(pick);
-    }
-    for (uint32_t j = 0; j < k; ++j) {
-      loads[chosen[j]] += share;
-      tournament.Set(chosen[j], loads[chosen[j]]);
-    }
-    std::sort(chosen, chosen + k);
-    offset += k;
-  }
-  offsets[admitted.size()] = offset;
+  PlaceEach(
+      config, admitted, offsets, destination_ids,
+      [&](size_t i, uint32_t k, double share, uint32_t* chosen) {
+        std::span<const uint32_t> before;
+        if (auto it = previous_index.find(admitted[i].key); it != previous_index.end()) {
+          before = previous.destinations(it->second);
+        }
+        for (uint32_t j = 0; j < k; ++j) {
+          // The least loaded previous destination still free for this key that stays under the
+          // cap (ties: lowest index, as `before` is sorted); else where LPT puts it.
+          uint32_t pick = r_count;
+          for (uint32_t d : before) {
+            if (d >= r_count || std::find(chosen, chosen + j, d) != chosen + j) continue;
+            if (loads[d] + share <= cap && (pick == r_count || loads[d] < loads[pick])) pick = d;
+          }
+          if (pick == r_count) {
+            pick = tournament.Min();
+            if (std::find(before.begin(), before.end(), pick) != before.end()) ++kept;
+          } else {
+            ++kept;
+          }
+          chosen[j] = pick;
+          tournament.Exclude(pick);
+        }
+      },
+      [&](uint32_t d, double share) {
+        loads[d] += share;
+        tournament.Set(d, loads[d]);
+      });
   return kept;
 }
 
 // The kHashed placement: key i's k_b distinct destinations are the first distinct values of
 // Reduce(Mix64(key, seed, j)) for j = 0, 1, ..., ignoring load; loads still get λ_b/k_b each.
 void PlaceHashed(const PlanConfig& config, std::span<const KeyRate> admitted,
-                 std::vector<uint32_t>& offsets, std::vector<uint32_t>& destination_ids,
-                 std::vector<double>& loads) {
+                 std::span<uint32_t> offsets, std::span<uint32_t> destination_ids,
+                 std::span<double> loads) {
   const uint32_t r_count = config.destinations;
   const uint64_t seed = config.placement_seed * 0x9e3779b97f4a7c15ULL + 0x2545f4914f6cdd1dULL;
   std::vector<bool> taken(r_count, false);
-  uint32_t offset = 0;
-  for (size_t i = 0; i < admitted.size(); ++i) {
-    offsets[i] = offset;
-    const double rate = admitted[i].rate;
-    const uint32_t k = Assignments(config, rate);
-    const double share = rate / k;
-    uint32_t* chosen = destination_ids.data() + offset;
-    uint64_t h = admitted[i].key ^ seed;
-    for (uint32_t j = 0; j < k;) {
-      h = dataplane::Mix64(h + 0x9e3779b97f4a7c15ULL);
-      const auto d = static_cast<uint32_t>((static_cast<unsigned __int128>(h) * r_count) >> 64);
-      if (taken[d]) continue;
-      taken[d] = true;
-      chosen[j++] = d;
-    }
-    for (uint32_t j = 0; j < k; ++j) {
-      taken[chosen[j]] = false;
-      loads[chosen[j]] += share;
-    }
-    std::sort(chosen, chosen + k);
-    offset += k;
-  }
-  offsets[admitted.size()] = offset;
+  PlaceEach(
+      config, admitted, offsets, destination_ids,
+      [&](size_t i, uint32_t k, double, uint32_t* chosen) {
+        uint64_t h = admitted[i].key ^ seed;
+        for (uint32_t j = 0; j < k;) {
+          h = dataplane::Mix64(h + 0x9e3779b97f4a7c15ULL);
+          const auto d = static_cast<uint32_t>((static_cast<unsigned __int128>(h) * r_count) >> 64);
+          if (taken[d]) continue;
+          taken[d] = true;
+          chosen[j++] = d;
+        }
+        for (uint32_t j = 0; j < k; ++j) taken[chosen[j]] = false;
+      },
+      [&](uint32_t d, double share) { loads[d] += share; });
 }
 
-// PlanConfig::spill: one destination outside each key's set, by least spill load (ties: least
-// expected load, then lowest index), keys in decreasing rate.
 std::vector<uint32_t> PlaceSpills(const Plan& plan, std::span<const double> loads) {
   const uint32_t r_count = static_cast<uint32_t>(loads.size());
   std::vector<uint32_t> spills(plan.size(), kNoSpill);
@@ -513,33 +542,7 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
         PlaceSticky(capped_config, *previous, (cold_tail + admitted_rate) / r_count, plan.admitted_,
                     plan.offsets_, plan.destination_ids_, plan.loads_);
   } else {
-    LoadTournament tournament(plan.loads_);
-    uint32_t offset = 0;
-    for (size_t i = 0; i < admitted; ++i) {
-      plan.offsets_[i] = offset;
-      const double rate = plan.admitted_[i].rate;
-      const uint32_t k = Assignments(capped_config, rate);
-      if (k == 1) {
-        const uint32_t r = tournament.Min();
-        plan.destination_ids_[offset++] = r;
-        plan.loads_[r] += rate;
-        tournament.Set(r, plan.loads_[r]);
-        continue;
-      }
-      const double share = rate / k;
-      uint32_t* chosen = plan.destination_ids_.data() + offset;
-      for (uint32_t j = 0; j < k; ++j) {
-        chosen[j] = tournament.Min();
-        tournament.Exclude(chosen[j]);
-      }
-      for (uint32_t j = 0; j < k; ++j) {
-        plan.loads_[chosen[j]] += share;
-        tournament.Set(chosen[j], plan.loads_[chosen[j]]);
-      }
-      std::sort(chosen, chosen + k);
-      offset += k;
-    }
-    plan.offsets_[admitted] = offset;
+    PlaceLpt(capped_config, plan.admitted_, plan.offsets_, plan.destination_ids_, plan.loads_);
   }
 
   if (config.spill && r_count >= 2) plan.spills_ = PlaceSpills(plan, plan.loads_);
