@@ -133,24 +133,13 @@ void AppendJsonString(std::string* out, absl::string_view s) {
       continue;
     }
     if (c < 0x20) {
-      switch (c) {
-        case '\b':
-          out->append("\\b");
-          break;
-        case '\f':
-          out->append("\\f");
-          break;
-        case '\n':
-          out->append("\\n");
-          break;
-        case '\r':
-          out->append("\\r");
-          break;
-        case '\t':
-          out->append("\\t");
-          break;
-        default:
-          absl::StrAppendFormat(out, "\\u%04x", c);
+      // \b \t \n \f \r have two-character escapes; the other control characters \u00XX.
+      constexpr char kShortEscape[0x20] = {0, 0, 0, 0, 0, 0, 0, 0, 'b', 't', 'n', 0, 'f', 'r'};
+      if (kShortEscape[c] != 0) {
+        out->push_back('\\');
+        out->push_back(kShortEscape[c]);
+      } else {
+        absl::StrAppendFormat(out, "\\u%04x", c);
       }
       ++i;
       continue;

@@ -3,8 +3,15 @@
 
 #include <catch2/catch.hpp>
 
+#include "planner/service/exposition.h"
+
 namespace cacheroute::service {
 namespace {
+
+TEST_CASE("Exposition::Label escapes a backslash, a double quote and a line feed, nothing else") {
+  CHECK(Exposition::Label("d", "a\\b\"c\nd'e") == "d=\"a\\\\b\\\"c\\nd'e\"");
+  CHECK(Exposition::LabelValue("plain") == "plain");
+}
 
 TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
   v1::GetStatusResponse status;

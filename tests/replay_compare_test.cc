@@ -69,6 +69,11 @@ TEST_CASE("the table, the Markdown and the charts show every run") {
   CHECK(Count(bars, "<svg") == 1);
   CHECK(Count(bars, "</svg>") == 1);
   CHECK(Count(bars, "width=\"70\"") == 2);  // one bar per run
+  // Text is escaped for SVG: a label's <, > and & become entities.
+  const std::string escaped = BarChartSvg("a<b", {"x&y>"}, {1}, "%");
+  CHECK(escaped.find("a&lt;b") != std::string::npos);
+  CHECK(escaped.find("x&amp;y&gt;") != std::string::npos);
+  CHECK(escaped.find("x&y") == std::string::npos);
   const std::string load = DestinationLoadSvg(runs);
   CHECK(Count(load, "width=\"26\"") == 4);  // 2 destinations × 2 runs
   CHECK(Count(load, "<text") == Count(load, "</text>"));

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 
 namespace cacheroute::service {
@@ -65,21 +66,9 @@ class Exposition {
   }
   std::string Take() { return std::move(text_); }
 
+  // The exposition format's label-value escapes: backslash, double quote and line feed.
   static std::string LabelValue(absl::string_view v) {
-    std::string out;
-    out.reserve(v.size());
-    for (char c : v) {
-      if (c == '\\') {
-        out += "\\\\";
-      } else if (c == '"') {
-        out += "\\\"";
-      } else if (c == '\n') {
-        out += "\\n";
-      } else {
-        out += c;
-      }
-    }
-    return out;
+    return absl::StrReplaceAll(v, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
   }
   // key="value", the value escaped.
   static std::string Label(absl::string_view key, absl::string_view value) {

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "planner/status_macros.h"
 #include "tools/eval/workload/json_line.h"
 
@@ -28,19 +29,7 @@ absl::StatusOr<double> Number(const JsonValue& object, const char* field, bool r
 }
 
 std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') {
-      out += "&lt;";
-    } else if (c == '>') {
-      out += "&gt;";
-    } else if (c == '&') {
-      out += "&amp;";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return absl::StrReplaceAll(s, {{"<", "&lt;"}, {">", "&gt;"}, {"&", "&amp;"}});
 }
 
 const char* kColors[] = {"#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"};
