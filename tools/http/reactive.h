@@ -48,20 +48,36 @@ boost::asio::awaitable<boost::beast::error_code> ReactiveWrite(
   co_return boost::beast::error_code{};
 }
 
-// Calls `read(ec)` (a synchronous Beast read on the non-blocking socket); when it would block,
-// finishes with `async_read()` (the same read through Asio, whose wait needs no epoll_ctl: an
-// async_wait re-arms the descriptor with one on every wait). With `expect_data` false (nothing
-// can have arrived yet: the answer to a request just sent, a keep-alive client's next request)
-// the synchronous try, which would only fail, is skipped.
-template <class Read, class AsyncRead>
-boost::asio::awaitable<boost::beast::error_code> ReactiveRead(Read& read, AsyncRead& async_read,
-                                                              bool expect_data) {
+// Which Beast read: read_header (until the parser has the message's header) or read_some (some
+// of the message: at least one byte, or the end of the message).
+enum class ReadPart { kHeader, kSome };
+
+// Tries the synchronous Beast read on the non-blocking socket; when it would block, finishes with
+// the asynchronous one (whose wait needs no epoll_ctl: an async_wait re-arms the descriptor with
+// one on every wait). With `expect_data` false (nothing can have arrived yet: the answer to a
+// request just sent, a keep-alive client's next request) the synchronous try, which would only
+// fail, is skipped.
+template <class Parser>
+boost::asio::awaitable<boost::beast::error_code> ReactiveReadPart(
+    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser,
+    ReadPart part, bool expect_data) {
+  namespace http = boost::beast::http;
   if (expect_data) {
     boost::beast::error_code ec;
-    read(ec);
+    if (part == ReadPart::kHeader) {
+      http::read_header(socket, buffer, parser, ec);
+    } else {
+      http::read_some(socket, buffer, parser, ec);
+    }
     if (!WouldBlock(ec)) co_return ec;
   }
-  co_return co_await async_read();
+  const auto token = boost::asio::as_tuple(boost::asio::use_awaitable);
+  if (part == ReadPart::kHeader) {
+    auto [ec, n] = co_await http::async_read_header(socket, buffer, parser, token);
+    co_return ec;
+  }
+  auto [ec, n] = co_await http::async_read_some(socket, buffer, parser, token);
+  co_return ec;
 }
 
 // Reads until `parser` has the message's header.
@@ -69,16 +85,7 @@ template <class Parser>
 boost::asio::awaitable<boost::beast::error_code> ReactiveReadHeader(
     boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser,
     bool expect_data = true) {
-  auto read = [&socket, &buffer, &parser](boost::beast::error_code& ec) {
-    boost::beast::http::read_header(socket, buffer, parser, ec);
-  };
-  auto async_read = [&socket, &buffer,
-                     &parser]() -> boost::asio::awaitable<boost::beast::error_code> {
-    auto [ec, n] = co_await boost::beast::http::async_read_header(
-        socket, buffer, parser, boost::asio::as_tuple(boost::asio::use_awaitable));
-    co_return ec;
-  };
-  co_return co_await ReactiveRead(read, async_read, expect_data);
+  return ReactiveReadPart(socket, buffer, parser, ReadPart::kHeader, expect_data);
 }
 
 // Reads some of the message into `parser` (at least one byte, or the end of the message).
@@ -86,16 +93,7 @@ template <class Parser>
 boost::asio::awaitable<boost::beast::error_code> ReactiveReadSome(
     boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer, Parser& parser,
     bool expect_data = true) {
-  auto read = [&socket, &buffer, &parser](boost::beast::error_code& ec) {
-    boost::beast::http::read_some(socket, buffer, parser, ec);
-  };
-  auto async_read = [&socket, &buffer,
-                     &parser]() -> boost::asio::awaitable<boost::beast::error_code> {
-    auto [ec, n] = co_await boost::beast::http::async_read_some(
-        socket, buffer, parser, boost::asio::as_tuple(boost::asio::use_awaitable));
-    co_return ec;
-  };
-  co_return co_await ReactiveRead(read, async_read, expect_data);
+  return ReactiveReadPart(socket, buffer, parser, ReadPart::kSome, expect_data);
 }
 
 }  // namespace cacheroute::http
