@@ -6,9 +6,6 @@
 //
 // Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 for a bad configuration, 1 when the
 // service cannot start (state directory unreadable, address in use).
-#include <csignal>
-#include <cstdio>
-#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -17,26 +14,13 @@
 #include "planner/service/config.h"
 #include "planner/service/logging.h"
 #include "planner/service/planner_server.h"
-
-namespace {
-
-// Signals only set a flag; a watcher thread turns it into a clean shutdown.
-volatile std::sig_atomic_t stop_requested = 0;
-void OnSignal(int) { stop_requested = 1; }
-
-}  // namespace
+#include "planner/service/program.h"
 
 int main(int argc, char** argv) {
   namespace service = cacheroute::service;
+  namespace program = cacheroute::service::program;
   absl::StatusOr<service::PlannerConfig> config = service::LoadPlannerConfig(argc, argv);
-  if (!config.ok()) {
-    if (config.status().code() == absl::StatusCode::kNotFound) {  // --help
-      std::cout << config.status().message();
-      return 0;
-    }
-    std::cerr << "cacheroute-planner: error: " << config.status().message() << "\n";
-    return 2;
-  }
+  if (!config.ok()) return program::ConfigExit("cacheroute-planner", config.status());
   service::SetLogFormat(config->log_format);
   if (config->token.empty()) {
     service::LogEvent("warning", "no_token",
@@ -48,10 +32,7 @@ int main(int argc, char** argv) {
   cacheroute::planner::RealClock clock;
   absl::StatusOr<std::unique_ptr<service::PlannerServer>> server =
       service::PlannerServer::Start(*config, &clock);
-  if (!server.ok()) {
-    std::cerr << "cacheroute-planner: error: " << server.status().message() << "\n";
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
+  if (!server.ok()) return program::StartExit("cacheroute-planner", server.status());
   const auto latest = (*server)->core().Latest();
   service::LogEvent("info", "started",
                     {{"listen", config->listen},
@@ -64,11 +45,11 @@ int main(int argc, char** argv) {
                      {"tls", config->tls.cert_file.empty() ? "off" : "on"},
                      {"restored_version", latest ? latest->version().ToString() : "none"}});
 
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
+  // A watcher thread turns a signal into a clean shutdown.
+  program::CatchStopSignals();
   service::PlannerServer* raw = server->get();
   std::thread watcher([raw] {
-    while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (!program::StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     raw->Shutdown();
   });
   raw->Wait();

@@ -11,54 +11,36 @@
 // cannot start (address in use).
 #include <sys/resource.h>
 
-#include <csignal>
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/service/program.h"
 #include "tools/gateway/gateway.h"
 #include "tools/gateway/gateway_config.h"
 
-namespace {
-
-volatile std::sig_atomic_t stop_requested = 0;
-void OnSignal(int) { stop_requested = 1; }
-
-}  // namespace
-
 int main(int argc, char** argv) {
   namespace gateway = cacheroute::gateway;
+  namespace program = cacheroute::service::program;
   absl::StatusOr<gateway::GatewayConfig> config = gateway::LoadGatewayConfig(argc, argv);
-  if (!config.ok()) {
-    if (config.status().code() == absl::StatusCode::kNotFound) {  // --help
-      std::cout << config.status().message();
-      return 0;
-    }
-    std::cerr << "cacheroute-gateway: error: " << config.status().message() << "\n";
-    return 2;
-  }
+  if (!config.ok()) return program::ConfigExit("cacheroute-gateway", config.status());
   // Every client stream and every upstream connection is a descriptor: use all the host allows.
   if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
     limit.rlim_cur = limit.rlim_max;
     setrlimit(RLIMIT_NOFILE, &limit);
   }
   absl::StatusOr<std::unique_ptr<gateway::Gateway>> started = gateway::Gateway::Start(*config);
-  if (!started.ok()) {
-    std::cerr << "cacheroute-gateway: error: " << started.status().message() << "\n";
-    return started.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
+  if (!started.ok()) return program::StartExit("cacheroute-gateway", started.status());
+  program::CatchStopSignals();
   std::string line = absl::StrCat(
       "started gateway port=", (*started)->port(), " listen=", config->listen,
       " policy=", config->policy, " upstreams=", config->upstreams.size(),
       " planner=", config->planner.empty() ? "none" : absl::StrJoin(config->planner, ","), "\n");
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
-  while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (!program::StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const bool drained = (*started)->Drain();
   (*started)->Stop();
   if (!drained) std::fputs("drain_timeout passed with requests in progress: cut\n", stderr);
