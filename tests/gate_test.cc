@@ -804,64 +804,49 @@ TEST_CASE("GateOptions::Validate names the field and the value") {
   o.canary_fraction = 1;  // allowed: the canary may be everything
   CHECK(o.Validate().ok());
 
-  const std::vector<std::pair<GateOptions, std::string>> cases = [] {
-    std::vector<std::pair<GateOptions, std::string>> c;
+  // Each case sets one field of the defaults to a value Validate refuses.
+  struct Case {
+    void (*set)(GateOptions&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](GateOptions& x) { x.min_samples = 0; }, "gate.min_samples must be >= 1, got 0"},
+      {[](GateOptions& x) { x.window_intervals = 0; },
+       "gate.window_intervals must be in [1, 1000], got 0"},
+      {[](GateOptions& x) { x.window_intervals = 1001; },
+       "gate.window_intervals must be in [1, 1000], got 1001"},
+      {[](GateOptions& x) { x.shadow_intervals = 0; }, "gate.shadow_intervals must be >= 1, got 0"},
+      {[](GateOptions& x) { x.control_fraction = 1; },
+       "gate.control_fraction must be in [0, 1), got 1"},
+      {[](GateOptions& x) { x.control_fraction = -0.1; },
+       "gate.control_fraction must be in [0, 1), got -0.1"},
+      {[](GateOptions& x) { x.promote_after = 0; }, "gate.promote_after must be >= 1, got 0"},
+      {[](GateOptions& x) { x.kv_hit_margin = 1.5; },
+       "gate.kv_hit_margin must be in [0, 1], got 1.5"},
+      {[](GateOptions& x) { x.promote_better_after = 0; },
+       "gate.promote_better_after must be in [1, promote_after (3)], got 0"},
+      {[](GateOptions& x) { x.promote_better_after = 4; },
+       "gate.promote_better_after must be in [1, promote_after (3)], got 4"},
+      {[](GateOptions& x) { x.canary_rollback_after = 0; },
+       "gate.canary_rollback_after must be >= 1, got 0"},
+      {[](GateOptions& x) { x.rollback_after = 0; }, "gate.rollback_after must be >= 1, got 0"},
+      {[](GateOptions& x) { x.rolled_back_probe_fraction = kNaN; },
+       "gate.rolled_back_probe_fraction must be in [0, 1), got nan"},
+      {[](GateOptions& x) { x.quantile = 1; }, "gate.quantile must be in (0, 1), got 1"},
+      {[](GateOptions& x) { x.z = kInf; }, "gate.z must be finite and > 0, got inf"},
+      {[](GateOptions& x) { x.z = 0; }, "gate.z must be finite and > 0, got 0"},
+      {[](GateOptions& x) { x.ttft_margin = -0.01; },
+       "gate.ttft_margin must be in [0, 1), got -0.01"},
+      {[](GateOptions& x) { x.failure_margin = 2; },
+       "gate.failure_margin must be in [0, 1), got 2"},
+      {[](GateOptions& x) { x.envelope_min_samples = 0; },
+       "gate.envelope_min_samples must be >= 1, got 0"},
+  };
+  for (const Case& c : cases) {
     GateOptions x;
-    x.min_samples = 0;
-    c.emplace_back(x, "gate.min_samples must be >= 1, got 0");
-    x = {};
-    x.window_intervals = 0;
-    c.emplace_back(x, "gate.window_intervals must be in [1, 1000], got 0");
-    x.window_intervals = 1001;
-    c.emplace_back(x, "gate.window_intervals must be in [1, 1000], got 1001");
-    x = {};
-    x.shadow_intervals = 0;
-    c.emplace_back(x, "gate.shadow_intervals must be >= 1, got 0");
-    x = {};
-    x.control_fraction = 1;
-    c.emplace_back(x, "gate.control_fraction must be in [0, 1), got 1");
-    x.control_fraction = -0.1;
-    c.emplace_back(x, "gate.control_fraction must be in [0, 1), got -0.1");
-    x = {};
-    x.promote_after = 0;
-    c.emplace_back(x, "gate.promote_after must be >= 1, got 0");
-    x = {};
-    x.kv_hit_margin = 1.5;
-    c.emplace_back(x, "gate.kv_hit_margin must be in [0, 1], got 1.5");
-    x = {};
-    x.promote_better_after = 0;
-    c.emplace_back(x, "gate.promote_better_after must be in [1, promote_after (3)], got 0");
-    x.promote_better_after = 4;
-    c.emplace_back(x, "gate.promote_better_after must be in [1, promote_after (3)], got 4");
-    x = {};
-    x.canary_rollback_after = 0;
-    c.emplace_back(x, "gate.canary_rollback_after must be >= 1, got 0");
-    x = {};
-    x.rollback_after = 0;
-    c.emplace_back(x, "gate.rollback_after must be >= 1, got 0");
-    x = {};
-    x.rolled_back_probe_fraction = kNaN;
-    c.emplace_back(x, "gate.rolled_back_probe_fraction must be in [0, 1), got nan");
-    x = {};
-    x.quantile = 1;
-    c.emplace_back(x, "gate.quantile must be in (0, 1), got 1");
-    x = {};
-    x.z = kInf;
-    c.emplace_back(x, "gate.z must be finite and > 0, got inf");
-    x.z = 0;
-    c.emplace_back(x, "gate.z must be finite and > 0, got 0");
-    x = {};
-    x.ttft_margin = -0.01;
-    c.emplace_back(x, "gate.ttft_margin must be in [0, 1), got -0.01");
-    x = {};
-    x.failure_margin = 2;
-    c.emplace_back(x, "gate.failure_margin must be in [0, 1), got 2");
-    x = {};
-    x.envelope_min_samples = 0;
-    c.emplace_back(x, "gate.envelope_min_samples must be >= 1, got 0");
-    return c;
-  }();
-  for (const auto& [options, message] : cases) CHECK(error(options) == message);
+    c.set(x);
+    CHECK(error(x) == c.message);
+  }
   // The edges that are allowed.
   o = {};
   o.control_fraction = 0;
