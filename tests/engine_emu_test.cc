@@ -3,7 +3,6 @@
 // (and promtool when installed), /health and /v1/models, and hundreds of streams at once over two
 // I/O threads. The engine runs at --time-scale 0 except in that last test.
 #include <httplib.h>
-#include <stdio.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tools/eval/engine_emu/server.h"
 #include "tools/eval/engine_emu/tokenizer.h"
@@ -322,23 +322,16 @@ TEST_CASE("/metrics counters agree with the usage the responses reported") {
     WARN("promtool is not on PATH (Debian package prometheus): skipping its check");
     return;
   }
-  testing::TempDir dir("engine_emu_test");
-  const std::string page = dir.Write("metrics.txt", res->body);
-  const std::string command = "promtool check metrics < " + page + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  const int status = pclose(pipe);
+  const testing::CommandResult promtool =
+      testing::RunCommand("promtool", {"check", "metrics"}, res->body);
+  const std::string output = promtool.out + promtool.err;
   INFO(output);
   for (const std::string& line : Lines(output)) {
     if (line.empty()) continue;
     CHECK(line.find("metric names should not contain ':'") != std::string::npos);
   }
   // 0: clean; 3: lint findings only (all of them the colon rule, checked above); 1 is an error.
-  CHECK((WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3));
+  CHECK((promtool.exit_code == 0 || promtool.exit_code == 3));
 }
 
 TEST_CASE("/health and /v1/models answer like vLLM's") {

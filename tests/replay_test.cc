@@ -3,8 +3,6 @@
 // per-destination counts equal what each engine served, failures are counted when an engine is
 // down, and routing decisions are a function of the seed.
 #include <httplib.h>
-#include <stdio.h>
-#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -13,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tools/eval/engine_emu/server.h"
 #include "tools/eval/replay/replay.h"
@@ -60,19 +60,13 @@ struct Run {
   JsonValue report;
 };
 
-Run Replay(const std::vector<std::string>& args, const std::string& json_path) {
-  std::string command = CACHEROUTE_REPLAY_PATH;
-  for (const std::string& a : args) command += " '" + a + "'";
-  command += " --json '" + json_path + "' 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
+Run Replay(std::vector<std::string> args, const std::string& json_path) {
+  args.insert(args.end(), {"--json", json_path});
+  const testing::CommandResult result = testing::RunCommand(CACHEROUTE_REPLAY_PATH, args);
   Run run;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  INFO(command << "\n" << run.output);
+  run.exit_code = result.exit_code;
+  run.output = result.out + result.err;
+  INFO(absl::StrJoin(args, " ") << "\n" << run.output);
   REQUIRE(run.exit_code == 0);
   std::ifstream in(json_path);
   std::stringstream text;

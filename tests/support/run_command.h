@@ -40,7 +40,10 @@ inline CommandResult RunCommand(const std::string& program, const std::vector<st
   TempDir io("run_command");
   const std::string in = io.Write("stdin", stdin_text);
   std::string command = ShellQuote(program);
-  for (const std::string& arg : args) command += " " + ShellQuote(arg);
+  for (const std::string& arg : args) {
+    command += ' ';  // two appends: `" " + ShellQuote(arg)` trips GCC 12's -Wrestrict (bug 105329)
+    command += ShellQuote(arg);
+  }
   command += " <" + ShellQuote(in) + " >" + ShellQuote(io.File("stdout")) + " 2>" +
              ShellQuote(io.File("stderr"));
   const int status = std::system(command.c_str());
