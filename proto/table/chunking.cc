@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 
@@ -25,31 +26,31 @@ size_t LengthDelimitedSize(size_t payload) {
 
 size_t PackedFixed64Size(size_t n) { return n == 0 ? 0 : LengthDelimitedSize(8 * n); }
 
-// The first header field set in a non-first chunk, or "" if none is.
-std::string SetHeaderField(const v1::TableUpdate& chunk) {
-  if (chunk.has_full()) {
-    const v1::RoutingTable& f = chunk.full();
-    if (f.has_version()) return "full.version";
-    if (!f.destinations().empty()) return "full.destinations";
-    if (!f.expected_loads().empty()) return "full.expected_loads";
-    if (f.built_unix_ms() != 0) return "full.built_unix_ms";
-    if (f.ttl_seconds() != 0) return "full.ttl_seconds";
-    if (f.has_rollout()) return "full.rollout";
-  } else {
-    const v1::TableDelta& d = chunk.delta();
-    if (d.has_base()) return "delta.base";
-    if (d.has_version()) return "delta.version";
-    if (!d.destinations().empty()) return "delta.destinations";
-    if (!d.expected_loads().empty()) return "delta.expected_loads";
-    if (d.built_unix_ms() != 0) return "delta.built_unix_ms";
-    if (d.ttl_seconds() != 0) return "delta.ttl_seconds";
-    if (d.has_rollout()) return "delta.rollout";
-  }
-  return "";
-}
-
 const char* BodyName(v1::TableUpdate::BodyCase body) {
   return body == v1::TableUpdate::kFull ? "full" : "delta";
+}
+
+// The first of the header fields RoutingTable and TableDelta share that is set, or nullptr.
+template <class Body>
+const char* SetSharedHeaderField(const Body& body) {
+  if (body.has_version()) return "version";
+  if (!body.destinations().empty()) return "destinations";
+  if (!body.expected_loads().empty()) return "expected_loads";
+  if (body.built_unix_ms() != 0) return "built_unix_ms";
+  if (body.ttl_seconds() != 0) return "ttl_seconds";
+  if (body.has_rollout()) return "rollout";
+  return nullptr;
+}
+
+// The first header field set in a non-first chunk ("full.version"), or "" if none is.
+std::string SetHeaderField(const v1::TableUpdate& chunk) {
+  const char* field = nullptr;
+  if (chunk.has_full()) {
+    field = SetSharedHeaderField(chunk.full());
+  } else {
+    field = chunk.delta().has_base() ? "base" : SetSharedHeaderField(chunk.delta());
+  }
+  return field == nullptr ? "" : absl::StrCat(BodyName(chunk.body_case()), ".", field);
 }
 
 }  // namespace
