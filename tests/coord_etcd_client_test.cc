@@ -35,8 +35,12 @@ std::unique_ptr<EtcdClient> Connect(std::vector<std::string> endpoints,
   return cacheroute::testing::RequireOk(EtcdClient::Create(std::move(options)));
 }
 
-// What a watch delivered, read from the test thread.
+// A watch (REQUIREd to start) and what it delivered, read from the test thread.
 struct Recorder {
+  Recorder(EtcdClient& client, const std::string& key, int64_t start_revision,
+           WatchScope scope = WatchScope::kKey)
+      : watcher(testing::RequireOk(client.Watch(key, start_revision, Callbacks(), scope))) {}
+
   std::mutex mu;
   std::vector<WatchEvent> events;
   bool broken = false;
@@ -71,6 +75,8 @@ struct Recorder {
     std::lock_guard<std::mutex> lock(mu);
     return broken;
   }
+
+  std::unique_ptr<Watcher> watcher;  // the last member: destroyed, and so cancelled, first
 };
 
 // Fault injection: a loopback TCP relay to `upstream_port` that holds each new connection for
@@ -298,13 +304,8 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
   EtcdProcess etcd;
   auto client = Connect({etcd.endpoint()});
 
-  Recorder now;
-  absl::StatusOr<std::unique_ptr<Watcher>> watcher = client->Watch("/w", 0, now.Callbacks());
-  REQUIRE(watcher.ok());
-  Recorder prefix;
-  absl::StatusOr<std::unique_ptr<Watcher>> prefix_watcher =
-      client->Watch("/w/", 0, prefix.Callbacks(), WatchScope::kPrefix);
-  REQUIRE(prefix_watcher.ok());
+  Recorder now(*client, "/w", 0);
+  Recorder prefix(*client, "/w/", 0, WatchScope::kPrefix);
 
   const int64_t r1 = *client->Put("/w", "1");
   const int64_t r2 = *client->Put("/w", "2");
@@ -325,7 +326,7 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
   CHECK(events[2].type == WatchEvent::Type::kDelete);
   CHECK(events[2].kv.key == "/w");
   CHECK(events[2].kv.mod_revision == r3);
-  CHECK((*watcher)->next_revision() == r3 + 1);
+  CHECK(now.watcher->next_revision() == r3 + 1);
 
   REQUIRE(Eventually([&] { return prefix.count() >= 1; }, 10s));
   std::vector<WatchEvent> under = prefix.Events();
@@ -333,9 +334,7 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
   CHECK(under[0].kv.key == "/w/a");
 
   // From a past revision: the history since r2 again, then new events.
-  Recorder replay;
-  absl::StatusOr<std::unique_ptr<Watcher>> from_r2 = client->Watch("/w", r2, replay.Callbacks());
-  REQUIRE(from_r2.ok());
+  Recorder replay(*client, "/w", r2);
   REQUIRE(Eventually([&] { return replay.count() >= 2; }, 10s));
   const int64_t r4 = *client->Put("/w", "4");
   REQUIRE(Eventually([&] { return replay.count() >= 3; }, 10s));
@@ -348,8 +347,8 @@ TEST_CASE("Watch delivers puts and deletes in order and resumes from a revision"
 
   // Cancel: no more events, no on_broken.
   REQUIRE(Eventually([&] { return now.count() >= 4; }, 10s));
-  (*watcher)->Cancel();
-  (*watcher)->Cancel();  // idempotent
+  now.watcher->Cancel();
+  now.watcher->Cancel();  // idempotent
   REQUIRE(client->Put("/w", "5").ok());
   REQUIRE(Eventually([&] { return replay.count() >= 4; }, 10s));
   CHECK(now.count() == 4);  // r4 reached it before the cancel, "5" did not
@@ -360,9 +359,7 @@ TEST_CASE("a watch reports a broken stream; a new watch from next_revision misse
   CACHEROUTE_SKIP_WITHOUT_ETCD();
   EtcdProcess etcd;
   auto client = Connect({etcd.endpoint()});
-  Recorder first;
-  absl::StatusOr<std::unique_ptr<Watcher>> watcher = client->Watch("/b", 0, first.Callbacks());
-  REQUIRE(watcher.ok());
+  Recorder first(*client, "/b", 0);
   const int64_t r1 = *client->Put("/b", "1");
   REQUIRE(Eventually([&] { return first.count() == 1; }, 10s));
 
@@ -373,17 +370,14 @@ TEST_CASE("a watch reports a broken stream; a new watch from next_revision misse
     CHECK(first.broken_status.code() == absl::StatusCode::kUnavailable);
     CHECK(first.broken_next == r1 + 1);
   }
-  CHECK((*watcher)->broken());
+  CHECK(first.watcher->broken());
   // While etcd is down, calls fail as unavailable (or time out).
   const absl::StatusCode down = client->Get("/b").status().code();
   CHECK((down == absl::StatusCode::kUnavailable || down == absl::StatusCode::kDeadlineExceeded));
 
   etcd.Start();  // same data directory: the history is still there
   const int64_t r2 = *client->Put("/b", "2");
-  Recorder second;
-  absl::StatusOr<std::unique_ptr<Watcher>> resumed =
-      client->Watch("/b", (*watcher)->next_revision(), second.Callbacks());
-  REQUIRE(resumed.ok());
+  Recorder second(*client, "/b", first.watcher->next_revision());
   REQUIRE(Eventually([&] { return second.count() >= 1; }, 10s));
   std::vector<WatchEvent> events = second.Events();
   REQUIRE(events.size() == 1);
@@ -400,11 +394,8 @@ TEST_CASE("calls fail over to the next endpoint when the first is dead") {
   REQUIRE(client->Put("/f", "v").ok());
   CHECK(client->current_endpoint() == etcd.endpoint());  // it stays with the one that answered
   CHECK(client->Get("/f")->kv->value == "v");
-  Recorder recorder;
   auto failover_watch_client = Connect({dead, etcd.endpoint()});
-  absl::StatusOr<std::unique_ptr<Watcher>> watcher =
-      failover_watch_client->Watch("/f", 0, recorder.Callbacks());
-  REQUIRE(watcher.ok());
+  Recorder recorder(*failover_watch_client, "/f", 0);
   REQUIRE(client->Put("/f", "w").ok());
   CHECK(Eventually([&] { return recorder.count() == 1; }, 10s));
 

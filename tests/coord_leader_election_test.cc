@@ -121,6 +121,22 @@ struct TwoCandidates {
   Candidate* other;
 };
 
+// What each test of how a leader's term ends starts from: a real etcd and TwoCandidates on it,
+// `old` the first leader, `other` the candidate following it, and `old_term` the first term.
+struct ElectionSetup {
+  explicit ElectionSetup(int64_t ttl_seconds, planner::Clock* clock = nullptr)
+      : two(etcd.endpoint(), ttl_seconds, clock),
+        old(two.leader),
+        other(two.other),
+        old_term(*old->election().term()) {}
+
+  EtcdProcess etcd;
+  TwoCandidates two;
+  Candidate* old;
+  Candidate* other;
+  Term old_term;
+};
+
 TEST_CASE("Start validates the options and runs once") {
   auto client = Connect("127.0.0.1:1", absl::Milliseconds(100));
   LeaderElection::Options good;
@@ -197,36 +213,32 @@ TEST_CASE("one of two candidates leads; the other follows it; only the leader's 
 
 TEST_CASE("a leader stopped without resigning is replaced after its TTL; its term is fenced out") {
   CACHEROUTE_SKIP_WITHOUT_ETCD();
-  EtcdProcess etcd;
-  TwoCandidates two(etcd.endpoint(), 3);
-  Candidate* old = two.leader;
-  Candidate* next = two.other;
-  const Term old_term = *old->election().term();
+  ElectionSetup setup(3);
   std::vector<Compare> old_fence =
-      LeaderElection::FenceCompares(old->election().leader_key(), old_term);
+      LeaderElection::FenceCompares(setup.old->election().leader_key(), setup.old_term);
 
-  old->election().Stop();  // as a crashed replica: etcd is not told
-  CHECK_FALSE(old->election().IsLeader());
-  std::optional<LeadershipChange> lost = old->Last(Kind::kLostLeadership);
+  setup.old->election().Stop();  // as a crashed replica: etcd is not told
+  CHECK_FALSE(setup.old->election().IsLeader());
+  std::optional<LeadershipChange> lost = setup.old->Last(Kind::kLostLeadership);
   REQUIRE(lost.has_value());
-  CHECK(lost->term == old_term);
+  CHECK(lost->term == setup.old_term);
 
-  REQUIRE(Eventually([&] { return next->election().IsLeader(); }, 30s));
-  const Term new_term = *next->election().term();
-  CHECK(new_term.create_revision > old_term.create_revision);
-  CHECK(new_term.lease_id != old_term.lease_id);
+  REQUIRE(Eventually([&] { return setup.other->election().IsLeader(); }, 30s));
+  const Term new_term = *setup.other->election().term();
+  CHECK(new_term.create_revision > setup.old_term.create_revision);
+  CHECK(new_term.lease_id != setup.old_term.lease_id);
 
   // The old term can write neither through its election nor with its fence in any transaction.
-  CHECK(old->election().FencedTxn({TxnOp::Put("/table", "old")}).status().code() ==
+  CHECK(setup.old->election().FencedTxn({TxnOp::Put("/table", "old")}).status().code() ==
         absl::StatusCode::kFailedPrecondition);
-  auto raw = Connect(etcd.endpoint());
+  auto raw = Connect(setup.etcd.endpoint());
   TxnRequest stale;
   stale.compares = old_fence;
   stale.success = {TxnOp::Put("/table", "old")};
   absl::StatusOr<TxnResult> refused = raw->Txn(stale);
   REQUIRE(refused.ok());
   CHECK_FALSE(refused->succeeded);
-  REQUIRE(next->election().FencedTxn({TxnOp::Put("/table", "new")}).ok());
+  REQUIRE(setup.other->election().FencedTxn({TxnOp::Put("/table", "new")}).ok());
   CHECK(raw->Get("/table")->kv->value == "new");
 }
 
@@ -253,77 +265,65 @@ TEST_CASE("a deleted leader key ends the term; the leader campaigns again under 
 
 TEST_CASE("keepalives blocked: the leader steps down at its local deadline; etcd back, a leader again") {
   CACHEROUTE_SKIP_WITHOUT_ETCD();
-  EtcdProcess etcd;
   planner::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
-  TwoCandidates two(etcd.endpoint(), 2, &clock);
-  Candidate* old = two.leader;
-  Candidate* other = two.other;
-  const Term old_term = *old->election().term();
+  ElectionSetup setup(2, &clock);
 
-  etcd.Pause();  // SIGSTOP: no keepalive can succeed from now on
+  setup.etcd.Pause();  // SIGSTOP: no keepalive can succeed from now on
   clock.Advance(absl::Seconds(3));
   // The deadline has passed by the injected clock: not the leader, before any etcd call fails.
-  CHECK_FALSE(old->election().IsLeader());
-  CHECK_FALSE(old->election().term().has_value());
-  CHECK(old->election().FencedTxn({TxnOp::Put("/table", "x")}).status().code() ==
+  CHECK_FALSE(setup.old->election().IsLeader());
+  CHECK_FALSE(setup.old->election().term().has_value());
+  CHECK(setup.old->election().FencedTxn({TxnOp::Put("/table", "x")}).status().code() ==
         absl::StatusCode::kFailedPrecondition);
   // And it steps down by itself, callback included, with etcd still paused.
-  REQUIRE(Eventually([&] { return old->Count(Kind::kLostLeadership) == 1; }, 30s));
-  std::optional<LeadershipChange> lost = old->Last(Kind::kLostLeadership);
-  CHECK(lost->term == old_term);
+  REQUIRE(Eventually([&] { return setup.old->Count(Kind::kLostLeadership) == 1; }, 30s));
+  std::optional<LeadershipChange> lost = setup.old->Last(Kind::kLostLeadership);
+  CHECK(lost->term == setup.old_term);
   CHECK_THAT(lost->reason, Catch::Contains("deadline"));
   // The follower cannot reach etcd either: it keeps the leader it knew.
-  CHECK(other->election().CurrentLeader() == old->info());
-  CHECK_FALSE(other->election().IsLeader());
+  CHECK(setup.other->election().CurrentLeader() == setup.old->info());
+  CHECK_FALSE(setup.other->election().IsLeader());
 
-  etcd.Resume();
-  Candidate* leader = WaitForOneLeader(two.a, two.b);
-  CHECK(leader->election().term()->create_revision > old_term.create_revision);
-  auto raw = Connect(etcd.endpoint());
+  setup.etcd.Resume();
+  Candidate* leader = WaitForOneLeader(setup.two.a, setup.two.b);
+  CHECK(leader->election().term()->create_revision > setup.old_term.create_revision);
+  auto raw = Connect(setup.etcd.endpoint());
   CHECK(raw->Get(leader->election().leader_key())->kv->lease == leader->election().term()->lease_id);
 }
 
 TEST_CASE("etcd killed and restarted: the leader steps down, the follower keeps it, all resumes") {
   CACHEROUTE_SKIP_WITHOUT_ETCD();
-  EtcdProcess etcd;
-  TwoCandidates two(etcd.endpoint(), 2);
-  Candidate* old = two.leader;
-  Candidate* other = two.other;
-  const Term old_term = *old->election().term();
+  ElectionSetup setup(2);
 
-  etcd.Kill();
-  REQUIRE(Eventually([&] { return old->Count(Kind::kLostLeadership) == 1; }, 30s));
-  CHECK_FALSE(old->election().IsLeader());
-  CHECK(other->election().CurrentLeader() == old->info());
-  CHECK_FALSE(other->election().IsLeader());
+  setup.etcd.Kill();
+  REQUIRE(Eventually([&] { return setup.old->Count(Kind::kLostLeadership) == 1; }, 30s));
+  CHECK_FALSE(setup.old->election().IsLeader());
+  CHECK(setup.other->election().CurrentLeader() == setup.old->info());
+  CHECK_FALSE(setup.other->election().IsLeader());
 
-  etcd.Start();  // the same data: the old leader key comes back with it, until its lease goes
-  Candidate* leader = WaitForOneLeader(two.a, two.b);
-  CHECK(leader->election().term()->create_revision > old_term.create_revision);
+  setup.etcd.Start();  // the same data: the old leader key comes back with it, until its lease goes
+  Candidate* leader = WaitForOneLeader(setup.two.a, setup.two.b);
+  CHECK(leader->election().term()->create_revision > setup.old_term.create_revision);
   CHECK(leader->election().FencedTxn({TxnOp::Put("/table", "after")}).ok());
 }
 
 TEST_CASE("Resign hands leadership over at once, long before the lease would expire") {
   CACHEROUTE_SKIP_WITHOUT_ETCD();
-  EtcdProcess etcd;
-  TwoCandidates two(etcd.endpoint(), 60);
-  Candidate* old = two.leader;
-  Candidate* next = two.other;
-  const Term old_term = *old->election().term();
+  ElectionSetup setup(60);
 
-  REQUIRE(old->election().Resign().ok());
-  CHECK_FALSE(old->election().IsLeader());
-  std::optional<LeadershipChange> lost = old->Last(Kind::kLostLeadership);
+  REQUIRE(setup.old->election().Resign().ok());
+  CHECK_FALSE(setup.old->election().IsLeader());
+  std::optional<LeadershipChange> lost = setup.old->Last(Kind::kLostLeadership);
   REQUIRE(lost.has_value());
   CHECK(lost->reason == "resigned");
   // A 60 s lease, and the other replica leads well within that.
-  REQUIRE(Eventually([&] { return next->election().IsLeader(); }, 20s));
-  CHECK(next->election().CurrentLeader() == next->info());
-  auto raw = Connect(etcd.endpoint());
-  CHECK(raw->KeepAliveOnce(old_term.lease_id).status().code() == absl::StatusCode::kNotFound);
+  REQUIRE(Eventually([&] { return setup.other->election().IsLeader(); }, 20s));
+  CHECK(setup.other->election().CurrentLeader() == setup.other->info());
+  auto raw = Connect(setup.etcd.endpoint());
+  CHECK(raw->KeepAliveOnce(setup.old_term.lease_id).status().code() == absl::StatusCode::kNotFound);
   // Resigning again is harmless and does not touch the new term.
-  CHECK(old->election().Resign().ok());
-  CHECK(next->election().IsLeader());
+  CHECK(setup.old->election().Resign().ok());
+  CHECK(setup.other->election().IsLeader());
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 #include "tests/support/eventually.h"
 #include "tests/support/json_reader.h"
 #include "tests/support/rate_reports.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/subscriber_options.h"
 #include "tests/support/temp_dir.h"
 
@@ -203,10 +204,19 @@ uint64_t EtcdVersion(coord::EtcdClient& client, uint64_t* epoch = nullptr) {
   return std::stoull(v.substr(v.find('.') + 1));
 }
 
-// Replicas "a" and "b" on one etcd, waited for until one of them leads: `leader`, and `other`.
-struct TwoReplicas {
-  TwoReplicas(TempDir& dir, const std::string& etcd_endpoint)
-      : a(dir, "a", etcd_endpoint), b(dir, "b", etcd_endpoint) {
+// What each test here starts from: a real etcd, a client of it (to read what the replicas
+// publish) and a directory for the replicas' configurations and logs.
+struct EtcdSetup {
+  EtcdProcess etcd;
+  std::unique_ptr<coord::EtcdClient> client =
+      testing::RequireOk(coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}}));
+  TempDir dir{"cacheroute-ha"};
+};
+
+// An EtcdSetup with replicas "a" and "b" on its etcd, waited for until one of them leads:
+// `leader`, and `other`.
+struct TwoReplicas : EtcdSetup {
+  TwoReplicas() : a(dir, "a", etcd.endpoint()), b(dir, "b", etcd.endpoint()) {
     REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }));
     other = leader == &a ? &b : &a;
   }
@@ -266,13 +276,10 @@ struct Subscriber {
 
 TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no report lost or doubled") {
   CACHEROUTE_SKIP_WITHOUT_ETCD();
-  EtcdProcess etcd;
-  auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
-  REQUIRE(client.ok());
-  TempDir dir("cacheroute-ha");
+  EtcdSetup setup;
   std::vector<std::unique_ptr<Replica>> owned;
   for (const char* id : {"p0", "p1", "p2"}) {
-    owned.push_back(std::make_unique<Replica>(dir, id, etcd.endpoint()));
+    owned.push_back(std::make_unique<Replica>(setup.dir, id, setup.etcd.endpoint()));
   }
   std::vector<Replica*> all = {owned[0].get(), owned[1].get(), owned[2].get()};
   Replica* leader = nullptr;
@@ -293,7 +300,7 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
   v1::GateStatus gate;
   REQUIRE(followers[0]->ForceGate("canary", &gate).ok());
   CHECK(gate.forced_state() == "canary");
-  REQUIRE(Eventually([&] { return followers[1]->Version() == EtcdVersion(**client); }));
+  REQUIRE(Eventually([&] { return followers[1]->Version() == EtcdVersion(*setup.client); }));
 
   // A gateway streams from a follower that survives; a reporter sends numbered reports to
   // every replica in turn, retrying a failed one (same sequence) on the next replica.
@@ -320,7 +327,7 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
   leader->Kill();
   // Everything the old leader ever published is at or below what etcd holds now.
   uint64_t epoch = 0;
-  const uint64_t before = EtcdVersion(**client, &epoch);
+  const uint64_t before = EtcdVersion(*setup.client, &epoch);
   REQUIRE(before > 0);
   Replica* successor = nullptr;
   REQUIRE(Eventually([&] { return (successor = LeaderOf(followers)) != nullptr; }));
@@ -396,34 +403,31 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
 
 TEST_CASE("a leader frozen past its lease publishes nothing after SIGCONT and follows") {
   CACHEROUTE_SKIP_WITHOUT_ETCD();
-  EtcdProcess etcd;
-  auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
-  REQUIRE(client.ok());
-  TempDir dir("cacheroute-ha");
-  TwoReplicas two(dir, etcd.endpoint());
-  Replica* leader = two.leader;
-  Replica* other = two.other;
-  REQUIRE(Eventually([&] { return other->Ready() == 200 && EtcdVersion(**client) > 0; }));
+  TwoReplicas setup;
+  Replica* leader = setup.leader;
+  Replica* other = setup.other;
+  REQUIRE(Eventually([&] { return other->Ready() == 200 && EtcdVersion(*setup.client) > 0; }));
   const std::string published_by = absl::StrCat(kPrefix, "published_by");
 
   leader->Signal(SIGSTOP);
   REQUIRE(Eventually([&] { return other->IsLeader(); }));
   REQUIRE(Eventually([&] {
-    auto got = (*client)->Get(published_by);
+    auto got = setup.client->Get(published_by);
     return got.ok() && got->kv.has_value() && got->kv->value == other->id();
   }));
   // From here on, every publish must be the new leader's.
-  auto from = (*client)->Get(published_by);
+  auto from = setup.client->Get(published_by);
   REQUIRE(from.ok());
   std::mutex mu;
   std::vector<std::string> writers;
-  auto watch = (*client)->Watch(published_by, from->revision + 1,
-                                {.on_events =
-                                     [&](const std::vector<coord::WatchEvent>& events, int64_t) {
-                                       std::lock_guard<std::mutex> lock(mu);
-                                       for (const auto& e : events) writers.push_back(e.kv.value);
-                                     },
-                                 .on_broken = [](const absl::Status&, int64_t) {}});
+  auto watch = setup.client->Watch(published_by, from->revision + 1,
+                                   {.on_events =
+                                        [&](const std::vector<coord::WatchEvent>& events, int64_t) {
+                                          std::lock_guard<std::mutex> lock(mu);
+                                          for (const auto& e : events)
+                                            writers.push_back(e.kv.value);
+                                        },
+                                    .on_broken = [](const absl::Status&, int64_t) {}});
   REQUIRE(watch.ok());
 
   leader->Signal(SIGCONT);
@@ -434,7 +438,7 @@ TEST_CASE("a leader frozen past its lease publishes nothing after SIGCONT and fo
   }));
   v1::ReplanResponse replanned;
   CHECK(leader->Replan(&replanned).ok());
-  const uint64_t after = EtcdVersion(**client);
+  const uint64_t after = EtcdVersion(*setup.client);
   REQUIRE(Eventually([&] { return leader->Version() >= after && other->Version() >= after; }));
   (*watch)->Cancel();
   std::lock_guard<std::mutex> lock(mu);
@@ -445,22 +449,18 @@ TEST_CASE("a leader frozen past its lease publishes nothing after SIGCONT and fo
 
 TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, then resume") {
   CACHEROUTE_SKIP_WITHOUT_ETCD();
-  EtcdProcess etcd;
-  auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
-  REQUIRE(client.ok());
-  TempDir dir("cacheroute-ha");
-  TwoReplicas two(dir, etcd.endpoint());
-  Replica& a = two.a;
-  Replica& b = two.b;
-  const std::vector<Replica*>& all = two.all;
-  Replica* leader = two.leader;
+  TwoReplicas setup;
+  Replica& a = setup.a;
+  Replica& b = setup.b;
+  const std::vector<Replica*>& all = setup.all;
+  Replica* leader = setup.leader;
   REQUIRE(Eventually([&] { return a.Ready() == 200 && b.Ready() == 200; }));
   REQUIRE(Eventually([&] { return a.Version() == b.Version() && a.Version() > 0; }));
   const uint64_t version = a.Version();
   Subscriber subscriber(b.channel());
   REQUIRE(Eventually([&] { return subscriber.seen_table.load(); }));
 
-  etcd.Pause();
+  setup.etcd.Pause();
   // Leadership lapses (nobody can renew); a write is refused and publishes nothing; a report
   // is not accepted (the gateway keeps it and retries).
   REQUIRE(Eventually([&] { return !a.IsLeader() && !b.IsLeader(); }));
@@ -490,12 +490,13 @@ TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, t
   REQUIRE(b_status.has_value());
   CHECK_FALSE(b_status->ha().table_watch_live());
 
-  etcd.Resume();
+  setup.etcd.Resume();
   REQUIRE(Eventually([&] { return (leader = LeaderOf(all)) != nullptr; }, std::chrono::seconds(60)));
-  REQUIRE(Eventually([&] { return EtcdVersion(**client) > version; }, std::chrono::seconds(60)));
-  REQUIRE(Eventually([&] {
-    return a.Version() == EtcdVersion(**client) && b.Version() == a.Version();
-  }, std::chrono::seconds(60)));
+  REQUIRE(
+      Eventually([&] { return EtcdVersion(*setup.client) > version; }, std::chrono::seconds(60)));
+  REQUIRE(Eventually(
+      [&] { return a.Version() == EtcdVersion(*setup.client) && b.Version() == a.Version(); },
+      std::chrono::seconds(60)));
   REQUIRE(Eventually([&] { return a.Ready() == 200 && b.Ready() == 200; },
                      std::chrono::seconds(60)));
   CHECK(a.Report(report).ok());
@@ -505,11 +506,9 @@ TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, t
 
 TEST_CASE("SIGTERM: the leader resigns and another replica leads without waiting for the lease") {
   CACHEROUTE_SKIP_WITHOUT_ETCD();
-  EtcdProcess etcd;
-  TempDir dir("cacheroute-ha");
-  TwoReplicas two(dir, etcd.endpoint());
-  Replica* leader = two.leader;
-  Replica* other = two.other;
+  TwoReplicas setup;
+  Replica* leader = setup.leader;
+  Replica* other = setup.other;
   const uint64_t version = leader->Version();
   const int status = leader->Terminate();
   CHECK(WIFEXITED(status));
