@@ -51,7 +51,6 @@ extern char** environ;
 namespace cacheroute::client {
 namespace {
 
-namespace fs = std::filesystem;
 using cacheroute::testing::TempDir;
 using service::PlannerConfig;
 using service::PlannerServer;
@@ -231,6 +230,13 @@ void PushAndPlan(Planner& planner, const TempDir& dir, const std::string& rates 
   REQUIRE(replan.exit_code == 0);
 }
 
+// A planner that has planned kRates once (PushAndPlan), and the directory of its rates file.
+struct PlannedRates {
+  PlannedRates() { PushAndPlan(planner, dir); }
+  Planner planner;
+  TempDir dir{"cacheroutectl_online"};
+};
+
 // One line on stderr with the prefix and every one of `mentions`, nothing on stdout.
 void CheckError(const Result& result, int exit_code, const std::vector<std::string>& mentions) {
   INFO("stderr: " << result.err);
@@ -345,10 +351,7 @@ TEST_CASE("push-rates sends key,count files as they are, in consecutive reports"
   CHECK(absl::StrContains(again.out, "duplicate"));
 }
 
-TEST_CASE("status shows the version, the loads and the gateways") {
-  Planner planner;
-  TempDir dir("cacheroutectl_online");
-  PushAndPlan(planner, dir);
+TEST_CASE_METHOD(PlannedRates, "status shows the version, the loads and the gateways") {
   const std::string version = VersionOf(planner.Status().version());
 
   const Result table = planner.Ctl({"status"});
@@ -382,11 +385,8 @@ TEST_CASE("status shows the version, the loads and the gateways") {
   CHECK_FALSE(absl::StrContains(table.out, "replica"));
 }
 
-TEST_CASE("explain says where an admitted key goes and why another is not admitted") {
-  Planner planner;
-  TempDir dir("cacheroutectl_online");
-  PushAndPlan(planner, dir);
-
+TEST_CASE_METHOD(PlannedRates,
+                 "explain says where an admitted key goes and why another is not admitted") {
   const Result admitted = planner.Ctl({"explain", "alpha"});
   INFO(admitted.err);
   REQUIRE(admitted.exit_code == 0);
@@ -421,10 +421,8 @@ TEST_CASE("explain says where an admitted key goes and why another is not admitt
   CheckError(planner.Ctl({"explain"}), 2, {"KEY", "--key-id"});
 }
 
-TEST_CASE("diff lists the keys that moved, came and went between two versions") {
-  Planner planner;
-  TempDir dir("cacheroutectl_online");
-  PushAndPlan(planner, dir);
+TEST_CASE_METHOD(PlannedRates,
+                 "diff lists the keys that moved, came and went between two versions") {
   const std::string first = VersionOf(planner.Status().version());
   // gamma overtakes beta.
   PushAndPlan(planner, dir, "key,rate\nalpha,30\nbeta,1\ngamma,25\n", 2);
@@ -453,10 +451,8 @@ TEST_CASE("diff lists the keys that moved, came and went between two versions") 
   CheckError(planner.Ctl({"diff", "latest"}), 2, {"V1", "\"latest\""});
 }
 
-TEST_CASE("watch applies the full table and then a delta, one line per version") {
-  Planner planner;
-  TempDir dir("cacheroutectl_online");
-  PushAndPlan(planner, dir);
+TEST_CASE_METHOD(PlannedRates,
+                 "watch applies the full table and then a delta, one line per version") {
   const v1::Version first = planner.Status().version();
 
   std::unique_ptr<Process> watch =
@@ -495,11 +491,7 @@ TEST_CASE("watch applies the full table and then a delta, one line per version")
   CHECK(delta->Find("removals")->number == 1);  // beta
 }
 
-TEST_CASE("drain, undrain and destinations set change the membership") {
-  Planner planner;
-  TempDir dir("cacheroutectl_online");
-  PushAndPlan(planner, dir);
-
+TEST_CASE_METHOD(PlannedRates, "drain, undrain and destinations set change the membership") {
   const Result drain = planner.Ctl({"drain", "d1"});
   INFO(drain.err);
   REQUIRE(drain.exit_code == 0);

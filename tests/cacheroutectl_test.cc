@@ -26,7 +26,6 @@
 namespace cacheroute::client {
 namespace {
 
-namespace fs = std::filesystem;
 using cacheroute::testing::TempDir;
 using testing::JsonValue;
 using testing::ParseJson;

@@ -381,45 +381,54 @@ TEST_CASE("Pick counts every routed key in the rate recorder", "[router]") {
   CHECK(snapshot.other_count == 0);
 }
 
-TEST_CASE("Install rejects a version regression and keeps the last good table", "[router]") {
-  SeededRandom random(5);
-  ManualClock clock;
-  Router router({.destination_count = 4}, random);
-  REQUIRE(router.Install(MakeTable({7, 5}, 4, {{kSolo, {1}}}), clock.Now()).ok);
+// The install tests' start: a Router over 4 destinations (random source seeded with `seed`, a
+// manual clock) whose last good table, `version`, plans kSolo on destination 1.
+struct GoodTableInstalled {
+  GoodTableInstalled(uint64_t seed, TableVersion version) : random(seed) {
+    REQUIRE(Install(MakeTable(version, 4, {{kSolo, {1}}})).ok);
+  }
+  Status Install(std::shared_ptr<const RoutingTable> table) {
+    return router.Install(std::move(table), clock.Now());
+  }
 
-  Status older = router.Install(MakeTable({7, 4}, 4, {{kSolo, {3}}}), clock.Now());
+  SeededRandom random;
+  ManualClock clock;
+  Router router{{.destination_count = 4}, random};
+};
+
+TEST_CASE("Install rejects a version regression and keeps the last good table", "[router]") {
+  GoodTableInstalled t(5, {7, 5});
+
+  Status older = t.Install(MakeTable({7, 4}, 4, {{kSolo, {3}}}));
   CHECK_FALSE(older.ok);
   CHECK(older.message.find("version regression") != std::string::npos);
   CHECK(older.message.find("7.4") != std::string::npos);
-  Status same = router.Install(MakeTable({7, 5}, 4, {{kSolo, {3}}}), clock.Now());
+  Status same = t.Install(MakeTable({7, 5}, 4, {{kSolo, {3}}}));
   CHECK_FALSE(same.ok);
-  Status older_epoch = router.Install(MakeTable({6, 99}, 4, {{kSolo, {3}}}), clock.Now());
+  Status older_epoch = t.Install(MakeTable({6, 99}, 4, {{kSolo, {3}}}));
   CHECK_FALSE(older_epoch.ok);
 
-  CHECK(router.Pick(kSolo, clock.Now()).destination() == 1);
-  RouterStats stats = router.Stats(clock.Now());
+  CHECK(t.router.Pick(kSolo, t.clock.Now()).destination() == 1);
+  RouterStats stats = t.router.Stats(t.clock.Now());
   CHECK(stats.version == TableVersion{7, 5});
   CHECK(stats.installs == 1);
   CHECK(stats.rejected_installs == 3);
   CHECK(stats.last_rejection == older_epoch.message);
 
   // A new epoch with a smaller number is newer.
-  REQUIRE(router.Install(MakeTable({8, 0}, 4, {{kSolo, {3}}}), clock.Now()).ok);
-  CHECK(router.Pick(kSolo, clock.Now()).destination() == 3);
-  CHECK(router.table()->version() == TableVersion{8, 0});
+  REQUIRE(t.Install(MakeTable({8, 0}, 4, {{kSolo, {3}}})).ok);
+  CHECK(t.router.Pick(kSolo, t.clock.Now()).destination() == 3);
+  CHECK(t.router.table()->version() == TableVersion{8, 0});
 }
 
 TEST_CASE("Install rejects a table over a different destination count", "[router]") {
-  SeededRandom random(6);
-  ManualClock clock;
-  Router router({.destination_count = 4}, random);
-  REQUIRE(router.Install(MakeTable({1, 1}, 4, {{kSolo, {1}}}), clock.Now()).ok);
-  Status wider = router.Install(MakeTable({1, 2}, 5, {{kSolo, {4}}}), clock.Now());
+  GoodTableInstalled t(6, {1, 1});
+  Status wider = t.Install(MakeTable({1, 2}, 5, {{kSolo, {4}}}));
   CHECK_FALSE(wider.ok);
   CHECK(wider.message.find("unknown destination") != std::string::npos);
-  CHECK_FALSE(router.Install(nullptr, clock.Now()).ok);
-  CHECK(router.Pick(kSolo, clock.Now()).destination() == 1);
-  CHECK(router.Stats(clock.Now()).version == TableVersion{1, 1});
+  CHECK_FALSE(t.Install(nullptr).ok);
+  CHECK(t.router.Pick(kSolo, t.clock.Now()).destination() == 1);
+  CHECK(t.router.Stats(t.clock.Now()).version == TableVersion{1, 1});
 }
 
 TEST_CASE("Resize changes the destinations routed over, with the re-mapped table", "[router]") {

@@ -349,6 +349,16 @@ void PlanFromTraffic(InProcessPlanner& planner, Gateway& gateway,
   REQUIRE(arrived);
 }
 
+// Gateway `gateway_id` in front of `fleet`, following `planner`, with a first table planned from
+// ten requests for each of the `hot` keys.
+std::unique_ptr<Gateway> StartPlannedGateway(const Fleet& fleet, InProcessPlanner& planner,
+                                             std::string gateway_id,
+                                             const std::vector<std::string>& hot) {
+  std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet, planner, std::move(gateway_id)));
+  PlanFromTraffic(planner, *gateway, hot, 10, 0);
+  return gateway;
+}
+
 const std::vector<std::string> kHot = {"tenant-a", "tenant-b", "tenant-c", "tenant-d"};
 
 TEST_CASE("planned keys go to their table destination, other keys spread by P2C") {
@@ -482,9 +492,8 @@ TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollo
 TEST_CASE("a table update arrives while traffic flows and no request fails") {
   Fleet fleet(3);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
-  GatewayConfig config = ConfigFor(fleet, planner, "gw-flow");
-  std::unique_ptr<Gateway> gateway = StartGateway(config);
-  PlanFromTraffic(planner, *gateway, {"k0", "k1", "k2"}, 10, 0);
+  std::unique_ptr<Gateway> gateway =
+      StartPlannedGateway(fleet, planner, "gw-flow", {"k0", "k1", "k2"});
   const uint64_t before = TableNumber(*gateway);
 
   std::atomic<bool> stop{false};
@@ -572,9 +581,8 @@ TEST_CASE("an upstream killed mid-run: 502 only for its requests, marked down, t
 TEST_CASE("the planner stopped mid-run leaves the gateway routing on its last table") {
   Fleet fleet(3);
   InProcessPlanner planner(PlannerFor(fleet.Names()));
-  GatewayConfig config = ConfigFor(fleet, planner, "gw-orphan");
-  std::unique_ptr<Gateway> gateway = StartGateway(config);
-  PlanFromTraffic(planner, *gateway, {"x", "y", "z"}, 10, 0);
+  std::unique_ptr<Gateway> gateway =
+      StartPlannedGateway(fleet, planner, "gw-orphan", {"x", "y", "z"});
   std::map<std::string, std::string> planned;
   for (const char* key : {"x", "y", "z"}) planned[key] = TableDestination(*gateway, key);
 

@@ -26,6 +26,13 @@ PlannerConfig Config() {
   return config;
 }
 
+// Config() with the rollout gate on.
+PlannerConfig GatedConfig() {
+  PlannerConfig config = Config();
+  config.gate_enabled = true;
+  return config;
+}
+
 planner::RateReport Report(const std::string& gateway, uint64_t sequence,
                            const std::vector<std::pair<std::string, double>>& counts) {
   planner::RateReport report;
@@ -70,8 +77,7 @@ planner::EvidenceReport Evidence(double fraction, uint64_t n, double table_s, do
 }
 
 TEST_CASE("with the gate on, tables carry its rollout and the gateways' evidence decides it") {
-  PlannerConfig config = Config();
-  config.gate_enabled = true;
+  PlannerConfig config = GatedConfig();
   config.gate.min_samples = 200;
   config.gate.promote_after = 2;
   Harness h(config);
@@ -411,9 +417,7 @@ namespace {
 // --- Replicas (HaReplica drives these; docs/ha.md).
 
 TEST_CASE("a refused publish publishes nothing and undoes the membership or gate change") {
-  PlannerConfig config = Config();
-  config.gate_enabled = true;
-  Harness h(config);
+  Harness h(GatedConfig());
   REQUIRE(h.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 400}})).ok());
   h.Replan();
   const auto before = h.core->Latest();
@@ -474,9 +478,7 @@ TEST_CASE("InstallPublished only moves forward and notifies listeners") {
 }
 
 TEST_CASE("TakeOver adopts the published table and state and republishes the next version") {
-  PlannerConfig config = Config();
-  config.gate_enabled = true;
-  Harness leader(config);
+  Harness leader(GatedConfig());
   REQUIRE(leader.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 300}})).ok());
   leader.Replan();
   REQUIRE(leader.core->ForceGate("canary", "by hand").ok());
@@ -488,7 +490,7 @@ TEST_CASE("TakeOver adopts the published table and state and republishes the nex
   REQUIRE(leader.core->Drain("d2", false).ok());
   const auto published = leader.core->Latest();
 
-  Harness follower(config);
+  Harness follower(GatedConfig());
   SECTION("a follower that had the table") {
     REQUIRE(follower.core->InstallPublished(published));
   }

@@ -473,35 +473,30 @@ TEST_CASE("TLS and mutual TLS with certificates generated at test time") {
   const testing::Certs certs = testing::MakeCerts(cert_dir);
   planner::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
   const std::string address = "127.0.0.1:";
+  PlannerConfig config = TestConfig();
+  config.tls.cert_file = certs.server_cert;
+  config.tls.key_file = certs.server_key;
+  // A client that trusts the CA and presents no certificate of its own.
+  grpc::SslCredentialsOptions trusting_ca;
+  trusting_ca.pem_root_certs = Slurp(certs.ca);
 
   SECTION("TLS: a client trusting the CA gets through, a plaintext client does not") {
-    PlannerConfig config = TestConfig();
-    config.tls.cert_file = certs.server_cert;
-    config.tls.key_file = certs.server_key;
     auto server = PlannerServer::Start(config, &clock, false);
     REQUIRE(server.ok());
     const std::string target = address + std::to_string((*server)->port());
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = Slurp(certs.ca);
-    CHECK(StatusOver(grpc::CreateChannel(target, grpc::SslCredentials(ssl))).ok());
+    CHECK(StatusOver(grpc::CreateChannel(target, grpc::SslCredentials(trusting_ca))).ok());
     CHECK_FALSE(StatusOver(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())).ok());
   }
   SECTION("mTLS: the client must present a certificate signed by the client CA") {
-    PlannerConfig config = TestConfig();
-    config.tls.cert_file = certs.server_cert;
-    config.tls.key_file = certs.server_key;
     config.tls.client_ca_file = certs.ca;
     auto server = PlannerServer::Start(config, &clock, false);
     REQUIRE(server.ok());
     const std::string target = address + std::to_string((*server)->port());
-    grpc::SslCredentialsOptions with_cert;
-    with_cert.pem_root_certs = Slurp(certs.ca);
+    grpc::SslCredentialsOptions with_cert = trusting_ca;
     with_cert.pem_cert_chain = Slurp(certs.client_cert);
     with_cert.pem_private_key = Slurp(certs.client_key);
     CHECK(StatusOver(grpc::CreateChannel(target, grpc::SslCredentials(with_cert))).ok());
-    grpc::SslCredentialsOptions without_cert;
-    without_cert.pem_root_certs = Slurp(certs.ca);
-    CHECK_FALSE(StatusOver(grpc::CreateChannel(target, grpc::SslCredentials(without_cert))).ok());
+    CHECK_FALSE(StatusOver(grpc::CreateChannel(target, grpc::SslCredentials(trusting_ca))).ok());
   }
   std::filesystem::remove_all(cert_dir);
 }
