@@ -1,14 +1,19 @@
 // What the command-line programs of tools/eval share in main(): the exit codes of parsing their
-// arguments, and writing an output file whole. Header-only: each program links CLI11 already.
+// arguments, their error lines, and writing an output file whole. Header-only: each program
+// links CLI11 already.
 //
+//   constexpr Program kProgram{"cacheroute-x"};
 //   if (std::optional<int> code = ParseCommandLine(app, argc, argv)) return *code;
+//   if (!ok) return kProgram.Fail(2, "--flag: what is wrong");
 #pragma once
 
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/string_view.h"
 
 namespace cacheroute::eval {
 
@@ -22,6 +27,16 @@ inline std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv)
   }
   return std::nullopt;
 }
+
+// A program's error line: Fail prints "<name>: error: <message>" on stderr and returns `code`
+// (2: bad arguments or input; 1: the run failed) for main to return.
+struct Program {
+  absl::string_view name;
+  int Fail(int code, absl::string_view message) const {
+    std::cerr << name << ": error: " << message << "\n";
+    return code;
+  }
+};
 
 // Writes `content` to `path`, replacing the file; false when that fails.
 inline bool WriteFile(const std::string& path, const std::string& content) {

@@ -17,10 +17,7 @@
 
 namespace {
 
-int Fail(const std::string& message, int code = 2) {
-  std::cerr << "cacheroute-replay-compare: error: " << message << "\n";
-  return code;
-}
+constexpr cacheroute::eval::Program kProgram{"cacheroute-replay-compare"};
 
 using cacheroute::eval::WriteFile;
 
@@ -41,15 +38,17 @@ int main(int argc, char** argv) {
   for (const std::string& spec : specs) {
     const size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      return Fail("runs: expected LABEL=FILE, got \"" + spec + "\"");
+      return kProgram.Fail(2, "runs: expected LABEL=FILE, got \"" + spec + "\"");
     }
     const std::string label = spec.substr(0, eq), path = spec.substr(eq + 1);
     std::ifstream in(path);
-    if (!in) return Fail(label + ": cannot read " + path);
+    if (!in) return kProgram.Fail(2, label + ": cannot read " + path);
     std::stringstream text;
     text << in.rdbuf();
     absl::StatusOr<ReplayRun> run = ReadRun(label, text.str());
-    if (!run.ok()) return Fail(label + ": " + path + ": " + std::string(run.status().message()));
+    if (!run.ok()) {
+      return kProgram.Fail(2, label + ": " + path + ": " + std::string(run.status().message()));
+    }
     runs.push_back(*std::move(run));
   }
   std::cout << CompareTable(runs);
@@ -67,7 +66,7 @@ int main(int argc, char** argv) {
       WriteFile(out_dir + "/kv-hit.svg", BarChartSvg("Served KV hit", labels, kv_hit, "%")) &&
       WriteFile(out_dir + "/ttft-p99.svg", BarChartSvg("TTFT p99", labels, p99, " s")) &&
       WriteFile(out_dir + "/destination-load.svg", DestinationLoadSvg(runs));
-  if (!ok) return Fail("cannot write into --out " + out_dir, 1);
+  if (!ok) return kProgram.Fail(1, "cannot write into --out " + out_dir);
   std::cout << "report: " << out_dir << "/report.md\n";
   return 0;
 }

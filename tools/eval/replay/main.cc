@@ -17,10 +17,7 @@
 
 namespace {
 
-int Fail(const std::string& message, int code = 2) {
-  std::cerr << "cacheroute-replay: " << message << "\n";
-  return code;
-}
+constexpr cacheroute::eval::Program kProgram{"cacheroute-replay"};
 
 using cacheroute::eval::WriteFile;
 
@@ -97,27 +94,30 @@ int main(int argc, char** argv) {
       targets.push_back(NormalizeUrl(std::string(part)));
     }
   }
-  if (targets.empty()) return Fail("give --gateway URL or --engines URL1,URL2,...");
+  if (targets.empty()) return kProgram.Fail(2, "give --gateway URL or --engines URL1,URL2,...");
   if ((routing.policy == "cacheroute" || routing.policy == "cacheroute-paper") &&
       !plan_from_workload) {
-    return Fail("--policy " + routing.policy + " needs a plan: pass --plan-from-workload");
+    return kProgram.Fail(2,
+                         "--policy " + routing.policy + " needs a plan: pass --plan-from-workload");
   }
   http.targets = targets;
 
   absl::StatusOr<cacheroute::workload::Workload> workload = LoadReplayWorkload(workload_path, load);
-  if (!workload.ok()) return Fail(std::string(workload.status().message()));
+  if (!workload.ok()) return kProgram.Fail(2, std::string(workload.status().message()));
 
   std::unique_ptr<Dispatcher> dispatcher;
   if (gateway.empty()) {
     routing.destinations = static_cast<uint32_t>(targets.size());
     absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(routing, *workload);
-    if (!d.ok()) return Fail(std::string(d.status().message()));
+    if (!d.ok()) return kProgram.Fail(2, std::string(d.status().message()));
     dispatcher = *std::move(d);
   }
 
   HttpReplayResult result;
   if (dry_run) {
-    if (dispatcher == nullptr) return Fail("--dry-run routes with --engines, not --gateway");
+    if (dispatcher == nullptr) {
+      return kProgram.Fail(2, "--dry-run routes with --engines, not --gateway");
+    }
     for (const cacheroute::workload::Request& r : workload->requests) {
       Outcome o;
       o.destination = dispatcher->Pick(cacheroute::dataplane::KeyId(r.key));
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   if (dry_run) std::cout << "Dry run: routing decisions only, nothing was sent\n";
   std::cout << FormatReportTable(report);
   if (!json_path.empty() && !WriteFile(json_path, FormatReportJson(report))) {
-    return Fail("cannot write --json " + json_path, 1);
+    return kProgram.Fail(1, "cannot write --json " + json_path);
   }
   if (!assignments_path.empty()) {
     std::string csv = "index,key,destination\n";
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
              (d == cacheroute::dataplane::kNoDestination ? std::string() : std::to_string(d)) +
              "\n";
     }
-    if (!WriteFile(assignments_path, csv)) return Fail("cannot write --assignments", 1);
+    if (!WriteFile(assignments_path, csv)) return kProgram.Fail(1, "cannot write --assignments");
   }
   return 0;
 }

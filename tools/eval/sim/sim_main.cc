@@ -36,10 +36,7 @@ namespace {
 
 namespace study = cacheroute::sim::study;
 
-int Fail(int code, absl::string_view message) {
-  std::cerr << "cacheroute-sim: error: " << message << "\n";
-  return code;
-}
+constexpr cacheroute::eval::Program kProgram{"cacheroute-sim"};
 
 // The study named by --study (or --config), with the command-line overrides applied.
 struct Overrides {
@@ -90,17 +87,19 @@ absl::Status CheckTraceUsed(const std::vector<study::StudyConfig>& configs, cons
 int RunOne(const std::string& study_name, const std::string& config, const std::string& policy,
            double qps, uint64_t seed, const Overrides& overrides) {
   absl::StatusOr<study::StudyConfig> c = Configure(study_name, config, overrides);
-  if (!c.ok()) return Fail(2, c.status().message());
-  if (absl::Status s = CheckTraceUsed({*c}, overrides); !s.ok()) return Fail(2, s.message());
+  if (!c.ok()) return kProgram.Fail(2, c.status().message());
+  if (absl::Status s = CheckTraceUsed({*c}, overrides); !s.ok()) {
+    return kProgram.Fail(2, s.message());
+  }
   c->policies = {policy};
   c->loads = {qps};
   c->seeds = {seed};
   if (absl::Status s = study::ValidateStudy(*c); !s.ok()) {
-    return Fail(2, absl::StrCat("--policy/--qps: ", s.message()));
+    return kProgram.Fail(2, absl::StrCat("--policy/--qps: ", s.message()));
   }
   absl::StatusOr<study::StudyResult> r =
       study::RunStudy(*c, study::MakeFleetRunner(), {.jobs = 1, .progress = nullptr});
-  if (!r.ok()) return Fail(1, r.status().message());
+  if (!r.ok()) return kProgram.Fail(1, r.status().message());
   const study::RunRecord& x = r->runs.front();
   std::cout << absl::StrFormat(
       "study           %s (profile %s, R = %d, top-K %d)\n"
@@ -131,20 +130,22 @@ int Bound(const std::string& study_name, const std::string& config, double qps, 
           const std::string& hit_list, const Overrides& overrides) {
   namespace sim = cacheroute::sim;
   absl::StatusOr<study::StudyConfig> c = Configure(study_name, config, overrides);
-  if (!c.ok()) return Fail(2, c.status().message());
+  if (!c.ok()) return kProgram.Fail(2, c.status().message());
   std::vector<double> hits;
   if (!hit_list.empty()) {
     absl::StatusOr<std::vector<double>> h = study::ParseNumberList(hit_list, "--hit");
-    if (!h.ok()) return Fail(2, h.status().message());
+    if (!h.ok()) return kProgram.Fail(2, h.status().message());
     for (double x : *h) {
-      if (!(x >= 0 && x < 1)) return Fail(2, absl::StrFormat("--hit: must be in [0, 1), got %g", x));
+      if (!(x >= 0 && x < 1)) {
+        return kProgram.Fail(2, absl::StrFormat("--hit: must be in [0, 1), got %g", x));
+      }
     }
     hits = *h;
   }
   absl::StatusOr<sim::EngineProfile> profile = sim::FindEngineProfile(c->profile);
-  if (!profile.ok()) return Fail(2, profile.status().message());
+  if (!profile.ok()) return kProgram.Fail(2, profile.status().message());
   absl::StatusOr<cacheroute::workload::Workload> w = study::BuildRunWorkload(*c, qps, seed);
-  if (!w.ok()) return Fail(2, w.status().message());
+  if (!w.ok()) return kProgram.Fail(2, w.status().message());
   const study::WorkloadReuse r = study::MeasureReuse(*w);
   const double reuse = r.reuse;
   hits.insert(hits.begin(), 0.0);
@@ -176,12 +177,15 @@ int Calibrate(const std::string& profile_name, uint32_t isl, const std::string& 
               const cacheroute::sim::ClosedLoopBenchmark& window) {
   namespace sim = cacheroute::sim;
   absl::StatusOr<sim::EngineProfile> profile = sim::FindEngineProfile(profile_name);
-  if (!profile.ok()) return Fail(2, absl::StrCat("--profile: ", profile.status().message()));
+  if (!profile.ok()) {
+    return kProgram.Fail(2, absl::StrCat("--profile: ", profile.status().message()));
+  }
   absl::StatusOr<std::vector<double>> osls = study::ParseNumberList(osl_list, "--osl");
-  if (!osls.ok()) return Fail(2, osls.status().message());
+  if (!osls.ok()) return kProgram.Fail(2, osls.status().message());
   for (double osl : *osls) {
     if (!(osl >= 2 && osl <= 100000 && osl == std::floor(osl))) {
-      return Fail(2, absl::StrFormat("--osl: must be whole numbers in [2, 100000], got %g", osl));
+      return kProgram.Fail(
+          2, absl::StrFormat("--osl: must be whole numbers in [2, 100000], got %g", osl));
     }
   }
   std::cout << absl::StrFormat(
@@ -200,12 +204,12 @@ int Calibrate(const std::string& profile_name, uint32_t isl, const std::string& 
       sim::ClosedLoopBenchmark b = shape;
       b.concurrency = p.concurrency;
       absl::StatusOr<sim::ClosedLoopResult> r = sim::RunClosedLoopBenchmark(*profile, b);
-      if (!r.ok()) return Fail(2, r.status().message());
+      if (!r.ok()) return kProgram.Fail(2, r.status().message());
       std::cout << absl::StrFormat("  c=%d ITL %.1f ms TTFT %.0f ms", p.concurrency,
                                    1e3 * r->mean_itl_s, 1e3 * r->mean_ttft_s);
     }
     absl::StatusOr<sim::DecodeFit> fit = sim::FitDecodeLine(*profile, kNimItl, shape);
-    if (!fit.ok()) return Fail(1, fit.status().message());
+    if (!fit.ok()) return kProgram.Fail(1, fit.status().message());
     std::cout << absl::StrFormat("\n  fit: decode %.3f ms + %.4f ms/seq%s, RMS error %.2f ms;",
                                  1e3 * fit->decode_base_s, 1e3 * fit->decode_per_seq_s,
                                  fit->per_seq_at_zero ? " (clamped at 0)" : "",
@@ -297,26 +301,26 @@ int main(int argc, char** argv) {
   // Positive numbers, checked here so the message names the flag and the value plainly.
   for (CLI::Option* o : {duration, run_duration}) {
     if (o->count() > 0 && !(overrides.duration_s > 0 && std::isfinite(overrides.duration_s))) {
-      return Fail(
+      return kProgram.Fail(
           2, absl::StrFormat("--duration: must be a number > 0, got %g", overrides.duration_s));
     }
   }
   if (run->parsed() && !(qps > 0 && std::isfinite(qps))) {
-    return Fail(2, absl::StrFormat("--qps: must be a number > 0, got %g", qps));
+    return kProgram.Fail(2, absl::StrFormat("--qps: must be a number > 0, got %g", qps));
   }
   if (together) window.start = cacheroute::sim::ClientStart::kTogether;
   if (calibrate->parsed()) return Calibrate(calibrate_profile, isl, osl, window);
   if (bound->parsed()) {
     if (!(bound_qps > 0 && std::isfinite(bound_qps))) {
-      return Fail(2, absl::StrFormat("--qps: must be a number > 0, got %g", bound_qps));
+      return kProgram.Fail(2, absl::StrFormat("--qps: must be a number > 0, got %g", bound_qps));
     }
     return Bound(bound_study, config, bound_qps, bound_seed, bound_hits, overrides);
   }
   if (run->parsed()) return RunOne(run_study, config, policy, qps, seed, overrides);
 
   if (studies.empty() == config.empty()) {
-    return Fail(2, studies.empty() ? "give --study NAME or --config FILE"
-                                   : "--study and --config: give one, not both");
+    return kProgram.Fail(2, studies.empty() ? "give --study NAME or --config FILE"
+                                            : "--study and --config: give one, not both");
   }
   std::vector<std::string> names;
   if (config.empty()) {
@@ -327,10 +331,12 @@ int main(int argc, char** argv) {
   std::vector<study::StudyConfig> configs;
   for (const std::string& name : names) {
     absl::StatusOr<study::StudyConfig> c = Configure(name, config, overrides);
-    if (!c.ok()) return Fail(2, c.status().message());
+    if (!c.ok()) return kProgram.Fail(2, c.status().message());
     configs.push_back(*std::move(c));
   }
-  if (absl::Status s = CheckTraceUsed(configs, overrides); !s.ok()) return Fail(2, s.message());
+  if (absl::Status s = CheckTraceUsed(configs, overrides); !s.ok()) {
+    return kProgram.Fail(2, s.message());
+  }
   const study::RunFunction runner = study::MakeFleetRunner();
   std::vector<study::StudyResult> results;
   for (const study::StudyConfig& c : configs) {
@@ -341,10 +347,12 @@ int main(int argc, char** argv) {
         jobs);
     absl::StatusOr<study::StudyResult> r =
         study::RunStudy(c, runner, {.jobs = jobs, .progress = &std::cerr});
-    if (!r.ok()) return Fail(1, r.status().message());
+    if (!r.ok()) return kProgram.Fail(1, r.status().message());
     results.push_back(*std::move(r));
   }
-  if (absl::Status s = study::WriteReport(results, out); !s.ok()) return Fail(1, s.message());
+  if (absl::Status s = study::WriteReport(results, out); !s.ok()) {
+    return kProgram.Fail(1, s.message());
+  }
   std::cerr << "report written to " << out << "/ (report.md, summary.json, runs.csv, *.svg)\n";
   return 0;
 }

@@ -24,12 +24,7 @@
 namespace cacheroute::workload {
 namespace {
 
-constexpr char kProgram[] = "cacheroute-workload";
-
-int Fail(int code, const std::string& message) {
-  std::cerr << kProgram << ": error: " << message << "\n";
-  return code;
-}
+constexpr cacheroute::eval::Program kProgram{"cacheroute-workload"};
 
 // Profile field names in library messages, as the flags that set them.
 std::string AsFlags(std::string message) {
@@ -81,9 +76,11 @@ struct Output {
 int WriteWorkload(Workload& w, const std::string& path, bool raw_ids) {
   if (!raw_ids) RemapHashIdsDense(w);
   Output out;
-  if (!out.Open(path)) return Fail(1, absl::StrFormat("--out: cannot create \"%s\"", path));
+  if (!out.Open(path)) {
+    return kProgram.Fail(1, absl::StrFormat("--out: cannot create \"%s\"", path));
+  }
   if (!WriteMooncakeTrace(w, *out.stream).ok()) {
-    return Fail(1, absl::StrFormat("--out: writing \"%s\" failed", path));
+    return kProgram.Fail(1, absl::StrFormat("--out: writing \"%s\" failed", path));
   }
   return 0;
 }
@@ -105,15 +102,15 @@ int RunGenerate(GenerateFlags& flags) {
                                                       : ArrivalProcess::kGamma;
   double target_cv = p.arrivals.cv;
   if (p.arrivals.process == ArrivalProcess::kBootstrap) {
-    if (flags.gaps_file.empty()) return Fail(2, "--arrival bootstrap needs --gaps-file");
+    if (flags.gaps_file.empty()) return kProgram.Fail(2, "--arrival bootstrap needs --gaps-file");
     absl::StatusOr<std::vector<double>> gaps = ReadGapsFile(flags.gaps_file);
-    if (!gaps.ok()) return Fail(2, "--gaps-file: " + std::string(gaps.status().message()));
+    if (!gaps.ok()) return kProgram.Fail(2, "--gaps-file: " + std::string(gaps.status().message()));
     p.arrivals.bootstrap_gaps = std::move(*gaps);
     std::vector<double> times{0};
     for (double g : p.arrivals.bootstrap_gaps) times.push_back(times.back() + g);
     target_cv = InterArrivalCv(times);
   } else if (!flags.gaps_file.empty()) {
-    return Fail(2, "--gaps-file is only for --arrival bootstrap");
+    return kProgram.Fail(2, "--gaps-file is only for --arrival bootstrap");
   }
   if (p.arrivals.process == ArrivalProcess::kPoisson) target_cv = 1;
 
@@ -121,7 +118,7 @@ int RunGenerate(GenerateFlags& flags) {
   absl::StatusOr<GeneratedWorkload> g = GenerateWorkload(p);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!g.ok()) return Fail(2, AsFlags(std::string(g.status().message())));
+  if (!g.ok()) return kProgram.Fail(2, AsFlags(std::string(g.status().message())));
 
   if (!flags.out.empty()) {
     if (int rc = WriteWorkload(g->workload, flags.out, flags.raw_ids); rc != 0) return rc;
@@ -129,14 +126,15 @@ int RunGenerate(GenerateFlags& flags) {
   if (!flags.rates_out.empty()) {
     Output out;
     if (!out.Open(flags.rates_out)) {
-      return Fail(1, absl::StrFormat("--rates-out: cannot create \"%s\"", flags.rates_out));
+      return kProgram.Fail(1,
+                           absl::StrFormat("--rates-out: cannot create \"%s\"", flags.rates_out));
     }
     std::string text = "key,rate\n";
     for (const KeyRate& k : g->active_keys)
       absl::StrAppendFormat(&text, "%s,%.17g\n", k.key, k.rate);
     *out.stream << text;
     out.stream->flush();
-    if (!*out.stream) return Fail(1, "--rates-out: writing failed");
+    if (!*out.stream) return kProgram.Fail(1, "--rates-out: writing failed");
   }
 
   const WorkloadStats s =
@@ -207,15 +205,15 @@ struct TraceFlags {
 int RunTrace(const TraceFlags& flags) {
   absl::StatusOr<Workload> w = ReadMooncakeTraceFile(
       flags.input, {.block_size = flags.block_size, .key_blocks = flags.key_blocks});
-  if (!w.ok()) return Fail(2, std::string(w.status().message()));
+  if (!w.ok()) return kProgram.Fail(2, std::string(w.status().message()));
   const WorkloadStats before = MeasureWorkload(*w);
   if (flags.speedup) {
     if (absl::Status s = ScaleArrivalTimes(*w, 1.0 / *flags.speedup); !s.ok()) {
-      return Fail(2, "--rescale: " + std::string(s.message()));
+      return kProgram.Fail(2, "--rescale: " + std::string(s.message()));
     }
   } else if (flags.target_qps) {
     if (absl::Status s = RescaleToQps(*w, *flags.target_qps); !s.ok()) {
-      return Fail(2, "--target-qps: " + std::string(s.message()));
+      return kProgram.Fail(2, "--target-qps: " + std::string(s.message()));
     }
   }
   if (!flags.out.empty()) {
