@@ -62,11 +62,7 @@ absl::Status CheckLogFormat(absl::string_view name, absl::string_view value) {
 // HOST:PORT as gRPC and the metrics server take it: an IPv6 host goes in brackets, the port is
 // 0 … 65535 (0 picks a free one).
 absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
-  if (value.empty()) {
-    if (allow_empty) return absl::OkStatus();
-    return Invalid(name, "must be HOST:PORT, got \"\"");
-  }
-  return SplitHostPort(name, value, "[::]:50051").status();
+  return yaml::CheckHostPort(name, value, allow_empty, "[::]:50051");
 }
 
 // The token travels as "authorization: Bearer <token>", so it must be a valid header value

@@ -54,6 +54,12 @@ absl::StatusOr<HostPort> SplitHostPort(absl::string_view name, absl::string_view
   return HostPort{std::string(host), number};
 }
 
+absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty,
+                           absl::string_view ipv6_example) {
+  if (value.empty() && allow_empty) return absl::OkStatus();
+  return SplitHostPort(name, value, ipv6_example).status();
+}
+
 absl::Status CheckPositiveFinite(absl::string_view name, double value) {
   if (std::isfinite(value) && value > 0) return absl::OkStatus();
   return Invalid(name, absl::StrCat("must be a finite number > 0, got ", value));

@@ -59,6 +59,9 @@ struct HostPort {
 };
 absl::StatusOr<HostPort> SplitHostPort(absl::string_view name, absl::string_view value,
                                        absl::string_view ipv6_example);
+// SplitHostPort's checks alone; "" passes only with allow_empty (an optional address).
+absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty,
+                           absl::string_view ipv6_example);
 
 // ---- YAML values. ----
 // "null", "a sequence", "a mapping", the quoted scalar, or "nothing".

@@ -47,8 +47,7 @@ absl::StatusOr<UpstreamAddress> SplitHostPort(absl::string_view name, absl::stri
 }
 
 absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
-  if (value.empty() && allow_empty) return absl::OkStatus();
-  return SplitHostPort(name, value).status();
+  return service::yaml::CheckHostPort(name, value, allow_empty, "[::1]:8000");
 }
 
 // The planner list: every address HOST:PORT, none twice. `name` is the key or the flag.
