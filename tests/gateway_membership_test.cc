@@ -86,28 +86,43 @@ TEST_CASE("a second read of the upstreams file sees its change") {
 }
 
 TEST_CASE("a bad upstreams file is an error naming the file and the key") {
-  CHECK_THAT(FileError("upstreams: [ {name: a"), Catch::Contains("line "));
-  CHECK_THAT(FileError("just text"), Catch::Contains("a list of {name, url}"));
-  CHECK_THAT(FileError("- {name: a}\n"), Catch::EndsWith("upstreams[0].url: missing"));
-  CHECK_THAT(FileError("- {url: \"http://h:1\"}\n"), Catch::EndsWith("upstreams[0].name: missing"));
-  CHECK_THAT(FileError("- {name: a, url: \"http://h:1\"}\n- {name: a, url: \"http://h:2\"}\n"),
-             Catch::EndsWith("upstreams[1].name: duplicate name \"a\""));
-  CHECK_THAT(FileError("- {name: a, url: \"http://h:1\"}\n- {name: b, url: \"http://h:2\"}\n"
-                       "- {name: c, url: \"ftp://a\"}\n"),
-             Catch::EndsWith("upstreams[2].url: must be http://HOST:PORT, got \"ftp://a\""));
-  CHECK_THAT(FileError("- {name: a, url: \"http://h:0\"}\n"),
-             Catch::Contains("upstreams[0].url: "));
-  CHECK_THAT(FileError("- {name: a, url: \"http://h:1\", weight: 2}\n"),
-             Catch::Contains("upstreams[0].weight: unknown key"));
-  CHECK_THAT(FileError("[]\n"),
-             Catch::EndsWith("upstreams: must list at least one upstream, got none"));
-  CHECK_THAT(FileError("upstreams: []\n"), Catch::Contains("upstreams: must list at least one"));
-  CHECK_THAT(FileError(""), Catch::Contains("upstreams: must list at least one"));
-  CHECK_THAT(FileError("upstreams:\n"), Catch::Contains("upstreams: expected a list"));
-  CHECK_THAT(FileError("policy: sticky\n"), Catch::Contains("policy: unknown key"));
-  CHECK_THAT(FileError("upstreams: []\nupstreams: []\n"), Catch::Contains("more than once"));
-  CHECK_THAT(FileError("- {name: a, url: \"http://h:1\"}\n---\n- {name: b, url: \"http://h:2\"}\n"),
-             Catch::Contains("one YAML document"));
+  struct Case {
+    std::string content;
+    std::string text;
+  };
+  // The whole message after the file's name.
+  const std::vector<Case> ends_with = {
+      {"- {name: a}\n", "upstreams[0].url: missing"},
+      {"- {url: \"http://h:1\"}\n", "upstreams[0].name: missing"},
+      {"- {name: a, url: \"http://h:1\"}\n- {name: a, url: \"http://h:2\"}\n",
+       "upstreams[1].name: duplicate name \"a\""},
+      {"- {name: a, url: \"http://h:1\"}\n- {name: b, url: \"http://h:2\"}\n"
+       "- {name: c, url: \"ftp://a\"}\n",
+       "upstreams[2].url: must be http://HOST:PORT, got \"ftp://a\""},
+      {"[]\n", "upstreams: must list at least one upstream, got none"},
+  };
+  // A part of the message.
+  const std::vector<Case> contains = {
+      {"upstreams: [ {name: a", "line "},
+      {"just text", "a list of {name, url}"},
+      {"- {name: a, url: \"http://h:0\"}\n", "upstreams[0].url: "},
+      {"- {name: a, url: \"http://h:1\", weight: 2}\n", "upstreams[0].weight: unknown key"},
+      {"upstreams: []\n", "upstreams: must list at least one"},
+      {"", "upstreams: must list at least one"},
+      {"upstreams:\n", "upstreams: expected a list"},
+      {"policy: sticky\n", "policy: unknown key"},
+      {"upstreams: []\nupstreams: []\n", "more than once"},
+      {"- {name: a, url: \"http://h:1\"}\n---\n- {name: b, url: \"http://h:2\"}\n",
+       "one YAML document"},
+  };
+  for (const Case& c : ends_with) {
+    INFO("content: " << c.content);
+    CHECK_THAT(FileError(c.content), Catch::EndsWith(c.text));
+  }
+  for (const Case& c : contains) {
+    INFO("content: " << c.content);
+    CHECK_THAT(FileError(c.content), Catch::Contains(c.text));
+  }
 }
 
 TEST_CASE("an upstreams file that is missing or unreadable is NotFound or Unavailable") {

@@ -16,10 +16,13 @@
 #include "planner/plan_builder.h"
 #include "tests/support/json_reader.h"
 #include "tests/support/require_ok.h"
+#include "tests/support/text_cases.h"
 
 namespace cacheroute::client {
 namespace {
 
+using cacheroute::testing::CheckEach;
+using cacheroute::testing::TextCase;
 using testing::JsonValue;
 using testing::ParseJson;
 
@@ -273,14 +276,18 @@ TEST_CASE("AppendJsonString escapes quotes, backslashes and control characters")
     AppendJsonString(&out, s);
     return out;
   };
-  CHECK(json("plain") == "\"plain\"");
-  CHECK(json("a\"b\\c") == "\"a\\\"b\\\\c\"");
-  CHECK(json("\n\r\t\b\f") == "\"\\n\\r\\t\\b\\f\"");
-  CHECK(json(absl::string_view("\x00\x01\x1f", 3)) == "\"\\u0000\\u0001\\u001f\"");
-  CHECK(json("\xC3\xA9") == "\"\xC3\xA9\"");
-  CHECK(json("a\xFF"
-             "b\xC3") == "\"a\\ufffdb\\ufffd\"");
-  CHECK(json("\xED\xA0\x80") == "\"\\ufffd\\ufffd\\ufffd\"");  // a UTF-16 surrogate
+  const std::vector<TextCase> cases = {
+      {"plain", "\"plain\""},
+      {"a\"b\\c", "\"a\\\"b\\\\c\""},
+      {"\n\r\t\b\f", "\"\\n\\r\\t\\b\\f\""},
+      {std::string("\x00\x01\x1f", 3), "\"\\u0000\\u0001\\u001f\""},
+      {"\xC3\xA9", "\"\xC3\xA9\""},
+      {"a\xFF"
+       "b\xC3",
+       "\"a\\ufffdb\\ufffd\""},
+      {"\xED\xA0\x80", "\"\\ufffd\\ufffd\\ufffd\""},  // a UTF-16 surrogate
+  };
+  CheckEach(json, cases);
 }
 
 TEST_CASE("ShortestDouble round-trips and is valid JSON") {
@@ -300,19 +307,22 @@ TEST_CASE("ShortestDouble round-trips and is valid JSON") {
 }
 
 TEST_CASE("CsvField quotes only when needed") {
-  CHECK(CsvField("plain key") == "plain key");
-  CHECK(CsvField("a,b") == "\"a,b\"");
-  CHECK(CsvField("q\"") == "\"q\"\"\"");
-  CHECK(CsvField("l\n") == "\"l\n\"");
-  CHECK(CsvField("r\r") == "\"r\r\"");
+  const std::vector<TextCase> cases = {
+      {"plain key", "plain key"}, {"a,b", "\"a,b\""}, {"q\"", "\"q\"\"\""},
+      {"l\n", "\"l\n\""},         {"r\r", "\"r\r\""},
+  };
+  CheckEach(CsvField, cases);
 }
 
 TEST_CASE("QuoteForMessage escapes and shortens") {
-  CHECK(QuoteForMessage("abc") == "\"abc\"");
-  CHECK(QuoteForMessage("a\"b\\") == "\"a\\\"b\\\\\"");
-  CHECK(QuoteForMessage("\n\x01\xFF") == "\"\\n\\x01\\xff\"");
-  CHECK(QuoteForMessage("\xC3\xA9") == "\"\xC3\xA9\"");
-  CHECK(QuoteForMessage(std::string(100, 'x')) == "\"" + std::string(60, 'x') + "...\"");
+  const std::vector<TextCase> cases = {
+      {"abc", "\"abc\""},
+      {"a\"b\\", "\"a\\\"b\\\\\""},
+      {"\n\x01\xFF", "\"\\n\\x01\\xff\""},
+      {"\xC3\xA9", "\"\xC3\xA9\""},
+      {std::string(100, 'x'), "\"" + std::string(60, 'x') + "...\""},
+  };
+  CheckEach(QuoteForMessage, cases);
 }
 
 TEST_CASE("DisplayText counts code points and cuts with an ellipsis") {

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "planner/service/config.h"
 #include "tests/support/require_ok.h"
+#include "tests/support/text_cases.h"
 #include "yaml-cpp/yaml.h"
 
 #ifndef CACHEROUTE_SOURCE_DIR
@@ -32,6 +33,8 @@ namespace cacheroute::service {
 namespace {
 
 namespace fs = std::filesystem;
+using cacheroute::testing::CheckEach;
+using cacheroute::testing::CheckEachArgs;
 
 const fs::path kDeployDir = fs::path(CACHEROUTE_SOURCE_DIR) / "deploy";
 
@@ -185,15 +188,17 @@ TEST_CASE("durations take a unit") {
   CHECK(ParseOk("rate_smoothing: 1.5s").rate_smoothing == absl::Milliseconds(1500));
   CHECK(ParseOk("key_ttl: 1h").key_ttl == absl::Hours(1));
 
-  CHECK(ParseError("control_interval: 10x") ==
-        "control_interval: \"10x\" is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")");
+  CheckEach(
+      ParseError,
+      {
+          {"control_interval: 10x",
+           "control_interval: \"10x\" is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")"},
+          {"control_interval: 0s", "control_interval: must be a finite duration > 0, got 0"},
+          {"rate_smoothing: -5s", "rate_smoothing: must be a finite duration > 0, got -5s"},
+          {"key_ttl: inf", "key_ttl: must be a finite duration > 0, got inf"},
+      });
   CHECK(absl::StartsWith(ParseError("control_interval: 10"),
                          "control_interval: \"10\" is not a duration"));
-  CHECK(ParseError("control_interval: 0s") ==
-        "control_interval: must be a finite duration > 0, got 0");
-  CHECK(ParseError("rate_smoothing: -5s") ==
-        "rate_smoothing: must be a finite duration > 0, got -5s");
-  CHECK(ParseError("key_ttl: inf") == "key_ttl: must be a finite duration > 0, got inf");
   CHECK(absl::StartsWith(ParseError("key_ttl: [1s]"), "key_ttl: expected a duration"));
 }
 
@@ -201,38 +206,43 @@ TEST_CASE("destinations as a count are named 0 to N-1") {
   CHECK(ParseOk("destinations: 3").destinations == std::vector<std::string>{"0", "1", "2"});
   CHECK(ParseOk("destinations: 1").destinations == std::vector<std::string>{"0"});
   CHECK(ParseOk("destinations: 1048576").destinations.size() == 1048576);
-  CHECK(ParseError("destinations: 0") ==
-        "destinations: must be an integer between 1 and 1048576, got 0");
-  CHECK(ParseError("destinations: -2") ==
-        "destinations: must be an integer between 1 and 1048576, got -2");
-  CHECK(ParseError("destinations: 1048577") ==
-        "destinations: must be an integer between 1 and 1048576, got 1048577");
+  CheckEach(
+      ParseError,
+      {
+          {"destinations: 0", "destinations: must be an integer between 1 and 1048576, got 0"},
+          {"destinations: -2", "destinations: must be an integer between 1 and 1048576, got -2"},
+          {"destinations: 1048577",
+           "destinations: must be an integer between 1 and 1048576, got 1048577"},
+      });
 }
 
 TEST_CASE("destinations as a list of names") {
   CHECK(ParseOk("destinations:\n  - vllm-0\n  - vllm-1\n  - 7\n").destinations ==
         std::vector<std::string>{"vllm-0", "vllm-1", "7"});
-  CHECK(ParseError("destinations: [a, b, a]") ==
-        "destinations[2]: duplicate name \"a\" (also destinations[0])");
-  CHECK(ParseError("destinations: [a, \"\"]") ==
-        "destinations[1]: name must be non-empty, got \"\"");
-  CHECK(ParseError("destinations: [a, [b]]") == "destinations[1]: expected a name, got a sequence");
-  CHECK(ParseError("destinations: [a, ~]") == "destinations[1]: expected a name, got null");
-  CHECK(ParseError("destinations: []") ==
-        "destinations: must name at least one destination, got none");
-  CHECK(ParseError("destinations: vllm-0") ==
-        "destinations: expected a count or a list of names, got \"vllm-0\"");
-  CHECK(ParseError("destinations: {a: 1}") ==
-        "destinations: expected a count or a list of names, got a mapping");
+  CheckEach(ParseError,
+            {
+                {"destinations: [a, b, a]",
+                 "destinations[2]: duplicate name \"a\" (also destinations[0])"},
+                {"destinations: [a, \"\"]", "destinations[1]: name must be non-empty, got \"\""},
+                {"destinations: [a, [b]]", "destinations[1]: expected a name, got a sequence"},
+                {"destinations: [a, ~]", "destinations[1]: expected a name, got null"},
+                {"destinations: []", "destinations: must name at least one destination, got none"},
+                {"destinations: vllm-0",
+                 "destinations: expected a count or a list of names, got \"vllm-0\""},
+                {"destinations: {a: 1}",
+                 "destinations: expected a count or a list of names, got a mapping"},
+            });
 }
 
 TEST_CASE("unknown keys are errors naming the key") {
-  CHECK(ParseError("q_capp: 8") == "q_capp: unknown key (did you mean q_cap?)");
-  CHECK(ParseError("destination: 3") == "destination: unknown key (did you mean destinations?)");
-  CHECK(ParseError("tls:\n  cert: a.pem\n") ==
-        "tls.cert: unknown key (did you mean tls.cert_file?)");
-  CHECK(ParseError("tls:\n  bogus: x\n") ==
-        "tls.bogus: unknown key; known keys: cert_file, key_file, client_ca_file");
+  CheckEach(ParseError,
+            {
+                {"q_capp: 8", "q_capp: unknown key (did you mean q_cap?)"},
+                {"destination: 3", "destination: unknown key (did you mean destinations?)"},
+                {"tls:\n  cert: a.pem\n", "tls.cert: unknown key (did you mean tls.cert_file?)"},
+                {"tls:\n  bogus: x\n",
+                 "tls.bogus: unknown key; known keys: cert_file, key_file, client_ca_file"},
+            });
   const std::string unrelated = ParseError("frobnicate: 1");
   CHECK(absl::StartsWith(unrelated, "frobnicate: unknown key; known keys: listen, "));
   CHECK(absl::StrContains(unrelated, "log_format"));
@@ -331,57 +341,59 @@ TEST_CASE("a key given twice is an error") {
 }
 
 TEST_CASE("wrong types name the key and the value") {
-  CHECK(ParseError("q_cap: \"8\"") == "q_cap: expected a number, got the quoted string \"8\"");
-  CHECK(ParseError("q_cap: fast") == "q_cap: expected a number, got \"fast\"");
-  CHECK(ParseError("q_cap: [8]") == "q_cap: expected a number, got a sequence");
-  CHECK(ParseError("q_cap:") == "q_cap: expected a number, got null");
-  CHECK(ParseError("history: 1.5") == "history: expected an integer, got \"1.5\"");
-  CHECK(ParseError("slots_per_destination: lots") ==
-        "slots_per_destination: expected an integer, got \"lots\"");
-  CHECK(ParseError("token_required_for_reads: maybe") ==
-        "token_required_for_reads: expected true or false, got \"maybe\"");
-  CHECK(ParseError("token_required_for_reads: \"true\"") ==
-        "token_required_for_reads: expected true or false, got the quoted string \"true\"");
-  CHECK(ParseError("state_dir:") ==
-        "state_dir: expected a string, got null (write \"\" for an empty string)");
-  CHECK(ParseError("listen: {host: x}") == "listen: expected a string, got a mapping");
+  CheckEach(
+      ParseError,
+      {
+          {"q_cap: \"8\"", "q_cap: expected a number, got the quoted string \"8\""},
+          {"q_cap: fast", "q_cap: expected a number, got \"fast\""},
+          {"q_cap: [8]", "q_cap: expected a number, got a sequence"},
+          {"q_cap:", "q_cap: expected a number, got null"},
+          {"history: 1.5", "history: expected an integer, got \"1.5\""},
+          {"slots_per_destination: lots",
+           "slots_per_destination: expected an integer, got \"lots\""},
+          {"token_required_for_reads: maybe",
+           "token_required_for_reads: expected true or false, got \"maybe\""},
+          {"token_required_for_reads: \"true\"",
+           "token_required_for_reads: expected true or false, got the quoted string \"true\""},
+          {"state_dir:", "state_dir: expected a string, got null (write \"\" for an empty string)"},
+          {"listen: {host: x}", "listen: expected a string, got a mapping"},
+          {"tls:\n  key_file: [a]\n", "tls.key_file: expected a string, got a sequence"},
+      });
   CHECK(absl::StartsWith(ParseError("tls: on"), "tls: expected a mapping"));
-  CHECK(ParseError("tls:\n  key_file: [a]\n") == "tls.key_file: expected a string, got a sequence");
   CHECK(ParseOk("token_required_for_reads: false").token_required_for_reads == false);
   CHECK(ParseOk("tls:\n").tls.cert_file.empty());
 }
 
 TEST_CASE("out-of-range values name the key and the value") {
-  CHECK(ParseError("q_cap: -1") == "q_cap: must be a finite number > 0, got -1");
-  CHECK(ParseError("q_cap: 0") == "q_cap: must be a finite number > 0, got 0");
-  CHECK(ParseError("q_cap: .inf") == "q_cap: must be a finite number > 0, got inf");
-  CHECK(ParseError("q_cap: .nan") == "q_cap: must be a finite number > 0, got nan");
-  CHECK(ParseError("table_ttl_seconds: 0") ==
-        "table_ttl_seconds: must be a finite number > 0, got 0");
-  CHECK(ParseError("slots_per_destination: 0") ==
-        "slots_per_destination: must be an integer >= 1, got 0");
-  CHECK(ParseError("slots_per_destination: -64") ==
-        "slots_per_destination: must be an integer >= 1, got -64");
-  CHECK(ParseError("history: 0") == "history: must be an integer >= 1, got 0");
-  CHECK(ParseError("placement_stickiness: -0.5") ==
-        "placement_stickiness: must be a finite number >= 0, got -0.5");
+  CheckEach(
+      ParseError,
+      {
+          {"q_cap: -1", "q_cap: must be a finite number > 0, got -1"},
+          {"q_cap: 0", "q_cap: must be a finite number > 0, got 0"},
+          {"q_cap: .inf", "q_cap: must be a finite number > 0, got inf"},
+          {"q_cap: .nan", "q_cap: must be a finite number > 0, got nan"},
+          {"table_ttl_seconds: 0", "table_ttl_seconds: must be a finite number > 0, got 0"},
+          {"slots_per_destination: 0", "slots_per_destination: must be an integer >= 1, got 0"},
+          {"slots_per_destination: -64", "slots_per_destination: must be an integer >= 1, got -64"},
+          {"history: 0", "history: must be an integer >= 1, got 0"},
+          {"placement_stickiness: -0.5",
+           "placement_stickiness: must be a finite number >= 0, got -0.5"},
+          {"max_keys_per_report: 0", "max_keys_per_report: must be an integer >= 1, got 0"},
+          {"max_message_bytes: 2147483648",
+           "max_message_bytes: must be an integer between 1 and 2147483647, got 2147483648"},
+          {"log_format: xml", "log_format: must be \"text\" or \"json\", got \"xml\""},
+          {"listen: localhost", "listen: must be HOST:PORT, got \"localhost\""},
+          {"listen: \"\"", "listen: must be HOST:PORT, got \"\""},
+          {"listen: \":50051\"", "listen: must be HOST:PORT with a non-empty host, got \":50051\""},
+          {"listen: \"::1:50051\"",
+           "listen: an IPv6 host goes in brackets, e.g. [::]:50051, got \"::1:50051\""},
+          {"metrics_listen: \"0.0.0.0:65536\"",
+           "metrics_listen: port must be an integer between 0 and 65535, got \"0.0.0.0:65536\""},
+          {"metrics_listen: \"0.0.0.0:http\"",
+           "metrics_listen: port must be an integer between 0 and 65535, got \"0.0.0.0:http\""},
+      });
   CHECK(ParseOk("placement_stickiness: 0").placement_stickiness == 0);
   CHECK(ParseOk("placement_stickiness: 0.25").placement_stickiness == 0.25);
-  CHECK(ParseError("max_keys_per_report: 0") ==
-        "max_keys_per_report: must be an integer >= 1, got 0");
-  CHECK(ParseError("max_message_bytes: 2147483648") ==
-        "max_message_bytes: must be an integer between 1 and 2147483647, got 2147483648");
-  CHECK(ParseError("log_format: xml") == "log_format: must be \"text\" or \"json\", got \"xml\"");
-  CHECK(ParseError("listen: localhost") == "listen: must be HOST:PORT, got \"localhost\"");
-  CHECK(ParseError("listen: \"\"") == "listen: must be HOST:PORT, got \"\"");
-  CHECK(ParseError("listen: \":50051\"") ==
-        "listen: must be HOST:PORT with a non-empty host, got \":50051\"");
-  CHECK(ParseError("listen: \"::1:50051\"") ==
-        "listen: an IPv6 host goes in brackets, e.g. [::]:50051, got \"::1:50051\"");
-  CHECK(ParseError("metrics_listen: \"0.0.0.0:65536\"") ==
-        "metrics_listen: port must be an integer between 0 and 65535, got \"0.0.0.0:65536\"");
-  CHECK(ParseError("metrics_listen: \"0.0.0.0:http\"") ==
-        "metrics_listen: port must be an integer between 0 and 65535, got \"0.0.0.0:http\"");
   CHECK(ParseOk("listen: \"localhost:0\"").listen == "localhost:0");
   CHECK(ParseOk("listen: \"[::1]:50051\"").listen == "[::1]:50051");
 }
@@ -406,13 +418,14 @@ TEST_CASE("a token with spaces is rejected without echoing it") {
 TEST_CASE("malformed YAML reports the position") {
   CHECK(absl::StartsWith(ParseError("q_cap: [1, 2\n"), "line "));
   CHECK(absl::StartsWith(ParseError("listen: a\n  bad: - x\n"), "line 2"));
-  CHECK(ParseError("[1, 2]") ==
-        "the document must be a mapping of keys (e.g. \"q_cap: 8\"), got a sequence");
   CHECK(absl::StartsWith(ParseError("just a string"), "the document must be a mapping"));
-  CHECK(ParseError("q_cap: 1\n---\nq_cap: 2\n") ==
-        "expected one YAML document, got 2 (separated by ---)");
-  CHECK(ParseError("? [a]\n: 1\n") ==
-        "the document: keys must be strings, got a sequence as a key");
+  CheckEach(
+      ParseError,
+      {
+          {"[1, 2]", "the document must be a mapping of keys (e.g. \"q_cap: 8\"), got a sequence"},
+          {"q_cap: 1\n---\nq_cap: 2\n", "expected one YAML document, got 2 (separated by ---)"},
+          {"? [a]\n: 1\n", "the document: keys must be strings, got a sequence as a key"},
+      });
 }
 
 TEST_CASE("text on which yaml-cpp's LoadAll never ends is read at once (found by fuzzing)") {
@@ -612,28 +625,31 @@ log_format: json
 }
 
 TEST_CASE("bad flag values name the flag and the value") {
-  CHECK(LoadError({"--destinations", "0"}) ==
-        "--destinations: must be an integer between 1 and 1048576, got 0");
-  CHECK(LoadError({"--destinations", "3", "--q-cap", "-1"}) ==
-        "--q-cap: must be a finite number > 0, got -1");
-  CHECK(LoadError({"--destinations", "3", "--q-cap", "lots"}) ==
-        "--q-cap: expected a number, got \"lots\"");
-  CHECK(LoadError({"--destinations", "3", "--placement-stickiness", "-1"}) ==
-        "--placement-stickiness: must be a finite number >= 0, got -1");
-  CHECK(LoadError({"--destinations", "3", "--slots-per-destination", "0"}) ==
-        "--slots-per-destination: must be an integer >= 1, got 0");
-  CHECK(LoadError({"--destinations", "3", "--control-interval", "10x"}) ==
-        "--control-interval: \"10x\" is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")");
-  CHECK(LoadError({"--destination-names", "a,,b"}) ==
-        "--destination-names[1]: name must be non-empty, got \"\"");
-  CHECK(LoadError({"--destination-names", "a,b,a"}) ==
-        "--destination-names[2]: duplicate name \"a\" (also --destination-names[0])");
-  CHECK(LoadError({"--destinations", "3", "--listen", "nowhere"}) ==
-        "--listen: must be HOST:PORT, got \"nowhere\"");
-  CHECK(LoadError({"--destinations", "3", "--log-format", "xml"}) ==
-        "--log-format: must be \"text\" or \"json\", got \"xml\"");
-  // Validation still applies when nothing names the destinations.
-  CHECK(LoadError({}) == "destinations: must name at least one destination, got none");
+  CheckEachArgs(
+      LoadError,
+      {
+          {{"--destinations", "0"},
+           "--destinations: must be an integer between 1 and 1048576, got 0"},
+          {{"--destinations", "3", "--q-cap", "-1"},
+           "--q-cap: must be a finite number > 0, got -1"},
+          {{"--destinations", "3", "--q-cap", "lots"}, "--q-cap: expected a number, got \"lots\""},
+          {{"--destinations", "3", "--placement-stickiness", "-1"},
+           "--placement-stickiness: must be a finite number >= 0, got -1"},
+          {{"--destinations", "3", "--slots-per-destination", "0"},
+           "--slots-per-destination: must be an integer >= 1, got 0"},
+          {{"--destinations", "3", "--control-interval", "10x"},
+           "--control-interval: \"10x\" is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")"},
+          {{"--destination-names", "a,,b"},
+           "--destination-names[1]: name must be non-empty, got \"\""},
+          {{"--destination-names", "a,b,a"},
+           "--destination-names[2]: duplicate name \"a\" (also --destination-names[0])"},
+          {{"--destinations", "3", "--listen", "nowhere"},
+           "--listen: must be HOST:PORT, got \"nowhere\""},
+          {{"--destinations", "3", "--log-format", "xml"},
+           "--log-format: must be \"text\" or \"json\", got \"xml\""},
+          // Validation still applies when nothing names the destinations.
+          {{}, "destinations: must name at least one destination, got none"},
+      });
 }
 
 TEST_CASE("CLI11 parse errors become InvalidArgument with CLI11's message") {

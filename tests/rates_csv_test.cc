@@ -10,9 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "planner/plan_builder.h"
 #include "tests/support/require_ok.h"
+#include "tests/support/text_cases.h"
 
 namespace cacheroute::client {
 namespace {
+
+using cacheroute::testing::CheckEach;
 
 RatesCsv ParseOk(const std::string& text) {
   return cacheroute::testing::RequireOk(ParseRatesCsv(text));
@@ -75,31 +78,35 @@ TEST_CASE("negative zero becomes zero") {
 }
 
 TEST_CASE("header errors") {
-  CHECK(ParseError("foo,bar\nx,1\n") == "line 1: expected header 'key,rate', got \"foo,bar\"");
-  CHECK(ParseError("\n\nKey,Rate\n") == "line 3: expected header 'key,rate', got \"Key,Rate\"");
-  CHECK(ParseError("x,1\n") == "line 1: expected header 'key,rate', got \"x,1\"");
-  CHECK(ParseError("key,rate,extra\n") ==
-        "line 1: expected header 'key,rate', got \"key,rate,extra\"");
-  CHECK(ParseError("") == "line 1: expected header 'key,rate', got end of input");
-  CHECK(ParseError("\r\n\n") == "line 3: expected header 'key,rate', got end of input");
+  CheckEach(ParseError,
+            {
+                {"foo,bar\nx,1\n", "line 1: expected header 'key,rate', got \"foo,bar\""},
+                {"\n\nKey,Rate\n", "line 3: expected header 'key,rate', got \"Key,Rate\""},
+                {"x,1\n", "line 1: expected header 'key,rate', got \"x,1\""},
+                {"key,rate,extra\n", "line 1: expected header 'key,rate', got \"key,rate,extra\""},
+                {"", "line 1: expected header 'key,rate', got end of input"},
+                {"\r\n\n", "line 3: expected header 'key,rate', got end of input"},
+            });
 }
 
 TEST_CASE("rate errors name the line, the field and the value") {
-  CHECK(ParseError("key,rate\na,1\n\nb,abc\n") == "line 4: field 'rate': \"abc\" is not a number");
-  CHECK(ParseError("key,rate\na,-3\n") == "line 2: field 'rate': -3 is negative");
-  CHECK(ParseError("key,rate\na,-inf\n") == "line 2: field 'rate': -inf is infinite");
-  CHECK(ParseError("key,rate\na,inf\n") == "line 2: field 'rate': inf is infinite");
-  CHECK(ParseError("key,rate\na,Infinity\n") == "line 2: field 'rate': Infinity is infinite");
-  CHECK(ParseError("key,rate\na,nan\n") == "line 2: field 'rate': nan is NaN");
-  CHECK(ParseError("key,rate\na,NaN\n") == "line 2: field 'rate': NaN is NaN");
-  CHECK(ParseError("key,rate\na,1e999\n") ==
-        "line 2: field 'rate': 1e999 is out of range for a double");
-  CHECK(ParseError("key,rate\na,1.5x\n") == "line 2: field 'rate': \"1.5x\" is not a number");
-  CHECK(ParseError("key,rate\na,+1\n") == "line 2: field 'rate': \"+1\" is not a number");
-  CHECK(ParseError("key,rate\na,0x10\n") == "line 2: field 'rate': \"0x10\" is not a number");
-  CHECK(ParseError("key,rate\na,1 2\n") == "line 2: field 'rate': \"1 2\" is not a number");
-  CHECK(ParseError("key,rate\na,\n") == "line 2: field 'rate': empty rate");
-  CHECK(ParseError("key,rate\na,  \r\n") == "line 2: field 'rate': empty rate");
+  CheckEach(ParseError,
+            {
+                {"key,rate\na,1\n\nb,abc\n", "line 4: field 'rate': \"abc\" is not a number"},
+                {"key,rate\na,-3\n", "line 2: field 'rate': -3 is negative"},
+                {"key,rate\na,-inf\n", "line 2: field 'rate': -inf is infinite"},
+                {"key,rate\na,inf\n", "line 2: field 'rate': inf is infinite"},
+                {"key,rate\na,Infinity\n", "line 2: field 'rate': Infinity is infinite"},
+                {"key,rate\na,nan\n", "line 2: field 'rate': nan is NaN"},
+                {"key,rate\na,NaN\n", "line 2: field 'rate': NaN is NaN"},
+                {"key,rate\na,1e999\n", "line 2: field 'rate': 1e999 is out of range for a double"},
+                {"key,rate\na,1.5x\n", "line 2: field 'rate': \"1.5x\" is not a number"},
+                {"key,rate\na,+1\n", "line 2: field 'rate': \"+1\" is not a number"},
+                {"key,rate\na,0x10\n", "line 2: field 'rate': \"0x10\" is not a number"},
+                {"key,rate\na,1 2\n", "line 2: field 'rate': \"1 2\" is not a number"},
+                {"key,rate\na,\n", "line 2: field 'rate': empty rate"},
+                {"key,rate\na,  \r\n", "line 2: field 'rate': empty rate"},
+            });
 }
 
 TEST_CASE("a long bad value is shortened in the message") {
@@ -109,46 +116,59 @@ TEST_CASE("a long bad value is shortened in the message") {
 }
 
 TEST_CASE("key errors") {
-  CHECK(ParseError("key,rate\na,1\n\n\n\n\n\n,2\n") == "line 8: field 'key': empty key");
-  CHECK(ParseError("key,rate\n\"\",2\n") == "line 2: field 'key': empty key");
-  CHECK(ParseError("key,rate\nbar,1\nfoo,1\nx,2\n\nfoo,3\n") ==
-        "line 6: field 'key': duplicate key \"foo\" (first on line 3)");
-  CHECK(ParseError("key,rate\n\"a\nb\",1\n\"a\nb\",2\n") ==
-        "line 4: field 'key': duplicate key \"a\\nb\" (first on line 2)");
-  CHECK(ParseError("key,rate\n\xFF\xFE,1\n") ==
-        "line 2: field 'key': \"\\xff\\xfe\" is not valid UTF-8");
-  CHECK(ParseError("key,rate\n\xC0\xAF,1\n") ==  // overlong '/'
-        "line 2: field 'key': \"\\xc0\\xaf\" is not valid UTF-8");
+  CheckEach(ParseError, {
+                            {"key,rate\na,1\n\n\n\n\n\n,2\n", "line 8: field 'key': empty key"},
+                            {"key,rate\n\"\",2\n", "line 2: field 'key': empty key"},
+                            {"key,rate\nbar,1\nfoo,1\nx,2\n\nfoo,3\n",
+                             "line 6: field 'key': duplicate key \"foo\" (first on line 3)"},
+                            {"key,rate\n\"a\nb\",1\n\"a\nb\",2\n",
+                             "line 4: field 'key': duplicate key \"a\\nb\" (first on line 2)"},
+                            {"key,rate\n\xFF\xFE,1\n",
+                             "line 2: field 'key': \"\\xff\\xfe\" is not valid UTF-8"},
+                            {"key,rate\n\xC0\xAF,1\n",  // overlong '/'
+                             "line 2: field 'key': \"\\xc0\\xaf\" is not valid UTF-8"},
+                        });
 }
 
 TEST_CASE("wrong number of fields") {
-  CHECK(ParseError("key,rate\nonly\n") == "line 2: expected 2 fields (key,rate), got 1");
-  CHECK(ParseError("key,rate\na,1,2\n") == "line 2: expected 2 fields (key,rate), got 3");
-  CHECK(ParseError("key,rate\na,1,000\n") == "line 2: expected 2 fields (key,rate), got 3");
-  CHECK(ParseError("key,rate\na,1,\n") == "line 2: expected 2 fields (key,rate), got 3");
+  CheckEach(ParseError, {
+                            {"key,rate\nonly\n", "line 2: expected 2 fields (key,rate), got 1"},
+                            {"key,rate\na,1,2\n", "line 2: expected 2 fields (key,rate), got 3"},
+                            {"key,rate\na,1,000\n", "line 2: expected 2 fields (key,rate), got 3"},
+                            {"key,rate\na,1,\n", "line 2: expected 2 fields (key,rate), got 3"},
+                        });
 }
 
 TEST_CASE("quoting errors") {
-  CHECK(ParseError("key,rate\n\"abc,1\nx,2\n") == "line 2: field 'key': unterminated quoted field");
-  CHECK(ParseError("key,rate\n\"ab\"c,1\n") ==
-        "line 2: field 'key': unexpected \"c\" after the closing quote");
-  CHECK(ParseError("key,rate\nab\"c,1\n") ==
-        "line 2: field 'key': quote inside an unquoted field; quote the whole field and double "
-        "the quote (\"\")");
-  CHECK(ParseError("key,rate\nx,\"1\n") == "line 2: field 'rate': unterminated quoted field");
+  CheckEach(
+      ParseError,
+      {
+          {"key,rate\n\"abc,1\nx,2\n", "line 2: field 'key': unterminated quoted field"},
+          {"key,rate\n\"ab\"c,1\n",
+           "line 2: field 'key': unexpected \"c\" after the closing quote"},
+          {"key,rate\nab\"c,1\n",
+           "line 2: field 'key': quote inside an unquoted field; quote the whole field and double "
+           "the quote (\"\")"},
+          {"key,rate\nx,\"1\n", "line 2: field 'rate': unterminated quoted field"},
+      });
 }
 
 TEST_CASE("line numbers count the lines inside quoted fields") {
-  CHECK(ParseError("key,rate\n\"a\nb\nc\",1\nd,x\n") ==
-        "line 5: field 'rate': \"x\" is not a number");
-  CHECK(ParseError("key,rate\r\n\"a\r\nb\",1\r\n\r\nd,-1\r\n") ==
-        "line 5: field 'rate': -1 is negative");
+  CheckEach(
+      ParseError,
+      {
+          {"key,rate\n\"a\nb\nc\",1\nd,x\n", "line 5: field 'rate': \"x\" is not a number"},
+          {"key,rate\r\n\"a\r\nb\",1\r\n\r\nd,-1\r\n", "line 5: field 'rate': -1 is negative"},
+      });
 }
 
 TEST_CASE("the first error in file order is reported") {
-  CHECK(ParseError("key,rate\na,1\na,2\nb,x\n") ==
-        "line 3: field 'key': duplicate key \"a\" (first on line 2)");
-  CHECK(ParseError("key,rate\na,1\nb,x\na,2\n") == "line 3: field 'rate': \"x\" is not a number");
+  CheckEach(ParseError,
+            {
+                {"key,rate\na,1\na,2\nb,x\n",
+                 "line 3: field 'key': duplicate key \"a\" (first on line 2)"},
+                {"key,rate\na,1\nb,x\na,2\n", "line 3: field 'rate': \"x\" is not a number"},
+            });
 }
 
 TEST_CASE("many lines parse, with distinct keys sharing long prefixes") {

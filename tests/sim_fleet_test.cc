@@ -53,15 +53,25 @@ std::vector<SimRequest> MakeRequests(const WorkloadShape& shape) {
   return requests;
 }
 
-FleetConfig Config(PolicyKind policy) {
+// The fleet the tests run by default: 8 engines of the 8B profile behind 2 gateways, planning
+// every 5 s with W = 8.
+struct FleetShape {
+  uint32_t engines = 8;
+  uint32_t gateways = 2;
+  const char* profile = "llama-8b-h100";
+  double control_interval_s = 5;
+  uint64_t slots_per_destination = 8;
+};
+
+FleetConfig Config(PolicyKind policy, const FleetShape& shape = {}) {
   FleetConfig config;
   config.policy = policy;
-  config.engines = 8;
-  config.gateways = 2;
-  config.profile = *FindEngineProfile("llama-8b-h100");
+  config.engines = shape.engines;
+  config.gateways = shape.gateways;
+  config.profile = *FindEngineProfile(shape.profile);
   config.seed = 3;
-  config.control_interval_s = 5;
-  config.slots_per_destination = 8;
+  config.control_interval_s = shape.control_interval_s;
+  config.slots_per_destination = shape.slots_per_destination;
   return config;
 }
 
@@ -315,12 +325,11 @@ TEST_CASE("simulated requests per second at the study's scale", "[.benchmark]") 
   const std::vector<SimRequest> requests =
       MakeRequests({.keys = 128824, .qps = 120, .duration_s = 300, .max_output = 280});
   for (PolicyKind policy : AllPolicies()) {
-    FleetConfig config = Config(policy);
-    config.engines = 30;
-    config.gateways = 4;
-    config.profile = *FindEngineProfile("llama-70b-fp8-tp2-h100");
-    config.control_interval_s = 10;
-    config.slots_per_destination = 64;
+    FleetConfig config = Config(policy, {.engines = 30,
+                                         .gateways = 4,
+                                         .profile = "llama-70b-fp8-tp2-h100",
+                                         .control_interval_s = 10,
+                                         .slots_per_destination = 64});
     config.warmup_s = 60;
     const RunResult r = MustRun(config, requests);
     std::printf(

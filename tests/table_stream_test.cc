@@ -168,21 +168,20 @@ TEST_CASE("ChunkAssembler rejects broken chunk sequences and starts over after a
     std::function<std::vector<v1::TableUpdate>()> sequence;  // the last one fails
     const char* message;
   };
+  // The chunks before `index` as they are, then chunk `index` after `change`.
+  const auto altered = [&chunks](size_t index, std::function<void(v1::TableUpdate&)> change) {
+    return [&chunks, index, change] {
+      std::vector<v1::TableUpdate> sequence(chunks.begin(), chunks.begin() + index + 1);
+      change(sequence.back());
+      return sequence;
+    };
+  };
   const std::vector<Case> cases = {
       {"no body", [] { return std::vector<v1::TableUpdate>(1); }, "body: neither full nor delta"},
-      {"chunk_count 0",
-       [&] {
-         v1::TableUpdate c = chunks[0];
-         c.set_chunk_count(0);
-         return std::vector{c};
-       },
+      {"chunk_count 0", altered(0, [](v1::TableUpdate& c) { c.set_chunk_count(0); }),
        "chunk_count: 0"},
       {"index beyond count",
-       [&] {
-         v1::TableUpdate c = chunks[0];
-         c.set_chunk_index(c.chunk_count());
-         return std::vector{c};
-       },
+       altered(0, [](v1::TableUpdate& c) { c.set_chunk_index(c.chunk_count()); }),
        "is not below chunk_count"},
       {"starts past chunk 0", [&] { return std::vector{chunks[1]}; },
        "chunk_index: 1 (nonce \"big-1\") but no update is in progress"},
@@ -196,40 +195,21 @@ TEST_CASE("ChunkAssembler rejects broken chunk sequences and starts over after a
          return std::vector{chunks[0], chunks[1], chunks[1]};
        },
        "chunk_index: 1, expected 2"},
-      {"nonce changes",
-       [&] {
-         v1::TableUpdate c = chunks[1];
-         c.set_nonce("other");
-         return std::vector{chunks[0], c};
-       },
+      {"nonce changes", altered(1, [](v1::TableUpdate& c) { c.set_nonce("other"); }),
        "nonce: \"other\" in the middle of update \"big-1\""},
       {"count changes",
-       [&] {
-         v1::TableUpdate c = chunks[1];
-         c.set_chunk_count(c.chunk_count() + 1);
-         return std::vector{chunks[0], c};
-       },
+       altered(1, [](v1::TableUpdate& c) { c.set_chunk_count(c.chunk_count() + 1); }),
        "chunk_count: "},
-      {"body kind changes",
-       [&] {
-         v1::TableUpdate c = chunks[1];
-         c.mutable_delta();
-         return std::vector{chunks[0], c};
-       },
+      {"body kind changes", altered(1, [](v1::TableUpdate& c) { c.mutable_delta(); }),
        "body: a delta chunk in a full update"},
       {"header repeated",
-       [&] {
-         v1::TableUpdate c = chunks[1];
-         c.mutable_full()->mutable_version()->set_number(9);
-         return std::vector{chunks[0], c};
-       },
+       altered(1, [](v1::TableUpdate& c) { c.mutable_full()->mutable_version()->set_number(9); }),
        "full.version: set in chunk 1"},
       {"rollout repeated",
-       [&] {
-         v1::TableUpdate c = chunks[1];
-         c.mutable_full()->mutable_rollout()->set_table_fraction(0.5);
-         return std::vector{chunks[0], c};
-       },
+       altered(1,
+               [](v1::TableUpdate& c) {
+                 c.mutable_full()->mutable_rollout()->set_table_fraction(0.5);
+               }),
        "full.rollout: set in chunk 1"},
   };
   for (const Case& c : cases) {
@@ -312,6 +292,15 @@ struct Loop {
 
   void Connect() { REQUIRE(server.OnRequest(client.OnConnect()).ok()); }
 
+  // Connects and publishes version 1; its update, one chunk, is taken but not delivered.
+  std::vector<v1::TableUpdate> ConnectAndTakeFirst() {
+    Connect();
+    server.OnPublish(Evolving(1));
+    std::vector<v1::TableUpdate> first = server.TakeUpdate();
+    REQUIRE(first.size() == 1);
+    return first;
+  }
+
   // The client's answer to a whole update.
   v1::StreamTableRequest Deliver(const std::vector<v1::TableUpdate>& chunks) {
     std::optional<v1::StreamTableRequest> answer;
@@ -382,10 +371,7 @@ TEST_CASE("TableStream sends a full table first, then a delta after the ACK") {
 
 TEST_CASE("TableStream coalesces versions for a slow gateway into one delta") {
   Loop loop;
-  loop.Connect();
-  loop.server.OnPublish(Evolving(1));
-  std::vector<v1::TableUpdate> first = loop.server.TakeUpdate();
-  REQUIRE(first.size() == 1);
+  std::vector<v1::TableUpdate> first = loop.ConnectAndTakeFirst();
   for (uint64_t n : {2, 3, 4}) {
     loop.server.OnPublish(Evolving(n));
     CHECK(loop.server.TakeUpdate().empty());
@@ -451,10 +437,7 @@ TEST_CASE("TableStream answers a NACKed delta with a full table of the latest") 
 
 TEST_CASE("TableStream does not resend a NACKed full table until a newer version") {
   Loop loop;
-  loop.Connect();
-  loop.server.OnPublish(Evolving(1));
-  std::vector<v1::TableUpdate> full = loop.server.TakeUpdate();
-  REQUIRE(full.size() == 1);
+  std::vector<v1::TableUpdate> full = loop.ConnectAndTakeFirst();
   // A table the gateway must refuse: key 1 twice.
   *full[0].mutable_full()->add_assignments() = full[0].full().assignments(0);
   full[0].mutable_full()->mutable_assignments()->rbegin()->set_rate(0);
@@ -480,10 +463,7 @@ TEST_CASE("TableStream does not resend a NACKed full table until a newer version
 
 TEST_CASE("TableStream ignores requests with a stale or unknown nonce") {
   Loop loop;
-  loop.Connect();
-  loop.server.OnPublish(Evolving(1));
-  std::vector<v1::TableUpdate> first = loop.server.TakeUpdate();
-  REQUIRE(first.size() == 1);
+  std::vector<v1::TableUpdate> first = loop.ConnectAndTakeFirst();
 
   v1::StreamTableRequest unknown;
   unknown.set_response_nonce("s-0");
@@ -618,6 +598,15 @@ v1::TableUpdate FullUpdate(const std::string& nonce, const TableSnapshot& table)
   return u;
 }
 
+v1::TableUpdate DeltaUpdate(const std::string& nonce, const TableSnapshot& base,
+                            const TableSnapshot& target) {
+  v1::TableUpdate u;
+  u.set_nonce(nonce);
+  *u.mutable_delta() = ComputeDelta(base, target);
+  u.set_chunk_count(1);
+  return u;
+}
+
 v1::StreamTableRequest MustAnswer(TableClientState& client, const v1::TableUpdate& update) {
   absl::StatusOr<std::optional<v1::StreamTableRequest>> r = client.OnUpdate(update);
   INFO(r.status().ToString());
@@ -650,11 +639,7 @@ TEST_CASE("TableClientState refuses to go backwards and keeps the last good tabl
     CHECK_THAT(nack.error().message(), Catch::Contains("full.version: 0.0 is the zero version"));
   }
   SECTION("a delta on another base") {
-    v1::TableUpdate u;
-    u.set_nonce("n2");
-    u.set_chunk_count(1);
-    *u.mutable_delta() = ComputeDelta(*Evolving(4), *Evolving(6));
-    v1::StreamTableRequest nack = MustAnswer(client, u);
+    v1::StreamTableRequest nack = MustAnswer(client, DeltaUpdate("n2", *Evolving(4), *Evolving(6)));
     REQUIRE(nack.has_error());
     CHECK(nack.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition));
     CHECK_THAT(nack.error().message(),
@@ -685,11 +670,7 @@ TEST_CASE("TableClientState needs a table before a delta and a nonce to answer")
   CHECK(client.current() == nullptr);
   CHECK(TableVersion::FromProto(client.OnConnect().applied_version()).IsZero());
 
-  v1::TableUpdate delta;
-  delta.set_nonce("n1");
-  delta.set_chunk_count(1);
-  *delta.mutable_delta() = ComputeDelta(*Evolving(1), *Evolving(2));
-  v1::StreamTableRequest nack = MustAnswer(client, delta);
+  v1::StreamTableRequest nack = MustAnswer(client, DeltaUpdate("n1", *Evolving(1), *Evolving(2)));
   REQUIRE(nack.has_error());
   CHECK(nack.error().code() == static_cast<int>(absl::StatusCode::kFailedPrecondition));
   CHECK_THAT(nack.error().message(), Catch::Contains("no table is applied yet"));
