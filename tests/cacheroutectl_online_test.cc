@@ -3,9 +3,7 @@
 // the real cacheroutectl binary run against it as a subprocess, with exit code, stdout and stderr
 // checked. Nothing waits on a fixed sleep: `watch` is synchronised by polling GetStatus until the
 // planner lists its stream, with a bounded number of polls.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +39,7 @@
 #include "tests/support/planner_config.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
+#include "tools/eval/child_process.h"
 
 #ifndef CACHEROUTECTL_PATH
 #error "CACHEROUTECTL_PATH must name the cacheroutectl binary"
@@ -63,7 +62,7 @@ struct Result {
   std::string err;
 };
 
-// A cacheroutectl process started with posix_spawn; its stdout and stderr go to files.
+// A cacheroutectl process; its stdout and stderr go to files.
 class Process {
  public:
   // `env` is added to this process's environment, from which CACHEROUTE_* and proxy settings are
@@ -79,30 +78,16 @@ class Process {
       env_storage.push_back(entry);
     }
     env_storage.insert(env_storage.end(), env.begin(), env.end());
-    std::vector<char*> argv, envp;
-    for (std::string& a : argv_storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (std::string& e : env_storage) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    posix_spawn_file_actions_t actions;
-    REQUIRE(posix_spawn_file_actions_init(&actions) == 0);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, io_.File("stdout").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, io_.File("stderr").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int spawned =
-        posix_spawn(&pid_, CACHEROUTECTL_PATH, &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE(spawned == 0);
+    absl::StatusOr<std::unique_ptr<eval::ChildProcess>> child =
+        eval::ChildProcess::Spawn(std::move(argv_storage), {.stdout_path = io_.File("stdout"),
+                                                            .stderr_path = io_.File("stderr"),
+                                                            .truncate = true,
+                                                            .env = std::move(env_storage)});
+    INFO(child.status().ToString());
+    REQUIRE(child.ok());
+    child_ = *std::move(child);
   }
-  ~Process() {
-    if (pid_ > 0) {  // a failed REQUIRE left it running
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
+  ~Process() = default;  // kills the command if a failed REQUIRE left it running
 
   // Waits for the exit. A process still running after `limit` is killed (and the REQUIRE on a
   // normal exit fails), so a hung command fails the test instead of hanging it.
@@ -110,20 +95,19 @@ class Process {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
+    const pid_t pid = child_->pid();
     std::thread watchdog([&] {
       std::unique_lock<std::mutex> lock(mu);
-      if (!cv.wait_for(lock, limit, [&] { return done; })) kill(pid_, SIGKILL);
+      if (!cv.wait_for(lock, limit, [&] { return done; })) kill(pid, SIGKILL);
     });
-    int status = 0;
-    const pid_t waited = waitpid(pid_, &status, 0);
+    const int status = child_->Wait();
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;
     }
     cv.notify_one();
     watchdog.join();
-    pid_ = -1;
-    REQUIRE(waited > 0);
+    REQUIRE(status != -1);
     INFO("stderr: " << io_.Read("stderr"));
     REQUIRE(WIFEXITED(status));
     return {WEXITSTATUS(status), io_.Read("stdout"), io_.Read("stderr")};
@@ -131,7 +115,7 @@ class Process {
 
  private:
   TempDir io_{"cacheroutectl_online"};
-  pid_t pid_ = -1;
+  std::unique_ptr<eval::ChildProcess> child_;
 };
 
 Result Run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {

@@ -2,7 +2,6 @@
 // processes (so that kill -9 and SIGSTOP are real) against a real single-member etcd
 // (tests/support/etcd_process.h), over real gRPC on loopback. Every wait is Eventually with a
 // generous bound; nothing asserts on how long anything took.
-#include <fcntl.h>
 #include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,7 +9,6 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -33,8 +31,10 @@
 #include "tests/support/json_reader.h"
 #include "tests/support/rate_reports.h"
 #include "tests/support/require_ok.h"
+#include "tests/support/run_command.h"
 #include "tests/support/subscriber_options.h"
 #include "tests/support/temp_dir.h"
+#include "tools/eval/child_process.h"
 
 namespace cacheroute {
 namespace {
@@ -66,22 +66,11 @@ class Replica {
   ~Replica() { Kill(); }
 
   void Start() {
-    // Everything the child needs is made before fork: after it, only async-signal-safe calls
-    // (other threads may hold the allocator's lock at the fork).
-    std::string binary = CACHEROUTE_PLANNER_PATH;
-    std::string flag = "--config";
-    std::vector<char*> argv = {binary.data(), flag.data(), config_.data(), nullptr};
-    const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    REQUIRE(fd >= 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(fd, 2);  // dup2 clears O_CLOEXEC on the copies
-      dup2(fd, 1);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fd);
+    absl::StatusOr<std::unique_ptr<eval::ChildProcess>> child = eval::ChildProcess::Spawn(
+        {CACHEROUTE_PLANNER_PATH, "--config", config_}, {.stdout_path = log_, .stderr_path = log_});
+    INFO(child.status().ToString());
+    REQUIRE(child.ok());
+    child_ = *std::move(child);
     REQUIRE(Eventually(
         [&] {
           std::ifstream in(log_);
@@ -98,19 +87,13 @@ class Replica {
     channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
   }
   void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = 0;
+    if (child_ != nullptr) child_->Kill();
   }
-  void Signal(int signal) { REQUIRE(kill(pid_, signal) == 0); }
+  void Signal(int signal) { REQUIRE(child_->Signal(signal)); }
   // SIGTERM and wait for the clean exit.
   int Terminate() {
     Signal(SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = 0;
-    return status;
+    return child_->Wait();
   }
 
   const std::string& id() const { return id_; }
@@ -176,7 +159,7 @@ class Replica {
   std::string id_;
   std::string log_;
   std::string config_;
-  pid_t pid_ = 0;
+  std::unique_ptr<eval::ChildProcess> child_;
   int port_ = 0;
   int metrics_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
@@ -372,15 +355,9 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
   // cacheroutectl, given the dead leader's address first, answers from the next replica and shows
   // its part: the successor leads; the other follows it.
   const auto ctl = [](const std::string& planners, const std::string& format) {
-    const std::string command = absl::StrCat(CACHEROUTECTL_PATH, " --planner ", planners,
-                                             " status --format ", format, " 2>&1");
-    std::string out;
-    if (FILE* pipe = popen(command.c_str(), "r")) {
-      char buffer[4096];
-      for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
-      pclose(pipe);
-    }
-    return out;
+    const testing::CommandResult run = testing::RunCommand(
+        CACHEROUTECTL_PATH, {"--planner", planners, "status", "--format", format});
+    return run.out + run.err;
   };
   const std::string json = ctl(absl::StrCat(dead.load()->address(), ",", successor->address()), "json");
   INFO(json);

@@ -9,31 +9,25 @@
 //   auto client = coord::EtcdClient::Create({.endpoints = {etcd.endpoint()}});
 #pragma once
 
-#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
-#include <iterator>
 #include <fstream>
-#include <sstream>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
-
-extern char** environ;
+#include "tools/eval/child_process.h"
 
 namespace cacheroute::testing {
 
@@ -49,23 +43,18 @@ class EtcdProcess {
     REQUIRE(client_port_ != peer_port_);
     Start();
   }
-  ~EtcdProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
+  ~EtcdProcess() = default;  // the child is killed
   EtcdProcess(const EtcdProcess&) = delete;
   EtcdProcess& operator=(const EtcdProcess&) = delete;
 
   std::string endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
   int port() const { return client_port_; }
-  int pid() const { return pid_; }
-  bool running() const { return pid_ > 0; }
+  int pid() const { return child_ != nullptr ? child_->pid() : 0; }
+  bool running() const { return pid() > 0; }
 
   // Starts etcd (again, on the same ports and data) and waits until it serves reads.
   void Start() {
-    REQUIRE(pid_ <= 0);
+    REQUIRE(!running());
     const std::string client_url = absl::StrCat("http://127.0.0.1:", client_port_);
     const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port_);
     std::vector<std::string> args = {
@@ -86,37 +75,29 @@ class EtcdProcess {
         "--log-outputs=stderr",
         "--log-level=warn",
     };
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
     const std::string log = dir_.File("etcd.log");
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, kPath, &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE(rc == 0);
-    pid_ = pid;
+    absl::StatusOr<std::unique_ptr<eval::ChildProcess>> child =
+        eval::ChildProcess::Spawn(std::move(args), {.stdout_path = log, .stderr_path = log});
+    INFO(child.status().ToString());
+    REQUIRE(child.ok());
+    child_ = *std::move(child);
     WaitUntilServing();
   }
 
   // SIGTERM, then waits for the exit (SIGKILL after 10 s).
-  void Stop() { Signal(SIGTERM, std::chrono::seconds(10)); }
+  void Stop() { Exit(SIGTERM); }
   // SIGKILL and waits.
-  void Kill() { Signal(SIGKILL, std::chrono::seconds(10)); }
+  void Kill() { Exit(SIGKILL); }
   // Both return once every thread of etcd is stopped (or none is): kill() only queues the
   // signal, and an etcd still running for a moment would answer a call meant to time out.
   void Pause() {
-    REQUIRE(pid_ > 0);
-    REQUIRE(kill(pid_, SIGSTOP) == 0);
+    REQUIRE(running());
+    REQUIRE(child_->Signal(SIGSTOP));
     REQUIRE(WaitForStopped(true));
   }
   void Resume() {
-    REQUIRE(pid_ > 0);
-    REQUIRE(kill(pid_, SIGCONT) == 0);
+    REQUIRE(running());
+    REQUIRE(child_->Signal(SIGCONT));
     REQUIRE(WaitForStopped(false));
   }
 
@@ -124,26 +105,15 @@ class EtcdProcess {
 
 
  private:
-  void Signal(int signal, std::chrono::seconds grace) {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGCONT);  // a paused etcd must run to handle SIGTERM
-    kill(pid_, signal);
-    const auto give_up = std::chrono::steady_clock::now() + grace;
-    while (waitpid(pid_, nullptr, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > give_up) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    pid_ = -1;
+  // `signal` (a paused etcd is continued first, to handle it), then the exit (SIGKILL after 10 s).
+  void Exit(int signal) {
+    if (child_ != nullptr) child_->Stop(signal, std::chrono::seconds(10));
   }
 
   // Whether every thread of etcd is in state T (stopped), per /proc/<pid>/task/*/stat.
   bool AllThreadsStopped() const {
     std::error_code error;
-    const std::filesystem::path tasks = absl::StrCat("/proc/", pid_, "/task");
+    const std::filesystem::path tasks = absl::StrCat("/proc/", pid(), "/task");
     for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
       std::ifstream in(task.path() / "stat");
       std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -167,9 +137,7 @@ class EtcdProcess {
     auto kv = etcdserverpb::KV::NewStub(channel);
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (true) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
+      if (child_->Exited()) {
         INFO(Log());
         FAIL("etcd exited while starting");
       }
@@ -191,7 +159,7 @@ class EtcdProcess {
   TempDir dir_;
   int client_port_;
   int peer_port_;
-  pid_t pid_ = -1;
+  std::unique_ptr<eval::ChildProcess> child_;
 };
 
 }  // namespace cacheroute::testing

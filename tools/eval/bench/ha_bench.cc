@@ -19,12 +19,10 @@
 //
 //   cacheroute-ha-bench [--failovers 5] [--streams 200] [--versions 20] [--runs 3]
 //       [--lease-ttl 2] [--quick] [--json]
-#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,13 +55,12 @@
 #include "planner/coord/etcd_client.h"
 #include "planner/key_id.h"
 #include "tools/eval/bench/table_stream.h"
+#include "tools/eval/child_process.h"
 #include "tools/eval/main_helpers.h"
 
 #ifndef CACHEROUTE_PLANNER_PATH
 #define CACHEROUTE_PLANNER_PATH "cacheroute-planner"
 #endif
-
-extern char** environ;
 
 namespace {
 
@@ -119,50 +116,38 @@ extern "C" void KillChildrenAndExit(int) {
   _exit(130);
 }
 
-// A child process with stdout and stderr in `log`; killed (SIGKILL) by the destructor.
+// A child process with stdout and stderr in `log`, tracked for KillChildrenAndExit; killed
+// (SIGKILL) by the destructor.
 class Process {
  public:
-  // posix_spawn, not fork: no atfork handlers run (gRPC's would stop its threads around a fork).
   Process(std::vector<std::string> args, std::string log) : log_(std::move(log)) {
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                     0600);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) Die(absl::StrCat("cannot run ", args[0]));
-    Track(pid_, 0);
+    absl::StatusOr<std::unique_ptr<cacheroute::eval::ChildProcess>> child =
+        cacheroute::eval::ChildProcess::Spawn(std::move(args),
+                                              {.stdout_path = log_, .stderr_path = log_});
+    if (!child.ok()) Die(std::string(child.status().message()));
+    child_ = *std::move(child);
+    Track(child_->pid(), 0);
   }
   ~Process() { Kill(); }
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
   void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    Track(0, pid_);
-    pid_ = 0;
+    const pid_t pid = child_->pid();
+    child_->Kill();
+    if (pid > 0) Track(0, pid);
   }
   bool Exited() {
-    if (pid_ <= 0) return true;
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      Track(0, pid_);
-      pid_ = 0;
-      return true;
-    }
-    return false;
+    const pid_t pid = child_->pid();
+    if (!child_->Exited()) return false;
+    if (pid > 0) Track(0, pid);
+    return true;
   }
   const std::string& log() const { return log_; }
 
  private:
   std::string log_;
-  pid_t pid_ = 0;
+  std::unique_ptr<cacheroute::eval::ChildProcess> child_;
 };
 
 // A single-member etcd, as tests/support/etcd_process.h starts it.

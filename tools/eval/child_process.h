@@ -1,0 +1,147 @@
+// ChildProcess: a program run as a child process, for the tests and benchmarks that start the
+// planner, the gateway, etcd or cacheroutectl as real processes. It is started with posix_spawn,
+// not fork: no atfork handlers run (gRPC's stop its threads around a fork) and the child does
+// nothing but exec. Standard input is /dev/null; standard output and standard error go to files
+// (the same file for both when the paths are equal) or stay this process's. The destructor kills
+// (SIGKILL) and reaps a child still running.
+//
+// Usage:
+//   absl::StatusOr<std::unique_ptr<ChildProcess>> etcd = ChildProcess::Spawn(
+//       {"/usr/bin/etcd", "--name=a"}, {.stdout_path = log, .stderr_path = log});
+//   if (!etcd.ok()) ...;
+//   (*etcd)->Signal(SIGSTOP);
+//   const int status = (*etcd)->Stop(SIGTERM, std::chrono::seconds(10));  // a waitpid status
+//
+// Not thread-safe, except Signal (and pid) while another thread waits.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace cacheroute::eval {
+
+struct SpawnOptions {
+  // Files for standard output and standard error ("": this process's), created when missing.
+  std::string stdout_path = "";
+  std::string stderr_path = "";
+  bool truncate = false;  // open them truncated instead of appending
+  // The child's environment ("NAME=value" each); none: this process's.
+  std::optional<std::vector<std::string>> env = std::nullopt;
+};
+
+class ChildProcess {
+ public:
+  // argv[0] is the program's path. Unavailable naming it when it cannot be started.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(std::vector<std::string> argv,
+                                                             const SpawnOptions& options = {}) {
+    if (argv.empty()) return absl::InvalidArgumentError("argv: empty");
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    std::vector<std::string> env_storage = options.env.value_or(std::vector<std::string>());
+    std::vector<char*> envp;
+    for (std::string& e : env_storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    const int flags = O_WRONLY | O_CREAT | (options.truncate ? O_TRUNC : O_APPEND);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    if (!options.stdout_path.empty()) {
+      posix_spawn_file_actions_addopen(&actions, 1, options.stdout_path.c_str(), flags, 0600);
+    }
+    if (!options.stderr_path.empty() && options.stderr_path == options.stdout_path) {
+      posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    } else if (!options.stderr_path.empty()) {
+      posix_spawn_file_actions_addopen(&actions, 2, options.stderr_path.c_str(), flags, 0600);
+    }
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(),
+                               options.env.has_value() ? envp.data() : environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      return absl::UnavailableError(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
+    }
+    return std::unique_ptr<ChildProcess>(new ChildProcess(pid));
+  }
+
+  ~ChildProcess() { Kill(); }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // 0 once the child is reaped.
+  pid_t pid() const { return pid_; }
+
+  // Sends `signal`; false when the child is gone.
+  bool Signal(int signal) const { return pid_ > 0 && kill(pid_, signal) == 0; }
+
+  // Waits for the exit and reaps the child: its waitpid status, or -1 when it was reaped already
+  // (or cannot be waited for).
+  int Wait() {
+    if (pid_ <= 0) return -1;
+    int status = 0;
+    pid_t waited;
+    do {
+      waited = waitpid(pid_, &status, 0);
+    } while (waited < 0 && errno == EINTR);
+    pid_ = 0;
+    return waited == -1 ? -1 : status;
+  }
+
+  // Reaps the child if it has exited, without blocking; true when it is gone.
+  bool Exited() {
+    if (pid_ <= 0) return true;
+    if (waitpid(pid_, nullptr, WNOHANG) != pid_) return false;
+    pid_ = 0;
+    return true;
+  }
+
+  // SIGKILL, then reaps the child (nothing when it is gone).
+  void Kill() {
+    if (Signal(SIGKILL)) Wait();
+  }
+
+  // Sends `signal` (after SIGCONT, so that a stopped child can act on it) and waits up to
+  // `grace` for the exit, then kills. The waitpid status, or -1 when the child was gone.
+  int Stop(int signal, std::chrono::milliseconds grace) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGCONT);
+    kill(pid_, signal);
+    const auto give_up = std::chrono::steady_clock::now() + grace;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        kill(pid_, SIGKILL);
+        return Wait();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = 0;
+    return status;
+  }
+
+ private:
+  explicit ChildProcess(pid_t pid) : pid_(pid) {}
+
+  pid_t pid_ = 0;
+};
+
+}  // namespace cacheroute::eval
