@@ -329,6 +329,8 @@ void PlaceHashed(const PlanConfig& config, std::span<const KeyRate> admitted,
       [&](uint32_t d, double share) { loads[d] += share; });
 }
 
+// PlanConfig::spill: one destination outside each key's set, by least spill load (ties: least
+// expected load, then lowest index), keys in decreasing rate.
 std::vector<uint32_t> PlaceSpills(const Plan& plan, std::span<const double> loads) {
   const uint32_t r_count = static_cast<uint32_t>(loads.size());
   std::vector<uint32_t> spills(plan.size(), kNoSpill);
