@@ -1,4 +1,5 @@
-// What the service mains (cacheroute-planner, cacheroute-gateway) share: their exit codes for a
+// What the programs' mains share: the error line "<name>: error: <message>" (Fail; the tools/eval
+// programs too), the service mains' (cacheroute-planner, cacheroute-gateway) exit codes for a
 // configuration that does not load or a service that does not start, and SIGINT/SIGTERM as a
 // flag that the main loop polls.
 //
@@ -12,28 +13,32 @@
 
 #include <csignal>
 #include <iostream>
-#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace cacheroute::service::program {
 
+// Prints "<name>: error: <message>" on stderr and returns `code`, for main to return.
+inline int Fail(absl::string_view name, int code, absl::string_view message) {
+  std::cerr << name << ": error: " << message << "\n";
+  return code;
+}
+
 // A loader's error: NotFound carries --help's text, printed to stdout (exit 0); any other error
-// is "<name>: error: <message>" on stderr (exit 2).
-inline int ConfigExit(std::string_view name, const absl::Status& status) {
+// is Fail's line (exit 2).
+inline int ConfigExit(absl::string_view name, const absl::Status& status) {
   if (status.code() == absl::StatusCode::kNotFound) {
     std::cout << status.message();
     return 0;
   }
-  std::cerr << name << ": error: " << status.message() << "\n";
-  return 2;
+  return Fail(name, 2, status.message());
 }
 
-// A service that did not start: "<name>: error: <message>" on stderr; exit 2 for
-// InvalidArgument (a configuration refused), else 1 (an address in use, unreadable state).
-inline int StartExit(std::string_view name, const absl::Status& status) {
-  std::cerr << name << ": error: " << status.message() << "\n";
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+// A service that did not start: Fail's line; exit 2 for InvalidArgument (a configuration
+// refused), else 1 (an address in use, unreadable state).
+inline int StartExit(absl::string_view name, const absl::Status& status) {
+  return Fail(name, status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1, status.message());
 }
 
 // The handlers only set a flag (all a signal handler may do); the main loop polls it.

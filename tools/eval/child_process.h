@@ -109,7 +109,7 @@ class ChildProcess {
   // Reaps the child if it has exited, without blocking; true when it is gone.
   bool Exited() {
     if (pid_ <= 0) return true;
-    if (waitpid(pid_, nullptr, WNOHANG) != pid_) return false;
+    if (waitpid(pid_, nullptr, WNOHANG) == 0) return false;  // -1: it cannot be waited for
     pid_ = 0;
     return true;
   }
@@ -127,7 +127,8 @@ class ChildProcess {
     kill(pid_, signal);
     const auto give_up = std::chrono::steady_clock::now() + grace;
     int status = 0;
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
+    pid_t waited;
+    while ((waited = waitpid(pid_, &status, WNOHANG)) == 0) {
       if (std::chrono::steady_clock::now() > give_up) {
         kill(pid_, SIGKILL);
         return Wait();
@@ -135,7 +136,7 @@ class ChildProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     pid_ = 0;
-    return status;
+    return waited == -1 ? -1 : status;
   }
 
  private:

@@ -8,12 +8,12 @@
 #pragma once
 
 #include <fstream>
-#include <iostream>
 #include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/string_view.h"
+#include "planner/service/program.h"
 
 namespace cacheroute::eval {
 
@@ -33,8 +33,7 @@ inline std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv)
 struct Program {
   absl::string_view name;
   int Fail(int code, absl::string_view message) const {
-    std::cerr << name << ": error: " << message << "\n";
-    return code;
+    return service::program::Fail(name, code, message);
   }
 };
 
