@@ -1,7 +1,10 @@
 // http::Server (tools/http/server.h) over real loopback sockets: whole and chunked responses,
 // keep-alive, the limits, a handler that forgets to answer, draining, TLS. Clients are httplib's;
 // waiting is polling with a deadline, never a fixed sleep.
+// pkg-config's cpp-httplib flags may define it already.
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
 #define CPPHTTPLIB_OPENSSL_SUPPORT
+#endif
 #include "tools/http/server.h"
 
 #include <httplib.h>

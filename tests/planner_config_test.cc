@@ -38,9 +38,6 @@ using cacheroute::testing::CheckEachArgs;
 
 const fs::path kDeployDir = fs::path(CACHEROUTE_SOURCE_DIR) / "deploy";
 
-// The smallest YAML that validates: destinations have no default.
-constexpr char kMinimalYaml[] = "destinations: 2\n";
-
 PlannerConfig ParseOk(const std::string& yaml, PlannerConfig base = {}) {
   INFO(yaml);
   return cacheroute::testing::RequireOk(ParsePlannerConfigYaml(yaml, std::move(base)));

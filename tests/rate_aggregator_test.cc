@@ -549,7 +549,8 @@ TEST_CASE("per-arm evidence from several gateways merges exactly, once per repor
   }
   // Evidence of another split (an older table) is dropped.
   RateReport old = Report("gw-9", 1, {{1, 5}});
-  old.evidence = EvidenceReport{.table_fraction = 0.05, .table = Arm({9.0}, 0, 0, 0, 0)};
+  old.evidence =
+      EvidenceReport{.table_fraction = 0.05, .table = Arm({9.0}, 0, 0, 0, 0), .control = {}};
   MustApply(aggregator, old, t0);
 
   const dataplane::Evidence merged = aggregator.TakeEvidence(0.2);
