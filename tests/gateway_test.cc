@@ -4,9 +4,7 @@
 // polling with a deadline (Eventually), never a fixed sleep; nothing asserts on wall-clock time.
 #include "tools/gateway/gateway.h"
 
-#include <fcntl.h>
 #include <httplib.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +33,7 @@
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
+#include "tools/eval/child_process.h"
 
 namespace cacheroute::gateway {
 namespace {
@@ -1052,53 +1051,28 @@ TEST_CASE("drain: /healthz turns 503, the listener closes, an open stream still 
 
 TEST_CASE("the cacheroute-gateway binary serves on the port it logs") {
   Fleet fleet(2);
-  int err[2];
-  REQUIRE(pipe(err) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(err[1], 2);
-    close(err[0]);
-    std::vector<std::string> args = {CACHEROUTE_GATEWAY_PATH, "--listen", "127.0.0.1:0", "--policy",
-                                     "cacheroute"};
-    for (const Upstream& u : fleet.Config()) {
-      args.push_back("--upstream");
-      args.push_back(u.name + "=" + u.url);
-    }
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+  testing::TempDir dir("gateway_test");
+  const std::string log = dir.File("gateway.log");
+  std::vector<std::string> args = {CACHEROUTE_GATEWAY_PATH, "--listen", "127.0.0.1:0", "--policy",
+                                   "cacheroute"};
+  for (const Upstream& u : fleet.Config()) {
+    args.push_back("--upstream");
+    args.push_back(u.name + "=" + u.url);
   }
-  close(err[1]);
-  int port = 0;
-  std::string log;
-  while (port == 0) {
-    pollfd pfd{err[0], POLLIN, 0};
-    if (poll(&pfd, 1, 60'000) <= 0) break;
-    char chunk[4096];
-    const ssize_t n = read(err[0], chunk, sizeof(chunk));
-    if (n <= 0) break;
-    log.append(chunk, static_cast<size_t>(n));
-    const size_t at = log.find("started gateway port=");
-    if (at != std::string::npos && log.find('\n', at) != std::string::npos) {
-      port = std::stoi(log.substr(at + 21));
-    }
-  }
-  INFO(log);
-  CHECK(log.find("no_planner") != std::string::npos);  // cacheroute without a planner says so
-  if (port > 0) {
-    httplib::Client client("127.0.0.1", port);
-    Reply reply = Send(client, "tenant-1");
-    CHECK(reply.status == 200);
-    CHECK((reply.destination == "u0" || reply.destination == "u1"));
-  }
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  close(err[0]);
+  std::unique_ptr<eval::ChildProcess> child =
+      testing::RequireOk(eval::ChildProcess::Spawn(std::move(args), {.stderr_path = log}));
+  const std::string started = testing::RequireOk(
+      eval::AwaitLogLine(*child, log, "started gateway port=", std::chrono::seconds(60)));
+  INFO(eval::ReadTextFile(log));
+  // cacheroute without a planner says so (before it starts serving)
+  CHECK(eval::ReadTextFile(log).find("no_planner") != std::string::npos);
+  const int port = eval::LogNumber(started, "port").value_or(0);
   REQUIRE(port > 0);
+  httplib::Client client("127.0.0.1", port);
+  Reply reply = Send(client, "tenant-1");
+  CHECK(reply.status == 200);
+  CHECK((reply.destination == "u0" || reply.destination == "u1"));
+  const int status = child->Stop(SIGTERM, std::chrono::seconds(60));
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }

@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,24 +65,14 @@ class Replica {
   ~Replica() { Kill(); }
 
   void Start() {
-    absl::StatusOr<std::unique_ptr<eval::ChildProcess>> child = eval::ChildProcess::Spawn(
-        {CACHEROUTE_PLANNER_PATH, "--config", config_}, {.stdout_path = log_, .stderr_path = log_});
-    INFO(child.status().ToString());
-    REQUIRE(child.ok());
-    child_ = *std::move(child);
-    REQUIRE(Eventually(
-        [&] {
-          std::ifstream in(log_);
-          std::string line;
-          while (std::getline(in, line)) {
-            if (line.find(" started ") == std::string::npos) continue;
-            port_ = std::stoi(line.substr(line.find(" port=") + 6));
-            metrics_port_ = std::stoi(line.substr(line.find(" metrics_port=") + 14));
-            return true;
-          }
-          return false;
-        },
-        std::chrono::seconds(60)));
+    child_ =
+        testing::RequireOk(eval::ChildProcess::Spawn({CACHEROUTE_PLANNER_PATH, "--config", config_},
+                                                     {.stdout_path = log_, .stderr_path = log_}));
+    const std::string started = testing::RequireOk(
+        eval::AwaitLogLine(*child_, log_, " started ", std::chrono::seconds(60)));
+    port_ = eval::LogNumber(started, "port").value_or(0);
+    metrics_port_ = eval::LogNumber(started, "metrics_port").value_or(0);
+    REQUIRE((port_ > 0 && metrics_port_ > 0));
     channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
   }
   void Kill() {
@@ -99,12 +88,7 @@ class Replica {
   const std::string& id() const { return id_; }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
-  std::string Log() const {
-    std::ifstream in(log_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  std::string Log() const { return eval::ReadTextFile(log_); }
 
   std::optional<v1::GetStatusResponse> Status() const {
     auto stub = v1::AdminService::NewStub(channel_);

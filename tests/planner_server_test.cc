@@ -4,10 +4,6 @@
 #include "planner/service/planner_server.h"
 
 #include <httplib.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -29,6 +25,7 @@
 #include "tests/support/rate_reports.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/test_certs.h"
+#include "tools/eval/child_process.h"
 
 namespace cacheroute::service {
 namespace {
@@ -502,67 +499,35 @@ TEST_CASE("TLS and mutual TLS with certificates generated at test time") {
 }
 
 // The real cacheroute-planner process, started on a free port; its port is read from its
-// "started" log line.
+// "started" log line. Its log is a file of its own, removed with the object.
 class PlannerProcess {
  public:
-  explicit PlannerProcess(const std::vector<std::string>& args) {
-    int err[2];
-    REQUIRE(pipe(err) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(err[1], 2);
-      close(err[0]);
-      std::vector<char*> argv;
-      std::string binary = CACHEROUTE_PLANNER_PATH;
-      argv.push_back(binary.data());
-      std::vector<std::string> copy = args;
-      for (std::string& a : copy) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(binary.c_str(), argv.data());
-      _exit(127);
-    }
-    close(err[1]);
-    log_fd_ = err[0];
-    // Read the log until the "started" line; give up (and fail) after 60 s without output.
-    std::string buffer;
-    while (port_ == 0) {
-      pollfd pfd{log_fd_, POLLIN, 0};
-      if (poll(&pfd, 1, 60'000) <= 0) break;
-      char chunk[4096];
-      const ssize_t n = read(log_fd_, chunk, sizeof(chunk));
-      if (n <= 0) break;
-      buffer.append(chunk, static_cast<size_t>(n));
-      size_t newline;
-      while (port_ == 0 && (newline = buffer.find('\n')) != std::string::npos) {
-        const std::string text = buffer.substr(0, newline + 1);
-        buffer.erase(0, newline + 1);
-        if (text.find(" started ") == std::string::npos) continue;
-        const size_t port = text.find(" port=");
-        REQUIRE(port != std::string::npos);
-        port_ = std::stoi(text.substr(port + 6));
-        const size_t restored = text.find("restored_version=");
-        restored_ =
-            text.substr(restored + 17, text.find_first_of(" \n", restored + 17) - restored - 17);
-      }
-    }
-    if (port_ == 0) Kill();  // a failed constructor runs no destructor
+  explicit PlannerProcess(const std::vector<std::string>& args)
+      : log_dir_(TempDir()), log_(log_dir_ + "/planner.log") {
+    std::vector<std::string> argv = {CACHEROUTE_PLANNER_PATH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    child_ = testing::RequireOk(eval::ChildProcess::Spawn(std::move(argv), {.stderr_path = log_}));
+    const std::string started = testing::RequireOk(
+        eval::AwaitLogLine(*child_, log_, " started ", std::chrono::seconds(60)));
+    port_ = eval::LogNumber(started, "port").value_or(0);
     REQUIRE(port_ > 0);
+    restored_ = eval::LogField(started, "restored_version").value_or("");
   }
-  ~PlannerProcess() { Kill(); }
+  ~PlannerProcess() {
+    Kill();
+    std::error_code ignored;
+    std::filesystem::remove_all(log_dir_, ignored);
+  }
   void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    close(log_fd_);
-    pid_ = 0;
+    if (child_ != nullptr) child_->Kill();
   }
   int port() const { return port_; }
   const std::string& restored() const { return restored_; }
 
  private:
-  pid_t pid_ = 0;
-  int log_fd_ = -1;
+  std::string log_dir_;
+  std::string log_;
+  std::unique_ptr<eval::ChildProcess> child_;
   int port_ = 0;
   std::string restored_;
 };

@@ -12,6 +12,9 @@
 //   (*etcd)->Signal(SIGSTOP);
 //   const int status = (*etcd)->Stop(SIGTERM, std::chrono::seconds(10));  // a waitpid status
 //
+// A child that logs its port when it is ready ("... started ... port=N ...") is waited for with
+// AwaitLogLine on its log file, and the port read with LogField / LogNumber.
+//
 // Not thread-safe, except Signal (and pid) while another thread waits.
 #pragma once
 
@@ -23,10 +26,14 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -144,5 +151,63 @@ class ChildProcess {
 
   pid_t pid_ = 0;
 };
+
+// The file's text; "" when it cannot be read.
+inline std::string ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Reads the file at `log_path` every 20 ms until it holds a complete line (newline-terminated)
+// containing `marker`, and returns the first such line without its newline. DeadlineExceeded
+// after `timeout`, Unavailable when `child` exits first; both quote the log so far.
+inline absl::StatusOr<std::string> AwaitLogLine(ChildProcess& child, const std::string& log_path,
+                                                std::string_view marker,
+                                                std::chrono::milliseconds timeout) {
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const bool exited = child.Exited();  // before the read: a line logged before the exit counts
+    const std::string log = ReadTextFile(log_path);
+    for (size_t begin = 0, end; (end = log.find('\n', begin)) != std::string::npos;
+         begin = end + 1) {
+      const std::string_view line(log.data() + begin, end - begin);
+      if (line.find(marker) != std::string_view::npos) return std::string(line);
+    }
+    if (exited || std::chrono::steady_clock::now() > give_up) {
+      const std::string what =
+          absl::StrCat("no line with \"", std::string(marker), "\" in ", log_path);
+      return exited
+                 ? absl::UnavailableError(absl::StrCat(what, ": the process exited; log:\n", log))
+                 : absl::DeadlineExceededError(absl::StrCat(what, " in time; log:\n", log));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// The value of `name=` in a log line of space-separated name=value fields, up to the next space;
+// nullopt when the line has no such field.
+inline std::optional<std::string> LogField(std::string_view line, std::string_view name) {
+  for (size_t at = line.find(name); at != std::string_view::npos; at = line.find(name, at + 1)) {
+    const size_t value = at + name.size();
+    if ((at == 0 || line[at - 1] == ' ') && value < line.size() && line[value] == '=') {
+      const size_t end = line.find(' ', value + 1);
+      return std::string(
+          line.substr(value + 1, end == std::string_view::npos ? end : end - value - 1));
+    }
+  }
+  return std::nullopt;
+}
+
+// LogField as a whole number ≥ 0; nullopt when missing or not a number.
+inline std::optional<int> LogNumber(std::string_view line, std::string_view name) {
+  const std::optional<std::string> field = LogField(line, name);
+  if (!field || field->empty() || field->size() > 9) return std::nullopt;
+  for (char c : *field) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  return std::atoi(field->c_str());
+}
 
 }  // namespace cacheroute::eval

@@ -12,7 +12,6 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "planner/service/http_listen.h"
+#include "tools/eval/child_process.h"
 #include "tools/gateway/gateway.h"
 
 namespace {
@@ -58,20 +58,18 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-// Stops a child process of ours (SIGTERM, then reaps it) and removes its config file; for the
-// destructors below. pid <= 0: none was started.
-void StopChild(pid_t pid, const std::filesystem::path& config) {
-  if (pid > 0) {
-    ::kill(pid, SIGTERM);
-    ::waitpid(pid, nullptr, 0);
-  }
+// Stops a child process of ours (SIGTERM, then SIGKILL after 10 s) and removes its files; for the
+// destructors below.
+void StopChild(std::unique_ptr<cacheroute::eval::ChildProcess>& child,
+               const std::vector<std::filesystem::path>& files) {
+  if (child != nullptr) child->Stop(SIGTERM, std::chrono::seconds(10));
   std::error_code ignored;
-  std::filesystem::remove(config, ignored);
+  for (const std::filesystem::path& file : files) std::filesystem::remove(file, ignored);
 }
 
 // HAProxy in HTTP mode in front of one upstream, as a reference proxy; stopped by the destructor.
 struct HaProxy {
-  pid_t pid = -1;
+  std::unique_ptr<cacheroute::eval::ChildProcess> child;
   int port = 0;
   std::filesystem::path config;
   HaProxy(const std::string& binary, int upstream_port, unsigned threads) {
@@ -85,66 +83,59 @@ struct HaProxy {
         "frontend fe\n  bind 127.0.0.1:%d\n  default_backend be\n"
         "backend be\n  balance leastconn\n  server s0 127.0.0.1:%d\n",
         threads, port, upstream_port);
-    pid = ::fork();
-    if (pid == 0) {
-      ::execl(binary.c_str(), binary.c_str(), "-f", config.c_str(), "-db", "-q",
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
+    auto spawned =
+        cacheroute::eval::ChildProcess::Spawn({binary, "-f", config.string(), "-db", "-q"});
+    const int listen_port = port;
+    port = 0;
+    if (!spawned.ok()) return;
+    child = *std::move(spawned);
     const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (Clock::now() < deadline) {
-      httplib::Client probe("127.0.0.1", port);
-      if (probe.Get("/")) return;  // any answer: it listens
+    while (Clock::now() < deadline && !child->Exited()) {
+      httplib::Client probe("127.0.0.1", listen_port);
+      if (probe.Get("/")) {  // any answer: it listens
+        port = listen_port;
+        return;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    port = 0;
   }
-  ~HaProxy() { StopChild(pid, config); }
+  ~HaProxy() { StopChild(child, {config}); }
 };
 
 // cacheroute-gateway as a process of its own (as HAProxy is), from `binary`; stopped by the
-// destructor. port is 0 when it did not start.
+// destructor. port is 0 when it did not start, and `error` then says why.
 struct ChildGateway {
-  pid_t pid = -1;
+  std::unique_ptr<cacheroute::eval::ChildProcess> child;
   int port = 0;
+  std::string error;
   std::filesystem::path config;
+  std::filesystem::path log;
   ChildGateway(const std::string& binary, const std::string& policy, uint32_t io_threads,
                int upstream_port) {
-    config = std::filesystem::temp_directory_path() /
-             absl::StrCat("cacheroute-bench-gateway-", ::getpid(), ".yaml");
+    const std::string name = absl::StrCat("cacheroute-bench-gateway-", ::getpid());
+    config = std::filesystem::temp_directory_path() / (name + ".yaml");
+    log = std::filesystem::temp_directory_path() / (name + ".log");
     std::ofstream(config) << absl::StrFormat(
         "listen: 127.0.0.1:0\npolicy: %s\nio_threads: %d\n"
         "upstreams:\n  - {name: engine-0, url: \"http://127.0.0.1:%d\"}\n",
         policy, io_threads, upstream_port);
-    int fds[2];
-    if (::pipe(fds) != 0) return;
-    pid = ::fork();
-    if (pid == 0) {
-      ::dup2(fds[1], 2);
-      ::close(fds[0]);
-      ::execl(binary.c_str(), binary.c_str(), "--config", config.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
+    auto spawned = cacheroute::eval::ChildProcess::Spawn(
+        {binary, "--config", config.string()}, {.stderr_path = log.string(), .truncate = true});
+    if (!spawned.ok()) {
+      error = spawned.status().ToString();
+      return;
     }
-    ::close(fds[1]);
-    std::string log;
-    char buffer[512];
-    for (ssize_t n; port == 0 && (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) {
-      log.append(buffer, n);
-      const size_t at = log.find("started gateway port=");
-      if (at != std::string::npos && log.find(' ', at + 21) != std::string::npos) {
-        port = std::atoi(log.c_str() + at + 21);
-      }
+    child = *std::move(spawned);
+    const absl::StatusOr<std::string> started = cacheroute::eval::AwaitLogLine(
+        *child, log.string(), "started gateway port=", std::chrono::seconds(60));
+    if (!started.ok()) {
+      error = started.status().ToString();
+      return;
     }
-    // Keep draining its stderr so that it never blocks on a full pipe.
-    std::thread([fd = fds[0]] {
-      char sink[512];
-      while (::read(fd, sink, sizeof sink) > 0) {
-      }
-      ::close(fd);
-    }).detach();
+    port = cacheroute::eval::LogNumber(*started, "port").value_or(0);
+    if (port == 0) error = "no port in: " + *started;
   }
-  ~ChildGateway() { StopChild(pid, config); }
+  ~ChildGateway() { StopChild(child, {config, log}); }
 };
 
 }  // namespace
@@ -185,6 +176,12 @@ int main(int argc, char** argv) {
   });
   const int upstream_port = upstream.bind_to_any_port("127.0.0.1");
   std::thread upstream_thread = cacheroute::service::ListenInBackground(upstream);
+  // An early exit stops the upstream first: a joinable thread must not be destroyed.
+  const auto give_up = [&] {
+    upstream.stop();
+    upstream_thread.join();
+    return 1;
+  };
 
   cacheroute::gateway::GatewayConfig config;
   config.listen = "127.0.0.1:0";
@@ -198,14 +195,15 @@ int main(int argc, char** argv) {
     child = std::make_unique<ChildGateway>(gateway_binary, policy, io_threads, upstream_port);
     gateway_port = child->port;
     if (gateway_port == 0) {
-      std::fprintf(stderr, "gateway: %s did not start\n", gateway_binary.c_str());
-      return 1;
+      std::fprintf(stderr, "gateway: %s did not start: %s\n", gateway_binary.c_str(),
+                   child->error.c_str());
+      return give_up();
     }
   } else {
     auto gateway = cacheroute::gateway::Gateway::Start(config);
     if (!gateway.ok()) {
       std::fprintf(stderr, "gateway: %s\n", std::string(gateway.status().message()).c_str());
-      return 1;
+      return give_up();
     }
     in_process = *std::move(gateway);
     gateway_port = in_process->port();

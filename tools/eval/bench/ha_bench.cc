@@ -92,13 +92,6 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The children alive, so that SIGINT/SIGTERM can kill them before the bench exits.
 constexpr int kMaxChildren = 64;
 std::atomic<pid_t> children[kMaxChildren];
@@ -143,6 +136,15 @@ class Process {
     if (pid > 0) Track(0, pid);
     return true;
   }
+  // AwaitLogLine on this process's log.
+  absl::StatusOr<std::string> AwaitLine(std::string_view marker,
+                                        std::chrono::milliseconds timeout) {
+    const pid_t pid = child_->pid();
+    absl::StatusOr<std::string> line =
+        cacheroute::eval::AwaitLogLine(*child_, log_, marker, timeout);
+    if (pid > 0 && child_->pid() == 0) Track(0, pid);  // it exited and was reaped
+    return line;
+  }
   const std::string& log() const { return log_; }
 
  private:
@@ -180,7 +182,7 @@ class Etcd {
       if ((probe = (*client)->Get("probe").status()).ok()) break;
       if (process_->Exited() || Clock::now() > give_up) {
         Die(absl::StrCat("etcd did not start (", probe.ToString(), "):\n",
-                         ReadFile(process_->log())));
+                         cacheroute::eval::ReadTextFile(process_->log())));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -235,21 +237,13 @@ class Planner {
   }
   // Waits for the "started" line.
   void AwaitStarted() {
-    const auto give_up = Clock::now() + std::chrono::seconds(60);
-    while (port_ == 0) {
-      std::istringstream log(ReadFile(process_->log()));
-      std::string line;
-      while (std::getline(log, line)) {
-        const size_t at = line.find(" port=");
-        if (line.find(" started ") != std::string::npos && at != std::string::npos) {
-          port_ = std::stoi(line.substr(at + 6));
-        }
-      }
-      if (port_ != 0) break;
-      if (process_->Exited() || Clock::now() > give_up) {
-        Die(absl::StrCat("planner ", id_, " did not start:\n", ReadFile(process_->log())));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const absl::StatusOr<std::string> started =
+        process_->AwaitLine(" started ", std::chrono::seconds(60));
+    if (started.ok()) port_ = cacheroute::eval::LogNumber(*started, "port").value_or(0);
+    if (port_ == 0) {
+      Die(absl::StrCat("planner ", id_, " did not start: ",
+                       started.ok() ? absl::StrCat("no port in: ", *started)
+                                    : std::string(started.status().message())));
     }
     channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
     admin_ = v1::AdminService::NewStub(channel_);
