@@ -111,7 +111,11 @@ absl::StatusOr<std::vector<Upstream>> ReadMembershipSource(const GatewayConfig& 
   DnsSource source;
   const size_t colon = config.upstreams_dns.rfind(':');
   source.name = config.upstreams_dns.substr(0, colon);
-  absl::SimpleAtoi(config.upstreams_dns.substr(colon + 1), &source.port);
+  if (!absl::SimpleAtoi(config.upstreams_dns.substr(colon + 1), &source.port)) {
+    // Validated as NAME:PORT (gateway_config.cc): only a config built by hand gets here.
+    return absl::InvalidArgumentError(
+        absl::StrCat("upstreams_dns: \"", config.upstreams_dns, "\" is not NAME:PORT"));
+  }
   source.server = config.dns_server;
   source.timeout = std::min(config.membership_interval, absl::Seconds(5));
   return ResolveUpstreams(source);
@@ -543,7 +547,10 @@ absl::Status Gateway::Listen() {
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   if (host == "localhost") host = "127.0.0.1";
   int port = 0;
-  absl::SimpleAtoi(config_.listen.substr(colon + 1), &port);
+  if (!absl::SimpleAtoi(config_.listen.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen: \"", config_.listen, "\" is not HOST:PORT"));
+  }
 
   if (!config_.api_key_file.empty()) {
     CACHEROUTE_ASSIGN_OR_RETURN(std::string text,

@@ -64,9 +64,10 @@ namespace dp = cacheroute::dataplane;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kNowRefreshPicks = 1024;
-// The reader of the swap test times at most this many picks (32 MiB of samples), about half a
-// second: longer than 20 back-to-back installs of a 128,824-key table take.
-constexpr size_t kMaxSwapPicks = size_t{1} << 23;
+// The reader of the swap test times picks until the writer is done, and at most this many
+// (256 MiB of samples, a few seconds): far longer than 20 back-to-back installs of a 128,824-key
+// table take, so that every install falls inside the timed picks.
+constexpr size_t kMaxSwapPicks = size_t{1} << 26;
 
 double SecondsSince(SteadyClock::time_point start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();
@@ -478,7 +479,7 @@ int main(int argc, char** argv) {
   std::thread reader([&] {
     reader_started.store(true);
     swap_ticks =
-        TimePicks(router, w.stream, half_stream, size_t{1} << 26, &swap_ns_per_tick, &writer_done);
+        TimePicks(router, w.stream, half_stream, kMaxSwapPicks, &swap_ns_per_tick, &writer_done);
   });
   while (!reader_started.load()) std::this_thread::yield();
   {
