@@ -40,11 +40,13 @@ cacheroute_build() {
 
 # cacheroute_configure_fuzz DIR [cmake args...]: configure DIR (once) as the fuzz build, with
 # clang-14 and CACHEROUTE_FUZZ: every library with ASan + UBSan and libFuzzer's coverage, at -O1
-# without NDEBUG so assertions stay on. tests/fuzz/run and .ci/run's sanitizer tree use it.
+# without NDEBUG so assertions stay on, and the test drivers at -O0 (CACHEROUTE_TEST_OPTIMIZE).
+# tests/fuzz/run and .ci/run's sanitizer tree use it.
 cacheroute_configure_fuzz() {
   local dir=$1
   shift
   [ -f "$dir/build.ninja" ] && return 0
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCACHEROUTE_FUZZ=ON \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" "$@" >/dev/null
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
+    -DCACHEROUTE_TEST_OPTIMIZE=-O0 "$@" >/dev/null
 }
