@@ -25,14 +25,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "base/clock.h"
+#include "base/status_macros.h"
 #include "client/command.h"
 #include "client/online_commands.h"
 #include "client/plan_output.h"
 #include "client/rates_csv.h"
 #include "client/text_format.h"
-#include "planner/clock.h"
 #include "planner/plan_builder.h"
-#include "planner/status_macros.h"
 
 namespace cacheroute::client {
 namespace {
@@ -102,7 +102,7 @@ class PlanCommand final : public Command {
     }
     const RankedRates ranked = RankKeys(*std::move(csv));
 
-    planner::RealClock clock;
+    base::RealClock clock;
     absl::StatusOr<planner::Plan> plan = planner::BuildPlan(
         ranked.rates,
         {.destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots}, &clock);

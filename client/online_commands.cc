@@ -22,13 +22,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
 #include "client/json_writer.h"
 #include "client/online_output.h"
 #include "client/planner_client.h"
 #include "client/rates_csv.h"
 #include "client/text_format.h"
 #include "planner/key_id.h"
-#include "planner/status_macros.h"
 #include "proto/table/table_client_state.h"
 
 namespace cacheroute::client {

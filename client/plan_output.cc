@@ -13,9 +13,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "base/status_macros.h"
 #include "client/load_chart.h"
 #include "client/text_format.h"
-#include "planner/status_macros.h"
 
 namespace cacheroute::client {
 namespace {

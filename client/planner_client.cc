@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 #include "client/text_format.h"
 #include "grpc/support/log.h"
-#include "planner/status_macros.h"
 
 namespace cacheroute::client {
 namespace {

@@ -406,7 +406,7 @@ absl::Status ValidatePlanConfig(const PlanConfig& config) {
   return absl::OkStatus();
 }
 
-PlanBuilder::PlanBuilder(Clock* clock) : clock_(clock) {}
+PlanBuilder::PlanBuilder(base::Clock* clock) : clock_(clock) {}
 
 absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const PlanConfig& config) {
   return Build(rates, config, nullptr);
@@ -587,7 +587,7 @@ Plan Plan::Remapped(std::span<const uint32_t> index, uint32_t destinations) cons
 }
 
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
-                               Clock* clock, const Plan* previous) {
+                               base::Clock* clock, const Plan* previous) {
   return PlanBuilder(clock).Build(rates, config, previous);
 }
 

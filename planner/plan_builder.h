@@ -32,7 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "planner/clock.h"
+#include "base/clock.h"
 
 namespace cacheroute::planner {
 
@@ -157,7 +157,7 @@ class PlanBuilder {
  public:
   // If `clock` is given (it must outlive the builder), stats().build_seconds holds the time each
   // Build took by that clock.
-  explicit PlanBuilder(Clock* clock = nullptr);
+  explicit PlanBuilder(base::Clock* clock = nullptr);
 
   // Returns InvalidArgument, naming the field and value, for a bad config, a NaN, infinite or
   // negative rate, or a duplicate key; OutOfRange if Σk_b would not fit 32 bits.
@@ -169,7 +169,7 @@ class PlanBuilder {
                              const Plan* previous);
 
  private:
-  Clock* clock_;
+  base::Clock* clock_;
   std::vector<KeyRate> sorted_;  // the rate order; never shrinks, the first n entries are used
   std::unique_ptr<std::byte[]> scratch_;  // n pairs, or 2n bare keys
   size_t scratch_size_ = 0;               // in pairs
@@ -179,6 +179,6 @@ class PlanBuilder {
 
 // A one-off build with a fresh PlanBuilder; same results and errors as PlanBuilder::Build.
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
-                               Clock* clock = nullptr, const Plan* previous = nullptr);
+                               base::Clock* clock = nullptr, const Plan* previous = nullptr);
 
 }  // namespace cacheroute::planner

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "planner/status_macros.h"
+#include "base/status_macros.h"
 
 namespace cacheroute::coord {
 namespace {

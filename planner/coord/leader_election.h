@@ -35,7 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "planner/clock.h"
+#include "base/clock.h"
 #include "planner/coord/etcd_client.h"
 
 namespace cacheroute::coord {
@@ -73,8 +73,8 @@ class LeaderElection {
     std::string address;     // this replica's advertised gRPC address: no newline
     int64_t lease_ttl_seconds = 5;
     // For the local lease deadline; not owned. Null: a monotonic clock (steady_clock), which an
-    // NTP step cannot move; planner::RealClock is the wall clock and could.
-    planner::Clock* clock = nullptr;
+    // NTP step cannot move; base::RealClock is the wall clock and could.
+    base::Clock* clock = nullptr;
     std::function<void(const LeadershipChange&)> on_change;
     // Wall-clock pause after a failed etcd call before the next attempt.
     absl::Duration retry_interval = absl::Milliseconds(500);
@@ -131,12 +131,12 @@ class LeaderElection {
   const Options options_;
   const std::string leader_key_;
   const std::string value_;  // what this replica writes in the leader key
-  class SteadyClock final : public planner::Clock {
+  class SteadyClock final : public base::Clock {
    public:
     absl::Time Now() override;
   };
   SteadyClock steady_clock_;
-  planner::Clock* const clock_;
+  base::Clock* const clock_;
 
   std::thread thread_;
   std::unique_ptr<Watcher> watcher_;  // the election thread's (or, once joined, the owner's)

@@ -34,15 +34,16 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "planner/service/yaml_fields.h"
-#include "planner/status_macros.h"
+#include "base/config_file.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cacheroute::service {
 namespace {
 
-using namespace yaml;  // NOLINT: the shared checks, parsers and field makers
-using YamlField = yaml::Field<PlannerConfig>;
+using namespace base::yaml;  // NOLINT: the shared checks, parsers and field makers
+using YamlField = base::yaml::Field<PlannerConfig>;
 
 constexpr absl::string_view kProgram = "cacheroute-planner";
 
@@ -62,7 +63,7 @@ absl::Status CheckLogFormat(absl::string_view name, absl::string_view value) {
 // HOST:PORT as gRPC and the metrics server take it: an IPv6 host goes in brackets, the port is
 // 0 … 65535 (0 picks a free one).
 absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
-  return yaml::CheckHostPort(name, value, allow_empty, "[::]:50051");
+  return base::yaml::CheckHostPort(name, value, allow_empty, "[::]:50051");
 }
 
 // The token travels as "authorization: Bearer <token>", so it must be a valid header value
@@ -560,18 +561,18 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
       std::string(kProgram)};
   Flags flags;
   DeclareFlags(app, flags);
-  if (absl::Status s = ParseCommandLine(app, argc, argv); !s.ok()) return s;
+  if (absl::Status s = base::ParseCommandLine(app, argc, argv); !s.ok()) return s;
 
   PlannerConfig config;
   if (app.count("--config") > 0) {
-    CACHEROUTE_ASSIGN_OR_RETURN(config,
-                                ParseConfigFile(flags.config, config, &ParsePlannerConfigYaml));
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        config, base::ParseConfigFile(flags.config, config, &ParsePlannerConfigYaml));
   }
   if (absl::Status status = ApplyFlags(app, flags, config); !status.ok()) return status;
 
   if (!config.token_file.empty()) {
     const char* name = app.count("--token-file") > 0 ? "--token-file" : "token_file";
-    CACHEROUTE_ASSIGN_OR_RETURN(std::string token, ReadConfigFile(name, config.token_file));
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string token, base::ReadConfigFile(name, config.token_file));
     absl::string_view trimmed = absl::StripTrailingAsciiWhitespace(token);
     if (trimmed.empty()) {
       return Invalid(name, absl::StrCat(Quote(config.token_file), " is empty"));
@@ -588,37 +589,6 @@ absl::StatusOr<PlannerConfig> LoadOrThrow(int argc, const char* const* argv) {
 }
 
 }  // namespace
-
-absl::Status ParseCommandLine(CLI::App& app, int argc, const char* const* argv) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    return absl::NotFoundError(app.help());
-  } catch (const CLI::ParseError& e) {
-    return absl::InvalidArgumentError(e.what());
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return Invalid(name, absl::StrCat("cannot open ", Quote(path), ": ",
-                                      std::error_code(errno, std::generic_category()).message()));
-  }
-  std::string text;
-  char buffer[1 << 14];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
-  const bool failed = std::ferror(file) != 0;
-  const int error = errno;
-  std::fclose(file);
-  if (failed) {
-    return Invalid(name, absl::StrCat("cannot read ", Quote(path), ": ",
-                                      std::error_code(error, std::generic_category()).message()));
-  }
-  return text;
-}
 
 absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view text, PlannerConfig base) {
   return CatchingYaml([&] { return ParseYamlOrThrow(text, std::move(base)); });

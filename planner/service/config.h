@@ -21,12 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
 #include "planner/gate.h"
-#include "planner/status_macros.h"
-
-namespace CLI {
-class App;
-}  // namespace CLI
 
 namespace cacheroute::service {
 
@@ -114,27 +110,6 @@ struct PlannerConfig {
 // Pure: reads no files.
 absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view yaml,
                                                      PlannerConfig base = {});
-
-// The whole of file `path`; InvalidArgument naming `name` (the key or flag that gave the path),
-// the path and the system's reason when it cannot be opened or read. The gateway's config loader
-// reads its files with it too.
-absl::StatusOr<std::string> ReadConfigFile(absl::string_view name, const std::string& path);
-
-// `parse(text, base)` of the file `path` given by --config, read with ReadConfigFile; a parse
-// error is InvalidArgument prefixed with the path. Shared with the gateway's loader.
-template <class Config, class Parse>
-absl::StatusOr<Config> ParseConfigFile(const std::string& path, const Config& base, Parse parse) {
-  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, ReadConfigFile("--config", path));
-  absl::StatusOr<Config> parsed = parse(text, base);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
-  }
-  return parsed;
-}
-
-// Parses the command line into `app`: --help is NotFound carrying the help text, a bad flag
-// InvalidArgument with CLI11's message. Shared with the gateway's loader.
-absl::Status ParseCommandLine(CLI::App& app, int argc, const char* const* argv);
 
 // Full loading: defaults, then `--config FILE` if given, then the other flags, then the token
 // file if one is set. Flags:

@@ -13,10 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
 #include "planner/coord/etcd_client.h"
-#include "planner/service/logging.h"
 #include "planner/service/planner_server.h"
-#include "planner/status_macros.h"
 
 namespace cacheroute::service {
 
@@ -68,9 +68,9 @@ struct HaReplica::State {
     using Kind = coord::LeadershipChange::Kind;
     switch (change.kind) {
       case Kind::kBecameLeader:
-        LogEvent("info", "ha_became_leader",
-                 {{"replica_id", options.etcd.replica_id},
-                  {"term_revision", absl::StrCat(change.term.create_revision)}});
+        base::LogEvent("info", "ha_became_leader",
+                       {{"replica_id", options.etcd.replica_id},
+                        {"term_revision", absl::StrCat(change.term.create_revision)}});
         {
           std::lock_guard<std::mutex> lock(mu);
           takeover_pending = true;
@@ -78,12 +78,13 @@ struct HaReplica::State {
         cv.notify_all();
         break;
       case Kind::kLostLeadership:
-        LogEvent("warning", "ha_lost_leadership",
-                 {{"replica_id", options.etcd.replica_id}, {"reason", change.reason}});
+        base::LogEvent("warning", "ha_lost_leadership",
+                       {{"replica_id", options.etcd.replica_id}, {"reason", change.reason}});
         break;
       case Kind::kLeaderChanged:
-        LogEvent("info", "ha_leader_changed",
-                 {{"leader_id", change.leader.id}, {"leader_address", change.leader.address}});
+        base::LogEvent(
+            "info", "ha_leader_changed",
+            {{"leader_id", change.leader.id}, {"leader_address", change.leader.address}});
         break;
     }
   }
@@ -104,9 +105,9 @@ struct HaReplica::State {
         {TxnOp::Put(table_key, table_bytes), TxnOp::Put(version_key, table.version().ToString()),
          TxnOp::Put(state_key, meta_bytes), TxnOp::Put(published_by_key, options.etcd.replica_id)});
     if (!result.ok()) {
-      LogEvent("warning", "ha_publish_refused",
-               {{"version", table.version().ToString()},
-                {"error", std::string(result.status().message())}});
+      base::LogEvent("warning", "ha_publish_refused",
+                     {{"version", table.version().ToString()},
+                      {"error", std::string(result.status().message())}});
       return result.status();
     }
     return absl::OkStatus();
@@ -122,14 +123,15 @@ struct HaReplica::State {
   std::shared_ptr<const table::TableSnapshot> ParseTable(const std::string& bytes) {
     v1::RoutingTable proto;
     if (!proto.ParseFromString(bytes)) {
-      LogEvent("error", "ha_bad_table", {{"key", table_key}, {"error", "not a RoutingTable"}});
+      base::LogEvent("error", "ha_bad_table",
+                     {{"key", table_key}, {"error", "not a RoutingTable"}});
       return nullptr;
     }
     absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> snapshot =
         table::TableSnapshot::FromProto(proto);
     if (!snapshot.ok()) {
-      LogEvent("error", "ha_bad_table",
-               {{"key", table_key}, {"error", std::string(snapshot.status().message())}});
+      base::LogEvent("error", "ha_bad_table",
+                     {{"key", table_key}, {"error", std::string(snapshot.status().message())}});
       return nullptr;
     }
     return *std::move(snapshot);
@@ -194,8 +196,8 @@ struct HaReplica::State {
              },
          .on_broken =
              [this, what, &live](const absl::Status& status, int64_t) {
-               LogEvent("warning", "ha_watch_broken",
-                        {{"watch", what}, {"error", std::string(status.message())}});
+               base::LogEvent("warning", "ha_watch_broken",
+                              {{"watch", what}, {"error", std::string(status.message())}});
                {
                  std::lock_guard<std::mutex> lock(mu);
                  live = false;
@@ -206,8 +208,8 @@ struct HaReplica::State {
     if (!opened.ok()) {
       if (absl::IsOutOfRange(opened.status())) {
         // Compacted: the table is read again; reports in between cannot be seen any more.
-        LogEvent("error", "ha_watch_compacted",
-                 {{"watch", what}, {"error", std::string(opened.status().message())}});
+        base::LogEvent("error", "ha_watch_compacted",
+                       {{"watch", what}, {"error", std::string(opened.status().message())}});
         next = 0;
       }
       return;
@@ -241,11 +243,12 @@ struct HaReplica::State {
       if (outcome.ok()) takeover_pending = false;
     }
     if (!outcome.ok()) {
-      LogEvent("warning", "ha_takeover_failed", {{"error", std::string(outcome.status().message())}});
+      base::LogEvent("warning", "ha_takeover_failed",
+                     {{"error", std::string(outcome.status().message())}});
       return;
     }
-    LogEvent("info", "table_published",
-             {{"version", outcome->version.ToString()}, {"by", "takeover"}});
+    base::LogEvent("info", "table_published",
+                   {{"version", outcome->version.ToString()}, {"by", "takeover"}});
   }
 
   void Tick() {

@@ -9,15 +9,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "planner/service/exposition.h"
-#include "planner/service/http_listen.h"
+#include "base/exposition.h"
+#include "base/http_listen.h"
 #include "planner/gate.h"
 
 namespace cacheroute::service {
 
 std::string RenderMetrics(const v1::GetStatusResponse& status,
                           const PlannerCore::Counters& counters, absl::Time now) {
-  Exposition w("cacheroute_planner_");
+  base::Exposition w("cacheroute_planner_");
   w.Family("table_version", "gauge", "Number of the latest published table version.");
   w.Sample("table_version", static_cast<double>(status.version().number()),
            absl::StrCat("epoch=\"", status.version().epoch(), "\""));
@@ -36,7 +36,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   w.Family("destination_expected_load", "gauge", "Expected load per destination (req/s).");
   for (int i = 0; i < status.destinations_size() && i < status.expected_loads_size(); ++i) {
     w.Sample("destination_expected_load", status.expected_loads(i),
-             Exposition::Label("destination", status.destinations(i)));
+             base::Exposition::Label("destination", status.destinations(i)));
   }
   w.Counter("plans_total", "Planning steps run.", counters.plans);
   w.Counter("versions_published_total", "Table versions published.", counters.versions_published);
@@ -47,7 +47,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   w.Counter("key_counts_accepted_total", "Per-key counts applied.", counters.key_counts_accepted);
   w.Family("reports_rejected_total", "counter", "Rate reports rejected, by the field at fault.");
   for (const auto& [reason, count] : counters.reports_rejected) {
-    w.Sample("reports_rejected_total", count, Exposition::Label("reason", reason));
+    w.Sample("reports_rejected_total", count, base::Exposition::Label("reason", reason));
   }
   int subscribers = 0;
   for (const auto& g : status.gateways()) subscribers += g.subscribed() ? 1 : 0;
@@ -56,7 +56,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   for (const auto& g : status.gateways()) {
     if (g.acked_version().number() == 0 && !g.subscribed()) continue;
     w.Sample("gateway_acked_version", static_cast<double>(g.acked_version().number()),
-             Exposition::Label("gateway", g.gateway_id()));
+             base::Exposition::Label("gateway", g.gateway_id()));
   }
   if (status.has_ha()) {
     w.Gauge("leader", "1 while this replica leads the etcd-coordinated planners.",
@@ -68,7 +68,8 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
     w.Family("gate_state", "gauge", "The rollout gate's state: 1 for the current one.");
     for (planner::GateState s : planner::kGateStates) {
       const absl::string_view state = planner::GateStateName(s);
-      w.Sample("gate_state", gate.state() == state ? 1 : 0, Exposition::Label("state", state));
+      w.Sample("gate_state", gate.state() == state ? 1 : 0,
+               base::Exposition::Label("state", state));
     }
     w.Gauge("gate_table_fraction", "Share of keys the rollout gate puts on the table.",
             gate.table_fraction());
@@ -77,24 +78,25 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
     w.Family("gate_arm_ttft_quantile_seconds", "gauge",
              "TTFT quantile of each arm in the gate's last decision window.");
     w.Sample("gate_arm_ttft_quantile_seconds", gate.table_quantile_seconds(),
-             Exposition::Label("arm", "table"));
+             base::Exposition::Label("arm", "table"));
     w.Sample("gate_arm_ttft_quantile_seconds", gate.control_quantile_seconds(),
-             Exposition::Label("arm", "control"));
+             base::Exposition::Label("arm", "control"));
     w.Family("gate_arm_failure_rate", "gauge",
              "Failure rate of each arm in the gate's last decision window.");
-    w.Sample("gate_arm_failure_rate", gate.table_failure_rate(), Exposition::Label("arm", "table"));
+    w.Sample("gate_arm_failure_rate", gate.table_failure_rate(),
+             base::Exposition::Label("arm", "table"));
     w.Sample("gate_arm_failure_rate", gate.control_failure_rate(),
-             Exposition::Label("arm", "control"));
+             base::Exposition::Label("arm", "control"));
     w.Family("gate_arm_kv_hit", "gauge",
              "Served KV hit (cached / prompt tokens) of each arm in the gate's last decision.");
-    w.Sample("gate_arm_kv_hit", gate.table_kv_hit(), Exposition::Label("arm", "table"));
-    w.Sample("gate_arm_kv_hit", gate.control_kv_hit(), Exposition::Label("arm", "control"));
+    w.Sample("gate_arm_kv_hit", gate.table_kv_hit(), base::Exposition::Label("arm", "table"));
+    w.Sample("gate_arm_kv_hit", gate.control_kv_hit(), base::Exposition::Label("arm", "control"));
   }
   return w.Take();
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& listen, PlannerCore* core, planner::Clock* clock,
+    const std::string& listen, PlannerCore* core, base::Clock* clock,
     std::function<v1::HaStatus()> ha) {
   const size_t colon = listen.rfind(':');
   int port = -1;
@@ -135,7 +137,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::UnavailableError(absl::StrCat("metrics_listen: cannot bind \"", listen, "\""));
   }
   httplib::Server* raw = server->server_.get();
-  server->thread_ = ListenInBackground(*raw);
+  server->thread_ = base::ListenInBackground(*raw);
   return server;
 }
 

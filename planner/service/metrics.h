@@ -42,7 +42,7 @@ class MetricsServer {
   // its ready_reason is "" and 503 with that one-line reason otherwise; without `ha`, ready once
   // the core has a table.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& listen, PlannerCore* core, planner::Clock* clock,
+      const std::string& listen, PlannerCore* core, base::Clock* clock,
       std::function<v1::HaStatus()> ha = nullptr);
   ~MetricsServer();
   int port() const { return port_; }

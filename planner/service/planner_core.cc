@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
 #include "planner/plan_snapshot.h"
 #include "planner/service/state_convert.h"
-#include "planner/status_macros.h"
 
 namespace cacheroute::service {
 namespace {
@@ -81,7 +81,7 @@ std::string RejectReason(const absl::Status& status) {
   return field.empty() ? "other" : std::string(field);
 }
 
-PlannerCore::PlannerCore(const PlannerConfig& config, planner::Clock* clock,
+PlannerCore::PlannerCore(const PlannerConfig& config, base::Clock* clock,
                          std::optional<StateStore> store)
     : config_(config),
       clock_(clock),
@@ -94,7 +94,7 @@ PlannerCore::PlannerCore(const PlannerConfig& config, planner::Clock* clock,
 }
 
 absl::StatusOr<std::unique_ptr<PlannerCore>> PlannerCore::Create(const PlannerConfig& config,
-                                                                 planner::Clock* clock) {
+                                                                 base::Clock* clock) {
   if (absl::Status s = ValidatePlannerConfig(config); !s.ok()) return s;
   if (absl::Status s = planner::RateAggregator::ValidateOptions(AggregatorOptions(config));
       !s.ok()) {

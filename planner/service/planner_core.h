@@ -33,8 +33,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "cacheroute/v1/admin.pb.h"
-#include "planner/clock.h"
 #include "planner/plan_builder.h"
 #include "planner/rate_aggregator.h"
 #include "planner/service/config.h"
@@ -57,7 +57,7 @@ class PlannerCore {
 
   // Restores the state directory when the config names one and it holds a state file.
   static absl::StatusOr<std::unique_ptr<PlannerCore>> Create(const PlannerConfig& config,
-                                                             planner::Clock* clock);
+                                                             base::Clock* clock);
 
   // Rates. InvalidArgument (naming the field) leaves everything unchanged.
   absl::StatusOr<planner::ReportResult> ReportRates(const planner::RateReport& report);
@@ -130,7 +130,7 @@ class PlannerCore {
   Counters counters() const;
 
  private:
-  PlannerCore(const PlannerConfig& config, planner::Clock* clock, std::optional<StateStore> store);
+  PlannerCore(const PlannerConfig& config, base::Clock* clock, std::optional<StateStore> store);
 
   absl::Status RestoreLocked(const v1::PlannerState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans and, if the routing changed, publishes; the new snapshot (if any) goes to *published
@@ -155,7 +155,7 @@ class PlannerCore {
   std::vector<uint32_t> ActiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PlannerConfig config_;
-  planner::Clock* const clock_;
+  base::Clock* const clock_;
   const std::optional<StateStore> store_;
 
   mutable std::mutex mu_;

@@ -10,31 +10,31 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "planner/clock.h"
+#include "base/clock.h"
+#include "base/logging.h"
+#include "base/program.h"
 #include "planner/service/config.h"
-#include "planner/service/logging.h"
 #include "planner/service/planner_server.h"
-#include "planner/service/program.h"
 
 int main(int argc, char** argv) {
   namespace service = cacheroute::service;
-  namespace program = cacheroute::service::program;
+  namespace base = cacheroute::base;
   absl::StatusOr<service::PlannerConfig> config = service::LoadPlannerConfig(argc, argv);
-  if (!config.ok()) return program::ConfigExit("cacheroute-planner", config.status());
-  service::SetLogFormat(config->log_format);
+  if (!config.ok()) return base::program::ConfigExit("cacheroute-planner", config.status());
+  base::SetLogFormat(config->log_format);
   if (config->token.empty()) {
-    service::LogEvent("warning", "no_token",
+    base::LogEvent("warning", "no_token",
                       {{"detail",
                         "no bearer token configured: anyone who can reach the port may "
                         "report rates and change membership"}});
   }
 
-  cacheroute::planner::RealClock clock;
+  base::RealClock clock;
   absl::StatusOr<std::unique_ptr<service::PlannerServer>> server =
       service::PlannerServer::Start(*config, &clock);
-  if (!server.ok()) return program::StartExit("cacheroute-planner", server.status());
+  if (!server.ok()) return base::program::StartExit("cacheroute-planner", server.status());
   const auto latest = (*server)->core().Latest();
-  service::LogEvent("info", "started",
+  base::LogEvent("info", "started",
                     {{"listen", config->listen},
                      {"port", absl::StrCat((*server)->port())},
                      {"metrics_port", absl::StrCat((*server)->metrics_port())},
@@ -46,14 +46,15 @@ int main(int argc, char** argv) {
                      {"restored_version", latest ? latest->version().ToString() : "none"}});
 
   // A watcher thread turns a signal into a clean shutdown.
-  program::CatchStopSignals();
+  base::program::CatchStopSignals();
   service::PlannerServer* raw = server->get();
   std::thread watcher([raw] {
-    while (!program::StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (!base::program::StopRequested())
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     raw->Shutdown();
   });
   raw->Wait();
   watcher.join();
-  service::LogEvent("info", "stopped");
+  base::LogEvent("info", "stopped");
   return 0;
 }

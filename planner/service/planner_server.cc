@@ -11,6 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
 #include "cacheroute/v1/rates.grpc.pb.h"
 #include "cacheroute/v1/table.grpc.pb.h"
@@ -18,8 +20,6 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "planner/key_id.h"
-#include "planner/service/logging.h"
-#include "planner/status_macros.h"
 #include "proto/table/table_stream.h"
 #ifdef CACHEROUTE_HAVE_ETCD
 #include "planner/service/ha_replica.h"
@@ -82,17 +82,17 @@ constexpr char kForwardedHeader[] = "x-cacheroute-forwarded-by";
 void LogPlanOutcome(const absl::StatusOr<PlanOutcome>& outcome) {
   if (outcome.ok() && outcome->gate.has_value() && outcome->gate->changed) {
     const planner::Gate::Decision& d = *outcome->gate;
-    LogEvent("info", "gate_changed",
-             {{"state", std::string(planner::GateStateName(d.state))},
-              {"table_fraction", absl::StrCat(d.table_fraction)},
-              {"why", d.why}});
+    base::LogEvent("info", "gate_changed",
+                   {{"state", std::string(planner::GateStateName(d.state))},
+                    {"table_fraction", absl::StrCat(d.table_fraction)},
+                    {"why", d.why}});
   }
   if (!outcome.ok()) {
-    LogEvent("error", "plan_failed", {{"error", std::string(outcome.status().message())}});
+    base::LogEvent("error", "plan_failed", {{"error", std::string(outcome.status().message())}});
   } else if (outcome->changed) {
-    LogEvent("info", "table_published",
-             {{"version", outcome->version.ToString()},
-              {"build_ms", absl::StrCat(outcome->build_seconds * 1e3)}});
+    base::LogEvent("info", "table_published",
+                   {{"version", outcome->version.ToString()},
+                    {"build_ms", absl::StrCat(outcome->build_seconds * 1e3)}});
   }
 }
 
@@ -160,9 +160,9 @@ class PlannerServices final : public v1::RateService::CallbackService,
       result = HaReport(ha, *request);
     }
     if (!result.ok()) {
-      LogEvent("warning", "report_rejected",
-               {{"gateway_id", request->gateway_id()},
-                {"error", std::string(result.status().message())}});
+      base::LogEvent("warning", "report_rejected",
+                     {{"gateway_id", request->gateway_id()},
+                      {"error", std::string(result.status().message())}});
       reactor->Finish(ToGrpc(result.status()));
       return reactor;
     }
@@ -258,9 +258,9 @@ class PlannerServices final : public v1::RateService::CallbackService,
           core_->SetDestinations({request->destinations().begin(), request->destinations().end()});
       if (!outcome.ok()) return outcome.status();
       *response->mutable_version() = outcome->version.ToProto();
-      LogEvent("info", "destinations_set",
-               {{"count", absl::StrCat(request->destinations_size())},
-                {"version", outcome->version.ToString()}});
+      base::LogEvent("info", "destinations_set",
+                     {{"count", absl::StrCat(request->destinations_size())},
+                      {"version", outcome->version.ToString()}});
       return absl::OkStatus();
     });
   }
@@ -273,7 +273,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
           CACHEROUTE_ASSIGN_OR_RETURN(PlanOutcome outcome,
                                       core_->Drain(request->destination(), request->undrain()));
           *response->mutable_version() = outcome.version.ToProto();
-          LogEvent(
+          base::LogEvent(
               "info", request->undrain() ? "destination_undrained" : "destination_drained",
               {{"destination", request->destination()}, {"version", outcome.version.ToString()}});
           return absl::OkStatus();
@@ -287,10 +287,11 @@ class PlannerServices final : public v1::RateService::CallbackService,
                  [&]() -> absl::Status {
                    CACHEROUTE_ASSIGN_OR_RETURN(*response,
                                                core_->ForceGate(request->state(), request->why()));
-                   LogEvent("info", request->state().empty() ? "gate_released" : "gate_forced",
-                            {{"state", response->state()},
-                             {"table_fraction", absl::StrCat(response->table_fraction())},
-                             {"why", request->why()}});
+                   base::LogEvent("info",
+                                  request->state().empty() ? "gate_released" : "gate_forced",
+                                  {{"state", response->state()},
+                                   {"table_fraction", absl::StrCat(response->table_fraction())},
+                                   {"why", request->why()}});
                    return absl::OkStatus();
                  });
   }
@@ -560,7 +561,7 @@ void PlannerServices::PublishToStreams(const std::shared_ptr<const table::TableS
 }
 
 absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const PlannerConfig& config,
-                                                                    planner::Clock* clock,
+                                                                    base::Clock* clock,
                                                                     bool run_ticker) {
   std::unique_ptr<PlannerServer> server(new PlannerServer());
   CACHEROUTE_ASSIGN_OR_RETURN(server->core_, PlannerCore::Create(config, clock));
@@ -661,7 +662,7 @@ void PlannerServer::Shutdown() {
   if (ha_ != nullptr) {
     // Hands leadership over at once; then this replica neither plans nor publishes.
     if (absl::Status s = ha_->Resign(); !s.ok()) {
-      LogEvent("warning", "ha_resign_failed", {{"error", std::string(s.message())}});
+      base::LogEvent("warning", "ha_resign_failed", {{"error", std::string(s.message())}});
     }
   }
 #endif

@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "base/clock.h"
 #include "cacheroute/v1/rates.pb.h"
 #include "grpcpp/server.h"
-#include "planner/clock.h"
 #include "planner/service/config.h"
 #include "planner/service/metrics.h"
 #include "planner/service/planner_core.h"
@@ -43,7 +43,7 @@ class PlannerServer {
   // several replicas (HaReplica): only the leader plans; admin writes on a follower are
   // forwarded to the leader; reports are replicated through etcd.
   static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(const PlannerConfig& config,
-                                                              planner::Clock* clock,
+                                                              base::Clock* clock,
                                                               bool run_ticker = true);
   ~PlannerServer();
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "cacheroute/v1/rates.pb.h"
 #include "cacheroute/v1/table.pb.h"
-#include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_core.h"
 #include "planner/service/planner_server.h"
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   // A planner with a state directory: two published versions and its state file.
   const fs::path state_dir = fs::temp_directory_path() / "cacheroute-fuzz-seeds-state";
   fs::remove_all(state_dir);
-  planner::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
+  base::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
   service::PlannerConfig config;
   config.destinations = {"d0", "d1", "d2", "d3"};
   config.q_cap = 10;

@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "cacheroute/v1/rates.pb.h"
-#include "planner/clock.h"
 #include "planner/service/planner_core.h"
 #include "planner/service/planner_server.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   v1::ReportRatesRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
 
-  planner::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
+  base::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
   absl::StatusOr<std::unique_ptr<PlannerCore>> created = PlannerCore::Create(Config(), &clock);
   FUZZ_CHECK(created.ok(), created.status().ToString());
   PlannerCore& core = **created;

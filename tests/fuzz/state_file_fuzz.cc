@@ -17,8 +17,8 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "cacheroute/v1/planner_state.pb.h"
-#include "planner/clock.h"
 #include "planner/service/planner_core.h"
 #include "planner/service/state_store.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(loaded.ok() && loaded->has_value(), loaded.status().ToString());
   }
 
-  planner::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
+  base::ManualClock clock(absl::FromUnixSeconds(1'800'000'000));
   absl::StatusOr<std::unique_ptr<PlannerCore>> core = PlannerCore::Create(Config(), &clock);
   if (!loaded.ok()) {
     FUZZ_CHECK(!core.ok(), "a state file Load refuses was restored");

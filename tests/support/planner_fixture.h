@@ -1,5 +1,5 @@
 // InProcessPlanner: the real PlannerServer on a loopback port, for tests of gRPC clients (the
-// dataplane's subscriber and reporter, the gateway). Time is a planner::ManualClock and plans
+// dataplane's subscriber and reporter, the gateway). Time is a base::ManualClock and plans
 // happen only through Replan(), so what the planner publishes is exact. Stop() and Start() restart
 // it on the same port and state directory, as a crashed and restarted planner would come back.
 #pragma once
@@ -17,9 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
 #include "cacheroute/v1/rates.grpc.pb.h"
-#include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
 #include "tests/support/eventually.h"
@@ -91,7 +91,7 @@ class InProcessPlanner {
     return 0;
   }
 
-  planner::ManualClock& clock() { return clock_; }
+  base::ManualClock& clock() { return clock_; }
 
  private:
   void Authorize(grpc::ClientContext& context) const {
@@ -113,7 +113,7 @@ class InProcessPlanner {
 
   service::PlannerConfig config_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  planner::ManualClock clock_;
+  base::ManualClock clock_;
   int port_ = 0;
   std::unique_ptr<service::PlannerServer> server_;
   std::unique_ptr<v1::RateService::Stub> rates_;

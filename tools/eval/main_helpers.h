@@ -13,7 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/string_view.h"
-#include "planner/service/program.h"
+#include "base/program.h"
 
 namespace cacheroute::eval {
 
@@ -33,7 +33,7 @@ inline std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv)
 struct Program {
   absl::string_view name;
   int Fail(int code, absl::string_view message) const {
-    return service::program::Fail(name, code, message);
+    return base::program::Fail(name, code, message);
   }
 };
 

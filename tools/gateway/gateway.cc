@@ -1,5 +1,4 @@
 // See gateway.h.
-#include "planner/status_macros.h"
 #include "tools/gateway/gateway.h"
 
 #include <httplib.h>  // the prober's and the load scraper's blocking clients (own threads)
@@ -7,19 +6,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstdio>
-#include <fstream>
-#include <utility>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -31,10 +29,11 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/config_file.h"
+#include "base/exposition.h"
+#include "base/status_macros.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
-#include "planner/service/config.h"
-#include "planner/service/exposition.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/prometheus_text.h"
 #include "tools/http/reactive.h"
@@ -130,10 +129,10 @@ bool StillOpen(int fd) {
 
 }  // namespace
 
-// service::ReadConfigFile, and InvalidArgument naming `key` and the path when the file is blank: a
+// base::ReadConfigFile, and InvalidArgument naming `key` and the path when the file is blank: a
 // PEM file or a token must have content.
 absl::StatusOr<std::string> ReadNonEmptyFile(absl::string_view key, const std::string& path) {
-  absl::StatusOr<std::string> text = service::ReadConfigFile(key, path);
+  absl::StatusOr<std::string> text = base::ReadConfigFile(key, path);
   if (text.ok() && absl::StripAsciiWhitespace(*text).empty()) {
     return absl::InvalidArgumentError(absl::StrCat(key, ": \"", path, "\" is empty"));
   }
@@ -1198,7 +1197,7 @@ void Gateway::RunLoadScraper() {
 }
 
 std::string Gateway::RenderMetrics() {
-  service::Exposition page("cacheroute_gateway_");
+  base::Exposition page("cacheroute_gateway_");
   const auto family = [&](absl::string_view name, absl::string_view type, absl::string_view help) {
     page.Family(name, type, help);
   };
@@ -1210,7 +1209,7 @@ std::string Gateway::RenderMetrics() {
   // The members the Router counts (the two agree but for a moment during a change).
   const uint32_t count = std::min<uint32_t>(members->count, stats.in_flight.size());
   const auto destination_label = [&](uint32_t d) {
-    return service::Exposition::Label("destination", members->by_index[d]->name);
+    return base::Exposition::Label("destination", members->by_index[d]->name);
   };
 
   family("requests_total", "counter", "Requests answered, by endpoint and status class.");

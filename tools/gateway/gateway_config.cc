@@ -24,9 +24,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "planner/service/config.h"
-#include "planner/service/yaml_fields.h"
-#include "planner/status_macros.h"
+#include "base/config_file.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/openai_fields.h"
 #include "yaml-cpp/yaml.h"
@@ -34,20 +34,19 @@
 namespace cacheroute::gateway {
 namespace {
 
-using namespace service::yaml;  // NOLINT: the shared checks, parsers and field makers
-using YamlField = service::yaml::Field<GatewayConfig>;
+using namespace base::yaml;  // NOLINT: the shared checks, parsers and field makers
+using YamlField = base::yaml::Field<GatewayConfig>;
 
 // ---- Per-value checks; `name` is the YAML key or the flag. ----
 
 // HOST:PORT; an IPv6 host goes in brackets. Returns the host without brackets and the port.
 absl::StatusOr<UpstreamAddress> SplitHostPort(absl::string_view name, absl::string_view value) {
-  CACHEROUTE_ASSIGN_OR_RETURN(HostPort split,
-                              service::yaml::SplitHostPort(name, value, "[::1]:8000"));
+  CACHEROUTE_ASSIGN_OR_RETURN(HostPort split, base::yaml::SplitHostPort(name, value, "[::1]:8000"));
   return UpstreamAddress{std::move(split.host), split.port};
 }
 
 absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
-  return service::yaml::CheckHostPort(name, value, allow_empty, "[::1]:8000");
+  return base::yaml::CheckHostPort(name, value, allow_empty, "[::1]:8000");
 }
 
 // The planner list: every address HOST:PORT, none twice. `name` is the key or the flag.
@@ -351,11 +350,11 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
   app.add_option("--upstream", flags.upstreams,
                  "Upstream model server, repeatable; replaces the file's list")
       ->type_name("NAME=URL");
-  if (absl::Status s = service::ParseCommandLine(app, argc, argv); !s.ok()) return s;
+  if (absl::Status s = base::ParseCommandLine(app, argc, argv); !s.ok()) return s;
   GatewayConfig config;
   if (app.count("--config") > 0) {
     CACHEROUTE_ASSIGN_OR_RETURN(
-        config, service::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml));
+        config, base::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml));
   }
   if (absl::Status s = ApplyFlags(app, flags, config); !s.ok()) return s;
   if (absl::Status s = ValidateGatewayConfig(config); !s.ok()) return s;

@@ -17,13 +17,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "planner/service/program.h"
+#include "base/program.h"
 #include "tools/gateway/gateway.h"
 #include "tools/gateway/gateway_config.h"
 
 int main(int argc, char** argv) {
   namespace gateway = cacheroute::gateway;
-  namespace program = cacheroute::service::program;
+  namespace program = cacheroute::base::program;
   absl::StatusOr<gateway::GatewayConfig> config = gateway::LoadGatewayConfig(argc, argv);
   if (!config.ok()) return program::ConfigExit("cacheroute-gateway", config.status());
   // Every client stream and every upstream connection is a descriptor: use all the host allows.

@@ -32,14 +32,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "planner/service/yaml_fields.h"
-#include "planner/status_macros.h"
+#include "base/status_macros.h"
+#include "base/yaml_fields.h"
 
 namespace cacheroute::gateway {
 namespace {
 
-using service::yaml::Invalid;
-using service::yaml::Quote;
+using base::yaml::Invalid;
+using base::yaml::Quote;
 
 // ---- The upstreams file. ----
 

@@ -1,6 +1,7 @@
 // See server.h.
-#include "planner/status_macros.h"
 #include "tools/http/server.h"
+
+#include <pthread.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -13,9 +14,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/ssl.hpp>
-
-#include <pthread.h>
-
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -24,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "tools/http/reactive.h"
 #include "tools/http/watchdog.h"
 

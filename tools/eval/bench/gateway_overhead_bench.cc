@@ -28,7 +28,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "planner/service/http_listen.h"
+#include "base/http_listen.h"
 #include "tools/eval/child_process.h"
 #include "tools/gateway/gateway.h"
 
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
     res.set_content(answer, "application/json");
   });
   const int upstream_port = upstream.bind_to_any_port("127.0.0.1");
-  std::thread upstream_thread = cacheroute::service::ListenInBackground(upstream);
+  std::thread upstream_thread = cacheroute::base::ListenInBackground(upstream);
   // An early exit stops the upstream first: a joinable thread must not be destroyed.
   const auto give_up = [&] {
     upstream.stop();

@@ -16,7 +16,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
-#include "planner/clock.h"
+#include "base/clock.h"
 #include "planner/plan_builder.h"
 #include "tools/eval/main_helpers.h"
 #include "tools/eval/workload/lognormal_rates.h"
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
 
   const planner::PlanConfig config{
       .destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots_per_destination};
-  planner::RealClock clock;
+  cacheroute::base::RealClock clock;
   std::optional<planner::PlanBuilder> builder;
   std::vector<double> seconds;
   std::optional<planner::Plan> plan;

@@ -26,11 +26,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "base/clock.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
 #include "cacheroute/v1/rates.grpc.pb.h"
 #include "cacheroute/v1/table.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "planner/clock.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_server.h"
 #include "tools/eval/bench/table_stream.h"
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object");
   if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
 
-  cacheroute::planner::RealClock clock;
+  cacheroute::base::RealClock clock;
   std::unique_ptr<cacheroute::service::PlannerServer> embedded;
   if (planner.empty()) {
     cacheroute::service::PlannerConfig config;

@@ -3,11 +3,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "planner/service/exposition.h"
+#include "base/exposition.h"
 
 namespace cacheroute::engine_emu {
 
-using service::Exposition;
+using base::Exposition;
 
 std::string RenderMetrics(const EngineMetrics& m, std::string_view model_name,
                           std::string_view engine) {

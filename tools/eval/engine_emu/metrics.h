@@ -1,7 +1,7 @@
 // The engine emulator's /metrics page: vLLM's Prometheus metric names (docs/references.md,
 // "What a vLLM server exposes"), every sample labelled model_name and engine, so dashboards and
 // scrapers written for vLLM read the emulator unchanged. Accepted by `promtool check metrics`
-// (tests/engine_emu_test.cc runs it when promtool is installed).
+// (tests/eval/engine_emu/engine_emu_test.cc runs it when promtool is installed).
 //
 //   vllm:prefix_cache_queries_total   counter  prompt tokens looked up in the prefix cache
 //   vllm:prefix_cache_hits_total      counter  of which found cached

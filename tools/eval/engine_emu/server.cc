@@ -1,5 +1,4 @@
 // See server.h.
-#include "planner/status_macros.h"
 #include "tools/eval/engine_emu/server.h"
 
 #include <boost/asio/as_tuple.hpp>
@@ -10,7 +9,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-
 #include <chrono>
 #include <ctime>
 #include <memory>
@@ -22,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "tools/eval/engine_emu/metrics.h"
 #include "tools/http/server.h"
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "planner/status_macros.h"
+#include "base/status_macros.h"
 #include "tools/eval/workload/json_line.h"
 
 namespace cacheroute::replay {

@@ -9,11 +9,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/routing_table.h"
 #include "planner/plan_builder.h"
-#include "planner/status_macros.h"
 #include "tools/eval/workload/json_line.h"
 #include "tools/eval/workload/mooncake.h"
 

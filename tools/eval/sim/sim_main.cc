@@ -24,7 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "planner/status_macros.h"
+#include "base/status_macros.h"
 #include "tools/eval/main_helpers.h"
 #include "tools/eval/sim/calibration.h"
 #include "tools/eval/sim/engine_profile.h"

@@ -11,7 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "planner/status_macros.h"
+#include "base/status_macros.h"
 
 namespace cacheroute::workload {
 namespace {

@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "cacheroute/dataplane/key_id.h"
-#include "planner/status_macros.h"
 
 namespace cacheroute::sim::study {
 namespace {
