@@ -4,6 +4,8 @@
 // waiting for the subscriber's thread uses Eventually (polling), never a fixed sleep.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,9 +13,9 @@
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
+#include "support/temp_dir.h"
 #include "tests/support/planner_config.h"
 #include "tests/support/subscriber_options.h"
-#include "support/temp_dir.h"
 
 namespace cacheroute::dataplane {
 namespace {
@@ -39,14 +41,21 @@ TableSubscriberOptions SubscriberOptions(std::vector<std::string> destinations) 
 const std::vector<std::string> kNames = {"d0", "d1", "d2"};
 
 struct Gateway {
+  // Over `channels`, or a plain channel to `planner` when null.
   explicit Gateway(InProcessPlanner& planner,
-                   TableSubscriberOptions options = SubscriberOptions(kNames), uint32_t capacity = 0)
+                   TableSubscriberOptions options = SubscriberOptions(kNames),
+                   uint32_t capacity = 0, std::shared_ptr<PlannerChannels> channels = nullptr)
       : random(11),
         router({.destination_count = static_cast<uint32_t>(options.destinations.size()),
                 .capacity = capacity,
                 .table_ttl = std::chrono::seconds(30)},
                random),
-        subscriber(planner.NewChannel(), router, std::move(options), clock, random) {}
+        subscriber(
+            channels != nullptr
+                ? std::move(channels)
+                : std::make_shared<PlannerChannels>(
+                      std::vector<std::shared_ptr<grpc::ChannelInterface>>{planner.NewChannel()}),
+            router, std::move(options), clock, random) {}
 
   uint64_t VersionNumber() const {
     auto table = router.table();
@@ -255,6 +264,61 @@ TEST_CASE("planner killed and restarted: routing continues on the last table, th
   REQUIRE(planner.Replan().changed());
   REQUIRE(gateway.WaitForVersion(2));
   CHECK(gateway.router.Pick(KeyId("e"), gateway.clock.Now()).planned());
+}
+
+TEST_CASE("after an outage longer than the backoff grew, the planner's return ends the wait") {
+  TempDir state("subscriber-outage");
+  InProcessPlanner planner(PlannerWith(kNames, state.path().string()));
+  planner.Report("gw-rates", 1, {{"a", 3000}});
+  planner.Replan();
+  // The second retry waits 200 s: only the channel turning READY again can end it in time.
+  TableSubscriberOptions options = SubscriberOptions(kNames);
+  options.backoff = {.initial = std::chrono::milliseconds(50),
+                     .multiplier = 4000,
+                     .jitter = 0,
+                     .max = std::chrono::hours(1)};
+  options.ready_check_period = std::chrono::milliseconds(20);
+  std::mutex mu;
+  std::vector<TableStreamChange> changes;
+  options.on_stream_change = [&](const TableStreamChange& change) {
+    std::lock_guard<std::mutex> lock(mu);
+    changes.push_back(change);
+  };
+  const auto changes_seen = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return changes;
+  };
+  // The gateway's channel: reconnect backoff capped at 1 s (planner_channels.h).
+  Gateway gateway(planner, options, 0,
+                  PlannerChannels::Create({planner.target()}, grpc::InsecureChannelCredentials()));
+  REQUIRE(gateway.subscriber.Start().ok);
+  REQUIRE(gateway.WaitForVersion(1));
+  REQUIRE(Eventually([&] { return changes_seen().size() == 1; }));
+
+  planner.Stop();
+  // Two attempts failed: the subscriber is in the 200 s wait.
+  REQUIRE(Eventually([&] { return gateway.subscriber.Stats().disconnects >= 2; }));
+  CHECK_FALSE(gateway.subscriber.Stats().connected);
+
+  planner.Start();
+  REQUIRE(Eventually([&] { return gateway.subscriber.Stats().connected; }));
+  const TableSubscriberStats stats = gateway.subscriber.Stats();
+  CHECK(stats.losses == 1);
+  CHECK(stats.recoveries == 1);
+  CHECK(stats.early_reconnects >= 1);
+  // One call at the first connect, one at the loss, one at the recovery: the failed attempts
+  // in between are not reported.
+  const std::vector<TableStreamChange> seen = changes_seen();
+  REQUIRE(seen.size() == 3);
+  CHECK((seen[0].connected && seen[0].first));
+  CHECK_FALSE(seen[1].connected);
+  CHECK_FALSE(seen[1].detail.empty());
+  CHECK((seen[2].connected && !seen[2].first));
+
+  // The backoff restarted: the planner's next table arrives over the new stream.
+  planner.Report("gw-rates", 2, {{"a", 3000}, {"e", 9000}});
+  REQUIRE(planner.Replan().changed());
+  REQUIRE(gateway.WaitForVersion(2));
 }
 
 TEST_CASE("with the planner away past the TTL, traffic falls back, then recovers") {

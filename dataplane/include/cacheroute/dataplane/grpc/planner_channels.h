@@ -6,7 +6,8 @@
 //   - only IPv4 literals, or only IPv6 literals: one channel on "ipv4:a:1,b:2" / "ipv6:[a]:1,…";
 //   - anything else (several host names, or IPv4 mixed with IPv6): one channel per address,
 //     since a gRPC target names one resolver and one name. Callers rotate: Current() is the
-//     channel to use, Failed(index) after UNAVAILABLE / DEADLINE_EXCEEDED moves to the next.
+//     channel to use, Failed(index) after UNAVAILABLE / DEADLINE_EXCEEDED moves to the next,
+//     Use(index) goes back to a channel seen READY again.
 // Every channel uses the round_robin LB policy (each RPC or stream goes to a READY replica, so
 // a broken stream or a retried report lands on another replica at once, and the table fan-out
 // spreads over all of them), re-resolves DNS at most once a second, caps reconnect backoff at
@@ -103,6 +104,14 @@ class PlannerChannels {
     if (index == current_) current_ = (current_ + 1) % channels_.size();
   }
   size_t size() const { return channels_.size(); }
+  const std::shared_ptr<grpc::ChannelInterface>& channel(size_t index) const {
+    return channels_[index];
+  }
+  // Channel `index` is known to work again (it became READY): make it the current one.
+  void Use(size_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = index % channels_.size();
+  }
 
   // Whether a call that ended with `code` is worth trying on another replica.
   static bool ShouldRotate(grpc::StatusCode code) {

@@ -6,6 +6,14 @@
 // backoff; with `cache_path` every applied table is also kept on disk and installed by Start().
 // Pick never waits for any of this. Design: docs/protocol.md, "The gateway's subscriber".
 //
+// Sign of life: while it waits out a backoff, the subscriber looks at its channels' connectivity
+// every `ready_check_period`; a channel that was not READY and becomes READY (the planner is
+// reachable again) ends the wait at once and resets the backoff, so however long an outage was,
+// the stream is back within about a period plus the channel's own reconnect delay (capped at 1 s
+// by PlannerChannels::Create; a channel of your own should set GRPC_ARG_MAX_RECONNECT_BACKOFF_MS).
+// `on_stream_change` tells the embedder once when an open stream is lost and once when a stream
+// is open again (and at the first connect), for one log line each; Stats() counts them.
+//
 // Destinations are matched by name: options.destinations[i] names Router destination i. Unknown
 // names NACK a table (with ignore_unknown_destinations: they are left out of it); a membership
 // change is SetDestinations, which re-installs the last table re-mapped (Router::Resize).
@@ -32,6 +40,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -73,6 +82,17 @@ struct Backoff {
   }
 };
 
+// What on_stream_change reports: one call per change, never two alike in a row.
+struct TableStreamChange {
+  // true: a stream is open (the first one since Start, or again after a loss); false: the open
+  // stream was lost (reconnect attempts that fail after it are not reported again).
+  bool connected = false;
+  bool first = false;  // connected, for the first time since Start
+  // connected after a loss: how long no stream was open (by the subscriber's Clock).
+  Duration down_for{};
+  std::string detail;  // lost: why the stream ended ("14 Socket closed", the gRPC code and text)
+};
+
 struct TableSubscriberOptions {
   std::string gateway_id;
   // Router destination i is named destinations[i]; must have Router's destination_count entries
@@ -83,18 +103,27 @@ struct TableSubscriberOptions {
   Backoff backoff;
   // How often a live stream restarts the Router's table TTL.
   Duration refresh_period = std::chrono::seconds(1);
+  // While waiting to reconnect, how often the channels' connectivity is looked at (see above).
+  Duration ready_check_period = std::chrono::milliseconds(200);
   // Sent as "authorization: Bearer <token>" when non-empty (the planner's auth.token_file).
   std::string bearer_token;
   // For a membership that changes at run time, where the planner may name a destination this
   // gateway has not seen yet (or no longer has): such a destination is dropped from the table's
   // entries (an entry left with none is not admitted here) instead of the table being NACKed.
   bool ignore_unknown_destinations = false;
+  // Called on the stream thread, outside the subscriber's locks, when the stream's state changes
+  // (TableStreamChange); must not call Stop. Empty: not called.
+  std::function<void(const TableStreamChange&)> on_stream_change;
 };
 
 struct TableSubscriberStats {
   bool connected = false;    // a stream is open (the planner took our first request)
   uint64_t connects = 0;     // streams opened
   uint64_t disconnects = 0;  // streams that ended (error or planner shutdown)
+  uint64_t losses = 0;       // open streams lost (each outage counts once)
+  uint64_t recoveries = 0;   // streams open again after a loss
+  // Backoff waits ended early because a channel became READY again (then the backoff restarts).
+  uint64_t early_reconnects = 0;
   uint64_t updates = 0;      // whole updates answered (ACK + NACK)
   uint64_t acks = 0;
   uint64_t nacks = 0;
@@ -142,6 +171,9 @@ class TableSubscriber {
     }
     if (!(options_.refresh_period > Duration::zero())) {
       return Status::Error("refresh_period: must be positive");
+    }
+    if (!(options_.ready_check_period > Duration::zero())) {
+      return Status::Error("ready_check_period: must be positive");
     }
     LoadCache();
     stream_thread_ = std::thread([this] { RunStream(); });
@@ -327,6 +359,9 @@ class TableSubscriber {
 
   void RunStream() {
     uint32_t attempt = 0;
+    bool ever_connected = false;
+    bool lost = false;  // an open stream ended and none is open since
+    Time lost_at{};
     for (;;) {
       grpc::ClientContext context;
       if (!options_.bearer_token.empty()) {
@@ -341,11 +376,22 @@ class TableSubscriber {
       const PlannerChannels::Pick pick = channels_->Current();
       std::unique_ptr<grpc::ClientReaderWriter<v1::StreamTableRequest, v1::TableUpdate>> stream =
           v1::TableService::NewStub(pick.channel)->StreamTable(&context);
+      bool opened = false;
       if (stream->Write(state_.OnConnect())) {
         // The planner took the stream. It sends nothing if we already have its latest version,
         // so an open stream is itself the sign that our table is current.
+        opened = true;
         std::lock_guard<std::mutex> lock(mu_);
         stats_.connected = true;
+        if (lost) ++stats_.recoveries;
+      }
+      if (opened && (lost || !ever_connected)) {
+        Notify({.connected = true,
+                .first = !ever_connected,
+                .down_for = lost ? clock_.Now() - lost_at : Duration{},
+                .detail = ""});
+        ever_connected = true;
+        lost = false;
       }
       v1::TableUpdate update;
       while (stream->Read(&update)) {
@@ -371,21 +417,59 @@ class TableSubscriber {
         if (!stream->Write(**answer)) break;
       }
       grpc::Status status = stream->Finish();
+      const std::string why = std::to_string(status.error_code()) + " " + status.error_message();
       {
         std::lock_guard<std::mutex> lock(mu_);
         context_ = nullptr;
         stats_.connected = false;
         ++stats_.disconnects;
         if (stopping_) return;
-        stats_.last_error =
-            "stream ended: " + std::to_string(status.error_code()) + " " + status.error_message();
+        stats_.last_error = "stream ended: " + why;
+        if (opened) ++stats_.losses;
+      }
+      if (opened) {
+        lost = true;
+        lost_at = clock_.Now();
+        Notify({.connected = false, .first = false, .down_for = Duration{}, .detail = why});
       }
       // A stream to a healthy replica does not end: whatever ended it, try the next one.
       channels_->Failed(pick.index);
       // Over several channels the backoff grows once per round over all of them, so that dead
       // replicas ahead of a live one in the list do not stretch the wait for it.
-      WaitFor(
-          options_.backoff.Delay(static_cast<uint32_t>(attempt++ / channels_->size()), random_));
+      const Duration delay =
+          options_.backoff.Delay(static_cast<uint32_t>(attempt++ / channels_->size()), random_);
+      if (WaitUnlessReachable(delay)) attempt = 0;
+    }
+  }
+
+  void Notify(const TableStreamChange& change) {
+    if (options_.on_stream_change) options_.on_stream_change(change);
+  }
+
+  // Sleeps for `delay` of real time, until Stop, or until a channel that was seen not READY is
+  // READY: then that channel becomes the current one and the answer is true. A channel that stays
+  // READY throughout (the stream ended for another reason) does not cut the wait, so a planner
+  // that keeps ending streams is still retried with backoff.
+  bool WaitUnlessReachable(Duration delay) {
+    const auto deadline = std::chrono::steady_clock::now() + delay;
+    std::vector<bool> seen_down(channels_->size(), false);
+    for (;;) {
+      for (size_t i = 0; i < seen_down.size(); ++i) {
+        const grpc_connectivity_state state = channels_->channel(i)->GetState(true);
+        if (state != GRPC_CHANNEL_READY) {
+          seen_down[i] = true;
+        } else if (seen_down[i]) {
+          channels_->Use(i);
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.early_reconnects;
+          return !stopping_;
+        }
+      }
+      const auto next =
+          std::min(deadline, std::chrono::steady_clock::now() + options_.ready_check_period);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (wake_.wait_until(lock, next, [this] { return stopping_; })) return false;
+      if (next == deadline) return false;
     }
   }
 
@@ -399,12 +483,6 @@ class TableSubscriber {
       }
       if (connected && router_.table() != nullptr) router_.Refresh(clock_.Now());
     }
-  }
-
-  // Sleeps for `delay` of real time or until Stop.
-  void WaitFor(Duration delay) {
-    std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_for(lock, delay, [this] { return stopping_; });
   }
 
   std::shared_ptr<PlannerChannels> channels_;
