@@ -1,30 +1,30 @@
 // http::Server (tools/http/server.h) over real loopback sockets: whole and chunked responses,
-// keep-alive, the limits, a handler that forgets to answer, draining, TLS. Clients are httplib's;
-// waiting is polling with a deadline, never a fixed sleep.
+// keep-alive, the limits, slow and HTTP/1.0 clients, a handler that forgets to answer, draining,
+// TLS. Clients are httplib's or raw sockets; waiting is polling with a deadline, never a fixed
+// sleep (one client pauses on purpose: that is its scenario).
 // pkg-config's cpp-httplib flags may define it already.
 #ifndef CPPHTTPLIB_OPENSSL_SUPPORT
 #define CPPHTTPLIB_OPENSSL_SUPPORT
 #endif
-#include "tools/http/server.h"
-
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/as_tuple.hpp>
 #include <catch2/catch.hpp>
 #include <functional>
 #include <string>
 #include <thread>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
+#include "tools/http/server.h"
 
 namespace cacheroute::http {
 namespace {
@@ -38,9 +38,12 @@ bool Eventually(const std::function<bool()>& done) {
   return done();
 }
 
-// Sends `bytes` on a fresh connection and returns what comes back until the server closes.
+// Sends `bytes` on a fresh connection and returns what comes back until the server closes (or,
+// so that a test fails instead of hanging, until nothing came for 20 s).
 std::string RawExchange(int port, const std::string& bytes) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const timeval give_up{.tv_sec = 20, .tv_usec = 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &give_up, sizeof give_up);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
@@ -130,7 +133,65 @@ TEST_CASE("a handler that does not answer gets a 500; limits give 413 and 400") 
   // A request line that is not HTTP: 400, and the connection is closed.
   const std::string answer = RawExchange(f.server->port(), "NOT HTTP AT ALL\r\n\r\n");
   CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
+  // A header over 64 KiB: 431.
+  const std::string huge = RawExchange(
+      f.server->port(), "GET /hello HTTP/1.1\r\nX-Big: " + std::string(70000, 'x') + "\r\n\r\n");
+  CHECK(huge.rfind("HTTP/1.1 431", 0) == 0);
   CHECK(f.server->active() == 0);
+  // Each refusal is counted for the embedder's metrics; the handler saw none of them.
+  const RefusalCounts refused = f.server->refusals();
+  CHECK(refused.body_too_large == 1);
+  CHECK(refused.malformed == 1);
+  CHECK(refused.header_too_large == 1);
+  CHECK(refused.read_timeouts == 0);
+  CHECK(f.handled.load() == 1);  // /silent
+}
+
+TEST_CASE("a request whose header never completes is cut at read_timeout, not idle_timeout") {
+  ServerOptions options;
+  options.idle_timeout = std::chrono::hours(1);
+  options.read_timeout = std::chrono::milliseconds(300);
+  Fixture f(options);
+  // Half a header, then silence: the server closes without an answer (RawExchange gives up
+  // after 20 s, long before the idle timeout).
+  const std::string answer =
+      RawExchange(f.server->port(), "GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: 1\r\n");
+  CHECK(answer.empty());
+  CHECK(f.handled.load() == 0);
+  REQUIRE(Eventually([&] { return f.server->connections() == 0; }));
+  CHECK(f.server->refusals().read_timeouts == 1);
+
+  // A keep-alive connection waiting for its next request is bound by idle_timeout alone: idle
+  // for several read timeouts (the client's pause is the scenario, not a synchronization), it
+  // is still served.
+  httplib::Client client("127.0.0.1", f.server->port());
+  client.set_keep_alive(true);
+  REQUIRE(client.Get("/hello"));
+  std::this_thread::sleep_for(3 * options.read_timeout);
+  httplib::Result again = client.Get("/hello");
+  REQUIRE(again);
+  CHECK(again->status == 200);
+  CHECK(f.server->connections() == 1);
+  CHECK(f.server->refusals().read_timeouts == 1);
+}
+
+TEST_CASE("a streamed answer to HTTP/1.0 is close-delimited, not chunked") {
+  Fixture f;
+  const std::string answer = RawExchange(f.server->port(), "GET /stream HTTP/1.0\r\n\r\n");
+  INFO(answer);
+  REQUIRE(answer.rfind("HTTP/1.0 200", 0) == 0);
+  const size_t end = answer.find("\r\n\r\n");
+  REQUIRE(end != std::string::npos);
+  const std::string head = answer.substr(0, end);
+  CHECK(head.find("Transfer-Encoding") == std::string::npos);
+  CHECK(head.find("chunked") == std::string::npos);
+  CHECK(head.find("Content-Length") == std::string::npos);
+  // The body is the chunks' bytes as they are, ended by the server closing the connection.
+  CHECK(answer.substr(end + 4) == "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+  // HTTP/1.1 keeps chunked encoding.
+  const std::string chunked =
+      RawExchange(f.server->port(), "GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  CHECK(chunked.find("Transfer-Encoding: chunked") != std::string::npos);
 }
 
 TEST_CASE("StopAccepting closes the listener and idle connections, not a stream in progress") {

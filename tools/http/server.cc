@@ -139,7 +139,16 @@ class StreamExchange final : public Exchange {
     answered_ = true;
     bhttp::response<bhttp::empty_body> response{std::move(header)};
     Finish(response);
-    response.chunked(true);
+    close_delimited_ = request_.version() < 11;
+    if (close_delimited_) {
+      // HTTP/1.0 has no chunked coding: the body runs until the connection closes.
+      keep_alive_ = false;
+      response.keep_alive(false);
+      response.chunked(false);
+      response.erase(bhttp::field::content_length);
+    } else {
+      response.chunked(true);
+    }
     bhttp::response_serializer<bhttp::empty_body> serializer{response};
     watch_.Arm(options_.write_timeout);
     auto [ec, n] = co_await bhttp::async_write_header(stream_, serializer, kNoThrow);
@@ -152,8 +161,15 @@ class StreamExchange final : public Exchange {
     if (failed_ || !answered_ || complete_) co_return false;
     if (data.empty()) co_return true;  // an empty chunk would end the body
     watch_.Arm(options_.write_timeout);
-    auto [ec, n] = co_await asio::async_write(
-        stream_, bhttp::make_chunk(asio::const_buffer(data.data(), data.size())), kNoThrow);
+    const asio::const_buffer bytes(data.data(), data.size());
+    beast::error_code ec;
+    if (close_delimited_) {
+      auto [wec, n] = co_await asio::async_write(stream_, bytes, kNoThrow);
+      ec = wec;
+    } else {
+      auto [wec, n] = co_await asio::async_write(stream_, bhttp::make_chunk(bytes), kNoThrow);
+      ec = wec;
+    }
     watch_.Disarm();
     failed_ = static_cast<bool>(ec);
     co_return !ec;
@@ -161,6 +177,10 @@ class StreamExchange final : public Exchange {
 
   asio::awaitable<bool> EndStream() override {
     if (failed_ || !answered_ || complete_) co_return false;
+    if (close_delimited_) {  // closing the connection ends the body
+      complete_ = true;
+      co_return true;
+    }
     watch_.Arm(options_.write_timeout);
     auto [ec, n] = co_await asio::async_write(stream_, bhttp::make_chunk_last(), kNoThrow);
     watch_.Disarm();
@@ -184,7 +204,39 @@ class StreamExchange final : public Exchange {
   bool keep_alive_ = false;
   bool failed_ = false;
   bool complete_ = false;
+  bool close_delimited_ = false;  // a stream to an HTTP/1.0 client: no chunks, close ends it
 };
+
+// Reads at least one byte of the next request into `buffer` (unless it holds some already): the
+// wait that idle_timeout bounds, apart from reading the request itself. `expect_data`: as in
+// reactive.h (false for a keep-alive client's next request, which cannot be there yet).
+template <typename Stream>
+asio::awaitable<beast::error_code> AwaitFirstByte(Stream& stream, beast::flat_buffer& buffer,
+                                                  bool expect_data) {
+  constexpr size_t kRead = 8192;
+  if (buffer.size() > 0) co_return beast::error_code{};
+  if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+    for (;;) {
+      if (expect_data) {
+        beast::error_code ec;
+        const size_t n = stream.socket().read_some(buffer.prepare(kRead), ec);
+        if (!ec) {
+          buffer.commit(n);
+          co_return ec;
+        }
+        if (!WouldBlock(ec)) co_return ec;
+      }
+      if (beast::error_code ec = co_await WaitReady(stream.socket(), tcp::socket::wait_read)) {
+        co_return ec;
+      }
+      expect_data = true;
+    }
+  } else {
+    auto [ec, n] = co_await stream.async_read_some(buffer.prepare(kRead), kNoThrow);
+    buffer.commit(n);
+    co_return ec;
+  }
+}
 
 template <typename Stream>
 asio::awaitable<void> Close(Stream& stream, Watch& watch) {
@@ -249,21 +301,15 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
     bhttp::request_parser<bhttp::string_body> parser;
     parser.body_limit(options.body_limit);
     parser.header_limit(64u << 10);
+    // Beast reads a whole header before it parses any of it, so the wait for a request's first
+    // byte is its own step: idle_timeout bounds only that, read_timeout all of the request.
     watch.Arm(options.idle_timeout);
-    beast::error_code ec_first;
-    if constexpr (kPlain) {
-      // A keep-alive client's next request is not there yet, unless it was pipelined.
-      ec_first = co_await ReactiveReadSome(stream.socket(), buffer, parser,
-                                           /*expect_data=*/first_request || buffer.size() > 0);
-      first_request = false;
-    } else {
-      auto [e, n] = co_await bhttp::async_read_some(stream, buffer, parser, kNoThrow);
-      ec_first = e;
-    }
+    // A keep-alive client's next request is not there yet, unless it was pipelined.
+    beast::error_code ec = co_await AwaitFirstByte(stream, buffer, /*expect_data=*/first_request);
+    first_request = false;
     watch.Disarm();
     state->idle = false;
-    beast::error_code ec = ec_first;
-    if (!ec && !parser.is_done()) {
+    if (!ec) {
       watch.Arm(options.read_timeout);
       if constexpr (kPlain) {
         while (!ec && !parser.is_done()) {
@@ -273,6 +319,7 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
         auto [ec_rest, n_rest] = co_await bhttp::async_read(stream, buffer, parser, kNoThrow);
         ec = ec_rest;
       }
+      if (ec && watch.fired()) ++server->read_timeouts_;
       watch.Disarm();
     }
     if (ec) {
@@ -288,6 +335,9 @@ asio::awaitable<void> Server::Impl::Serve(std::shared_ptr<Stream> connection_ptr
         const unsigned status = ec == bhttp::error::body_limit     ? 413
                                 : ec == bhttp::error::header_limit ? 431
                                                                    : 400;
+        ++(status == 413   ? server->body_too_large_
+           : status == 431 ? server->header_too_large_
+                           : server->malformed_);
         const std::string message =
             status == 413   ? absl::StrCat("request body larger than ", options.body_limit, " bytes")
             : status == 431 ? absl::StrCat("request header larger than ", 64u << 10, " bytes")
@@ -441,6 +491,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Han
 int Server::CurrentThread() { return current_thread; }
 
 bool Server::tls() const { return impl_ && impl_->tls.has_value(); }
+
+RefusalCounts Server::refusals() const {
+  return {.malformed = malformed_.load(),
+          .body_too_large = body_too_large_.load(),
+          .header_too_large = header_too_large_.load(),
+          .read_timeouts = read_timeouts_.load()};
+}
 
 void Server::StopAccepting() {
   if (stopped_accepting_.exchange(true)) return;

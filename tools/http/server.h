@@ -9,9 +9,13 @@
 // then stop and release what it holds.
 //
 // Keep-alive follows the request (HTTP/1.1 default on). Timeouts: `idle_timeout` for a
-// connection waiting for its next request, `read_timeout` for reading one request once it has
-// begun, `write_timeout` for any single write to the client. A body larger than `body_limit`
-// gets 413, a malformed request 400; both close the connection. StopAccepting closes the listener
+// connection waiting for the first byte of its next request, `read_timeout` for reading the rest
+// of that request, header and body (a client sending its header slowly is cut there, unanswered),
+// `write_timeout` for any single write to the client. A body larger than `body_limit` gets 413, a
+// header over 64 KiB 431, a malformed request 400; each closes the connection, and refusals()
+// counts them and the read timeouts for the embedder's metrics. A streamed answer to an HTTP/1.0
+// request has no chunked encoding (HTTP/1.0 has none): its body ends when the server closes the
+// connection (RFC 9112, section 6.3). StopAccepting closes the listener
 // and idle keep-alive connections; exchanges in progress continue (`Connection: close`) and
 // active() counts them. TLS: with tls_cert_file and tls_key_file (PEM) every connection is TLS.
 // Threads, back-pressure and draining: docs/gateway.md, "The HTTP server".
@@ -62,7 +66,8 @@ class Exchange {
 
   // A whole response. Content-Length is set from the body. False when the client is gone.
   virtual asio::awaitable<bool> Send(Response response) = 0;
-  // A chunked response: `header` (its status and fields; chunked is set here), then chunks.
+  // A streamed response: `header` (its status and fields; chunked is set here for HTTP/1.1, and
+  // for HTTP/1.0 the body is close-delimited), then chunks.
   virtual asio::awaitable<bool> StartStream(bhttp::response_header<> header) = 0;
   virtual asio::awaitable<bool> SendChunk(std::string_view data) = 0;
   virtual asio::awaitable<bool> EndStream() = 0;
@@ -83,10 +88,18 @@ struct ServerOptions {
   unsigned threads = 0;      // I/O threads; 0: the hardware's cores
   size_t body_limit = 32u << 20;
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(300)};
-  std::chrono::milliseconds read_timeout{std::chrono::seconds(60)};
+  std::chrono::milliseconds read_timeout{std::chrono::seconds(60)};  // from a request's 1st byte
   std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};
   std::string tls_cert_file;  // PEM certificate chain; with tls_key_file, TLS on
   std::string tls_key_file;
+};
+
+// Requests the server refused or cut itself, without calling the Handler, since Start.
+struct RefusalCounts {
+  uint64_t malformed = 0;         // answered 400
+  uint64_t body_too_large = 0;    // answered 413
+  uint64_t header_too_large = 0;  // answered 431
+  uint64_t read_timeouts = 0;     // begun but not complete within read_timeout: closed, unanswered
 };
 
 // A response with `body`, keep-alive and version from `request`.
@@ -115,6 +128,7 @@ class Server {
   size_t active() const { return active_.load(); }
   // Open client connections.
   size_t connections() const { return connections_.load(); }
+  RefusalCounts refusals() const;
   // I/O threads, and the index in [0, threads()) of the calling one (-1 off every server's I/O
   // threads): what a handler keys per-thread state by, which then needs no lock.
   unsigned threads() const { return static_cast<unsigned>(contexts_.size()); }
@@ -137,6 +151,10 @@ class Server {
   std::atomic<bool> stopped_{false};
   std::atomic<size_t> active_{0};
   std::atomic<size_t> connections_{0};
+  std::atomic<uint64_t> malformed_{0};
+  std::atomic<uint64_t> body_too_large_{0};
+  std::atomic<uint64_t> header_too_large_{0};
+  std::atomic<uint64_t> read_timeouts_{0};
   std::mutex stop_mu_;
   friend struct Impl;
 };
