@@ -247,21 +247,26 @@ TEST_CASE("bad requests get vLLM-style 400 errors naming the field") {
     INFO(c.path << " " << c.body);
     Reply r = Post(client, c.path, c.body);
     CHECK(r.status == 400);
-    CHECK(r.json.Find("object")->text == "error");
-    CHECK(r.json.Find("type")->text == "BadRequestError");
-    CHECK(Field(r.json, {"code"}) == 400);
-    const JsonValue* param = r.json.Find("param");
+    // OpenAI's error object, as vLLM's OpenAI server sends it: everything inside "error".
+    REQUIRE(r.json.Find("error") != nullptr);
+    CHECK(r.json.Find("message") == nullptr);
+    const JsonValue& error = *r.json.Find("error");
+    CHECK(error.Find("type")->text == "BadRequestError");
+    CHECK(Field(r.json, {"error", "code"}) == 400);
+    const JsonValue* param = error.Find("param");
     REQUIRE(param != nullptr);
     if (std::string(c.param).empty()) {
       CHECK(param->type == JsonValue::Type::kNull);
     } else {
       CHECK(param->text == c.param);
     }
-    CHECK(r.json.Find("message")->text.find(c.message_part) != std::string::npos);
+    CHECK(error.Find("message")->text.find(c.message_part) != std::string::npos);
   }
   Reply wrong_model = Post(client, "/v1/completions", R"({"model": "other", "prompt": "a"})");
   CHECK(wrong_model.status == 404);
-  CHECK(wrong_model.json.Find("type")->text == "NotFoundError");
+  REQUIRE(wrong_model.json.Find("error") != nullptr);
+  CHECK(wrong_model.json.Find("error")->Find("type")->text == "NotFoundError");
+  CHECK(wrong_model.json.Find("error")->Find("message")->text.find("other") != std::string::npos);
 }
 
 TEST_CASE("the extension fields define the prompt's blocks, expanded into 16-token blocks") {
@@ -474,11 +479,12 @@ TEST_CASE("Stop answers a stream in progress and a waiting request, then returns
   CHECK(waiting.status == 503);
   absl::StatusOr<JsonValue> error = ParseJson(waiting.body);
   REQUIRE(error.ok());
-  CHECK(error->Find("type")->text == "ServiceUnavailableError");
+  REQUIRE(error->Find("error") != nullptr);
+  CHECK(error->Find("error")->Find("type")->text == "ServiceUnavailableError");
   // The first token, then an error event and [DONE].
   INFO(stream);
   CHECK(stream.find(R"("text":"the ")") != std::string::npos);
-  CHECK(stream.find(R"(data: {"error":{"object":"error")") != std::string::npos);
+  CHECK(stream.find(R"(data: {"error":{"message":")") != std::string::npos);
   CHECK(stream.find("shutting down") != std::string::npos);
   CHECK(stream.size() >= 14);
   CHECK(stream.substr(stream.size() - 14) == "data: [DONE]\n\n");

@@ -246,10 +246,10 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
 }
 
 std::string ErrorJson(const ApiError& error) {
-  return absl::StrCat("{\"object\":\"error\",\"message\":", JsonQuote(error.message),
+  return absl::StrCat("{\"error\":{\"message\":", JsonQuote(error.message),
                       ",\"type\":", JsonQuote(error.type),
                       ",\"param\":", error.param.empty() ? "null" : JsonQuote(error.param),
-                      ",\"code\":", error.code, "}");
+                      ",\"code\":", error.code, "}}");
 }
 
 std::string GeneratedText(uint32_t begin, uint32_t end) {

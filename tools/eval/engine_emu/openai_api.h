@@ -11,8 +11,10 @@
 // "cacheroute_block_size" (default 16) / "cacheroute_input_length" (tokenizer.h). Other fields are
 // ignored, as vLLM ignores sampling parameters the emulator does not model.
 //
-// Errors take vLLM's shape: {"object": "error", "message", "type", "param", "code"}; the message
-// and param name the offending field.
+// Errors take the shape of vLLM's OpenAI server (its ErrorResponse): OpenAI's error object,
+// {"error": {"message", "type", "param", "code"}}, with vLLM's type names ("BadRequestError",
+// "NotFoundError", …) and the HTTP status as a number in `code`; the message and param name the
+// offending field. A stream that fails after its first token carries the same object as an event.
 //
 // Usage:
 //   ParsedRequest request;

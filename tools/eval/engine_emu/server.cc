@@ -237,7 +237,7 @@ asio::awaitable<void> EmuServer::Routes::Complete(EmuServer& s, Endpoint endpoin
     }
   } else {
     // Mid-stream failure: vLLM sends an error object as an event.
-    rest += Sse(absl::StrCat("{\"error\":", ErrorJson(PhaseError(phase, s.options_)), "}"));
+    rest += Sse(ErrorJson(PhaseError(phase, s.options_)));
   }
   rest += "data: [DONE]\n\n";
   if (!co_await x.SendChunk(rest)) co_return;
