@@ -10,17 +10,20 @@
 //   std::string text = page.Take();
 //
 // Contract: label values are escaped (backslash, quote, newline) by Label/LabelValue; numbers are
-// printed with 17 significant digits (round-trip exact); `labels` given to the constructor go
-// first in every sample. Family must come before its samples (the caller's order is kept).
+// printed in the shortest form that reads back as the same double (0.0005, not
+// 0.00050000000000000001; `le` bounds too), infinities and NaN as +Inf, -Inf and NaN; `labels`
+// given to the constructor go first in every sample. Family must come before its samples (the
+// caller's order is kept).
 #pragma once
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 
@@ -74,7 +77,18 @@ class Exposition {
   static std::string Label(absl::string_view key, absl::string_view value) {
     return absl::StrCat(key, "=\"", LabelValue(value), "\"");
   }
-  static std::string Number(double v) { return absl::StrFormat("%.17g", v); }
+  static std::string Number(double v) {
+    if (std::isnan(v)) return "NaN";
+    if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+    // Plain decimals between 1e-7 and 1e21 (as JavaScript prints numbers), else scientific.
+    const double magnitude = std::fabs(v);
+    const bool fixed = v == 0 || (magnitude >= 1e-7 && magnitude < 1e21);
+    char buffer[64];
+    const std::to_chars_result r =
+        std::to_chars(buffer, buffer + sizeof buffer, v,
+                      fixed ? std::chars_format::fixed : std::chars_format::scientific);
+    return std::string(buffer, r.ptr);
+  }
 
  private:
   const std::string prefix_;

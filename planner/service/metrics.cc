@@ -29,7 +29,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   w.Gauge("plan_admitted_keys", "Keys admitted by the last plan.", status.keys_admitted());
   w.Gauge("plan_slots_used", "Warm slots used by the last plan.", status.slots_used());
   w.Gauge("plan_slot_capacity", "Warm slots available (R x W).", status.slot_capacity());
-  w.Gauge("plan_imbalance", "Max over mean expected destination load.", status.imbalance());
+  w.Gauge("plan_imbalance_ratio", "Max over mean expected destination load.", status.imbalance());
   w.Gauge("plan_total_rate", "Total request rate planned (req/s).", status.total_rate());
   w.Gauge("plan_cold_tail_rate", "Rate not admitted (req/s).", status.cold_tail_rate());
   w.Gauge("keys_known", "Keys with a rate estimate.", status.keys_known());
@@ -71,7 +71,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
       w.Sample("gate_state", gate.state() == state ? 1 : 0,
                base::Exposition::Label("state", state));
     }
-    w.Gauge("gate_table_fraction", "Share of keys the rollout gate puts on the table.",
+    w.Gauge("gate_table_fraction_ratio", "Share of keys the rollout gate puts on the table.",
             gate.table_fraction());
     w.Gauge("gate_forced", "1 while an operator holds the gate in a state.",
             gate.forced_state().empty() ? 0 : 1);
@@ -81,16 +81,17 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
              base::Exposition::Label("arm", "table"));
     w.Sample("gate_arm_ttft_quantile_seconds", gate.control_quantile_seconds(),
              base::Exposition::Label("arm", "control"));
-    w.Family("gate_arm_failure_rate", "gauge",
+    w.Family("gate_arm_failure_ratio", "gauge",
              "Failure rate of each arm in the gate's last decision window.");
-    w.Sample("gate_arm_failure_rate", gate.table_failure_rate(),
+    w.Sample("gate_arm_failure_ratio", gate.table_failure_rate(),
              base::Exposition::Label("arm", "table"));
-    w.Sample("gate_arm_failure_rate", gate.control_failure_rate(),
+    w.Sample("gate_arm_failure_ratio", gate.control_failure_rate(),
              base::Exposition::Label("arm", "control"));
-    w.Family("gate_arm_kv_hit", "gauge",
+    w.Family("gate_arm_kv_hit_ratio", "gauge",
              "Served KV hit (cached / prompt tokens) of each arm in the gate's last decision.");
-    w.Sample("gate_arm_kv_hit", gate.table_kv_hit(), base::Exposition::Label("arm", "table"));
-    w.Sample("gate_arm_kv_hit", gate.control_kv_hit(), base::Exposition::Label("arm", "control"));
+    w.Sample("gate_arm_kv_hit_ratio", gate.table_kv_hit(), base::Exposition::Label("arm", "table"));
+    w.Sample("gate_arm_kv_hit_ratio", gate.control_kv_hit(),
+             base::Exposition::Label("arm", "control"));
   }
   return w.Take();
 }

@@ -1,11 +1,12 @@
 // The planner's Prometheus metrics (text exposition format 0.0.4) and the small HTTP server
-// that serves them with /healthz and /readyz. RenderMetrics is pure, so tests check the text exactly.
+// that serves them with /healthz and /readyz. RenderMetrics is pure, so tests check the text
+// exactly.
 //
 // Metrics (all prefixed cacheroute_planner_):
 //   table_version{epoch}            gauge  number of the latest published version
 //   table_age_seconds               gauge  now − build time of the latest table
 //   plan_build_seconds              gauge  duration of the last planning step
-//   plan_admitted_keys, plan_slots_used, plan_slot_capacity, plan_imbalance,
+//   plan_admitted_keys, plan_slots_used, plan_slot_capacity, plan_imbalance_ratio,
 //   plan_total_rate, plan_cold_tail_rate, keys_known            gauges of the last plan
 //   destination_expected_load{destination}                      gauge per destination
 //   plans_total, versions_published_total, persist_errors_total counters

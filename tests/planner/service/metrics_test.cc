@@ -1,7 +1,9 @@
-// Tests for planner/service/metrics: the exposition text, exactly.
+// Tests for planner/service/metrics: the exposition text, exactly, and promtool's check of it.
 #include "planner/service/metrics.h"
 
 #include <catch2/catch.hpp>
+
+#include "tests/support/run_command.h"
 
 namespace cacheroute::service {
 namespace {
@@ -39,7 +41,7 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
            "cacheroute_planner_table_age_seconds 4.5",
            "cacheroute_planner_plan_build_seconds 0.002",
            "cacheroute_planner_plan_admitted_keys 3",
-           "cacheroute_planner_plan_imbalance 1.25",
+           "cacheroute_planner_plan_imbalance_ratio 1.25",
            "cacheroute_planner_destination_expected_load{destination=\"vllm-\\\"0\\\"\"} 2.5",
            "# TYPE cacheroute_planner_plans_total counter",
            "cacheroute_planner_plans_total 5",
@@ -49,10 +51,10 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
            "cacheroute_planner_gateway_acked_version{gateway=\"gw-1\"} 11",
            "cacheroute_planner_gate_state{state=\"canary\"} 1",
            "cacheroute_planner_gate_state{state=\"enabled\"} 0",
-           "cacheroute_planner_gate_table_fraction 0.25",
+           "cacheroute_planner_gate_table_fraction_ratio 0.25",
            "cacheroute_planner_gate_forced 0",
            "cacheroute_planner_gate_arm_ttft_quantile_seconds{arm=\"table\"} 1.5",
-           "cacheroute_planner_gate_arm_failure_rate{arm=\"control\"} 0.125",
+           "cacheroute_planner_gate_arm_failure_ratio{arm=\"control\"} 0.125",
        }) {
     INFO(line);
     CHECK(text.find(line + "\n") != std::string::npos);
@@ -88,6 +90,19 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
       CHECK(line.rfind(family, 0) == 0);
     }
   }
+  // Prometheus' own linter: names, units (ratios end in _ratio), types, HELP.
+  if (system("command -v promtool > /dev/null 2>&1") != 0) {
+    WARN("promtool is not on PATH (Debian package prometheus): skipping its check");
+    return;
+  }
+  status.mutable_ha()->set_role("leader");
+  status.mutable_gate()->set_state("canary");
+  const testing::CommandResult promtool =
+      testing::RunCommand("promtool", {"check", "metrics"},
+                          RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500)));
+  INFO(promtool.out << promtool.err);
+  CHECK(promtool.exit_code == 0);
+  CHECK(promtool.out + promtool.err == "");
 }
 
 }  // namespace
