@@ -15,15 +15,21 @@
 // A child that logs its port when it is ready ("... started ... port=N ...") is waited for with
 // AwaitLogLine on its log file, and the port read with LogField / LogNumber.
 //
+// A program that starts children registers them with TrackChild, so that its SIGINT/SIGTERM
+// handler, KillTrackedChildrenAndExit, kills them (an interrupted program does not unwind).
+//
 // Not thread-safe, except Signal (and pid) while another thread waits.
 #pragma once
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -151,6 +157,40 @@ class ChildProcess {
 
   pid_t pid_ = 0;
 };
+
+// A free TCP port on 127.0.0.1 (bound, read and released: another process may take it before
+// the caller binds it); 0 when none could be had.
+inline int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  return ok ? ntohs(addr.sin_port) : 0;
+}
+
+// The children a program has running: TrackChild(pid, 0) adds one, TrackChild(0, pid) drops it,
+// TrackChild(new, old) replaces (up to kMaxTrackedChildren at once).
+inline constexpr int kMaxTrackedChildren = 64;
+inline std::atomic<pid_t> tracked_children[kMaxTrackedChildren];
+inline void TrackChild(pid_t pid, pid_t replacing) {
+  for (auto& c : tracked_children) {
+    pid_t expected = replacing;
+    if (c.compare_exchange_strong(expected, pid)) return;
+  }
+}
+// A SIGINT/SIGTERM handler (async-signal-safe): SIGKILL to every tracked child, then _exit(130).
+inline void KillTrackedChildrenAndExit(int) {
+  for (auto& c : tracked_children) {
+    const pid_t pid = c.load();
+    if (pid > 0) kill(pid, SIGKILL);
+  }
+  _exit(130);
+}
 
 // The file's text; "" when it cannot be read.
 inline std::string ReadTextFile(const std::string& path) {

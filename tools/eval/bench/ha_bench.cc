@@ -79,38 +79,13 @@ struct BenchError : std::runtime_error {
 [[noreturn]] void Die(const std::string& message) { throw BenchError(message); }
 
 int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    Die("no free port");
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  const int port = cacheroute::eval::FreeLoopbackPort();
+  if (port == 0) Die("no free port");
+  return port;
 }
 
-// The children alive, so that SIGINT/SIGTERM can kill them before the bench exits.
-constexpr int kMaxChildren = 64;
-std::atomic<pid_t> children[kMaxChildren];
-void Track(pid_t pid, pid_t replacing) {
-  for (auto& c : children) {
-    pid_t expected = replacing;
-    if (c.compare_exchange_strong(expected, pid)) return;
-  }
-}
-extern "C" void KillChildrenAndExit(int) {
-  for (auto& c : children) {
-    const pid_t pid = c.load();
-    if (pid > 0) kill(pid, SIGKILL);
-  }
-  _exit(130);
-}
-
-// A child process with stdout and stderr in `log`, tracked for KillChildrenAndExit; killed
-// (SIGKILL) by the destructor.
+// A child process with stdout and stderr in `log`, tracked for
+// cacheroute::eval::KillTrackedChildrenAndExit; killed (SIGKILL) by the destructor.
 class Process {
  public:
   Process(std::vector<std::string> args, std::string log) : log_(std::move(log)) {
@@ -119,7 +94,7 @@ class Process {
                                               {.stdout_path = log_, .stderr_path = log_});
     if (!child.ok()) Die(std::string(child.status().message()));
     child_ = *std::move(child);
-    Track(child_->pid(), 0);
+    cacheroute::eval::TrackChild(child_->pid(), 0);
   }
   ~Process() { Kill(); }
   Process(const Process&) = delete;
@@ -128,12 +103,12 @@ class Process {
   void Kill() {
     const pid_t pid = child_->pid();
     child_->Kill();
-    if (pid > 0) Track(0, pid);
+    if (pid > 0) cacheroute::eval::TrackChild(0, pid);
   }
   bool Exited() {
     const pid_t pid = child_->pid();
     if (!child_->Exited()) return false;
-    if (pid > 0) Track(0, pid);
+    if (pid > 0) cacheroute::eval::TrackChild(0, pid);
     return true;
   }
   // AwaitLogLine on this process's log.
@@ -142,7 +117,8 @@ class Process {
     const pid_t pid = child_->pid();
     absl::StatusOr<std::string> line =
         cacheroute::eval::AwaitLogLine(*child_, log_, marker, timeout);
-    if (pid > 0 && child_->pid() == 0) Track(0, pid);  // it exited and was reaped
+    if (pid > 0 && child_->pid() == 0)
+      cacheroute::eval::TrackChild(0, pid);  // it exited and was reaped
     return line;
   }
   const std::string& log() const { return log_; }
@@ -515,8 +491,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::signal(SIGPIPE, SIG_IGN);
-  std::signal(SIGINT, KillChildrenAndExit);
-  std::signal(SIGTERM, KillChildrenAndExit);
+  std::signal(SIGINT, cacheroute::eval::KillTrackedChildrenAndExit);
+  std::signal(SIGTERM, cacheroute::eval::KillTrackedChildrenAndExit);
 
   char dir_template[] = "/tmp/cacheroute-ha-bench-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
