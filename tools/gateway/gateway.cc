@@ -33,6 +33,7 @@
 #include "base/exposition.h"
 #include "base/status_macros.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/policy_registry.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/prometheus_text.h"
@@ -257,13 +258,13 @@ Gateway::Gateway(const GatewayConfig& config)
 }
 
 std::unique_ptr<dataplane::Policy> Gateway::MakePolicy(uint32_t n) {
-  const std::string& policy = config_.policy;
-  if (policy == "flatlb") return std::make_unique<dataplane::FlatLbPolicy>(random_);
-  if (policy == "sticky") return std::make_unique<dataplane::StickyPolicy>(n);
-  if (policy == "chwbl") return std::make_unique<dataplane::ChwblPolicy>(n, random_);
-  if (policy == "dualmap") return std::make_unique<dataplane::DualMapPolicy>(n, random_);
-  if (policy == "preble") return std::make_unique<dataplane::PreblePolicy>(random_);
-  return nullptr;  // cacheroute, cacheroute-paper: Router::Pick
+  const dataplane::PolicyRegistry& policies = dataplane::BuiltinPolicies();
+  const dataplane::PolicyInfo* info = policies.Find(config_.policy);  // validated by the config
+  // cacheroute, cacheroute-paper: Router::Pick.
+  if (info == nullptr || info->uses_table) return nullptr;
+  dataplane::Result<std::unique_ptr<dataplane::Policy>> policy =
+      info->make({.destinations = n, .random = &random_});
+  return policy.ok() ? *std::move(policy) : nullptr;
 }
 
 std::shared_ptr<const Gateway::Members> Gateway::ControlMembers() const {

@@ -27,6 +27,7 @@
 #include "base/config_file.h"
 #include "base/status_macros.h"
 #include "base/yaml_fields.h"
+#include "cacheroute/dataplane/policy_registry.h"
 #include "tools/gateway/membership.h"
 #include "tools/gateway/openai_fields.h"
 #include "yaml-cpp/yaml.h"
@@ -101,11 +102,11 @@ absl::Status YamlPlanners(absl::string_view name, const YAML::Node& node, Gatewa
 }
 
 absl::Status CheckPolicy(absl::string_view name, absl::string_view value) {
-  for (absl::string_view known : kPolicyNames) {
-    if (value == known) return absl::OkStatus();
+  const dataplane::PolicyRegistry& policies = dataplane::BuiltinPolicies();
+  if (policies.Find(std::string_view(value.data(), value.size())) != nullptr) {
+    return absl::OkStatus();
   }
-  return Invalid(name, absl::StrCat("must be one of ", absl::StrJoin(kPolicyNames, ", "), "; got ",
-                                    Quote(value)));
+  return Invalid(name, absl::StrCat("must be one of ", policies.Known(), "; got ", Quote(value)));
 }
 
 // RFC 9110 token characters.
@@ -345,7 +346,7 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
   app.add_option("--gateway-id", flags.gateway_id, "This gateway's id at the planner")
       ->type_name("ID");
   app.add_option("--policy", flags.policy,
-                 absl::StrCat("Routing policy: ", absl::StrJoin(kPolicyNames, ", ")))
+                 absl::StrCat("Routing policy:\n", dataplane::BuiltinPolicies().Listing()))
       ->type_name("NAME");
   app.add_option("--upstream", flags.upstreams,
                  "Upstream model server, repeatable; replaces the file's list")

@@ -22,13 +22,6 @@
 
 namespace cacheroute::gateway {
 
-// The routing policies of cacheroute/dataplane/policies.h, by their configuration name.
-// "cacheroute" routes by the planner's table with CacheRoute's dispatch (spill and hashed-pair
-// tail, dataplane::DispatchOptions); "cacheroute-paper" by the same table with the paper's
-// (least-loaded member, power of two choices for the rest).
-inline constexpr absl::string_view kPolicyNames[] = {
-    "flatlb", "sticky", "chwbl", "dualmap", "preble", "cacheroute", "cacheroute-paper"};
-
 struct Upstream {
   std::string name;  // the planner's destination name for this model server
   std::string url;   // http://HOST:PORT (no path; plain HTTP)
@@ -49,6 +42,9 @@ struct GatewayConfig {
   std::string dns_server;
   absl::Duration membership_interval = absl::Seconds(5);
   uint32_t max_upstreams = 256;
+  // A name of cacheroute/dataplane/policy_registry.h (BuiltinPolicies): "cacheroute" routes by
+  // the planner's table with CacheRoute's dispatch, "cacheroute-paper" by the same table with the
+  // paper's; the alias "flatlb" is accepted for "flat-lb".
   std::string policy = "cacheroute";
   // The request header that carries the routing key (key_from's "header").
   std::string key_header = "X-CacheRoute-Key";
@@ -143,7 +139,7 @@ absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* arg
 // Checks consistency: one membership source (at least one static upstream, or upstreams_file,
 // or upstreams_dns), names distinct and non-empty, URLs http://HOST:PORT;
 // listen HOST:PORT; each planner address HOST:PORT, without repeats (the list may be empty); a
-// policy from kPolicyNames; a gateway_id when a planner is set; positive durations;
+// policy of dataplane::BuiltinPolicies(); a gateway_id when a planner is set; positive durations;
 // failure_threshold >= 1; key_from names from kKeySources without repeats; tls_cert_file and
 // tls_key_file both or neither; a non-empty key_header made of header-name characters.
 absl::Status ValidateGatewayConfig(const GatewayConfig& config);

@@ -1,0 +1,148 @@
+// The policy registry: the shipped names (each its policy's own name()), the flatlb alias, the
+// listing for --help, errors naming the unknown value or the missing context field, table
+// policies' dispatch rules, and a policy added by one registration.
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/policy_registry.h"
+#include "cacheroute/dataplane/random.h"
+#include "cacheroute/dataplane/router.h"
+
+namespace cacheroute::dataplane {
+namespace {
+
+class EvenLoads final : public LoadView {
+ public:
+  explicit EvenLoads(uint32_t n) : n_(n) {}
+  uint32_t size() const override { return n_; }
+  double Load(uint32_t) const override { return 0; }
+  bool Up(uint32_t) const override { return true; }
+
+ private:
+  uint32_t n_;
+};
+
+TEST_CASE("the shipped policies, each created under its own name") {
+  const PolicyRegistry& registry = BuiltinPolicies();
+  CHECK(registry.Names() == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap",
+                                                     "preble", "cacheroute", "cacheroute-paper"});
+  SeededRandom random(1);
+  ManualClock clock;
+  Router router({.destination_count = 4}, random);
+  const PolicyContext context{
+      .destinations = 4, .random = &random, .router = &router, .clock = &clock};
+  const EvenLoads loads(4);
+  for (const std::string& name : registry.Names()) {
+    INFO(name);
+    Result<std::unique_ptr<Policy>> policy = registry.Create(name, context);
+    REQUIRE(policy.ok());
+    // The table policies share CacheRoutePolicy, whose name is the table's.
+    CHECK((*policy)->name() == (name == "cacheroute-paper" ? "cacheroute" : name));
+    CHECK((*policy)->Pick(7, loads).destination < 4);
+  }
+}
+
+TEST_CASE("flatlb is an alias of flat-lb, accepted everywhere a name is") {
+  const PolicyRegistry& registry = BuiltinPolicies();
+  REQUIRE(registry.Find("flatlb") != nullptr);
+  CHECK(registry.Find("flatlb") == registry.Find("flat-lb"));
+  CHECK(registry.Canonical("flatlb") == "flat-lb");
+  CHECK(registry.Check("flatlb").ok);
+  SeededRandom random(1);
+  Result<std::unique_ptr<Policy>> policy = registry.Create("flatlb", {.random = &random});
+  REQUIRE(policy.ok());
+  CHECK((*policy)->name() == "flat-lb");
+}
+
+TEST_CASE("the listing has one line per policy and alias, with its description") {
+  const std::string listing = BuiltinPolicies().Listing();
+  CHECK(std::count(listing.begin(), listing.end(), '\n') == 8);
+  CHECK(listing.find("  flat-lb ") != std::string::npos);
+  CHECK(listing.find("power of two choices") != std::string::npos);
+  CHECK(listing.find("  flatlb ") != std::string::npos);
+  CHECK(listing.find("the same as flat-lb") != std::string::npos);
+  CHECK(BuiltinPolicies().Known() ==
+        "flat-lb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper; alias flatlb for "
+        "flat-lb");
+}
+
+TEST_CASE("errors name the unknown policy, the missing context field, the bad parameter") {
+  const PolicyRegistry& registry = BuiltinPolicies();
+  Result<std::unique_ptr<Policy>> unknown = registry.Create("round-robin", {});
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.status().message ==
+        "unknown policy \"round-robin\" (one of flat-lb, sticky, chwbl, dualmap, preble, "
+        "cacheroute, cacheroute-paper; alias flatlb for flat-lb)");
+  CHECK(registry.Check("round-robin").message == unknown.status().message);
+  CHECK(registry.Find("round-robin") == nullptr);
+  CHECK(registry.Canonical("round-robin").empty());
+
+  Result<std::unique_ptr<Policy>> no_random = registry.Create("chwbl", {.destinations = 3});
+  REQUIRE_FALSE(no_random.ok());
+  CHECK(no_random.status().message == "policy chwbl needs context.random");
+  CHECK(registry.Create("sticky", {}).ok());  // no destinations: a policy that finds none
+  CHECK(registry.Create("cacheroute", {}).status().message ==
+        "policy cacheroute needs context.router");
+
+  SeededRandom random(1);
+  PolicyContext bad{.destinations = 3, .random = &random};
+  bad.parameters.preble_overload_factor = 0;
+  Result<std::unique_ptr<Policy>> preble = registry.Create("preble", bad);
+  REQUIRE_FALSE(preble.ok());
+  CHECK(preble.status().message.find("preble_overload_factor") != std::string::npos);
+}
+
+TEST_CASE("table policies carry their dispatch rule; others use the Router's defaults") {
+  const PolicyRegistry& registry = BuiltinPolicies();
+  CHECK(registry.Find("cacheroute")->uses_table);
+  CHECK(registry.Find("cacheroute-paper")->uses_table);
+  CHECK_FALSE(registry.Find("flat-lb")->uses_table);
+  CHECK(DispatchFor("cacheroute").tail == TailRouting::kHashedPair);
+  CHECK(DispatchFor("cacheroute-paper").tail == TailRouting::kPowerOfTwo);
+  CHECK(std::isinf(DispatchFor("cacheroute-paper").spill_margin));
+  CHECK(DispatchFor("sticky").tail == DispatchOptions{}.tail);
+}
+
+TEST_CASE("a policy is added by one registration; names and aliases stay unique") {
+  PolicyRegistry registry = BuiltinPolicies();
+  const Status added =
+      registry.Register({.name = "first",
+                         .description = "always destination 0",
+                         .make = [](const PolicyContext&) -> Result<std::unique_ptr<Policy>> {
+                           class First final : public Policy {
+                            public:
+                             std::string_view name() const override { return "first"; }
+                             Decision Pick(uint64_t, const LoadView&) override {
+                               return {0, false, Reason::kPolicy};
+                             }
+                           };
+                           return std::unique_ptr<Policy>(std::make_unique<First>());
+                         }});
+  REQUIRE(added.ok);
+  Result<std::unique_ptr<Policy>> first = registry.Create("first", {});
+  REQUIRE(first.ok());
+  CHECK((*first)->Pick(9, EvenLoads(3)).destination == 0);
+  CHECK(registry.Listing().find("always destination 0") != std::string::npos);
+  CHECK(BuiltinPolicies().Find("first") == nullptr);  // a copy: the built-in list is unchanged
+
+  CHECK_FALSE(
+      registry
+          .Register(
+              {.name = "sticky", .description = "again", .make = registry.Find("sticky")->make})
+          .ok);
+  CHECK_FALSE(registry
+                  .Register({.name = "flatlb",
+                             .description = "clash with the alias",
+                             .make = registry.Find("sticky")->make})
+                  .ok);
+  CHECK_FALSE(registry.Register({.name = "no-factory", .description = "none"}).ok);
+  CHECK_FALSE(registry.AddAlias("ch", "no-such-policy").ok);
+  CHECK(registry.AddAlias("ch", "chwbl").ok);
+  CHECK(registry.Canonical("ch") == "chwbl");
+}
+
+}  // namespace
+}  // namespace cacheroute::dataplane
