@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cacheroute/dataplane/grpc/table_conversion.h"
 
 namespace cacheroute::planner {
 namespace {
@@ -57,6 +59,26 @@ std::shared_ptr<const table::TableSnapshot> SnapshotFromPlan(
   }
   return table::TableSnapshot::FromEntries(version, std::move(destinations), std::move(loads),
                                            std::move(entries), built_unix_ms, ttl_seconds);
+}
+
+std::vector<std::string> DestinationNames(uint32_t count) {
+  std::vector<std::string> names;
+  names.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) names.push_back(absl::StrCat(i));
+  return names;
+}
+
+dataplane::Result<dataplane::RoutingTable> RoutingTableFromPlan(const Plan& plan,
+                                                                table::TableVersion version) {
+  const uint32_t count = static_cast<uint32_t>(plan.loads().size());
+  std::vector<std::string> names = DestinationNames(count);
+  const auto index = dataplane::DestinationIndexOf(names);
+  std::vector<uint32_t> active(count);
+  for (uint32_t i = 0; i < count; ++i) active[i] = i;
+  const std::shared_ptr<const table::TableSnapshot> snapshot =
+      SnapshotFromPlan(version, plan, std::move(names), active, /*key_name=*/nullptr,
+                       /*built_unix_ms=*/0, /*ttl_seconds=*/0);
+  return dataplane::ToRoutingTable(*snapshot, index, count);
 }
 
 }  // namespace cacheroute::planner

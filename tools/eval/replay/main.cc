@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_split.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/policy_registry.h"
 #include "tools/eval/main_helpers.h"
 #include "tools/eval/replay/http_replay.h"
 #include "tools/eval/replay/replay.h"
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
                             "Comma-separated engine URLs; the replay routes with --policy");
   gw->excludes(en);
   app.add_option("--policy", routing.policy,
-                 "flatlb, sticky, chwbl, dualmap, preble, cacheroute or cacheroute-paper (with --engines)")
+                 "Routing policy, with --engines:\n" +
+                     cacheroute::dataplane::BuiltinPolicies().Listing())
       ->capture_default_str();
   app.add_option("--seed", routing.seed, "Seed of the policies' randomness")->capture_default_str();
   app.add_flag("--plan-from-workload", plan_from_workload,
@@ -95,8 +97,9 @@ int main(int argc, char** argv) {
     }
   }
   if (targets.empty()) return kProgram.Fail(2, "give --gateway URL or --engines URL1,URL2,...");
-  if ((routing.policy == "cacheroute" || routing.policy == "cacheroute-paper") &&
-      !plan_from_workload) {
+  const cacheroute::dataplane::PolicyInfo* policy =
+      cacheroute::dataplane::BuiltinPolicies().Find(routing.policy);
+  if (policy != nullptr && policy->uses_table && !plan_from_workload) {
     return kProgram.Fail(2,
                          "--policy " + routing.policy + " needs a plan: pass --plan-from-workload");
   }

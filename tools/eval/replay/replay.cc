@@ -13,7 +13,9 @@
 #include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/routing_table.h"
+#include "planner/algorithm.h"
 #include "planner/plan_builder.h"
+#include "planner/plan_snapshot.h"
 #include "tools/eval/workload/json_line.h"
 #include "tools/eval/workload/mooncake.h"
 
@@ -63,82 +65,74 @@ absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(const RoutingOpti
                                                                const workload::Workload& workload) {
   const uint32_t n = options.destinations;
   if (n == 0) return absl::InvalidArgumentError("no destinations (--engines)");
-  std::unique_ptr<Dispatcher> d(new Dispatcher(options));
-  const std::string& p = options.policy;
-  if (p == "flatlb" || p == "flat-lb") {
-    d->policy_ = std::make_unique<dataplane::FlatLbPolicy>(d->random_);
-  } else if (p == "sticky") {
-    d->policy_ = std::make_unique<dataplane::StickyPolicy>(n);
-  } else if (p == "chwbl") {
-    d->policy_ = std::make_unique<dataplane::ChwblPolicy>(n, d->random_);
-  } else if (p == "dualmap") {
-    d->policy_ = std::make_unique<dataplane::DualMapPolicy>(n, d->random_);
-  } else if (p == "preble") {
-    d->policy_ = std::make_unique<dataplane::PreblePolicy>(d->random_);
-  } else if (p == "cacheroute" || p == "cacheroute-paper") {
-    // Offline plan (paper §3.1): per-key rates over the workload's span, Algorithm 1, with
-    // CacheRoute's spills, load-adaptive k_b and dispatch unless the paper's is asked for.
-    const bool paper = p == "cacheroute-paper";
-    absl::flat_hash_map<uint64_t, uint64_t> counts;
-    for (const workload::Request& r : workload.requests) ++counts[dataplane::KeyId(r.key)];
-    const double span = workload.requests.empty() ? 0
-                                                  : workload.requests.back().arrival_s -
-                                                        workload.requests.front().arrival_s;
-    const double seconds = span > 0 ? span : 1.0;
-    std::vector<planner::KeyRate> rates;
-    rates.reserve(counts.size());
-    double total = 0;
-    for (const auto& [key, count] : counts) {
-      rates.push_back({key, static_cast<double>(count) / seconds});
-      total += rates.back().rate;
-    }
-    if (!(options.q_cap >= 0) || !std::isfinite(options.q_cap)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--q-cap must be a finite number >= 0, got %g", options.q_cap));
-    }
-    planner::PlanConfig config{.destinations = n,
-                               .q_cap = options.q_cap > 0 ? options.q_cap : total / n,
-                               .slots_per_destination = options.slots_per_destination,
-                               .unkeyed_rate = 0,
-                               .spill = !paper,
-                               .balance_share = paper ? 0 : planner::kCacheRouteBalanceShare};
-    if (!(config.q_cap > 0)) config.q_cap = 1;
-    CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan, planner::BuildPlan(rates, config));
-    std::vector<dataplane::TableEntry> entries;
-    entries.reserve(plan.size());
-    for (size_t i = 0; i < plan.size(); ++i) {
-      const auto dests = plan.destinations(i);
-      entries.push_back({.key_id = plan.key(i),
-                         .destinations = {dests.begin(), dests.end()},
-                         .spill = plan.spill(i)});
-    }
-    dataplane::Result<dataplane::RoutingTable> table = dataplane::RoutingTable::Build(
-        {.epoch = 1, .number = 1}, n, {plan.loads().begin(), plan.loads().end()}, entries);
-    if (!table.ok()) return absl::InternalError(table.status().message);
-    d->router_ = std::make_unique<dataplane::Router>(
-        dataplane::RouterOptions{.destination_count = n,
-                                 .dispatch = paper ? dataplane::DispatchOptions::Paper()
-                                                   : dataplane::DispatchOptions{},
-                                 .table_ttl = dataplane::Duration::zero(),
-                                 .external_load_weight = 1.0},
-        d->random_);
-    const dataplane::Status installed = d->router_->Install(
-        std::make_shared<const dataplane::RoutingTable>(*std::move(table)), d->clock_.Now());
-    if (!installed.ok) return absl::InternalError(installed.message);
-    d->policy_ = std::make_unique<dataplane::CacheRoutePolicy>(*d->router_, d->clock_);
-    d->plan_ = PlanSummary{
-        .keys = counts.size(),
-        .admitted_keys = plan.size(),
-        .q_cap = config.q_cap,
-        .admitted_rate_share =
-            plan.stats().total_rate > 0 ? plan.stats().admitted_rate / plan.stats().total_rate : 0,
-        .imbalance = plan.stats().imbalance};
-  } else {
+  const dataplane::PolicyRegistry& policies = dataplane::BuiltinPolicies();
+  const dataplane::PolicyInfo* info = policies.Find(options.policy);
+  if (info == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--policy: unknown policy \"", p,
-                     "\" (one of flatlb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper)"));
+        absl::StrCat("--policy: ", policies.Check(options.policy).message));
   }
+  std::unique_ptr<Dispatcher> d(new Dispatcher(options));
+  if (info->uses_table) {
+    absl::StatusOr<PlanSummary> plan = d->InstallOfflinePlan(options, *info, workload);
+    if (!plan.ok()) return plan.status();
+    d->plan_ = *plan;
+  }
+  dataplane::Result<std::unique_ptr<dataplane::Policy>> policy = info->make(
+      {.destinations = n, .random = &d->random_, .router = d->router_.get(), .clock = &d->clock_});
+  if (!policy.ok()) return absl::InternalError(policy.status().message);
+  d->policy_ = *std::move(policy);
   return d;
+}
+
+// Offline plan (paper §3.1): per-key rates over the workload's span, planned with the policy's
+// algorithm and installed in a Router with its dispatch rule.
+absl::StatusOr<PlanSummary> Dispatcher::InstallOfflinePlan(const RoutingOptions& options,
+                                                           const dataplane::PolicyInfo& policy,
+                                                           const workload::Workload& workload) {
+  if (!(options.q_cap >= 0) || !std::isfinite(options.q_cap)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--q-cap must be a finite number >= 0, got %g", options.q_cap));
+  }
+  CACHEROUTE_ASSIGN_OR_RETURN(planner::Algorithm algorithm, planner::ParseAlgorithm(policy.name));
+  const uint32_t n = options.destinations;
+  absl::flat_hash_map<uint64_t, uint64_t> counts;
+  for (const workload::Request& r : workload.requests) ++counts[dataplane::KeyId(r.key)];
+  const double span = workload.requests.empty()
+                          ? 0
+                          : workload.requests.back().arrival_s - workload.requests.front().arrival_s;
+  const double seconds = span > 0 ? span : 1.0;
+  std::vector<planner::KeyRate> rates;
+  rates.reserve(counts.size());
+  double total = 0;
+  for (const auto& [key, count] : counts) {
+    rates.push_back({key, static_cast<double>(count) / seconds});
+    total += rates.back().rate;
+  }
+  planner::PlanConfig config = planner::PlanConfigFor(
+      algorithm, {.destinations = n,
+                  .q_cap = options.q_cap > 0 ? options.q_cap : total / n,
+                  .slots_per_destination = options.slots_per_destination});
+  if (!(config.q_cap > 0)) config.q_cap = 1;
+  CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan, planner::BuildPlan(rates, config));
+  dataplane::Result<dataplane::RoutingTable> table =
+      planner::RoutingTableFromPlan(plan, {.epoch = 1, .number = 1});
+  if (!table.ok()) return absl::InternalError(table.status().message);
+  router_ = std::make_unique<dataplane::Router>(
+      dataplane::RouterOptions{.destination_count = n,
+                               .dispatch = policy.dispatch,
+                               .table_ttl = dataplane::Duration::zero(),
+                               .external_load_weight = 1.0},
+      random_);
+  const dataplane::Status installed = router_->Install(
+      std::make_shared<const dataplane::RoutingTable>(*std::move(table)), clock_.Now());
+  if (!installed.ok) return absl::InternalError(installed.message);
+  const planner::PlanStats& stats = plan.stats();
+  return PlanSummary{
+      .keys = counts.size(),
+      .admitted_keys = plan.size(),
+      .q_cap = config.q_cap,
+      .admitted_rate_share = stats.total_rate > 0 ? stats.admitted_rate / stats.total_rate : 0,
+      .imbalance = stats.imbalance};
 }
 
 uint32_t Dispatcher::Pick(uint64_t key_id) {

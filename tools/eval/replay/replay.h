@@ -5,10 +5,10 @@
 //   capped
 //                       (--duration), arrivals shifted to start at 0
 //   Dispatcher          routes a request to one of R engines with a SHIPPED dataplane policy
-//                       (dataplane/include/cacheroute/dataplane/policies.h) over the replay's own
-//                       in-flight counts; for "cacheroute" (and "cacheroute-paper", Algorithm 1
-//                       with the paper's dispatch) through a Router holding a plan built
-//                       offline from the workload's key rates (planner/plan_builder.h)
+//                       (dataplane/include/cacheroute/dataplane/policy_registry.h) over the
+//                       replay's own in-flight counts; for "cacheroute" (and "cacheroute-paper",
+//                       Algorithm 1 with the paper's dispatch) through a Router holding a plan
+//                       built offline from the workload's key rates (planner/algorithm.h)
 //   BuildReport         requests, failures by kind, TTFT and latency percentiles, served
 //                       token-weighted KV hit (Σ cached / Σ prompt over successes), and per
 //                       destination the requests and prefill work with their imbalance (max/mean)
@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/policies.h"
+#include "cacheroute/dataplane/policy_registry.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
 #include "tools/eval/workload/workload.h"
@@ -46,12 +47,9 @@ struct LoadOptions {
 absl::StatusOr<workload::Workload> LoadReplayWorkload(const std::string& path,
                                                       const LoadOptions& options);
 
-// The six policies by their command-line names, and the paper's variant of CacheRoute.
-inline constexpr const char* kPolicyNames[] = {"flatlb", "sticky",     "chwbl",           "dualmap",
-                                               "preble", "cacheroute", "cacheroute-paper"};
-
 struct RoutingOptions {
-  std::string policy = "flatlb";
+  // A name of cacheroute/dataplane/policy_registry.h (BuiltinPolicies; "flatlb" for "flat-lb").
+  std::string policy = "flat-lb";
   uint32_t destinations = 0;
   uint64_t seed = 1;
   // cacheroute only: the plan's per-assignment load cap (requests/s; 0: total rate / R, a
@@ -101,6 +99,10 @@ class Dispatcher {
   };
 
   explicit Dispatcher(const RoutingOptions& options);
+  // A table policy's plan, built from `workload`'s key rates, in router_.
+  absl::StatusOr<PlanSummary> InstallOfflinePlan(const RoutingOptions& options,
+                                                 const dataplane::PolicyInfo& policy,
+                                                 const workload::Workload& workload);
 
   dataplane::SeededRandom random_;
   dataplane::SteadyClock clock_;

@@ -53,6 +53,7 @@
 #include "absl/status/status.h"
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/grpc/planner_channels.h"
+#include "cacheroute/dataplane/grpc/table_conversion.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
@@ -251,40 +252,8 @@ class TableSubscriber {
 
  private:
   Result<RoutingTable> ConvertLocked(const table::TableSnapshot& table) const {
-    std::vector<uint32_t> index(table.destinations().size());
-    for (size_t i = 0; i < index.size(); ++i) {
-      auto it = index_by_name_.find(table.destinations()[i]);
-      if (it != index_by_name_.end()) {
-        index[i] = it->second;
-      } else if (options_.ignore_unknown_destinations) {
-        index[i] = kNoDestination;
-      } else {
-        return Status::Error("destinations[" + std::to_string(i) + "]: '" +
-                             table.destinations()[i] + "' is not a destination of this gateway");
-      }
-    }
-    std::vector<double> loads(options_.destinations.size(), 0.0);
-    for (size_t i = 0; i < index.size(); ++i) {
-      if (index[i] != kNoDestination) loads[index[i]] = table.expected_loads()[i];
-    }
-    std::vector<TableEntry> entries;
-    entries.reserve(table.entries().size());
-    for (const table::TableEntry& e : table.entries()) {
-      TableEntry out;
-      out.key_id = e.key_id;
-      out.destinations.reserve(e.destinations.size());
-      for (uint32_t d : e.destinations) {
-        if (index[d] != kNoDestination) out.destinations.push_back(index[d]);
-      }
-      if (out.destinations.empty()) continue;  // every member unknown here: not admitted
-      std::sort(out.destinations.begin(), out.destinations.end());
-      if (e.spill.has_value() && index[*e.spill] != kNoDestination) out.spill = index[*e.spill];
-      entries.push_back(std::move(out));
-    }
-    const table::TableVersion v = table.version();
-    return RoutingTable::Build({.epoch = v.epoch, .number = v.number},
-                               static_cast<uint32_t>(options_.destinations.size()),
-                               std::move(loads), entries, table.table_fraction());
+    return ToRoutingTable(table, index_by_name_, static_cast<uint32_t>(options_.destinations.size()),
+                          options_.ignore_unknown_destinations);
   }
 
   // Runs inside TableClientState::OnUpdate on the stream thread: install or refuse.
