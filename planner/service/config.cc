@@ -37,6 +37,7 @@
 #include "base/config_file.h"
 #include "base/status_macros.h"
 #include "base/yaml_fields.h"
+#include "planner/algorithm.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cacheroute::service {
@@ -50,9 +51,14 @@ constexpr absl::string_view kProgram = "cacheroute-planner";
 // ---- Per-value checks. `name` is the YAML key or the flag the value came from. ----
 
 absl::Status CheckAlgorithm(absl::string_view name, absl::string_view value) {
-  if (value == "cacheroute" || value == "cacheroute-paper") return absl::OkStatus();
-  return Invalid(name,
-                 absl::StrCat("must be \"cacheroute\" or \"cacheroute-paper\", got ", Quote(value)));
+  if (planner::ParseAlgorithm(value).ok()) return absl::OkStatus();
+  return Invalid(
+      name, absl::StrCat("must be one of ", planner::AlgorithmNames(), ", got ", Quote(value)));
+}
+
+absl::Status CheckPlacement(absl::string_view name, absl::string_view value) {
+  if (value == "lpt" || value == "hashed") return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be \"lpt\" or \"hashed\", got ", Quote(value)));
 }
 
 absl::Status CheckLogFormat(absl::string_view name, absl::string_view value) {
@@ -364,6 +370,15 @@ const std::vector<YamlField>& TopLevelFields() {
       NonNegativeNumberField("placement_stickiness", &PlannerConfig::placement_stickiness),
       StringField("algorithm", &PlannerConfig::algorithm, CheckAlgorithm),
       DurationField("control_interval", &PlannerConfig::control_interval),
+      DurationField("gate_interval", &PlannerConfig::gate_interval, /*zero_is_off=*/true),
+      {"replicate",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         CACHEROUTE_ASSIGN_OR_RETURN(config.replicate, YamlBool(name, node));
+         return absl::OkStatus();
+       }},
+      StringField("placement", &PlannerConfig::placement, CheckPlacement),
+      IntegerField("placement_seed", &PlannerConfig::placement_seed, 0, kNoMax),
+      IntegerField("max_plans", &PlannerConfig::max_plans, 0, kNoMax),
       PositiveNumberField("table_ttl_seconds", &PlannerConfig::table_ttl_seconds),
       IntegerField("history", &PlannerConfig::history, 1, kNoMax),
       DurationField("rate_smoothing", &PlannerConfig::rate_smoothing),
@@ -628,6 +643,8 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
           CheckToken("token", config.token),
           CheckLogFormat("log_format", config.log_format),
           CheckAlgorithm("algorithm", config.algorithm),
+          CheckPlacement("placement", config.placement),
+          CheckOffOrPositiveDuration("gate_interval", config.gate_interval),
       });
       !status.ok()) {
     return status;

@@ -85,6 +85,21 @@ struct PlannerConfig {
   // (Algorithm 1 as published). docs/dispatch.md says what each does and what it measured.
   std::string algorithm = "cacheroute";
   absl::Duration control_interval = absl::Seconds(10);
+  // How often the rollout gate decides: 0 (the default) at every planning step; a duration below
+  // control_interval also between planning steps, on the evidence reported since
+  // (PlannerCore::ObserveGate), so the gate can follow the gateways' reports while the planner
+  // plans less often. Finite, >= 0.
+  absl::Duration gate_interval = absl::ZeroDuration();
+  // Experiments (the defaults are the algorithm, and a deployment keeps them):
+  // - the component ablation of the paper's §5.2 (Table 4): `replicate` false gives every
+  //   admitted key one destination; `placement` "hashed" puts a key's destinations on a hash of
+  //   (key, placement_seed), blind to load, instead of LPT (planner::PlanConfig);
+  // - `max_plans` > 0: after that many plans, Replan keeps the last one (the rate interval still
+  //   closes and the gate still decides; a changed split is published with the held plan).
+  bool replicate = true;
+  std::string placement = "lpt";  // "lpt" or "hashed"
+  uint64_t placement_seed = 0;
+  uint64_t max_plans = 0;
   double table_ttl_seconds = 60;  // gateways fall back to power of two past this age
   size_t history = 32;            // versions kept for GetTable and Diff
 
@@ -123,7 +138,8 @@ absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view yaml,
 absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* argv);
 
 // Checks ranges and consistency: 1 … kMaxConfigDestinations destinations with distinct, non-empty
-// names; q_cap finite > 0; W ≥ 1; control_interval, rate_smoothing and key_ttl finite > 0;
+// names; q_cap finite > 0; W ≥ 1; an algorithm of planner/algorithm.h; placement "lpt" or
+// "hashed"; gate_interval finite >= 0; control_interval, rate_smoothing and key_ttl finite > 0;
 // table_ttl_seconds finite > 0; history ≥ 1; max_keys_per_report ≥ 1; max_message_bytes in
 // [1, kMaxMessageBytesLimit]; TLS cert and key both or neither, client CA only with them; a token
 // of visible ASCII, and one present if token_required_for_reads; log_format "text" or "json";

@@ -16,6 +16,7 @@
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "planner/coord/etcd_client.h"
+#include "planner/service/control_schedule.h"
 #include "planner/service/planner_server.h"
 
 namespace cacheroute::service {
@@ -251,17 +252,21 @@ struct HaReplica::State {
                    {{"version", outcome->version.ToString()}, {"by", "takeover"}});
   }
 
-  void Tick() {
+  void Tick(ControlSchedule::Step step) {
+    const bool plan = step == ControlSchedule::Step::kPlan;
     if (election->IsLeader()) {
-      LogPlanOutcome(core->Replan());
+      LogPlanOutcome(plan ? core->Replan() : core->ObserveGate());
     } else {
-      core->FollowerTick();
+      core->FollowerTick(plan);
     }
   }
 
   void Run() {
-    const auto interval = absl::ToChronoMilliseconds(options.control_interval);
-    auto next_tick = std::chrono::steady_clock::now() + interval;
+    ControlSchedule schedule(options.control_interval, options.gate_interval);
+    const auto start = std::chrono::steady_clock::now();
+    const auto since_start = [start] {
+      return absl::FromChrono(std::chrono::steady_clock::now() - start);
+    };
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mu);
@@ -278,12 +283,12 @@ struct HaReplica::State {
       }
       if (takeover) {
         DoTakeOver();
-        next_tick = std::chrono::steady_clock::now() + interval;
+        schedule.Restart(since_start());
         continue;
       }
-      if (options.run_ticker && std::chrono::steady_clock::now() >= next_tick) {
-        next_tick = std::chrono::steady_clock::now() + interval;
-        Tick();
+      if (options.run_ticker && since_start() >= schedule.next()) {
+        Tick(schedule.Take());
+        if (since_start() > schedule.next()) schedule.Restart(since_start());
       }
     }
   }

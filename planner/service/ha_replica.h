@@ -2,7 +2,8 @@
 // planner service on etcd"). It runs the LeaderElection, makes every publish of its PlannerCore
 // one FencedTxn (table, version and membership/gate state), installs the tables other replicas
 // publish (a watch on <prefix>table), replicates rate reports through etcd (<prefix>reports/)
-// and runs the control-interval loop: the leader plans, a follower only closes its rate interval.
+// and runs the control loop (ControlSchedule): the leader plans and decides the gate, a follower
+// only closes its rate interval and drops the evidence.
 //
 // Contract:
 // - Only the leader publishes: a publish whose transaction fails (not the leader, etcd down)
@@ -36,6 +37,7 @@ class HaReplica {
   struct Options {
     EtcdConfig etcd;  // enabled and valid; replica_id and advertise non-empty
     absl::Duration control_interval = absl::Seconds(10);
+    absl::Duration gate_interval = absl::ZeroDuration();  // PlannerConfig::gate_interval
     bool run_ticker = true;  // false: no planning steps of its own (tests drive Replan)
   };
 

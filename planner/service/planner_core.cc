@@ -23,6 +23,12 @@ constexpr size_t kMaxDestinationName = 256;
 // more than this fraction of the mean load.
 constexpr double kLoadDrift = 0.05;
 
+// The parsed algorithm of a validated config.
+planner::Algorithm AlgorithmOf(const PlannerConfig& config) {
+  absl::StatusOr<planner::Algorithm> algorithm = planner::ParseAlgorithm(config.algorithm);
+  return algorithm.ok() ? *algorithm : planner::Algorithm::kCacheRoute;
+}
+
 planner::RateAggregatorOptions AggregatorOptions(const PlannerConfig& config) {
   planner::RateAggregatorOptions options;
   options.smoothing = config.rate_smoothing;
@@ -84,6 +90,7 @@ std::string RejectReason(const absl::Status& status) {
 PlannerCore::PlannerCore(const PlannerConfig& config, base::Clock* clock,
                          std::optional<StateStore> store)
     : config_(config),
+      algorithm_(AlgorithmOf(config)),
       clock_(clock),
       store_(std::move(store)),
       rates_(AggregatorOptions(config), clock->Now()),
@@ -206,15 +213,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   const absl::Time now = clock_->Now();
   rates_.CloseInterval(now);
   last_rates_ = rates_.Rates();
-  const planner::PlanConfig plan_config{.destinations = static_cast<uint32_t>(active.size()),
-                                        .q_cap = config_.q_cap,
-                                        .slots_per_destination = config_.slots_per_destination,
-                                        .unkeyed_rate = rates_.UnkeyedRate(),
-                                        .stickiness = config_.placement_stickiness,
-                                        .spill = config_.algorithm == "cacheroute",
-                                        .balance_share = config_.algorithm == "cacheroute"
-                                                             ? planner::kCacheRouteBalanceShare
-                                                             : 0.0};
+  const planner::PlanConfig plan_config = PlanConfigLocked(static_cast<uint32_t>(active.size()));
   // Hysteresis against the previous plan (none after a restart). After a membership change, a
   // drain or an undrain it is re-mapped by name to the new active indices, so only the keys of a
   // destination that left are placed anew and every other key stays where its cache is warm.
@@ -248,6 +247,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   if (gate_.has_value()) candidate = candidate->WithRollout(GateRolloutLocked());
   PlanOutcome outcome{.version = latest ? latest->version() : table::TableVersion{},
                       .changed = false,
+                      .planned = true,
                       .build_seconds = plan.stats().build_seconds};
   if (force || latest == nullptr || !latest->SameRouting(*candidate) ||
       LoadsDrifted(*latest, *candidate)) {
@@ -261,6 +261,51 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   last_plan_active_ = std::move(active_names);
   PersistLocked();
   return outcome;
+}
+
+planner::PlanConfig PlannerCore::PlanConfigLocked(uint32_t active) const {
+  return planner::PlanConfigFor(
+      algorithm_, {.destinations = active,
+                   .q_cap = config_.q_cap,
+                   .slots_per_destination = config_.slots_per_destination,
+                   .unkeyed_rate = rates_.UnkeyedRate(),
+                   .replicate = config_.replicate,
+                   .placement = config_.placement == "hashed" ? planner::Placement::kHashed
+                                                              : planner::Placement::kLpt,
+                   .placement_seed = config_.placement_seed,
+                   .stickiness = config_.placement_stickiness});
+}
+
+absl::StatusOr<PlanOutcome> PlannerCore::HoldLocked(
+    std::shared_ptr<const table::TableSnapshot>* published) {
+  rates_.CloseInterval(clock_->Now());
+  last_rates_ = rates_.Rates();
+  PlanOutcome outcome{.version = history_.back()->version()};
+  CACHEROUTE_ASSIGN_OR_RETURN(std::shared_ptr<const table::TableSnapshot> done,
+                              RepublishWithGateLocked(/*force=*/false));
+  if (done != nullptr) {
+    outcome.version = done->version();
+    outcome.changed = true;
+    *published = std::move(done);
+  }
+  PersistLocked();
+  return outcome;
+}
+
+planner::Gate::Decision PlannerCore::ObserveGateLocked() {
+  planner::Gate::Decision decision = gate_->Observe(rates_.TakeEvidence(gate_->table_fraction()));
+  last_gate_decision_ = decision;
+  return decision;
+}
+
+absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> PlannerCore::RepublishWithGateLocked(
+    bool force) {
+  if (history_.empty()) return nullptr;
+  const std::shared_ptr<const table::TableSnapshot>& latest = history_.back();
+  std::shared_ptr<const table::TableSnapshot> candidate =
+      gate_.has_value() ? latest->WithRollout(GateRolloutLocked()) : latest;
+  if (!force && candidate->SameRouting(*latest)) return nullptr;
+  return PublishLocked(candidate->WithVersion({epoch_, last_number_ + 1}));
 }
 
 absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> PlannerCore::PublishLocked(
@@ -353,10 +398,8 @@ absl::StatusOr<PlanOutcome> PlannerCore::TakeOver(
     if (history_.empty()) {
       outcome = ReplanLocked(&published);
     } else {
-      std::shared_ptr<const table::TableSnapshot> latest = history_.back();
-      if (gate_.has_value()) latest = latest->WithRollout(GateRolloutLocked());
       absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
-          PublishLocked(latest->WithVersion({epoch_, last_number_ + 1}));
+          RepublishWithGateLocked(/*force=*/true);
       if (done.ok()) {
         published = *done;
         outcome = PlanOutcome{.version = published->version(), .changed = true};
@@ -375,9 +418,10 @@ absl::StatusOr<PlanOutcome> PlannerCore::TakeOver(
   return outcome;
 }
 
-void PlannerCore::FollowerTick() {
+void PlannerCore::FollowerTick(bool plan_step) {
   std::lock_guard<std::mutex> lock(mu_);
   if (gate_.has_value()) rates_.TakeEvidence(gate_->table_fraction());
+  if (!plan_step) return;
   rates_.CloseInterval(clock_->Now());
   last_rates_ = rates_.Rates();
 }
@@ -417,16 +461,48 @@ absl::StatusOr<PlanOutcome> PlannerCore::Replan() {
     const std::optional<planner::Gate> gate_before =
         publish_hook_ ? gate_ : std::optional<planner::Gate>();
     // The evidence of the interval that ends now, gathered under the split published for it.
-    if (gate_.has_value()) {
-      decision = gate_->Observe(rates_.TakeEvidence(gate_->table_fraction()));
-      last_gate_decision_ = decision;
-    }
-    outcome = ReplanLocked(&published);
+    if (gate_.has_value()) decision = ObserveGateLocked();
+    const bool hold = config_.max_plans > 0 && counters_.plans >= config_.max_plans &&
+                      last_plan_.has_value() && !history_.empty();
+    outcome = hold ? HoldLocked(&published) : ReplanLocked(&published);
     if (outcome.ok()) {
       outcome->gate = std::move(decision);
     } else if (publish_hook_) {
       gate_ = gate_before;  // a refused publish: the gate's move did not reach the gateways
     }
+  }
+  Notify(std::move(published));
+  return outcome;
+}
+
+absl::StatusOr<PlanOutcome> PlannerCore::ObserveGate() {
+  std::lock_guard<std::mutex> order(notify_mu_);
+  std::shared_ptr<const table::TableSnapshot> published;
+  PlanOutcome outcome;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!gate_.has_value()) {
+      return absl::FailedPreconditionError(
+          "the planner runs no rollout gate (planner.yaml: gate.enabled is false)");
+    }
+    if (history_.empty()) return outcome;  // the gate starts with the first table
+    outcome.version = history_.back()->version();
+    const std::optional<planner::Gate> before = gate_;
+    outcome.gate = ObserveGateLocked();
+    if (outcome.gate->changed) {
+      absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
+          RepublishWithGateLocked(/*force=*/false);
+      if (!done.ok()) {
+        gate_ = before;  // a refused publish: the gate's move did not reach the gateways
+        return done.status();
+      }
+      if (*done != nullptr) {
+        outcome.version = (*done)->version();
+        outcome.changed = true;
+        published = *std::move(done);
+      }
+    }
+    PersistLocked();
   }
   Notify(std::move(published));
   return outcome;
@@ -619,22 +695,15 @@ absl::StatusOr<v1::GateStatus> PlannerCore::ForceGate(const std::string& state,
     }
     const std::optional<planner::Gate> before = gate_;
     gate_->Force(forced, why);
-    // The new split goes out at once, as a new version of the latest table.
-    if (!history_.empty()) {
-      const std::shared_ptr<const table::TableSnapshot>& latest = history_.back();
-      std::shared_ptr<const table::TableSnapshot> candidate =
-          latest->WithRollout(GateRolloutLocked());
-      // With replicas the forced state must reach etcd even when the split is unchanged.
-      if (!candidate->SameRouting(*latest) || publish_hook_) {
-        absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
-            PublishLocked(candidate->WithVersion({epoch_, last_number_ + 1}));
-        if (!done.ok()) {
-          gate_ = before;
-          return done.status();
-        }
-        published = *std::move(done);
-      }
+    // The new split goes out at once, as a new version of the latest table; with replicas the
+    // forced state must reach etcd even when the split is unchanged.
+    absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> done =
+        RepublishWithGateLocked(/*force=*/publish_hook_ != nullptr);
+    if (!done.ok()) {
+      gate_ = before;
+      return done.status();
     }
+    published = *std::move(done);
     PersistLocked();
     status = GateStatusLocked();
   }

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "base/clock.h"
 #include "cacheroute/v1/admin.pb.h"
+#include "planner/algorithm.h"
 #include "planner/plan_builder.h"
 #include "planner/rate_aggregator.h"
 #include "planner/service/config.h"
@@ -46,8 +47,9 @@ namespace cacheroute::service {
 struct PlanOutcome {
   table::TableVersion version;  // the latest version after the step
   bool changed = false;         // a new version was published
+  bool planned = false;         // a plan was built (not: held past max_plans, a gate decision)
   double build_seconds = 0;
-  // The rollout gate's decision of this interval (Replan with gate_enabled only).
+  // The rollout gate's decision of this interval (Replan and ObserveGate with gate_enabled only).
   std::optional<planner::Gate::Decision> gate = std::nullopt;
 };
 
@@ -68,8 +70,14 @@ class PlannerCore {
 
   // One planning step now: with gate_enabled, first feeds the interval's rollout evidence to the
   // gate; then closes the rate interval, plans, publishes if the routing (or the gate's rollout)
-  // changed, persists. Also what the control-interval ticker calls.
+  // changed, persists. Also what the control-interval ticker calls. Past max_plans plans it keeps
+  // the last plan instead of building one (planned false).
   absl::StatusOr<PlanOutcome> Replan();
+  // A rollout-gate decision between planning steps (gate_interval): feeds the gate the evidence
+  // reported since its last decision and, when its split changes, publishes the latest table with
+  // the new split. Before the first table there is nothing to decide (gate unset).
+  // FailedPrecondition without gate_enabled.
+  absl::StatusOr<PlanOutcome> ObserveGate();
 
   // Membership. Both replan at once, keeping every key that stays placeable where it was
   // (hysteresis by name); only a leaving destination's keys are placed anew. SetDestinations takes
@@ -115,8 +123,9 @@ class PlannerCore {
   absl::StatusOr<PlanOutcome> TakeOver(std::shared_ptr<const table::TableSnapshot> table,
                                        const std::optional<v1::PlannerState>& meta);
   // A follower's control interval: closes the rate interval and drops the rollout evidence, as
-  // the leader's planning step does, so that its estimates stay those of a leader.
-  void FollowerTick();
+  // the leader's planning step does, so that its estimates stay those of a leader. With
+  // `plan_step` false, a gate step's: drops the evidence only.
+  void FollowerTick(bool plan_step = true);
 
   struct Counters {
     uint64_t plans = 0;
@@ -138,6 +147,18 @@ class PlannerCore {
   // With `force`, publishes even an unchanged table (replicas: membership must reach etcd).
   absl::StatusOr<PlanOutcome> ReplanLocked(std::shared_ptr<const table::TableSnapshot>* published,
                                            bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replan past max_plans: closes the rate interval and publishes the latest table again only if
+  // the gate's rollout changed it.
+  absl::StatusOr<PlanOutcome> HoldLocked(std::shared_ptr<const table::TableSnapshot>* published)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The gate's decision on the evidence reported since the last one (gate_ set).
+  planner::Gate::Decision ObserveGateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes the latest table under the next version with the gate's current rollout when that
+  // changes its routing (or `force`); null when nothing was published.
+  absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> RepublishWithGateLocked(bool force)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The plan's config for the active destination count, from config_ (PlanConfigFor).
+  planner::PlanConfig PlanConfigLocked(uint32_t active) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `snapshot` (the next version) to the history as the latest; returns it for Notify.
   // Fails (publishing nothing) when the publish hook does.
   absl::StatusOr<std::shared_ptr<const table::TableSnapshot>> PublishLocked(
@@ -155,6 +176,7 @@ class PlannerCore {
   std::vector<uint32_t> ActiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PlannerConfig config_;
+  const planner::Algorithm algorithm_;  // config_.algorithm, parsed
   base::Clock* const clock_;
   const std::optional<StateStore> store_;
 

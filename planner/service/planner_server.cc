@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "planner/key_id.h"
+#include "planner/service/control_schedule.h"
 #include "proto/table/table_stream.h"
 #ifdef CACHEROUTE_HAVE_ETCD
 #include "planner/service/ha_replica.h"
@@ -604,9 +605,11 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   if (config.etcd.enabled) {
 #ifdef CACHEROUTE_HAVE_ETCD
-    HaReplica::Options options{.etcd = config.etcd,
-                               .control_interval = config.control_interval,
-                               .run_ticker = run_ticker};
+    HaReplica::Options options{
+        .etcd = config.etcd,
+        .control_interval = config.control_interval,
+        .gate_interval = config.gate_enabled ? config.gate_interval : absl::ZeroDuration(),
+        .run_ticker = run_ticker};
     char hostname[256] = {};
     gethostname(hostname, sizeof(hostname) - 1);
     if (options.etcd.replica_id.empty()) {
@@ -640,10 +643,15 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
   // With replicas, HaReplica runs the control interval (only its leader plans).
   if (run_ticker && !config.etcd.enabled) {
     PlannerServer* raw = server.get();
-    const absl::Duration interval = config.control_interval;
-    server->ticker_ = std::thread([raw, interval] {
-      while (!raw->shutdown_.WaitForNotificationWithTimeout(interval)) {
-        LogPlanOutcome(raw->core_->Replan());
+    ControlSchedule schedule(config.control_interval,
+                             config.gate_enabled ? config.gate_interval : absl::ZeroDuration());
+    server->ticker_ = std::thread([raw, schedule]() mutable {
+      const absl::Time start = absl::Now();
+      while (!raw->shutdown_.WaitForNotificationWithDeadline(start + schedule.next())) {
+        LogPlanOutcome(schedule.Take() == ControlSchedule::Step::kPlan ? raw->core_->Replan()
+                                                                       : raw->core_->ObserveGate());
+        // A step that overran the next one's time: the next comes a whole interval later.
+        if (start + schedule.next() < absl::Now()) schedule.Restart(absl::Now() - start);
       }
     });
   }

@@ -178,6 +178,38 @@ log_format: json
   CHECK(ValidatePlannerConfig(config).ok());
 }
 
+TEST_CASE("the experiment keys parse; their defaults are the algorithm's") {
+  const PlannerConfig defaults;
+  CHECK(defaults.gate_interval == absl::ZeroDuration());
+  CHECK(defaults.replicate);
+  CHECK(defaults.placement == "lpt");
+  CHECK(defaults.max_plans == 0);
+  const PlannerConfig config = ParseOk(R"(
+gate_interval: 5s
+replicate: false
+placement: hashed
+placement_seed: 42
+max_plans: 1
+algorithm: cacheroute-paper
+)");
+  CHECK(config.gate_interval == absl::Seconds(5));
+  CHECK_FALSE(config.replicate);
+  CHECK(config.placement == "hashed");
+  CHECK(config.placement_seed == 42);
+  CHECK(config.max_plans == 1);
+  CHECK(config.algorithm == "cacheroute-paper");
+  CHECK(ParseOk("gate_interval: 0s").gate_interval == absl::ZeroDuration());
+  CheckEach(ParseError,
+            {
+                {"placement: random", "placement: must be \"lpt\" or \"hashed\", got \"random\""},
+                {"algorithm: greedy",
+                 "algorithm: must be one of cacheroute, cacheroute-paper, got \"greedy\""},
+                {"gate_interval: -1s",
+                 "gate_interval: must be 0 (off) or a finite duration > 0, got -1s"},
+                {"max_plans: -1", "max_plans: must be an integer >= 0, got -1"},
+            });
+}
+
 TEST_CASE("durations take a unit") {
   CHECK(ParseOk("control_interval: 10s").control_interval == absl::Seconds(10));
   CHECK(ParseOk("control_interval: 500ms").control_interval == absl::Milliseconds(500));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "planner/key_id.h"
+#include "planner/service/control_schedule.h"
 
 namespace cacheroute::service {
 namespace {
@@ -123,6 +124,127 @@ TEST_CASE("with the gate on, tables carry its rollout and the gateways' evidence
   CHECK(rolled_back.gate->changed);
   CHECK(h.core->Latest()->rollout()->state == "rolled_back");
   CHECK(h.core->Latest()->table_fraction() == 0);
+}
+
+TEST_CASE("with a gate_interval the gate decides between planning steps, on the latest table") {
+  PlannerConfig config = GatedConfig();
+  config.gate.min_samples = 200;
+  config.gate.promote_after = 1;
+  Harness h(config);
+  uint64_t sequence = 0;
+  auto report = [&](std::optional<planner::EvidenceReport> evidence) {
+    planner::RateReport r = Report("gw", ++sequence, {{"a", 500}, {"b", 400}, {"c", 300}});
+    r.evidence = std::move(evidence);
+    REQUIRE(h.core->ReportRates(r).ok());
+  };
+  // Before the first table there is nothing to decide, and the evidence waits for the first step.
+  report(std::nullopt);
+  const absl::StatusOr<PlanOutcome> early = h.core->ObserveGate();
+  REQUIRE(early.ok());
+  CHECK_FALSE(early->gate.has_value());
+  CHECK(h.core->Latest() == nullptr);
+  const PlanOutcome first = h.Replan();
+  CHECK(first.planned);
+  REQUIRE(h.core->Latest()->rollout()->state == "canary");
+  const uint64_t plans = h.core->counters().plans;
+
+  // An equal canary between planning steps: promoted at once, the same plan under a new version.
+  report(Evidence(0.2, 2000, 0.1, 0.1));
+  const table::TableVersion canary = h.core->Latest()->version();
+  const absl::StatusOr<PlanOutcome> promoted = h.core->ObserveGate();
+  REQUIRE(promoted.ok());
+  REQUIRE(promoted->gate.has_value());
+  CHECK(promoted->gate->changed);
+  CHECK(promoted->changed);
+  CHECK_FALSE(promoted->planned);
+  CHECK(promoted->version.number == canary.number + 1);
+  CHECK(h.core->Latest()->rollout()->state == "enabled");
+  CHECK(h.core->counters().plans == plans);  // no plan was built
+
+  // Nothing new reported: the gate keeps its state and nothing is published.
+  const absl::StatusOr<PlanOutcome> quiet = h.core->ObserveGate();
+  REQUIRE(quiet.ok());
+  CHECK_FALSE(quiet->changed);
+
+  Harness ungated;
+  CHECK(ungated.core->ObserveGate().status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("max_plans: Replan keeps the last plan, still closing intervals and deciding the gate") {
+  PlannerConfig config = GatedConfig();
+  config.gate.min_samples = 200;
+  config.gate.promote_after = 1;
+  config.max_plans = 1;
+  Harness h(config);
+  uint64_t sequence = 0;
+  auto report = [&](const std::vector<std::pair<std::string, double>>& counts,
+                    std::optional<planner::EvidenceReport> evidence) {
+    planner::RateReport r = Report("gw", ++sequence, counts);
+    r.evidence = std::move(evidence);
+    REQUIRE(h.core->ReportRates(r).ok());
+  };
+  report({{"a", 500}, {"b", 400}, {"c", 300}}, std::nullopt);
+  CHECK(h.Replan().planned);
+  const std::shared_ptr<const table::TableSnapshot> held = h.core->Latest();
+  REQUIRE(held->Find(KeyId("a")) != nullptr);
+
+  // New keys take over: without the hold they would be planned; with it the table stays.
+  report({{"x", 5000}, {"y", 4000}, {"z", 3000}}, std::nullopt);
+  const PlanOutcome kept = h.Replan();
+  CHECK_FALSE(kept.planned);
+  CHECK_FALSE(kept.changed);
+  CHECK(h.core->counters().plans == 1);
+  CHECK(h.core->Latest() == held);
+  // The rate interval closed all the same (Explain sees the new key's rate).
+  CHECK(h.core->Explain(KeyId("x")).rate() > 0);
+
+  // The gate still decides: a promotion publishes the held plan with the new split.
+  report({{"x", 5000}}, Evidence(0.2, 2000, 0.1, 0.1));
+  const PlanOutcome promoted = h.Replan();
+  CHECK_FALSE(promoted.planned);
+  CHECK(promoted.changed);
+  CHECK(h.core->Latest()->rollout()->state == "enabled");
+  CHECK(h.core->Latest()->SameRouting(*held->WithRollout(h.core->Latest()->rollout())));
+}
+
+TEST_CASE("the ablations of Algorithm 1 are config: one destination per key, hashed placement") {
+  PlannerConfig config = Config();
+  config.q_cap = 2;  // "a" (5/s over the 100 s interval) needs k = 3 under replication
+  config.slots_per_destination = 4;
+  Harness replicated(config);
+  REQUIRE(replicated.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 40}})).ok());
+  replicated.Replan();
+  CHECK(replicated.core->Latest()->Find(KeyId("a"))->destinations.size() == 3);
+
+  config.replicate = false;
+  config.placement = "hashed";
+  config.placement_seed = 7;
+  Harness affinity(config);
+  REQUIRE(affinity.core->ReportRates(Report("gw", 1, {{"a", 500}, {"b", 40}})).ok());
+  affinity.Replan();
+  CHECK(affinity.core->Latest()->Find(KeyId("a"))->destinations.size() == 1);
+  CHECK(affinity.core->Latest()->Find(KeyId("b"))->destinations.size() == 1);
+
+  config.placement = "random";
+  CHECK(PlannerCore::Create(config, &affinity.clock).status().message().find("placement") !=
+        std::string_view::npos);
+}
+
+TEST_CASE("the control schedule: plan steps every interval, gate steps between them") {
+  ControlSchedule schedule(absl::Seconds(30), absl::Seconds(10));
+  std::vector<std::pair<int64_t, ControlSchedule::Step>> steps;
+  while (schedule.next() <= absl::Seconds(60)) {
+    const int64_t at = absl::ToInt64Seconds(schedule.next());
+    steps.push_back({at, schedule.Take()});
+  }
+  using enum ControlSchedule::Step;
+  CHECK(steps == std::vector<std::pair<int64_t, ControlSchedule::Step>>{
+                     {10, kGate}, {20, kGate}, {30, kPlan}, {40, kGate}, {50, kGate}, {60, kPlan}});
+  ControlSchedule plain(absl::Seconds(10), absl::ZeroDuration());
+  CHECK(plain.Take() == kPlan);
+  CHECK(plain.next() == absl::Seconds(20));
+  plain.Restart(absl::Seconds(95));
+  CHECK(plain.next() == absl::Seconds(105));
 }
 
 TEST_CASE("without the gate, tables carry no rollout") {
