@@ -34,6 +34,7 @@
 #include "tests/support/subscriber_options.h"
 #include "tests/support/temp_dir.h"
 #include "tools/eval/child_process.h"
+#include "tools/eval/planner_replica_client.h"
 
 namespace cacheroute {
 namespace {
@@ -45,7 +46,7 @@ using testing::TempDir;
 constexpr char kPrefix[] = "/cacheroute/test/";
 
 // One cacheroute-planner process; its log goes to a file, its ports come from the "started" line.
-class Replica {
+class Replica : public eval::PlannerReplicaClient {
  public:
   Replica(TempDir& dir, const std::string& id, const std::string& etcd_endpoint,
           const std::string& control_interval = "300ms")
@@ -73,7 +74,7 @@ class Replica {
     port_ = eval::LogNumber(started, "port").value_or(0);
     metrics_port_ = eval::LogNumber(started, "metrics_port").value_or(0);
     REQUIRE((port_ > 0 && metrics_port_ > 0));
-    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+    Connect(absl::StrCat("127.0.0.1:", port_));
   }
   void Kill() {
     if (child_ != nullptr) child_->Kill();
@@ -86,26 +87,8 @@ class Replica {
   }
 
   const std::string& id() const { return id_; }
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   std::string Log() const { return eval::ReadTextFile(log_); }
 
-  std::optional<v1::GetStatusResponse> Status() const {
-    auto stub = v1::AdminService::NewStub(channel_);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    v1::GetStatusResponse response;
-    if (!stub->GetStatus(&context, {}, &response).ok()) return std::nullopt;
-    return response;
-  }
-  bool IsLeader() const {
-    auto status = Status();
-    return status && status->ha().role() == "leader";
-  }
-  uint64_t Version() const {
-    auto status = Status();
-    return status ? status->version().number() : 0;
-  }
   // GET /readyz: the HTTP status (0 when unreachable).
   int Ready(std::string* body = nullptr) const {
     httplib::Client client("127.0.0.1", metrics_port_);
@@ -116,28 +99,6 @@ class Replica {
     if (body != nullptr) *body = result->body;
     return result->status;
   }
-  grpc::Status Replan(v1::ReplanResponse* response) const {
-    auto stub = v1::AdminService::NewStub(channel_);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return stub->Replan(&context, {}, response);
-  }
-  grpc::Status ForceGate(const std::string& state, v1::GateStatus* response) const {
-    auto stub = v1::AdminService::NewStub(channel_);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::ForceGateRequest request;
-    request.set_state(state);
-    request.set_why("test");
-    return stub->ForceGate(&context, request, response);
-  }
-  grpc::Status Report(const v1::ReportRatesRequest& request) const {
-    auto stub = v1::RateService::NewStub(channel_);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::ReportRatesResponse response;
-    return stub->ReportRates(&context, request, &response);
-  }
 
  private:
   std::string id_;
@@ -146,7 +107,6 @@ class Replica {
   std::unique_ptr<eval::ChildProcess> child_;
   int port_ = 0;
   int metrics_port_ = 0;
-  std::shared_ptr<grpc::Channel> channel_;
 };
 
 // The one replica (of those alive) that says it leads, or null.
@@ -265,7 +225,7 @@ TEST_CASE("kill -9 of the leader: a follower takes over, versions go on, no repo
   v1::ReplanResponse replanned;
   REQUIRE(followers[0]->Replan(&replanned).ok());
   v1::GateStatus gate;
-  REQUIRE(followers[0]->ForceGate("canary", &gate).ok());
+  REQUIRE(followers[0]->ForceGate("canary", "test", &gate).ok());
   CHECK(gate.forced_state() == "canary");
   REQUIRE(Eventually([&] { return followers[1]->Version() == EtcdVersion(*setup.client); }));
 
@@ -426,7 +386,7 @@ TEST_CASE("etcd paused: replicas keep serving the last table, publish nothing, t
   // is not accepted (the gateway keeps it and retries).
   REQUIRE(Eventually([&] { return !a.IsLeader() && !b.IsLeader(); }));
   v1::GateStatus gate;
-  CHECK_FALSE(leader->ForceGate("enabled", &gate).ok());
+  CHECK_FALSE(leader->ForceGate("enabled", "test", &gate).ok());
   const v1::ReportRatesRequest report =
       testing::MakeRateReport("gw-down", 1, absl::Now(), {{"k", 1}});
   const grpc::Status reported = a.Report(report);

@@ -57,6 +57,7 @@
 #include "tools/eval/bench/table_stream.h"
 #include "tools/eval/child_process.h"
 #include "tools/eval/main_helpers.h"
+#include "tools/eval/planner_replica_client.h"
 
 #ifndef CACHEROUTE_PLANNER_PATH
 #define CACHEROUTE_PLANNER_PATH "cacheroute-planner"
@@ -195,7 +196,7 @@ bool WaitFor(const std::function<bool()>& condition, std::chrono::seconds timeou
 }
 
 // One cacheroute-planner process; its port comes from its "started" log line.
-class Planner {
+class Planner : public cacheroute::eval::PlannerReplicaClient {
  public:
   // `etcd_endpoint` empty: a planner alone, without etcd.
   Planner(const std::string& binary, const std::string& dir, const std::string& id,
@@ -221,35 +222,16 @@ class Planner {
                        started.ok() ? absl::StrCat("no port in: ", *started)
                                     : std::string(started.status().message())));
     }
-    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
-    admin_ = v1::AdminService::NewStub(channel_);
-    rates_ = v1::RateService::NewStub(channel_);
+    Connect(absl::StrCat("127.0.0.1:", port_));
   }
   void Kill() { process_->Kill(); }
 
   const std::string& id() const { return id_; }
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
 
-  std::optional<v1::GetStatusResponse> Status() const {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    v1::GetStatusResponse response;
-    if (!admin_->GetStatus(&context, {}, &response).ok()) return std::nullopt;
-    return response;
-  }
-  bool IsLeader() const {
-    auto s = Status();
-    return s && s->ha().role() == "leader";
-  }
-  uint64_t Version() const {
-    auto s = Status();
-    return s ? s->version().number() : 0;
-  }
-  std::optional<v1::ReplanResponse> Replan(std::string* error = nullptr) const {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  // Replan, or nullopt with the gRPC error in *error.
+  std::optional<v1::ReplanResponse> TryReplan(std::string* error = nullptr) const {
     v1::ReplanResponse response;
-    const grpc::Status status = admin_->Replan(&context, {}, &response);
+    const grpc::Status status = Replan(&response);
     if (!status.ok()) {
       if (error != nullptr) *error = absl::StrCat(status.error_code(), " ", status.error_message());
       return std::nullopt;
@@ -264,7 +246,7 @@ class Planner {
     const bool done = WaitFor(
         [&] {
           if (Version() > 0) return true;
-          if (!Replan(&error) && !noted) {
+          if (!TryReplan(&error) && !noted) {
             std::cerr << "cacheroute-ha-bench: note: " << id_ << " refused the first Replan ("
                       << error << "); retrying\n";
             noted = true;
@@ -274,22 +256,12 @@ class Planner {
         std::chrono::seconds(20));
     if (!done) Die(absl::StrCat("planner ", id_, ": no first table (Replan: ", error, ")"));
   }
-  bool Report(const v1::ReportRatesRequest& request) const {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::ReportRatesResponse response;
-    return rates_->ReportRates(&context, request, &response).ok();
-  }
 
  private:
   std::string id_;
   std::unique_ptr<Process> process_;
   int port_ = 0;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::AdminService::Stub> admin_;
-  std::unique_ptr<v1::RateService::Stub> rates_;
 };
-
 
 // Three replicas under one key prefix; waits until one leads, has published, and the others
 // serve its version.
@@ -435,9 +407,9 @@ FanoutRun MeasureFanout(const std::vector<Planner*>& servers, const Planner& lea
       kc->set_key_id(cacheroute::KeyId(absl::StrFormat("%s-shift-%d-%d", tag, round, k)));
       kc->set_count(1e9);
     }
-    if (!leader.Report(request)) Die("ReportRates to the leader failed");
+    if (!leader.Report(request).ok()) Die("ReportRates to the leader failed");
     const auto start = Clock::now();
-    std::optional<v1::ReplanResponse> result = leader.Replan();
+    std::optional<v1::ReplanResponse> result = leader.TryReplan();
     run.replan.push_back(SecondsSince(start));
     if (!result || !result->changed()) Die("a Replan published no new version");
     if (!applied.AwaitAll(result->version().number(), std::chrono::seconds(30))) {
