@@ -1,16 +1,18 @@
 // RunFleet: a deterministic discrete-event simulation of the paper's serving setup
 // (the CacheRoute paper, §4): R engines (engine.h), each with its own prefix cache, behind
 // G gateways that route every request at its arrival with one of the six shipped dataplane
-// policies (dataplane/include/cacheroute/dataplane/policies.h), and, for CacheRoute, the shipped
-// planner core replanning every control interval (§3.1, Algorithm 1).
+// policies (by name from dataplane/include/cacheroute/dataplane/policy_registry.h), and, for
+// CacheRoute, the planner service's own control loop (service::PlannerCore and its
+// ControlSchedule, on the simulator's clock) planning every control interval (§3.1, Algorithm 1).
 //
 // Each gateway routes against its own load view: its dispatched requests not yet finished, timed
-// out or rejected. For CacheRoute, every control_interval_s of simulated time the gateways' rate
-// counts go to one RateAggregator, a PlanBuilder plans, and every gateway's Router installs the
-// table (power of two choices before the first plan). `ablation` reproduces the paper's component
-// study (§5.2, Table 4), max_plans holds a plan for the rest of the run, stickiness > 0 gives the
-// planner the previous plan (placement hysteresis). Metrics leave out requests arriving before
-// warmup_s; latencies are over completed requests; KV hit is served and token-weighted.
+// out or rejected. For CacheRoute, every control_interval_s of simulated time the gateways report
+// their rate counts to the PlannerCore, which plans, and every gateway's Router installs each
+// table it publishes (power of two choices before the first plan). The FleetConfig's planning
+// fields become the PlannerConfig (fleet_control.h): `ablation` reproduces the paper's component
+// study (§5.2, Table 4), max_plans holds a plan for the rest of the run, stickiness > 0 is
+// placement hysteresis. Metrics leave out requests arriving before warmup_s; latencies are over
+// completed requests; KV hit is served and token-weighted.
 //
 // Determinism: the result (all but the wall-clock fields) depends only on the config and the
 // requests. Dispatch, request content, metrics and cost: docs/simulator.md, "Fleet internals".
@@ -35,6 +37,7 @@
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
+#include "planner/algorithm.h"
 #include "planner/gate.h"
 #include "planner/plan_builder.h"
 #include "tools/eval/sim/engine.h"
@@ -44,8 +47,10 @@
 namespace cacheroute::sim {
 
 enum class PolicyKind : uint8_t { kFlatLb, kSticky, kChwbl, kDualMap, kPreble, kCacheRoute };
-// "flat-lb", "sticky", "chwbl", "dualmap", "preble", "cacheroute" (the policies' own names).
+// "flat-lb", "sticky", "chwbl", "dualmap", "preble", "cacheroute": the policies' names in the
+// dataplane's registry, through which each gateway creates its policy.
 std::string_view PolicyName(PolicyKind policy);
+// Also takes the registry's aliases ("flatlb").
 absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name);
 std::vector<PolicyKind> AllPolicies();
 
@@ -94,30 +99,36 @@ struct FleetConfig {
   PlanAblation ablation = PlanAblation::kFull;
   uint32_t max_plans = 0;  // stop replanning after this many plans; 0: replan all run long
   double stickiness = 0;   // PlanConfig::stickiness, finite ≥ 0; 0: LPT from scratch every time
-  // CacheRoute's dispatch rule and planned spill destinations (RouterOptions::dispatch,
-  // PlanConfig::spill). The defaults are CacheRoute's; the paper's Algorithm 1 is
-  // DispatchOptions::Paper() without spill ("cacheroute-paper").
+  // CacheRoute's dispatch rule (RouterOptions::dispatch) and its algorithm's plan settings
+  // (PlanConfig::spill and ::balance_share, which must be one algorithm's pair): the defaults are
+  // "cacheroute"; UseAlgorithm sets all three for an algorithm (the paper's: "cacheroute-paper").
   dataplane::DispatchOptions dispatch{};
   bool plan_spill = true;
-  double plan_balance_share = planner::kCacheRouteBalanceShare;  // PlanConfig::balance_share; 0: Algorithm 1's fixed q_cap
+  double plan_balance_share = planner::kCacheRouteBalanceShare;
 
-  // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled: every
-  // gate_interval_s the gateways report their per-arm evidence (TTFT at the first token,
-  // rejections and timeouts as failures; at a control tick with their rate counts, between them
+  // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled and gate_interval:
+  // every gate_interval_s the gateways report their per-arm evidence (TTFT at the first token,
+  // rejections and timeouts as failures; at a planning step with their rate counts, between them
   // in a report without counts, as a gateway reporting more often than the planner plans does),
-  // it feeds Gate::Observe, and a changed split is installed at once with the held plan.
+  // the gate decides, and a changed split is published at once with the held plan.
   // CacheRoute only; the control loop then runs every interval even after max_plans (the plan is
-  // held, the split is not). gate_interval_s 0: the gate observes at control ticks only.
+  // held, the split is not). gate_interval_s 0: the gate decides at planning steps only.
   bool gate = false;
   planner::GateOptions gate_options;
   double gate_interval_s = 10;  // the shipped gateway's report_interval default
 
-  // Keep a DispatchRecord per request and a PlanRecord per plan in the result (tests, debugging).
+  // Keep a DispatchRecord per request and a PlanRecord per plan built in the result (tests,
+  // debugging).
   bool record_dispatches = false;
 };
 
 // InvalidArgument naming the field and value for a bad config.
 absl::Status ValidateFleetConfig(const FleetConfig& config);
+
+// CacheRoute as `algorithm` (planner/algorithm.h): `dispatch` is the rule of the registry's table
+// policy of that name (dataplane::DispatchFor), plan_spill and plan_balance_share the planner's
+// PlanConfigFor.
+void UseAlgorithm(FleetConfig& config, planner::Algorithm algorithm);
 
 struct DispatchRecord {
   double time = 0;
@@ -126,8 +137,10 @@ struct DispatchRecord {
   dataplane::Reason reason = dataplane::Reason::kPolicy;
 };
 
+// The table in force after a plan was built (a plan whose routing is unchanged is not
+// republished: the table in force is then the earlier one).
 struct PlanRecord {
-  double time = 0;  // when every gateway installed it
+  double time = 0;  // when the plan was made
   std::vector<dataplane::TableEntry> entries;
   std::vector<double> expected_loads;
 };

@@ -11,15 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "planner/algorithm.h"
+#include "planner/service/config.h"
 
 namespace cacheroute::sim::study {
-namespace {
-
-// The planner service's default placement hysteresis (planner/service/config.h,
-// placement_stickiness in deploy/planner.yaml).
-constexpr double kServiceStickiness = 0.1;
-
-}  // namespace
 
 absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::string_view policy,
                                             double offered_qps, uint64_t seed) {
@@ -39,11 +34,7 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   c.max_plans = study.fleet.max_plans;
   c.stickiness = study.fleet.stickiness;
   // The paper's Algorithm 1 as published: no spill, power of two choices for the tail.
-  const auto paper = [&c] {
-    c.dispatch = dataplane::DispatchOptions::Paper();
-    c.plan_spill = false;
-    c.plan_balance_share = 0;
-  };
+  const auto paper = [&c] { UseAlgorithm(c, planner::Algorithm::kCacheRoutePaper); };
   // "<variant>-gated": the variant behind the rollout gate with its defaults (docs/gate.md).
   constexpr std::string_view kGated = "-gated";
   if (policy.size() > kGated.size() && policy.ends_with(kGated)) {
@@ -57,7 +48,7 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
           "policies: \"", std::string(policy), "-gated\": only cacheroute and cacheroute-paper can be gated"));
     }
   }
-  if (policy == "flat" || policy == "flatlb") {
+  if (policy == "flat") {
     c.policy = PolicyKind::kFlatLb;
   } else if (policy == "cacheroute-paper") {
     c.policy = PolicyKind::kCacheRoute;
@@ -81,7 +72,8 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
     c.control_interval_s = 10;
     c.rate_smoothing_s = 10;
     c.max_plans = 0;
-    c.stickiness = policy == "cacheroute-replan-10s" ? 0 : kServiceStickiness;
+    c.stickiness =
+        policy == "cacheroute-replan-10s" ? 0 : service::PlannerConfig().placement_stickiness;
   } else if (policy == "held") {
     if (!study.drift.enabled) {
       return absl::InvalidArgumentError("policies: \"held\" needs a drift study (drift.enabled)");

@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "planner/algorithm.h"
 #include "planner/plan_builder.h"
 #include "tools/eval/sim/engine_profile.h"
 #include "tools/eval/sim/study/capacity.h"
@@ -879,10 +880,12 @@ absl::StatusOr<DriftResult> ComputeDriftChurn(const StudyConfig& config, double 
     CACHEROUTE_ASSIGN_OR_RETURN(EngineProfile profile, FindEngineProfile(config.profile));
     q_cap = CalibrateQCap(profile, prompt / n, prompt / n, output / n);
   }
-  const planner::PlanConfig plan_config{
-      .destinations = config.destinations,
-      .q_cap = q_cap,
-      .slots_per_destination = config.fleet.slots_per_destination};
+  // Algorithm 1's own churn (the paper's Appendix E), from scratch at every interval.
+  const planner::PlanConfig plan_config =
+      planner::PlanConfigFor(planner::Algorithm::kCacheRoutePaper,
+                             {.destinations = config.destinations,
+                              .q_cap = q_cap,
+                              .slots_per_destination = config.fleet.slots_per_destination});
   const std::vector<std::vector<double>> m = DriftMultipliers(base, config.drift, seed);
   std::vector<planner::Plan> plans;
   std::vector<std::vector<planner::KeyRate>> rates(m.size());
