@@ -62,6 +62,15 @@ struct Harness {
     REQUIRE(outcome.ok());
     return *outcome;
   }
+  // The next report of gateway "gw", with `evidence` and `counts`.
+  void ReportWith(std::optional<planner::EvidenceReport> evidence,
+                  const std::vector<std::pair<std::string, double>>& counts = {
+                      {"a", 500}, {"b", 400}, {"c", 300}}) {
+    planner::RateReport r = Report("gw", ++sequence, counts);
+    r.evidence = std::move(evidence);
+    REQUIRE(core->ReportRates(r).ok());
+  }
+  uint64_t sequence = 0;
 };
 
 // Evidence of `n` requests per arm at the split `fraction`: TTFTs of `table_s` and `control_s`.
@@ -82,12 +91,7 @@ TEST_CASE("with the gate on, tables carry its rollout and the gateways' evidence
   config.gate.min_samples = 200;
   config.gate.promote_after = 2;
   Harness h(config);
-  uint64_t sequence = 0;
-  auto report = [&](std::optional<planner::EvidenceReport> evidence) {
-    planner::RateReport r = Report("gw", ++sequence, {{"a", 500}, {"b", 400}, {"c", 300}});
-    r.evidence = std::move(evidence);
-    REQUIRE(h.core->ReportRates(r).ok());
-  };
+  auto report = [&](std::optional<planner::EvidenceReport> evidence) { h.ReportWith(evidence); };
   report(std::nullopt);
   PlanOutcome first = h.Replan();  // shadow's one interval ends at once
   REQUIRE(first.gate.has_value());
@@ -126,17 +130,17 @@ TEST_CASE("with the gate on, tables carry its rollout and the gateways' evidence
   CHECK(h.core->Latest()->table_fraction() == 0);
 }
 
-TEST_CASE("with a gate_interval the gate decides between planning steps, on the latest table") {
+// GatedConfig() whose canary is promoted on its first equal decision.
+PlannerConfig QuickGateConfig() {
   PlannerConfig config = GatedConfig();
   config.gate.min_samples = 200;
   config.gate.promote_after = 1;
-  Harness h(config);
-  uint64_t sequence = 0;
-  auto report = [&](std::optional<planner::EvidenceReport> evidence) {
-    planner::RateReport r = Report("gw", ++sequence, {{"a", 500}, {"b", 400}, {"c", 300}});
-    r.evidence = std::move(evidence);
-    REQUIRE(h.core->ReportRates(r).ok());
-  };
+  return config;
+}
+
+TEST_CASE("with a gate_interval the gate decides between planning steps, on the latest table") {
+  Harness h(QuickGateConfig());
+  auto report = [&](std::optional<planner::EvidenceReport> evidence) { h.ReportWith(evidence); };
   // Before the first table there is nothing to decide, and the evidence waits for the first step.
   report(std::nullopt);
   const absl::StatusOr<PlanOutcome> early = h.core->ObserveGate();
@@ -171,17 +175,12 @@ TEST_CASE("with a gate_interval the gate decides between planning steps, on the 
 }
 
 TEST_CASE("max_plans: Replan keeps the last plan, still closing intervals and deciding the gate") {
-  PlannerConfig config = GatedConfig();
-  config.gate.min_samples = 200;
-  config.gate.promote_after = 1;
+  PlannerConfig config = QuickGateConfig();
   config.max_plans = 1;
   Harness h(config);
-  uint64_t sequence = 0;
   auto report = [&](const std::vector<std::pair<std::string, double>>& counts,
                     std::optional<planner::EvidenceReport> evidence) {
-    planner::RateReport r = Report("gw", ++sequence, counts);
-    r.evidence = std::move(evidence);
-    REQUIRE(h.core->ReportRates(r).ok());
+    h.ReportWith(evidence, counts);
   };
   report({{"a", 500}, {"b", 400}, {"c", 300}}, std::nullopt);
   CHECK(h.Replan().planned);
