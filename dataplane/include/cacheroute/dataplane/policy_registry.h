@@ -273,8 +273,7 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                               "the planner's table with the paper's dispatch (least-loaded "
                               "member, power of two choices for the rest)",
                               DispatchOptions::Paper())));
-  // The spelling of flat-lb in gateway configs and replay command lines written before the
-  // policies had one name each.
+  // Accepted for flat-lb: the spelling existing gateway configs and replay command lines use.
   must(r.AddAlias("flatlb", "flat-lb"));
   return r;
 }
