@@ -311,13 +311,22 @@ v1::RoutingTable TableSnapshot::ToProto() const {
   return table;
 }
 
+namespace {
+
+// Whether a gateway routes a key of `a` as one of `b`: the same destination set and spill.
+bool SameRoute(const TableEntry& a, const TableEntry& b) {
+  return a.destinations == b.destinations && a.spill == b.spill;
+}
+
+}  // namespace
+
 bool TableSnapshot::SameRouting(const TableSnapshot& other) const {
   if (destinations_ != other.destinations_ || rollout_ != other.rollout_) return false;
   if (content_ == other.content_) return true;
   if (entries().size() != other.entries().size()) return false;
   for (const TableEntry& e : entries()) {
     const TableEntry* o = other.Find(e.key_id);
-    if (o == nullptr || o->destinations != e.destinations) return false;
+    if (o == nullptr || !SameRoute(*o, e)) return false;
   }
   return true;
 }
@@ -350,7 +359,7 @@ v1::TableDelta ComputeDelta(const TableSnapshot& base, const TableSnapshot& targ
                                       target.expected_loads().end());
   for (const TableEntry& e : target.entries()) {
     const TableEntry* b = base.Find(e.key_id);
-    if (b == nullptr || b->destinations != e.destinations) EntryToProto(e, delta.add_upserts());
+    if (b == nullptr || !SameRoute(*b, e)) EntryToProto(e, delta.add_upserts());
   }
   for (const TableEntry& e : base.entries()) {
     if (target.Find(e.key_id) == nullptr) delta.add_removed_key_ids(e.key_id);

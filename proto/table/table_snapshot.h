@@ -100,8 +100,8 @@ class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
   v1::RoutingTable ToProto() const;
 
   // Same routing: the same destination names (by index), the same rollout and the same admitted
-  // keys, each with the same destination set; rates, loads, keys' names, version and times may
-  // differ. The planner publishes a new version only when this is false.
+  // keys, each with the same destination set and spill; rates, loads, keys' names, version and
+  // times may differ. The planner publishes a new version only when this is false.
   bool SameRouting(const TableSnapshot& other) const;
 
   // This table's content under another version (the entries are shared, not copied).
@@ -154,7 +154,7 @@ class TableSnapshot : public std::enable_shared_from_this<TableSnapshot> {
 };
 
 // The delta from `base` to `target`: upserts are the keys new in `target` or whose destination
-// set changed (hottest first; rate-only and name-only changes are not sent), removed_key_ids the
+// set or spill changed (hottest first; rate-only and name-only changes are not sent), removed_key_ids the
 // keys gone (in base's order); plus target's version, destinations, loads, built time and TTL.
 v1::TableDelta ComputeDelta(const TableSnapshot& base, const TableSnapshot& target);
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -37,6 +38,7 @@ struct Row {
   std::vector<uint32_t> destinations;
   double rate;
   std::string key;
+  std::optional<uint32_t> spill = std::nullopt;
 };
 
 v1::RoutingTable TableProto(TableVersion version, const std::vector<std::string>& names,
@@ -51,6 +53,7 @@ v1::RoutingTable TableProto(TableVersion version, const std::vector<std::string>
     for (uint32_t d : r.destinations) a->add_destinations(d);
     a->set_rate(r.rate);
     a->set_key(r.key);
+    if (r.spill.has_value()) a->set_spill(*r.spill);
   }
   t.set_built_unix_ms(1000);
   t.set_ttl_seconds(30);
@@ -338,6 +341,24 @@ TEST_CASE("ComputeDelta sends new and re-routed keys and removals, not rate-only
   CHECK(KeyIds(**applied) == std::vector<uint64_t>{1, 2, 5, 4});
 }
 
+TEST_CASE("A changed spill destination is a routing change: published, and sent in the delta") {
+  const std::vector<std::string> names = {"a", "b", "c"};
+  Snapshot base = Table({1, 1}, names, {{1, {0}, 5.0, "", 1}, {2, {1}, 4.0, "", std::nullopt}});
+  const std::optional<uint32_t> new_spill = GENERATE(std::optional<uint32_t>(2), std::nullopt);
+  Snapshot target =
+      Table({1, 2}, names, {{1, {0}, 5.0, "", new_spill}, {2, {1}, 4.0, "", std::nullopt}});
+  CHECK_FALSE(base->SameRouting(*target));
+  CHECK_FALSE(target->SameRouting(*base));
+
+  v1::TableDelta delta = ComputeDelta(*base, *target);
+  REQUIRE(delta.upserts_size() == 1);
+  CHECK(delta.upserts(0).key_id() == 1);
+  absl::StatusOr<Snapshot> applied = ApplyDelta(*base, delta);
+  REQUIRE(applied.ok());
+  CHECK((*applied)->Find(1)->spill == new_spill);
+  CHECK((*applied)->SameRouting(*target));
+}
+
 // Random pairs of tables over a shared key pool: memberships grow, shrink or rename, keys come
 // and go, keep or change their destination sets and rates, with many rate ties.
 struct RandomPair {
@@ -437,7 +458,7 @@ TEST_CASE("ApplyDelta(base, ComputeDelta(base, target)) reproduces target (rando
     std::set<uint64_t> expected_upserts, expected_removed, upserts, removed;
     for (const TableEntry& e : target.entries()) {
       const TableEntry* b = base.Find(e.key_id);
-      if (b == nullptr || b->destinations != e.destinations) expected_upserts.insert(e.key_id);
+      if (b == nullptr || b->destinations != e.destinations || b->spill != e.spill) expected_upserts.insert(e.key_id);
     }
     for (const TableEntry& e : base.entries()) {
       if (target.Find(e.key_id) == nullptr) expected_removed.insert(e.key_id);
