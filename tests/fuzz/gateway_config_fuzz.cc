@@ -1,5 +1,5 @@
 // Fuzz target: the gateway's YAML (ParseGatewayConfigYaml, deploy/gateway.yaml's format, then
-// ValidateGatewayConfig) and an upstream list file (ParseUpstreamListYaml, membership.h's
+// ValidateGatewayConfig) and an upstream list file (ParseUpstreamListYaml, membership/sources.h's
 // upstreams_file), both fed the same bytes.
 // Invariants: no exception leaves them; every error is InvalidArgument with a message; an accepted
 // upstream list is non-empty, its names non-empty and distinct, each URL one ParseUpstreamUrl

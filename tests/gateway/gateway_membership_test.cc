@@ -1,6 +1,6 @@
-// Membership sources (tools/gateway/membership.h): the upstreams file in both shapes and its
-// errors, DNS resolution with c-ares against a real DNS server on loopback (support/dns_server.h),
-// and SameMembers.
+// Membership sources (tools/gateway/membership/sources.h): the upstreams file in both shapes and
+// its errors, DNS resolution with c-ares against a real DNS server on loopback
+// (support/dns_server.h), and SameMembers.
 #include <catch2/catch.hpp>
 #include <string>
 #include <thread>
@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "support/dns_server.h"
 #include "support/temp_dir.h"
-#include "tools/gateway/membership.h"
+#include "tools/gateway/membership/sources.h"
 
 namespace cacheroute::gateway {
 namespace {

@@ -35,7 +35,7 @@
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/policy_registry.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
-#include "tools/gateway/membership.h"
+#include "tools/gateway/membership/sources.h"
 #include "tools/gateway/prometheus_text.h"
 #include "tools/http/reactive.h"
 #include "tools/http/watchdog.h"

@@ -28,7 +28,7 @@
 #include "base/status_macros.h"
 #include "base/yaml_fields.h"
 #include "cacheroute/dataplane/policy_registry.h"
-#include "tools/gateway/membership.h"
+#include "tools/gateway/membership/sources.h"
 #include "tools/gateway/openai_fields.h"
 #include "yaml-cpp/yaml.h"
 
@@ -140,7 +140,7 @@ absl::Status CheckDnsName(absl::string_view name, absl::string_view value) {
   return absl::OkStatus();
 }
 
-// dns_server: empty, or IPV4:PORT as membership.h's resolver takes it.
+// dns_server: empty, or IPV4:PORT as membership/sources.h's resolver takes it.
 absl::Status CheckDnsServer(absl::string_view name, absl::string_view value) {
   if (value.empty()) return absl::OkStatus();
   return ParseDnsServer(name, value).status();

@@ -31,7 +31,7 @@ struct GatewayConfig {
   // HTTP address of the gateway, HOST:PORT (port 0: pick a free one, logged at start).
   std::string listen = "127.0.0.1:8080";
   // Membership, from exactly one source: the static `upstreams` list; `upstreams_file`, a file
-  // of the same list (membership.h) re-read every membership_interval; or `upstreams_dns`,
+  // of the same list (membership/sources.h) re-read every membership_interval; or `upstreams_dns`,
   // NAME:PORT, whose A/AAAA records are the engines (a Kubernetes headless Service), re-resolved
   // as often, each address named "IP:PORT" (`dns_server` HOST:PORT overrides the system
   // resolver). With a dynamic source, changes reach the planner (SetDestinations) and at most
@@ -124,7 +124,7 @@ struct GatewayConfig {
 absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml,
                                                      GatewayConfig base = {});
 
-// An upstream list on its own (membership.h's upstreams_file): YAML, either a sequence of
+// An upstream list on its own (membership/sources.h's upstreams_file): YAML, either a sequence of
 // {name, url} or a mapping whose one key `upstreams` holds it; checked as `upstreams` is (at
 // least one, distinct names, http://HOST:PORT), errors naming `upstreams[i].…`. Pure.
 absl::StatusOr<std::vector<Upstream>> ParseUpstreamListYaml(absl::string_view yaml);

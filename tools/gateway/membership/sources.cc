@@ -1,11 +1,11 @@
-// Membership sources (membership.h): the upstreams file, parsed by the configuration loader's
+// Membership sources (sources.h): the upstreams file, parsed by the configuration loader's
 // own `upstreams` parser (ParseUpstreamListYaml, so the checks and messages are the
 // configuration's), and DNS resolution with c-ares.
 //
 // DNS: one c-ares channel per call, driven with ares_getsock + poll + ares_process_fd (not select:
 // in a gateway holding thousands of connections the resolver's socket may be above FD_SETSIZE),
 // until the query's callback has run or the deadline passed (then ares_cancel).
-#include "tools/gateway/membership.h"
+#include "tools/gateway/membership/sources.h"
 
 #include <ares.h>
 #include <arpa/inet.h>
@@ -238,13 +238,11 @@ absl::Status CheckDnsSource(absl::string_view key, const DnsSource& source) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Upstream>> ResolveUpstreams(const DnsSource& source) {
-  if (absl::Status s = CheckDnsSource("source", source); !s.ok()) return s;
-  if (absl::Status s = AresLibraryInit(); !s.ok()) return s;
-  const absl::Time deadline = absl::Now() + source.timeout;
+namespace {
 
-  // Two tries of T/4 and T/2 (c-ares doubles the second): c-ares gives up by itself within
-  // source.timeout, and the deadline's ares_cancel is only a backstop.
+// A c-ares channel for `source`: two tries of T/4 and T/2 (c-ares doubles the second), so c-ares
+// gives up by itself within source.timeout and the deadline's ares_cancel is only a backstop.
+absl::StatusOr<Channel> OpenChannel(const DnsSource& source) {
   struct ares_options options {};
   int mask = ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES;
   options.timeout =
@@ -257,7 +255,6 @@ absl::StatusOr<std::vector<Upstream>> ResolveUpstreams(const DnsSource& source) 
     options.ndomains = 0;
     options.lookups = dns_only;
   }
-  Lookup lookup;  // declared before the channel: ares_destroy may still run the callback
   ares_channel raw = nullptr;
   if (const int status = ares_init_options(&raw, &options, mask); status != ARES_SUCCESS) {
     if (raw != nullptr) ares_destroy(raw);
@@ -272,39 +269,54 @@ absl::StatusOr<std::vector<Upstream>> ResolveUpstreams(const DnsSource& source) 
                      absl::StrCat(Quote(source.server), ": ", ares_strerror(status)));
     }
   }
+  return channel;
+}
+
+// The error a finished lookup stands for (OK when it found addresses).
+absl::Status LookupStatus(const Lookup& lookup, ares_channel channel, const DnsSource& source) {
+  const std::string name = Quote(source.name);
+  const auto no_address = [&] {
+    return absl::NotFoundError(absl::StrCat("DNS name ", name, " has no A or AAAA record (asked ",
+                                            DescribeServers(channel, source), ")"));
+  };
+  switch (lookup.status) {
+    case ARES_SUCCESS:
+      return lookup.addresses.empty() ? no_address() : absl::OkStatus();
+    case ARES_ENOTFOUND:
+      return absl::NotFoundError(absl::StrCat("DNS name ", name, " does not exist (asked ",
+                                              DescribeServers(channel, source), ")"));
+    case ARES_ENODATA:
+      return no_address();
+    case ARES_EBADNAME:
+      return Invalid("source.name", absl::StrCat(name, " is not a valid DNS name"));
+    case ARES_ETIMEOUT:
+    case ARES_ECANCELLED:
+      return absl::UnavailableError(absl::StrCat("resolving ", name, ": no answer from ",
+                                                 DescribeServers(channel, source), " within ",
+                                                 absl::FormatDuration(source.timeout)));
+    default:
+      return absl::UnavailableError(absl::StrCat("resolving ", name, " with ",
+                                                 DescribeServers(channel, source), ": ",
+                                                 ares_strerror(lookup.status)));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Upstream>> ResolveUpstreams(const DnsSource& source) {
+  if (absl::Status s = CheckDnsSource("source", source); !s.ok()) return s;
+  if (absl::Status s = AresLibraryInit(); !s.ok()) return s;
+  const absl::Time deadline = absl::Now() + source.timeout;
+  Lookup lookup;  // declared before the channel: ares_destroy may still run the callback
+  CACHEROUTE_ASSIGN_OR_RETURN(Channel channel, OpenChannel(source));
 
   struct ares_addrinfo_hints hints {};
   hints.ai_family = AF_UNSPEC;  // A and AAAA
   hints.ai_flags = ARES_AI_NOSORT;
   ares_getaddrinfo(channel.get(), source.name.c_str(), nullptr, &hints, &OnAddrInfo, &lookup);
   if (absl::Status s = Drive(channel.get(), lookup, deadline); !s.ok()) return s;
+  if (absl::Status s = LookupStatus(lookup, channel.get(), source); !s.ok()) return s;
 
-  const std::string name = Quote(source.name);
-  switch (lookup.status) {
-    case ARES_SUCCESS:
-      break;
-    case ARES_ENOTFOUND:
-      return absl::NotFoundError(absl::StrCat("DNS name ", name, " does not exist (asked ",
-                                              DescribeServers(channel.get(), source), ")"));
-    case ARES_ENODATA:
-      return absl::NotFoundError(absl::StrCat("DNS name ", name, " has no A or AAAA record (asked ",
-                                              DescribeServers(channel.get(), source), ")"));
-    case ARES_EBADNAME:
-      return Invalid("source.name", absl::StrCat(name, " is not a valid DNS name"));
-    case ARES_ETIMEOUT:
-    case ARES_ECANCELLED:
-      return absl::UnavailableError(absl::StrCat("resolving ", name, ": no answer from ",
-                                                 DescribeServers(channel.get(), source), " within ",
-                                                 absl::FormatDuration(source.timeout)));
-    default:
-      return absl::UnavailableError(absl::StrCat("resolving ", name, " with ",
-                                                 DescribeServers(channel.get(), source), ": ",
-                                                 ares_strerror(lookup.status)));
-  }
-  if (lookup.addresses.empty()) {
-    return absl::NotFoundError(absl::StrCat("DNS name ", name, " has no A or AAAA record (asked ",
-                                            DescribeServers(channel.get(), source), ")"));
-  }
   std::vector<Upstream> upstreams;
   for (const auto& [ip, v6] : lookup.addresses) {
     const std::string host_port = FormatHostPort(ip, v6, source.port);
