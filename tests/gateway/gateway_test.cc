@@ -34,6 +34,7 @@
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 #include "tools/eval/child_process.h"
+#include "tools/gateway/openai_fields.h"
 
 namespace cacheroute::gateway {
 namespace {

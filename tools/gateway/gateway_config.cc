@@ -504,4 +504,12 @@ absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadNonEmptyFile(absl::string_view key, const std::string& path) {
+  absl::StatusOr<std::string> text = base::ReadConfigFile(key, path);
+  if (text.ok() && absl::StripAsciiWhitespace(*text).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": \"", path, "\" is empty"));
+  }
+  return text;
+}
+
 }  // namespace cacheroute::gateway

@@ -151,4 +151,9 @@ struct UpstreamAddress {
 };
 absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::string_view url);
 
+// The whole file `path` that the key `key` names (api_key_file, planner_token_file, the PEM
+// files), read when the gateway starts: InvalidArgument naming the key and the path when it cannot
+// be read or holds only whitespace.
+absl::StatusOr<std::string> ReadNonEmptyFile(absl::string_view key, const std::string& path);
+
 }  // namespace cacheroute::gateway

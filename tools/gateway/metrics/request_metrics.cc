@@ -1,0 +1,57 @@
+// See request_metrics.h.
+#include "tools/gateway/metrics/request_metrics.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace cacheroute::gateway {
+namespace {
+
+constexpr absl::string_view kEndpointNames[] = {"completions", "chat_completions", "models"};
+
+}  // namespace
+
+void RequestMetrics::Answered(Endpoint endpoint, int status, std::chrono::nanoseconds elapsed) {
+  const int status_class = std::clamp(status / 100, 1, 5) - 1;
+  answered_[static_cast<int>(endpoint) * kStatusClasses + status_class].fetch_add(
+      1, std::memory_order_relaxed);
+  latency_.Observe(elapsed);
+}
+
+void RequestMetrics::Refused(int status) {
+  if (status == 401) unauthorized_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RequestMetrics::RenderRequests(base::Exposition& page) const {
+  page.Family("requests_total", "counter", "Requests answered, by endpoint and status class.");
+  for (int e = 0; e < kEndpoints; ++e) {
+    for (int c = 0; c < kStatusClasses; ++c) {
+      const uint64_t n = answered_[e * kStatusClasses + c].load(std::memory_order_relaxed);
+      page.Sample("requests_total", static_cast<double>(n),
+                  absl::StrCat("endpoint=\"", kEndpointNames[e], "\",code=\"", c + 1, "xx\""));
+    }
+  }
+}
+
+void RequestMetrics::RenderLatency(base::Exposition& page) const {
+  page.Family(
+      "request_duration_seconds", "histogram",
+      "Time from receiving a request to the end of its response (streams: the last chunk).");
+  latency_.Render(page, "request_duration_seconds", "");
+}
+
+void RequestMetrics::RenderServer(base::Exposition& page, const ServerGauges& server) const {
+  page.Gauge("open_streams", "Streamed answers in progress.", static_cast<double>(open_streams()));
+  page.Gauge("active_requests", "Requests in progress.",
+             static_cast<double>(server.active_requests));
+  page.Gauge("client_connections", "Open client connections.",
+             static_cast<double>(server.client_connections));
+  page.Gauge("draining", "1 after SIGTERM, while requests in progress finish.",
+             server.draining ? 1 : 0);
+  page.Counter("unauthorized_total", "Requests refused for a missing or unknown API key.",
+               static_cast<double>(unauthorized_.load(std::memory_order_relaxed)));
+}
+
+}  // namespace cacheroute::gateway

@@ -1,0 +1,180 @@
+// See proxy_server.h.
+#include "tools/gateway/proxy/proxy_server.h"
+
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "tools/gateway/proxy/error_body.h"
+
+namespace cacheroute::gateway {
+namespace {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+absl::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+// A request header's value, or none.
+std::optional<std::string> Header(const http::Request& request, absl::string_view name) {
+  const auto it = request.find(boost::beast::string_view(name.data(), name.size()));
+  if (it == request.end()) return std::nullopt;
+  return std::string(it->value().data(), it->value().size());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Start(
+    EmbeddedDataplane& dataplane, std::function<std::string()> render_metrics) {
+  const GatewayConfig& config = dataplane.config();
+  // Validated as HOST:PORT (gateway_config.cc); port 0 picks a free one.
+  const size_t colon = config.listen.rfind(':');
+  std::string host = config.listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  int port = 0;
+  if (!absl::SimpleAtoi(config.listen.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen: \"", config.listen, "\" is not HOST:PORT"));
+  }
+  CACHEROUTE_ASSIGN_OR_RETURN(ApiKeys keys, ApiKeys::Load(config.api_key_file));
+
+  // Per-thread state exists before the first request can arrive (the server serves from Start).
+  const unsigned threads =
+      config.io_threads > 0 ? config.io_threads : std::max(1u, std::thread::hardware_concurrency());
+  std::unique_ptr<ProxyServer> proxy(
+      new ProxyServer(dataplane, std::move(keys), std::move(render_metrics), threads));
+  http::ServerOptions options;
+  options.host = host;
+  options.port = port;
+  options.threads = threads;
+  options.write_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      absl::ToChronoMicroseconds(config.write_timeout));
+  options.tls_cert_file = config.tls_cert_file;
+  options.tls_key_file = config.tls_key_file;
+  absl::StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(
+      options,
+      [p = proxy.get()](http::Exchange& x) -> asio::awaitable<void> { return p->Handle(x); });
+  if (!server.ok()) {
+    if (absl::IsInvalidArgument(server.status())) return server.status();
+    return absl::UnavailableError(
+        absl::StrCat("listen: cannot bind \"", config.listen, "\": ", server.status().message()));
+  }
+  proxy->server_ = *std::move(server);
+  return proxy;
+}
+
+ProxyServer::ProxyServer(EmbeddedDataplane& dataplane, ApiKeys keys,
+                         std::function<std::string()> render_metrics, unsigned threads)
+    : dataplane_(dataplane),
+      config_(dataplane.config()),
+      keys_(std::move(keys)),
+      render_metrics_(std::move(render_metrics)),
+      pools_(threads, dataplane.core().router().capacity()),
+      forwarder_(config_, keys_.enabled(), pools_, dataplane.health(), metrics_) {}
+
+void ProxyServer::Stop() {
+  if (server_ != nullptr) server_->Stop();
+  pools_.Clear();  // their sockets use the server's contexts
+}
+
+void ProxyServer::RenderServer(base::Exposition& page) const {
+  metrics_.RenderServer(page,
+                        {.active_requests = server_ != nullptr ? server_->active() : 0,
+                         .client_connections = server_ != nullptr ? server_->connections() : 0,
+                         .draining = draining_.load()});
+}
+
+asio::awaitable<void> ProxyServer::Refuse(http::Exchange& x, int status,
+                                          absl::string_view message) {
+  metrics_.Refused(status);
+  co_await SendError(x, status, message, "invalid_request_error");
+}
+
+asio::awaitable<void> ProxyServer::Handle(http::Exchange& x) {
+  const http::Request& request = x.request();
+  const absl::string_view target = View(request.target());
+  const absl::string_view path = target.substr(0, target.find('?'));
+  const bool post = request.method() == bhttp::verb::post;
+  const bool get = request.method() == bhttp::verb::get;
+  if (path == "/healthz" && get) {
+    co_await HandleHealthz(x);
+    co_return;
+  }
+  if (path == "/metrics" && get) {
+    co_await x.Send(http::TextResponse(request, 200, "text/plain; version=0.0.4; charset=utf-8",
+                                       render_metrics_()));
+    co_return;
+  }
+  const bool completion = path == "/v1/completions" || path == "/v1/chat/completions";
+  const bool models = path == "/v1/models";
+  if ((completion && !post) || (models && !get)) {
+    co_await Refuse(
+        x, 405,
+        absl::StrCat("method ", View(request.method_string()), " is not allowed on ", path));
+    co_return;
+  }
+  if (!completion && !models) {
+    co_await Refuse(x, 404, absl::StrCat("no route for ", path));
+    co_return;
+  }
+  const auto authorization = request.find(bhttp::field::authorization);
+  if (!keys_.Authorized(authorization == request.end()
+                            ? std::nullopt
+                            : std::optional(View(authorization->value())))) {
+    co_await Refuse(x, 401,
+                    "missing or unknown API key: send Authorization: Bearer <key> with a key of "
+                    "the gateway's api_key_file");
+    co_return;
+  }
+  co_await HandleRouted(x, models                      ? Endpoint::kModels
+                           : path == "/v1/completions" ? Endpoint::kCompletions
+                                                       : Endpoint::kChatCompletions);
+}
+
+asio::awaitable<void> ProxyServer::HandleHealthz(http::Exchange& x) {
+  const bool any_up = dataplane_.core().AnyUp();
+  const bool ok = any_up && !draining_.load();
+  co_await x.Send(http::TextResponse(x.request(), ok ? 200 : 503, "text/plain",
+                                     ok       ? "ok\n"
+                                     : any_up ? "draining\n"
+                                              : "no upstream is up\n"));
+}
+
+RequestLifecycle ProxyServer::Route(const http::Exchange& x, Endpoint endpoint,
+                                    dataplane::Time start,
+                                    std::shared_ptr<const Members>& members) {
+  RoutingCore& core = dataplane_.core();
+  members = pools_.ThreadMembers(dataplane_.membership());
+  if (endpoint == Endpoint::kModels) return core.RouteAny(start);
+  const std::optional<std::string> header = Header(x.request(), dataplane_.keys().header_name());
+  const std::optional<std::string> key = dataplane_.keys().KeyOf(header, x.request().body());
+  RequestLifecycle request = core.Route(key, members->policy.get(), start);
+  // Routed to an index this thread's snapshot does not have yet: the membership just changed.
+  if (request.ok() && members->At(request.destination()) == nullptr) {
+    members = pools_.ThreadMembers(dataplane_.membership());
+  }
+  return request;
+}
+
+asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, Endpoint endpoint) {
+  const dataplane::Clock& clock = dataplane_.core().clock();
+  const dataplane::Time start = clock.Now();
+  std::shared_ptr<const Members> members;
+  RequestLifecycle request = Route(x, endpoint, start, members);
+  const Member* member = request.ok() ? members->At(request.destination()) : nullptr;
+  int status = 503;
+  if (member == nullptr) {
+    co_await SendError(x, 503, "no upstream is up", "service_unavailable");
+  } else {
+    status = co_await forwarder_.Forward(x, *member, request);
+  }
+  metrics_.Answered(endpoint, status, clock.Now() - start);
+  request.Finish(status);
+}
+
+}  // namespace cacheroute::gateway

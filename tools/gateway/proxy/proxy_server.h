@@ -1,0 +1,95 @@
+// ProxyServer: the gateway's HTTP side, on an http::Server (event-driven, io_threads I/O threads,
+// a request served on one thread from its first byte to its last). It answers
+//
+//   POST /v1/completions, /v1/chat/completions  routed by the EmbeddedDataplane (key, policy),
+//                                               forwarded by the Forwarder; 503 with no member up
+//   GET  /v1/models                             forwarded to any up member
+//   GET  /metrics                               the page `render_metrics` returns
+//   GET  /healthz                               200 "ok", or 503 while draining or with no
+//                                               member up
+//
+// and refuses the rest before routing (404 unknown path, 405 wrong method, 401 without a listed
+// API key), every refusal through one place (Refuse) that counts it. The request's routing key
+// header is looked up here; everything about routing is the dataplane's.
+//
+// Usage:
+//   absl::StatusOr<std::unique_ptr<ProxyServer>> proxy =
+//       ProxyServer::Start(dataplane, [&] { return RenderMetrics(); });
+//   (*proxy)->BeginDrain(); (*proxy)->StopAccepting(); … (*proxy)->Stop();
+//
+// Reads listen, io_threads, write_timeout, tls_*, api_key_file and the upstream timeouts of the
+// dataplane's GatewayConfig. The dataplane must outlive the server. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "base/exposition.h"
+#include "tools/gateway/auth/api_keys.h"
+#include "tools/gateway/embedded_dataplane.h"
+#include "tools/gateway/metrics/request_metrics.h"
+#include "tools/gateway/proxy/forwarder.h"
+#include "tools/gateway/proxy/upstream_pools.h"
+#include "tools/http/server.h"
+
+namespace cacheroute::gateway {
+
+class ProxyServer {
+ public:
+  // Loads the API keys, binds `listen` and serves from then on. InvalidArgument for a bad listen
+  // address, key file or TLS file; Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<ProxyServer>> Start(
+      EmbeddedDataplane& dataplane, std::function<std::string()> render_metrics);
+  ~ProxyServer() { Stop(); }
+  ProxyServer(const ProxyServer&) = delete;
+  ProxyServer& operator=(const ProxyServer&) = delete;
+
+  // Stops serving (cutting requests in progress) and closes the pooled connections. Idempotent.
+  void Stop();
+
+  int port() const { return server_->port(); }
+  size_t active_requests() const { return server_->active(); }
+  size_t open_streams() const { return metrics_.open_streams(); }
+
+  // From the first call on (which returns true), /healthz answers 503.
+  bool BeginDrain() { return !draining_.exchange(true); }
+  // Closes the listener and the idle client connections; requests in progress go on.
+  void StopAccepting() { server_->StopAccepting(); }
+
+  // requests_total; request_duration_seconds; the server's gauges and refusals (RequestMetrics).
+  void RenderRequests(base::Exposition& page) const { metrics_.RenderRequests(page); }
+  void RenderLatency(base::Exposition& page) const { metrics_.RenderLatency(page); }
+  void RenderServer(base::Exposition& page) const;
+
+ private:
+  ProxyServer(EmbeddedDataplane& dataplane, ApiKeys keys,
+              std::function<std::string()> render_metrics, unsigned threads);
+
+  http::asio::awaitable<void> Handle(http::Exchange& x);
+  http::asio::awaitable<void> HandleHealthz(http::Exchange& x);
+  // A request the dataplane routes: picked, forwarded (or 503), counted, finished.
+  http::asio::awaitable<void> HandleRouted(http::Exchange& x, Endpoint endpoint);
+  // The pick: completions by their key and the snapshot's policy, /v1/models to any up member.
+  // `members` is set to this thread's snapshot, one that knows the picked index.
+  RequestLifecycle Route(const http::Exchange& x, Endpoint endpoint, dataplane::Time start,
+                         std::shared_ptr<const Members>& members);
+  // Turns the request away with `status` before routing, counted in RequestMetrics::Refused.
+  http::asio::awaitable<void> Refuse(http::Exchange& x, int status, absl::string_view message);
+
+  EmbeddedDataplane& dataplane_;
+  const GatewayConfig& config_;
+  const ApiKeys keys_;
+  const std::function<std::string()> render_metrics_;
+  RequestMetrics metrics_;
+  std::unique_ptr<http::Server> server_;
+  UpstreamPools pools_;  // emptied by Stop, before the server's contexts go
+  Forwarder forwarder_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace cacheroute::gateway

@@ -1,0 +1,78 @@
+// See upstream_pools.h.
+#include "tools/gateway/proxy/upstream_pools.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "tools/http/server.h"
+
+namespace cacheroute::gateway {
+namespace {
+
+// A pooled socket whose peer has closed (or sent bytes it should not have) is not reusable.
+bool StillOpen(int fd) {
+  char byte;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
+UpstreamPools::UpstreamPools(unsigned threads, uint32_t capacity) : threads_(threads) {
+  for (PerThread& thread : threads_) thread.idle.resize(capacity);
+}
+
+std::shared_ptr<const Members> UpstreamPools::ThreadMembers(const Membership& membership) {
+  const int thread = http::Server::CurrentThread();
+  if (thread < 0 || static_cast<size_t>(thread) >= threads_.size()) return membership.Current();
+  PerThread& mine = threads_[thread];
+  if (mine.members != nullptr && mine.members->generation == membership.generation()) {
+    return mine.members;
+  }
+  // A copy of its own, so that holding it costs this thread an uncontended reference count.
+  auto fresh = std::make_shared<const Members>(*membership.Current());
+  // Pooled connections to an index whose member changed go with the old member.
+  for (uint32_t d = 0; d < mine.idle.size(); ++d) {
+    if (mine.members == nullptr || mine.members->by_index[d] != fresh->by_index[d]) {
+      mine.idle[d].clear();
+    }
+  }
+  mine.members = std::move(fresh);
+  return mine.members;
+}
+
+std::vector<IdleConnection>* UpstreamPools::Idle(uint32_t d) {
+  const int thread = http::Server::CurrentThread();
+  if (thread < 0 || static_cast<size_t>(thread) >= threads_.size()) return nullptr;
+  return &threads_[thread].idle[d];
+}
+
+void UpstreamPools::Clear() {
+  for (PerThread& thread : threads_) {
+    for (auto& idle : thread.idle) idle.clear();
+  }
+}
+
+std::optional<boost::beast::tcp_stream> UpstreamPools::TakeIdle(std::vector<IdleConnection>* idle) {
+  if (idle == nullptr) return std::nullopt;
+  while (!idle->empty()) {
+    IdleConnection connection = std::move(idle->back());
+    idle->pop_back();
+    // One that was in use moments ago is taken as it is (were it closed after all, the caller's
+    // retry covers it); one that idled longer is checked first.
+    if (std::chrono::steady_clock::now() - connection.since < kCheckIdleAfter ||
+        StillOpen(connection.stream.socket().native_handle())) {
+      return std::move(connection.stream);
+    }
+  }
+  return std::nullopt;
+}
+
+bool UpstreamPools::Return(std::vector<IdleConnection>* idle, boost::beast::tcp_stream&& stream) {
+  if (idle == nullptr || idle->size() >= kMaxIdlePerDestination) return false;
+  idle->push_back({std::move(stream), std::chrono::steady_clock::now()});
+  return true;
+}
+
+}  // namespace cacheroute::gateway

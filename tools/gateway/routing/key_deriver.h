@@ -1,0 +1,44 @@
+// KeyDeriver: a request's routing key, as every CacheRoute front end derives it: the first of
+// `key_from` the request has, "header" (the key_header's value), "user" (the body's top-level
+// user) or "system" (a hash of the chat request's system message(s), or of a completion prompt's
+// first prefix_bytes bytes); none when it has none of them (openai_fields.h). The front end finds
+// the header (header_name()) its own way and passes the raw body.
+//
+// Usage:
+//   KeyDeriver keys(config);
+//   std::optional<std::string> key = keys.KeyOf(header_value_or_none, body);
+//
+// Immutable; thread-safe (the body parser is per thread).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "tools/gateway/gateway_config.h"
+
+namespace cacheroute::gateway {
+
+class KeyDeriver {
+ public:
+  // Reads key_from, key_header and prefix_bytes.
+  explicit KeyDeriver(const GatewayConfig& config)
+      : key_from_(config.key_from),
+        header_name_(config.key_header),
+        prefix_bytes_(config.prefix_bytes) {}
+
+  // The header that carries a key ("header" of key_from).
+  const std::string& header_name() const { return header_name_; }
+  // The key of a request whose key header is `header` (none: absent) and whose body is `body`.
+  std::optional<std::string> KeyOf(const std::optional<std::string>& header,
+                                   absl::string_view body) const;
+
+ private:
+  const std::vector<std::string> key_from_;
+  const std::string header_name_;
+  const uint32_t prefix_bytes_;
+};
+
+}  // namespace cacheroute::gateway

@@ -1,0 +1,30 @@
+// See policy_factory.h.
+#include "tools/gateway/routing/policy_factory.h"
+
+#include <string_view>
+#include <utility>
+
+#include "cacheroute/dataplane/policy_registry.h"
+
+namespace cacheroute::gateway {
+
+std::unique_ptr<dataplane::Policy> MakePolicy(const std::string& policy, uint32_t n,
+                                              dataplane::Random& random) {
+  const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(policy);
+  if (info == nullptr || info->uses_table) return nullptr;  // cacheroute*: Router::Pick
+  dataplane::Result<std::unique_ptr<dataplane::Policy>> made =
+      info->make({.destinations = n, .random = &random});
+  return made.ok() ? *std::move(made) : nullptr;
+}
+
+bool PolicyPerCount(const std::string& policy) {
+  const std::string_view name = dataplane::BuiltinPolicies().Canonical(policy);
+  return name == "sticky" || name == "chwbl" || name == "dualmap";
+}
+
+bool RoutesByTable(const std::string& policy) {
+  const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(policy);
+  return info != nullptr && info->uses_table;
+}
+
+}  // namespace cacheroute::gateway

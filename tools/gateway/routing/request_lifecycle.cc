@@ -1,0 +1,44 @@
+// See request_lifecycle.h.
+#include "tools/gateway/routing/request_lifecycle.h"
+
+#include <chrono>
+
+#include "tools/gateway/routing/routing_core.h"
+
+namespace cacheroute::gateway {
+
+void RequestLifecycle::FirstToken(bool streamed) {
+  if (ttft_seconds_.has_value()) return;
+  const auto ttft = core_->clock_.Now() - start_;
+  if (streamed) core_->latency_[destination()].ttft.Observe(ttft);
+  ttft_seconds_ = std::chrono::duration<double>(ttft).count();
+}
+
+void RequestLifecycle::Usage(const gateway::Usage& usage) {
+  core_->served_hit_.Record(destination(), planned(), usage);
+  usage_ = usage;
+}
+
+void RequestLifecycle::UpstreamDone() {
+  if (upstream_done_) return;
+  upstream_done_ = true;
+  in_flight_.Release();
+  core_->latency_[destination()].duration.Observe(core_->clock_.Now() - start_);
+}
+
+void RequestLifecycle::Finish(int status) {
+  if (finished_ || !keyed_) return;
+  finished_ = true;
+  const double table_fraction = core_->router_.table_fraction();
+  if (table_fraction >= 1) return;  // no rollout: no evidence to gather
+  const dataplane::Arm arm = reason() == dataplane::Reason::kControlArm ? dataplane::Arm::kControl
+                                                                        : dataplane::Arm::kTable;
+  uint64_t prompt = 0, cached = 0;
+  if (usage_.has_value() && usage_->cached_tokens.has_value()) {
+    prompt = usage_->prompt_tokens;
+    cached = *usage_->cached_tokens;
+  }
+  core_->evidence_.Record(table_fraction, arm, ttft_seconds_, status >= 500, prompt, cached);
+}
+
+}  // namespace cacheroute::gateway
