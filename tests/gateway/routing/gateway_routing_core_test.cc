@@ -1,0 +1,195 @@
+// RoutingCore and RequestLifecycle (tools/gateway/routing/): what a pick records (rates, picks by
+// reason) and what each lifecycle event feeds (in-flight count, durations, TTFT, served hit,
+// rollout evidence), on a real Router with a ManualClock, so durations are exact.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cacheroute/dataplane/arm_evidence.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/routing_table.h"
+#include "tools/gateway/routing/routing_core.h"
+
+namespace cacheroute::gateway {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct Fixture {
+  Fixture() { REQUIRE(core.router().Resize(2, nullptr, clock.Now()).ok); }
+  std::string Page() {
+    base::Exposition page("g_");
+    const dataplane::RouterStats stats = core.Stats();
+    core.RenderPicks(page, stats);
+    core.RenderLoads(page, stats, labels);
+    core.RenderLatency(page, labels);
+    return page.Take();
+  }
+  bool Has(const std::string& line) { return absl::StrContains(Page(), line + "\n"); }
+  // Installs a table planning `key` on destination 1, with a rollout of `table_fraction`.
+  void InstallTable(const std::string& key, double table_fraction) {
+    const std::vector<dataplane::TableEntry> entries = {
+        {.key_id = dataplane::KeyId(key), .destinations = {1}}};
+    auto table = dataplane::RoutingTable::Build({1, 1}, 2, {1.0, 1.0}, entries, table_fraction);
+    REQUIRE(table.ok());
+    REQUIRE(core.router()
+                .Install(std::make_shared<const dataplane::RoutingTable>(*std::move(table)),
+                         clock.Now())
+                .ok);
+  }
+
+  dataplane::ManualClock clock;
+  RoutingCore core{{.capacity = 4, .seed = 11}, clock};
+  std::vector<std::string> labels = {"destination=\"e0\"", "destination=\"e1\""};
+};
+
+TEST_CASE("a keyed request is recorded under its key and counted by its pick's reason") {
+  Fixture f;
+  RequestLifecycle request = f.core.Route("tenant-1", nullptr, f.clock.Now());
+  CHECK(request.ok());
+  CHECK(request.keyed());
+  CHECK(request.reason() == dataplane::Reason::kNoTable);
+  const dataplane::RateSnapshot rates = f.core.recorder().Drain();
+  CHECK(rates.total == 1);
+  REQUIRE(rates.counts.size() == 1);
+  CHECK(rates.counts[0].key_id == dataplane::KeyId("tenant-1"));
+  CHECK(f.Has("g_picks_total{reason=\"no_table\"} 1"));
+  CHECK(f.Has("g_table_version{epoch=\"0\"} 0"));
+}
+
+TEST_CASE("a request without a key goes by power of two, is not recorded, counts as no_key") {
+  Fixture f;
+  RequestLifecycle request = f.core.Route(std::nullopt, nullptr, f.clock.Now());
+  CHECK(request.ok());
+  CHECK_FALSE(request.keyed());
+  CHECK(f.core.recorder().Drain().total == 0);
+  CHECK(f.Has("g_picks_total{reason=\"no_key\"} 1"));
+  RequestLifecycle any = f.core.RouteAny(f.clock.Now());  // /v1/models: not a pick
+  CHECK(any.ok());
+  CHECK(f.Has("g_picks_total{reason=\"policy\"} 0"));
+}
+
+TEST_CASE("another policy picks; the pick is tracked in flight like the Router's own") {
+  Fixture f;
+  dataplane::StickyPolicy sticky(2);
+  RequestLifecycle request = f.core.Route("tenant-1", &sticky, f.clock.Now());
+  CHECK(request.reason() == dataplane::Reason::kPolicy);
+  CHECK(f.core.Stats().in_flight[request.destination()] == 1);
+  CHECK(f.Has("g_picks_total{reason=\"policy\"} 1"));
+  CHECK(f.core.recorder().Drain().total == 1);  // rates are recorded whatever the policy
+}
+
+TEST_CASE("UpstreamDone releases the in-flight count once and observes the duration") {
+  Fixture f;
+  f.InstallTable("tenant-1", 1.0);
+  RequestLifecycle request = f.core.Route("tenant-1", nullptr, f.clock.Now());
+  REQUIRE(request.destination() == 1);
+  CHECK(request.planned());
+  CHECK(f.Has("g_in_flight{destination=\"e1\"} 1"));
+  f.clock.Advance(milliseconds(3));
+  request.UpstreamDone();
+  f.clock.Advance(milliseconds(100));
+  request.UpstreamDone();  // counted once
+  CHECK(f.Has("g_in_flight{destination=\"e1\"} 0"));
+  CHECK(f.Has("g_destination_request_duration_seconds_count{destination=\"e1\"} 1"));
+  CHECK(f.Has("g_destination_request_duration_seconds_sum{destination=\"e1\"} 0.003"));
+  CHECK(f.Has("g_destination_request_duration_seconds_bucket{destination=\"e1\",le=\"0.0025\"} 0"));
+  CHECK(f.Has("g_destination_request_duration_seconds_bucket{destination=\"e1\",le=\"0.005\"} 1"));
+}
+
+TEST_CASE("a request that never reached its upstream is released without a duration") {
+  Fixture f;
+  {
+    RequestLifecycle request = f.core.Route("tenant-1", nullptr, f.clock.Now());
+    CHECK(f.core.Stats().in_flight[request.destination()] == 1);
+  }
+  CHECK(f.core.Stats().in_flight[0] + f.core.Stats().in_flight[1] == 0);
+  CHECK(f.Has("g_destination_request_duration_seconds_count{destination=\"e0\"} 0"));
+  CHECK(f.Has("g_destination_request_duration_seconds_count{destination=\"e1\"} 0"));
+}
+
+TEST_CASE(
+    "FirstToken: a stream's first byte is its TTFT; a unary answer's is not in the histogram") {
+  Fixture f;
+  f.InstallTable("tenant-1", 1.0);
+  RequestLifecycle stream = f.core.Route("tenant-1", nullptr, f.clock.Now());
+  f.clock.Advance(milliseconds(20));
+  stream.FirstToken(/*streamed=*/true);
+  f.clock.Advance(milliseconds(500));
+  stream.FirstToken(/*streamed=*/true);  // later chunks are not first
+  RequestLifecycle unary = f.core.Route("tenant-1", nullptr, f.clock.Now());
+  unary.FirstToken(/*streamed=*/false);
+  CHECK(f.Has("g_time_to_first_token_seconds_count{destination=\"e1\"} 1"));
+  CHECK(f.Has("g_time_to_first_token_seconds_sum{destination=\"e1\"} 0.02"));
+}
+
+TEST_CASE("Usage feeds the served hit of the request's destination, planned or not") {
+  Fixture f;
+  f.InstallTable("tenant-1", 1.0);
+  RequestLifecycle planned = f.core.Route("tenant-1", nullptr, f.clock.Now());
+  planned.Usage({.prompt_tokens = 100, .cached_tokens = 80});
+  CHECK(*f.core.served_hit().measured() == Approx(0.8));
+  base::Exposition page("g_");
+  f.core.served_hit().Render(page, f.labels);
+  CHECK(absl::StrContains(page.Take(),
+                          "g_cached_tokens_total{destination=\"e1\",planned=\"1\"} 80\n"));
+}
+
+TEST_CASE("Finish: a keyed request's evidence while the table has a rollout, once") {
+  Fixture f;
+  SECTION("no rollout: no evidence") {
+    f.InstallTable("tenant-1", 1.0);
+    RequestLifecycle request = f.core.Route("tenant-1", nullptr, f.clock.Now());
+    request.Finish(200);
+    CHECK_FALSE(f.core.evidence().Drain().has_value());
+  }
+  SECTION("a rollout: TTFT, failure and tokens on the key's arm") {
+    f.InstallTable("tenant-1", 0.5);
+    const dataplane::Arm arm = dataplane::ArmOf(dataplane::KeyId("tenant-1"), 0.5);
+    RequestLifecycle ok = f.core.Route("tenant-1", nullptr, f.clock.Now());
+    CHECK(ok.reason() == (arm == dataplane::Arm::kTable ? dataplane::Reason::kPlanned
+                                                        : dataplane::Reason::kControlArm));
+    f.clock.Advance(milliseconds(40));
+    ok.FirstToken(/*streamed=*/true);
+    ok.Usage({.prompt_tokens = 100, .cached_tokens = 30});
+    ok.Finish(200);
+    ok.Finish(200);  // once
+    RequestLifecycle failed = f.core.Route("tenant-1", nullptr, f.clock.Now());
+    failed.Finish(502);
+    RequestLifecycle keyless = f.core.Route(std::nullopt, nullptr, f.clock.Now());
+    keyless.Finish(200);  // not evidence
+    const std::optional<dataplane::WindowEvidence> window = f.core.evidence().Drain();
+    REQUIRE(window.has_value());
+    CHECK(window->table_fraction == 0.5);
+    const dataplane::ArmEvidence& e = window->evidence.of(arm);
+    CHECK(e.requests == 2);
+    CHECK(e.failures == 1);
+    CHECK(e.prompt_tokens == 100);
+    CHECK(e.cached_tokens == 30);
+    CHECK(e.ttft.count() == 1);
+    CHECK(window->evidence
+              .of(arm == dataplane::Arm::kTable ? dataplane::Arm::kControl : dataplane::Arm::kTable)
+              .requests == 0);
+  }
+}
+
+TEST_CASE("ResetDestination zeroes a new member's durations; AnyUp follows the Router") {
+  Fixture f;
+  RequestLifecycle request = f.core.RouteAny(f.clock.Now());
+  const uint32_t d = request.destination();
+  request.UpstreamDone();
+  CHECK(f.Has(absl::StrCat("g_destination_request_duration_seconds_count{", f.labels[d], "} 1")));
+  f.core.ResetDestination(d);
+  CHECK(f.Has(absl::StrCat("g_destination_request_duration_seconds_count{", f.labels[d], "} 0")));
+  CHECK(f.core.AnyUp());
+  (void)f.core.router().MarkDown(0);
+  (void)f.core.router().MarkDown(1);
+  CHECK_FALSE(f.core.AnyUp());
+  CHECK_FALSE(f.core.Route("tenant-1", nullptr, f.clock.Now()).ok());
+}
+
+}  // namespace
+}  // namespace cacheroute::gateway
