@@ -22,10 +22,11 @@ Gateway::~Gateway() { Stop(); }
 absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& config) {
   if (absl::Status s = ValidateGatewayConfig(config); !s.ok()) return s;
   std::unique_ptr<Gateway> gateway(new Gateway(config));
+  // The dataplane first: once the listener is bound, requests and /metrics find it whole.
+  if (absl::Status s = gateway->dataplane_->Start(); !s.ok()) return s;
   CACHEROUTE_ASSIGN_OR_RETURN(
       gateway->proxy_,
       ProxyServer::Start(*gateway->dataplane_, [g = gateway.get()] { return g->RenderMetrics(); }));
-  if (absl::Status s = gateway->dataplane_->Start(); !s.ok()) return s;
   return gateway;
 }
 

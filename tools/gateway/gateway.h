@@ -45,9 +45,10 @@ class ProxyServer;
 
 class Gateway {
  public:
-  // Binds the listen address and starts serving, then applies the first membership and starts
-  // the prober, the membership watcher, the load scraper and, with a planner, the planner link.
-  // `config` must pass ValidateGatewayConfig.
+  // Validates `config` (ValidateGatewayConfig), applies the first membership, starts the prober,
+  // the membership watcher, the load scraper and, with a planner, the planner link; then binds the
+  // listen address and serves. Errors name the configuration key at fault (InvalidArgument), or
+  // say the address cannot be bound (Unavailable).
   static absl::StatusOr<std::unique_ptr<Gateway>> Start(const GatewayConfig& config);
   ~Gateway();
   Gateway(const Gateway&) = delete;

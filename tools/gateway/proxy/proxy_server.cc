@@ -28,6 +28,11 @@ std::optional<std::string> Header(const http::Request& request, absl::string_vie
 
 }  // namespace
 
+bool ProxyServer::Authorized(const http::Request& request) const {
+  const auto it = request.find(bhttp::field::authorization);
+  return keys_.Authorized(it == request.end() ? std::nullopt : std::optional(View(it->value())));
+}
+
 absl::StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Start(
     EmbeddedDataplane& dataplane, std::function<std::string()> render_metrics) {
   const GatewayConfig& config = dataplane.config();
@@ -122,10 +127,7 @@ asio::awaitable<void> ProxyServer::Handle(http::Exchange& x) {
     co_await Refuse(x, 404, absl::StrCat("no route for ", path));
     co_return;
   }
-  const auto authorization = request.find(bhttp::field::authorization);
-  if (!keys_.Authorized(authorization == request.end()
-                            ? std::nullopt
-                            : std::optional(View(authorization->value())))) {
+  if (keys_.enabled() && !Authorized(request)) {
     co_await Refuse(x, 401,
                     "missing or unknown API key: send Authorization: Bearer <key> with a key of "
                     "the gateway's api_key_file");

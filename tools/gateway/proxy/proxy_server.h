@@ -18,7 +18,7 @@
 //   (*proxy)->BeginDrain(); (*proxy)->StopAccepting(); … (*proxy)->Stop();
 //
 // Reads listen, io_threads, write_timeout, tls_*, api_key_file and the upstream timeouts of the
-// dataplane's GatewayConfig. The dataplane must outlive the server. Thread-safe.
+// dataplane's GatewayConfig. The dataplane is started first and outlives the server. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -78,6 +78,7 @@ class ProxyServer {
   // `members` is set to this thread's snapshot, one that knows the picked index.
   RequestLifecycle Route(const http::Exchange& x, Endpoint endpoint, dataplane::Time start,
                          std::shared_ptr<const Members>& members);
+  bool Authorized(const http::Request& request) const;
   // Turns the request away with `status` before routing, counted in RequestMetrics::Refused.
   http::asio::awaitable<void> Refuse(http::Exchange& x, int status, absl::string_view message);
 
