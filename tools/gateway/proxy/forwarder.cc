@@ -145,8 +145,8 @@ asio::awaitable<int> Forwarder::Forward(http::Exchange& x, const Member& member,
   const auto& answer = call.parser->get();
   bhttp::response_header<> header = ClientHeader(answer, member, request.planned());
   const bool streamed = answer.chunked() || !answer.has_content_length();
-  const Relayed relayed = streamed ? co_await RelayStream(x, call, std::move(header), request)
-                                   : co_await RelayUnary(x, call, std::move(header), request);
+  const Relayed relayed = streamed ? co_await RelayStream(x, call, header, request)
+                                   : co_await RelayUnary(x, call, header, request);
   Recycle(call, relayed.reusable);
   co_return relayed.status;
 }
@@ -157,12 +157,9 @@ asio::awaitable<std::optional<Forwarder::Failure>> Forwarder::Open(
     call.watch.reset();
     call.connection.reset();
     call.reused = false;
-    if (attempt == 0) {
-      if (std::optional<beast::tcp_stream> idle = UpstreamPools::TakeIdle(call.idle)) {
-        call.connection.emplace(std::move(*idle));
-        call.watch.emplace(http::Watchdog::Current(), call.connection->socket());
-        call.reused = true;
-      }
+    if (attempt == 0 && UpstreamPools::TakeIdle(call.idle, call.connection)) {
+      call.watch.emplace(http::Watchdog::Current(), call.connection->socket());
+      call.reused = true;
     }
     if (!call.reused) {
       if (std::optional<Failure> failure = co_await Connect(call)) co_return failure;
@@ -263,7 +260,7 @@ void Forwarder::RecordBodyError(Call& call, const beast::error_code& ec) {
 }
 
 asio::awaitable<Forwarder::Relayed> Forwarder::RelayStream(http::Exchange& x, Call& call,
-                                                           bhttp::response_header<> header,
+                                                           bhttp::response_header<>& header,
                                                            RequestLifecycle& request) {
   const int status = static_cast<int>(header.result_int());
   metrics_.StreamOpened();
@@ -295,7 +292,7 @@ asio::awaitable<Forwarder::Relayed> Forwarder::RelayStream(http::Exchange& x, Ca
 }
 
 asio::awaitable<Forwarder::Relayed> Forwarder::RelayUnary(http::Exchange& x, Call& call,
-                                                          bhttp::response_header<> header,
+                                                          bhttp::response_header<>& header,
                                                           RequestLifecycle& request) {
   const int status = static_cast<int>(header.result_int());
   std::string body;

@@ -60,11 +60,12 @@ class Forwarder {
       Call& call, boost::beast::http::request<boost::beast::http::string_body>& upstream);
   http::asio::awaitable<std::optional<Failure>> Connect(Call& call);
   Failure HeadFailure(const boost::beast::error_code& ec, bool write_failed, bool timed_out) const;
+  // The answer after its head, `header` being the client's (moved from).
   http::asio::awaitable<Relayed> RelayStream(http::Exchange& x, Call& call,
-                                             boost::beast::http::response_header<> header,
+                                             boost::beast::http::response_header<>& header,
                                              RequestLifecycle& request);
   http::asio::awaitable<Relayed> RelayUnary(http::Exchange& x, Call& call,
-                                            boost::beast::http::response_header<> header,
+                                            boost::beast::http::response_header<>& header,
                                             RequestLifecycle& request);
   // Around one read of the body into `chunk`: arming its timeout, then collecting what it got
   // (need_buffer, a full chunk, is no error).

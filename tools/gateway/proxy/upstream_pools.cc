@@ -54,24 +54,27 @@ void UpstreamPools::Clear() {
   }
 }
 
-std::optional<boost::beast::tcp_stream> UpstreamPools::TakeIdle(std::vector<IdleConnection>* idle) {
-  if (idle == nullptr) return std::nullopt;
-  while (!idle->empty()) {
-    IdleConnection connection = std::move(idle->back());
-    idle->pop_back();
+bool UpstreamPools::TakeIdle(std::vector<IdleConnection>* idle,
+                             std::optional<boost::beast::tcp_stream>& into) {
+  if (idle == nullptr) return false;
+  // A Beast stream's move allocates a new implementation: each one is moved once, out of the pool.
+  for (; !idle->empty(); idle->pop_back()) {
+    IdleConnection& connection = idle->back();
     // One that was in use moments ago is taken as it is (were it closed after all, the caller's
     // retry covers it); one that idled longer is checked first.
     if (std::chrono::steady_clock::now() - connection.since < kCheckIdleAfter ||
         StillOpen(connection.stream.socket().native_handle())) {
-      return std::move(connection.stream);
+      into.emplace(std::move(connection.stream));
+      idle->pop_back();
+      return true;
     }
   }
-  return std::nullopt;
+  return false;
 }
 
 bool UpstreamPools::Return(std::vector<IdleConnection>* idle, boost::beast::tcp_stream&& stream) {
   if (idle == nullptr || idle->size() >= kMaxIdlePerDestination) return false;
-  idle->push_back({std::move(stream), std::chrono::steady_clock::now()});
+  idle->emplace_back(std::move(stream), std::chrono::steady_clock::now());
   return true;
 }
 

@@ -7,7 +7,8 @@
 // Usage (on an I/O thread of the http::Server):
 //   std::shared_ptr<const Members> members = pools.ThreadMembers(membership);
 //   std::vector<IdleConnection>* idle = pools.Idle(d);   // null off the I/O threads
-//   std::optional<beast::tcp_stream> c = UpstreamPools::TakeIdle(idle);
+//   std::optional<beast::tcp_stream> c;
+//   if (UpstreamPools::TakeIdle(idle, c)) …;
 //   … UpstreamPools::Return(idle, std::move(*c));        // false: full, the caller closes it
 //
 // A thread's copy is refreshed when the membership's generation moved; then the pooled
@@ -46,8 +47,10 @@ class UpstreamPools {
   std::vector<IdleConnection>* Idle(uint32_t d);
   void Clear();
 
-  // A pooled connection that is still open (one returned moments ago is taken as it is), or none.
-  static std::optional<boost::beast::tcp_stream> TakeIdle(std::vector<IdleConnection>* idle);
+  // Moves a pooled connection that is still open (one returned moments ago is taken as it is)
+  // into `into`; false when there is none. Closed ones found on the way are dropped.
+  static bool TakeIdle(std::vector<IdleConnection>* idle,
+                       std::optional<boost::beast::tcp_stream>& into);
   // Keeps `stream` for reuse; false (and `stream` untouched) when `idle` is full.
   static bool Return(std::vector<IdleConnection>* idle, boost::beast::tcp_stream&& stream);
 
