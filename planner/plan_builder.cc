@@ -26,6 +26,8 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -106,6 +108,21 @@ void SortRun(T* items, T* scratch, size_t n, Less less, Words... words) {
   (LsdSort(items, scratch, n, words, 0), ...);
 }
 
+// The first step of TopBitsSort: a stable radix sort of items[0, n) by the top `top_bits` of the
+// bits in which their words differ. Returns the lowest bit sorted on; runs of items whose words
+// agree from that bit up are left in input order. 64 when every word is equal (nothing moved).
+template <typename T, typename Word>
+int TopBitsRadix(T* items, T* scratch, size_t n, Word word, int top_bits) {
+  uint64_t differ = 0;
+  const uint64_t first = n > 0 ? word(items[0]) : 0;
+  for (size_t i = 0; i < n; ++i) differ |= word(items[i]) ^ first;
+  if (differ == 0) return 64;
+  const int highest = 63 - std::countl_zero(differ);
+  const int lowest_bit = std::max(0, highest + 1 - top_bits);
+  LsdSort(items, scratch, n, word, lowest_bit);
+  return lowest_bit;
+}
+
 // Sorts items[0, n) by `less`, where word(item) is a 64-bit image of the order's leading part:
 // radix on the top `top_bits` of the bits in which the words differ, then exact sorting of each
 // run that agrees in those bits (by `less`, or by radix on `run_words` when the run is long).
@@ -113,16 +130,11 @@ template <typename T, typename Word, typename Less, typename... RunWords>
 void TopBitsSort(T* items, T* scratch, size_t n, Word word, int top_bits, Less less,
                  RunWords... run_words) {
   if (n < 2) return;
-  uint64_t differ = 0;
-  const uint64_t first = word(items[0]);
-  for (size_t i = 0; i < n; ++i) differ |= word(items[i]) ^ first;
-  if (differ == 0) {
+  const int lowest_bit = TopBitsRadix(items, scratch, n, word, top_bits);
+  if (lowest_bit == 64) {
     SortRun(items, scratch, n, less, run_words...);
     return;
   }
-  const int highest = 63 - std::countl_zero(differ);
-  const int lowest_bit = std::max(0, highest + 1 - top_bits);
-  LsdSort(items, scratch, n, word, lowest_bit);
   for (size_t begin = 0; begin < n;) {
     const uint64_t prefix = word(items[begin]) >> lowest_bit;
     size_t end = begin + 1;
@@ -355,6 +367,287 @@ std::vector<uint32_t> PlaceSpills(const Plan& plan, std::span<const double> load
   return spills;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Byte-aware planning (PlanConfig::kv_budget_tokens; docs/planner.md, "Byte-aware planning").
+
+bool IsByteAware(const PlanConfig& config) { return config.kv_budget_tokens > 0; }
+
+absl::Status ValidateTokens(std::span<const KeyRate> rates, std::span<const KeyTokens> tokens) {
+  if (tokens.size() != rates.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tokens: %u entries for %u rates; give one per rate or none", tokens.size(), rates.size()));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    for (const auto& [field, value] :
+         {std::pair{"reusable", tokens[i].reusable}, std::pair{"prompt", tokens[i].prompt}}) {
+      if (!(value >= 0 || value == kUnmeasured) || std::isinf(value)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "tokens[%u].%s (key %u): must be a finite number >= 0 or kUnmeasured (-1), got %s", i,
+            field, rates[i].key, FormatRate(value)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace plan_builder_internal {
+
+// The estimates byte-aware planning ranks and places keys by, per key i of the input:
+//   s_i  reusable tokens (measured, or the measured keys' rate-weighted mean)
+//   p_i  prompt tokens, ≥ s_i (measured, or s_i plus the measured keys' mean unique tokens)
+//   h    the chance a key's prefix is still cached when the key returns to one of its k_b
+//        destinations: x / (1 + x), x = (λ_i / k_b) · T, i.e. the prefix lives an exponential
+//        time with mean T, the turnover time of a destination's KV cache: its capacity over the
+//        tokens flowing into it (every request's unique tokens plus the prefixes it misses)
+//   work λ_i · (p_i − s_i · h + overhead) tokens/s, what the key costs its destinations
+//   saved λ_i · s_i · h tokens/s, what keeping it warm saves
+class WorkModel {
+ public:
+  // nullopt when no key is measured.
+  static std::optional<WorkModel> Make(std::span<const KeyRate> rates,
+                                       std::span<const KeyTokens> tokens,
+                                       const PlanConfig& config) {
+    WorkModel m(rates, tokens, config);
+    double rate_sum = 0, reusable_sum = 0, unique_sum = 0, plain_reusable = 0, plain_unique = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i].reusable < 0) continue;
+      const double s = tokens[i].reusable;
+      const double u = tokens[i].prompt < 0 ? 0 : std::max(0.0, tokens[i].prompt - s);
+      ++m.measured_;
+      rate_sum += rates[i].rate;
+      reusable_sum += rates[i].rate * s;
+      unique_sum += rates[i].rate * u;
+      plain_reusable += s;
+      plain_unique += u;
+    }
+    if (m.measured_ == 0) return std::nullopt;
+    // Rate-weighted, or plain means when every measured key has rate 0.
+    m.mean_reusable_ = rate_sum > 0 ? reusable_sum / rate_sum : plain_reusable / m.measured_;
+    m.mean_unique_ = rate_sum > 0 ? unique_sum / rate_sum : plain_unique / m.measured_;
+    if (config.kv_capacity_tokens > 0) {
+      // New tokens per destination and second: unique ones, and missed prefixes; the second
+      // term depends on T, so T is refined once from the estimate without it.
+      double unique = config.unkeyed_rate * (m.mean_reusable_ + m.mean_unique_);
+      for (size_t i = 0; i < rates.size(); ++i) {
+        unique += rates[i].rate * (m.Prompt(i) - m.Reusable(i));
+      }
+      const double r = config.destinations;
+      if (unique > 0) {
+        m.turnover_ = config.kv_capacity_tokens * r / unique;
+        double missed = 0;
+        for (size_t i = 0; i < rates.size(); ++i) {
+          missed += rates[i].rate * m.Reusable(i) * (1 - m.Survival(rates[i].rate, 1));
+        }
+        m.turnover_ = config.kv_capacity_tokens * r / (unique + missed);
+      }
+      // No traffic at all: nothing turns the cache over, every prefix survives (turnover 0).
+    }
+    return m;
+  }
+
+  double Reusable(size_t i) const {
+    return tokens_[i].reusable >= 0 ? tokens_[i].reusable : mean_reusable_;
+  }
+  double Prompt(size_t i) const {
+    const double s = Reusable(i);
+    if (tokens_[i].reusable < 0) {
+      return tokens_[i].prompt >= 0 ? std::max(s, tokens_[i].prompt) : s + mean_unique_;
+    }
+    return std::max(s, tokens_[i].prompt);  // a measured prefix without a prompt: all reusable
+  }
+  double Survival(double rate, uint32_t k) const {
+    if (turnover_ == 0) return 1;
+    const double x = rate * turnover_ / k;
+    return x / (1 + x);
+  }
+  double Work(size_t i, uint32_t k) const {
+    const double rate = rates_[i].rate;
+    return rate * (Prompt(i) - Reusable(i) * Survival(rate, k) + overhead_);
+  }
+  double Saved(size_t i, uint32_t k) const {
+    const double rate = rates_[i].rate;
+    return rate * Reusable(i) * Survival(rate, k);
+  }
+  // The work of the traffic no key is listed for (config.unkeyed_rate): all of its prompt.
+  double UnkeyedWork(double unkeyed_rate) const {
+    return unkeyed_rate * (mean_reusable_ + mean_unique_ + overhead_);
+  }
+  uint64_t measured() const { return measured_; }
+  double turnover() const { return turnover_; }
+
+ private:
+  WorkModel(std::span<const KeyRate> rates, std::span<const KeyTokens> tokens,
+            const PlanConfig& config)
+      : rates_(rates), tokens_(tokens), overhead_(config.request_overhead_tokens) {}
+
+  std::span<const KeyRate> rates_;
+  std::span<const KeyTokens> tokens_;
+  double overhead_ = 0;
+  uint64_t measured_ = 0;
+  double mean_reusable_ = 0;
+  double mean_unique_ = 0;
+  double turnover_ = 0;  // seconds; 0: no discount
+};
+
+}  // namespace plan_builder_internal
+
+namespace {
+
+using plan_builder_internal::WorkModel;
+
+// The per-assignment work cap, like the rate cap (PlanConfig::q_cap, ::balance_share) in work:
+// q_cap requests of the fleet's mean work, and at most balance_share of a destination's mean
+// work. Also the fleet's total expected work with every key on one destination, whose per-key
+// terms go to work1[i].
+struct WorkCap {
+  double cap = 0;
+  double total_work = 0;
+};
+WorkCap ComputeWorkCap(std::span<const KeyRate> rates, const WorkModel& model,
+                       const PlanConfig& config, double* work1) {
+  double total_rate = config.unkeyed_rate, total_work = model.UnkeyedWork(config.unkeyed_rate);
+  for (size_t i = 0; i < rates.size(); ++i) {
+    total_rate += rates[i].rate;
+    work1[i] = model.Work(i, 1);
+    total_work += work1[i];
+  }
+  WorkCap out{.cap = 0, .total_work = total_work};
+  if (total_rate <= 0) return out;
+  out.cap = config.q_cap * (total_work / total_rate);
+  if (config.balance_share > 0) {
+    const double share_cap = config.balance_share * total_work / config.destinations;
+    if (share_cap > 0 && share_cap < out.cap) out.cap = share_cap;
+  }
+  return out;
+}
+
+// k_b of a key whose work at one destination is `work1` (a split key's prefix is revisited less
+// often on each destination, so its work at k_b is higher; k_b is not revised for that).
+uint32_t KeyAssignments(double work1, const PlanConfig& config, double work_cap,
+                        bool* capped = nullptr) {
+  if (capped != nullptr) *capped = false;
+  if (!config.replicate || work_cap <= 0) return 1;
+  return AssignmentCount(work1, work_cap, config.destinations, capped);
+}
+
+// A key byte-aware admission took.
+struct AdmittedKey {
+  uint32_t index;  // into the rates
+  uint32_t k;
+  double job;  // expected work per assignment
+};
+
+// Byte-aware placement: LPT on expected work. Keys in decreasing work per assignment (ties: key
+// ascending); each of a key's k_b jobs goes to the least loaded destination not yet chosen for it
+// whose planned prefixes stay within kv_budget_tokens with the key's, or to the least loaded one
+// when none has room. With a previous plan and stickiness, a job first stays on the least loaded
+// of the key's previous destinations that has room and stays at or under (1 + stickiness) ×
+// mean_work (as PlaceSticky). Key j's destinations go to sets[offset[j], offset[j + 1]), sorted;
+// `loads` gets the rate shares, `work_loads` the work. Returns the jobs kept on a previous
+// destination.
+uint64_t PlaceByWork(const PlanConfig& config, std::span<const KeyRate> rates,
+                     std::span<const AdmittedKey> admitted, std::span<const uint32_t> offset,
+                     const WorkModel& model, const Plan* previous, double mean_work,
+                     std::span<uint32_t> sets, std::span<double> loads,
+                     std::span<double> work_loads) {
+  const uint32_t r_count = config.destinations;
+  std::vector<uint32_t> order(admitted.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const AdmittedKey& x = admitted[a];
+    const AdmittedKey& y = admitted[b];
+    return x.job > y.job || (x.job == y.job && rates[x.index].key < rates[y.index].key);
+  });
+  absl::flat_hash_map<uint64_t, uint32_t> previous_index;
+  const bool sticky = previous != nullptr && config.stickiness > 0 && previous->size() > 0;
+  if (sticky) {
+    previous_index.reserve(previous->size());
+    for (size_t i = 0; i < previous->size(); ++i) {
+      previous_index.emplace(previous->key(i), static_cast<uint32_t>(i));
+    }
+  }
+  const double sticky_cap = (1.0 + config.stickiness) * mean_work;
+  std::vector<double> kv(r_count, 0.0);
+  LoadTournament tournament(work_loads);
+  uint64_t kept = 0;
+  for (uint32_t j : order) {
+    const AdmittedKey& a = admitted[j];
+    const double size = model.Reusable(a.index);
+    const auto fits = [&](uint32_t d) { return kv[d] + size <= config.kv_budget_tokens; };
+    uint32_t* chosen = sets.data() + offset[j];
+    std::span<const uint32_t> before;
+    if (sticky) {
+      if (auto it = previous_index.find(rates[a.index].key); it != previous_index.end()) {
+        before = previous->destinations(it->second);
+      }
+    }
+    for (uint32_t c = 0; c < a.k; ++c) {
+      const auto taken = [&](uint32_t d) { return std::find(chosen, chosen + c, d) != chosen + c; };
+      uint32_t pick = r_count;
+      for (uint32_t d : before) {
+        if (d >= r_count || taken(d) || !fits(d) || work_loads[d] + a.job > sticky_cap) continue;
+        if (pick == r_count || work_loads[d] < work_loads[pick]) pick = d;
+      }
+      if (pick == r_count) {
+        pick = tournament.Min();
+        if (!fits(pick)) {  // the least loaded destination with room, if any
+          for (uint32_t d = 0; d < r_count; ++d) {
+            if (taken(d) || !fits(d)) continue;
+            if (!fits(pick) || work_loads[d] < work_loads[pick]) pick = d;
+          }
+        }
+      }
+      if (std::find(before.begin(), before.end(), pick) != before.end()) ++kept;
+      chosen[c] = pick;
+      tournament.Exclude(pick);
+    }
+    const double rate_share = rates[a.index].rate / a.k;
+    for (uint32_t c = 0; c < a.k; ++c) {
+      const uint32_t d = chosen[c];
+      loads[d] += rate_share;
+      work_loads[d] += a.job;
+      kv[d] += size;
+      tournament.Set(d, work_loads[d]);
+    }
+    if (a.k > 1) std::sort(chosen, chosen + a.k);
+  }
+  return kept;
+}
+
+// A ranked key of byte-aware admission, in a KeyRate's 16 bytes so the radix sort moves no more
+// than the rate order's: `rate` is its saved work, `key` its input index (high 32 bits) and its
+// cost to the budget rounded up to a float (low 32 bits), which lets the scan decide most runs
+// without reading the exact cost.
+uint32_t RankedIndex(const KeyRate& kr) { return static_cast<uint32_t>(kr.key >> 32); }
+float RankedCostAbove(const KeyRate& kr) {
+  return std::bit_cast<float>(static_cast<uint32_t>(kr.key));
+}
+uint64_t PackRanked(size_t index, double cost) {
+  float up = static_cast<float>(cost);
+  if (static_cast<double>(up) < cost)
+    up = std::nextafter(up, std::numeric_limits<float>::infinity());
+  return (uint64_t{static_cast<uint32_t>(index)} << 32) | std::bit_cast<uint32_t>(up);
+}
+
+// The byte-aware admission order: sorted[0, n) becomes ranked keys radix-sorted by the top bits
+// of their saved work (decreasing); returns the lowest bit sorted on (TopBitsRadix). Runs that
+// agree in those bits stay in input order: the scan orders them exactly when it matters.
+// cost[i] is what key i takes from the budget, reusable × k_b. Needs n < 2^32.
+int RankBySavedWork(std::span<const KeyRate> rates, const WorkModel& model,
+                    const PlanConfig& config, double work_cap, const double* work1, double* cost,
+                    KeyRate* sorted, KeyRate* scratch) {
+  const size_t n = rates.size();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t k = KeyAssignments(work1[i], config, work_cap);
+    const double saved = rates[i].rate > 0 ? model.Saved(i, k) : 0.0;
+    cost[i] = model.Reusable(i) * k;
+    sorted[i] = {PackRanked(i, cost[i]), saved > 0 ? saved : 0.0};
+  }
+  return TopBitsRadix(sorted, scratch, n, ByDescendingRate(), 22);
+}
+
 }  // namespace
 
 uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped) {
@@ -403,7 +696,41 @@ absl::Status ValidatePlanConfig(const PlanConfig& config) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "stickiness must be a finite number >= 0, got %s", FormatRate(config.stickiness)));
   }
+  for (const auto& [field, value] :
+       {std::pair{"kv_budget_tokens", config.kv_budget_tokens},
+        std::pair{"kv_capacity_tokens", config.kv_capacity_tokens},
+        std::pair{"request_overhead_tokens", config.request_overhead_tokens}}) {
+    if (!(value >= 0) || std::isinf(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s must be a finite number >= 0, got %s", field, FormatRate(value)));
+    }
+  }
+  if (IsByteAware(config) && config.placement != Placement::kLpt) {
+    return absl::InvalidArgumentError(
+        "placement must be LPT when kv_budget_tokens > 0 (byte-aware planning), got hashed");
+  }
   return absl::OkStatus();
+}
+
+std::optional<KeyEstimate> EstimateKey(std::span<const KeyRate> rates,
+                                       std::span<const KeyTokens> tokens, const PlanConfig& config,
+                                       size_t i) {
+  if (!IsByteAware(config) || tokens.size() != rates.size() || i >= rates.size()) {
+    return std::nullopt;
+  }
+  const std::optional<WorkModel> model = WorkModel::Make(rates, tokens, config);
+  if (!model.has_value()) return std::nullopt;
+  std::vector<double> work1(rates.size());
+  const WorkCap cap = ComputeWorkCap(rates, *model, config, work1.data());
+  KeyEstimate out;
+  out.k = KeyAssignments(work1[i], config, cap.cap, &out.capped);
+  out.measured = tokens[i].reusable >= 0;
+  out.reusable = model->Reusable(i);
+  out.prompt = model->Prompt(i);
+  out.saved = rates[i].rate > 0 ? model->Saved(i, out.k) : 0;
+  out.work = model->Work(i, out.k);
+  out.cost = out.reusable * out.k;
+  return out;
 }
 
 PlanBuilder::PlanBuilder(base::Clock* clock) : clock_(clock) {}
@@ -413,10 +740,18 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
 }
 
 absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const PlanConfig& config,
-                                        const Plan* previous) {
+                                        const Plan* previous, std::span<const KeyTokens> tokens) {
   const absl::Time start = clock_ != nullptr ? clock_->Now() : absl::InfinitePast();
   if (absl::Status status = ValidatePlanConfig(config); !status.ok()) return status;
   const size_t n = rates.size();
+  std::optional<WorkModel> model;
+  if (IsByteAware(config) && !tokens.empty()) {
+    if (absl::Status status = ValidateTokens(rates, tokens); !status.ok()) return status;
+    if (n > std::numeric_limits<uint32_t>::max()) {
+      return absl::OutOfRangeError(
+          absl::StrFormat("rates: %u keys; byte-aware planning takes at most 2^32-1", n));
+    }
+  }
 
   // Workspace: `sorted_` keeps its size between builds (only its first n entries are used), and
   // scratch_ holds n (key, rate) pairs or, while looking for duplicates, 2n bare keys.
@@ -474,10 +809,25 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
       if (duplicate_found) return DuplicateKeyError(rates, duplicate_key);
     }
   }
-  TopBitsSort(sorted, scratch, n, ByDescendingRate(), 22, RateOrderLess, ByKey(),
-              ByDescendingRate());
+  if (IsByteAware(config) && !tokens.empty()) model = WorkModel::Make(rates, tokens, config);
+  WorkCap work_cap;
+  int lowest_bit = 64;
+  if (model.has_value()) {
+    if (work1_.size() < n) work1_.resize(n);
+    if (cost_.size() < n) cost_.resize(n);
+    work_cap = ComputeWorkCap(rates, *model, config, work1_.data());
+    lowest_bit = RankBySavedWork(rates, *model, config, work_cap.cap, work1_.data(), cost_.data(),
+                                 sorted, scratch);
+  } else {
+    TopBitsSort(sorted, scratch, n, ByDescendingRate(), 22, RateOrderLess, ByKey(),
+                ByDescendingRate());
+  }
   if (dedup_thread.joinable()) dedup_thread.join();
   if (duplicate_found) return DuplicateKeyError(rates, duplicate_key);
+  if (model.has_value()) {
+    return BuildByteAware(rates, config, previous, *model, work_cap.cap, work_cap.total_work,
+                          lowest_bit, start);
+  }
 
   // The cap every k_b below is computed with (PlanConfig::balance_share).
   PlanConfig capped_config = config;
@@ -556,6 +906,157 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   return plan;
 }
 
+// Byte-aware planning: sorted_ holds (input index, saved work) in admission order
+// (RankBySavedWork).
+absl::StatusOr<Plan> PlanBuilder::BuildByteAware(std::span<const KeyRate> rates,
+                                                 const PlanConfig& config, const Plan* previous,
+                                                 const WorkModel& model, double work_cap,
+                                                 double total_work, int lowest_bit,
+                                                 absl::Time start) {
+  const size_t n = rates.size();
+  KeyRate* const ranked = sorted_.data();
+  const uint32_t r_count = config.destinations;
+  Plan plan;
+  plan.config_ = config;
+  PlanStats& stats = plan.stats_;
+  stats.input_keys = n;
+  stats.slot_capacity = SaturatingMultiply(config.destinations, config.slots_per_destination);
+  stats.byte_aware = true;
+  stats.measured_keys = model.measured();
+  stats.turnover_seconds = model.turnover();
+  stats.effective_work_cap = work_cap;
+  stats.effective_q_cap = config.q_cap;
+  stats.kv_budget = config.kv_budget_tokens * r_count;
+
+  // Admission: decreasing saved work; a key whose reusable tokens × k_b do not fit what is left
+  // of the budget is skipped; keys that save nothing are never admitted.
+  const double* const cost = cost_.data();
+  std::vector<AdmittedKey> admitted;
+  uint64_t slots = 0;
+  double kv_used = 0, admitted_rate = 0, saved = 0, possible = 0, admitted_work = 0;
+  const auto admit = [&](size_t r) -> absl::Status {
+    const uint32_t i = RankedIndex(ranked[r]);
+    bool capped = false;
+    const uint32_t k = KeyAssignments(work1_[i], config, work_cap, &capped);
+    if (slots + k > std::numeric_limits<uint32_t>::max()) {
+      return absl::OutOfRangeError(
+          absl::StrFormat("kv_budget_tokens %s admits more than 2^32-1 assignments; lower it",
+                          FormatRate(config.kv_budget_tokens)));
+    }
+    kv_used += cost[i];
+    slots += k;
+    admitted_rate += rates[i].rate;
+    saved += ranked[r].rate;
+    const double work = model.Work(i, k);
+    admitted_work += work;
+    if (capped) ++stats.capped_keys;
+    admitted.push_back({i, k, work / k});
+    return absl::OkStatus();
+  };
+  // The ranking is radix-sorted on the saved work's top bits only. A run of keys that agree in
+  // them is taken whole when it surely fits and skipped when surely none of it does (decided on
+  // the costs rounded to floats, bounded from above and below), whatever its order; only a run
+  // in between is sorted exactly (saved work descending, key ascending) and taken key by key.
+  const auto top = [&](const KeyRate& kr) {
+    return lowest_bit == 64 ? 0 : DescendingRateBits(kr.rate) >> lowest_bit;
+  };
+  const auto exact = [&](const KeyRate& a, const KeyRate& b) {
+    return a.rate > b.rate ||
+           (a.rate == b.rate && rates[RankedIndex(a)].key < rates[RankedIndex(b)].key);
+  };
+  for (size_t begin = 0; begin < n;) {
+    size_t end = begin + 1;
+    while (end < n && top(ranked[end]) == top(ranked[begin])) ++end;
+    double most = 0;                                       // ≥ the run's cost
+    float least = std::numeric_limits<float>::infinity();  // ≥ its cheapest key's cost
+    for (size_t r = begin; r < end; ++r) {
+      possible += ranked[r].rate;
+      if (ranked[r].rate <= 0) continue;  // saves nothing: never admitted
+      most += RankedCostAbove(ranked[r]);
+      least = std::min(least, RankedCostAbove(ranked[r]));
+    }
+    const double least_below = std::nextafter(least, 0.0f);  // ≤ the cheapest key's cost
+    if (kv_used + most <= stats.kv_budget) {
+      for (size_t r = begin; r < end; ++r) {
+        if (ranked[r].rate <= 0) continue;
+        if (absl::Status s = admit(r); !s.ok()) return s;
+      }
+    } else if (kv_used + least_below <= stats.kv_budget) {
+      std::sort(ranked + begin, ranked + end, exact);
+      for (size_t r = begin; r < end; ++r) {
+        if (ranked[r].rate <= 0 || kv_used + cost[RankedIndex(ranked[r])] > stats.kv_budget) {
+          continue;
+        }
+        if (absl::Status s = admit(r); !s.ok()) return s;
+      }
+    }
+    begin = end;
+  }
+  const size_t m = admitted.size();
+
+  double cold_tail = config.unkeyed_rate;
+  for (size_t i = 0; i < n; ++i) cold_tail += rates[i].rate;
+  cold_tail = std::max(0.0, cold_tail - admitted_rate);
+  // Total work: k_b was chosen from each key's work at one destination; admitted keys do their
+  // work at k_b.
+  double work_sum = total_work;
+  for (const AdmittedKey& a : admitted) work_sum += a.job * a.k - work1_[a.index];
+  const double tail_work = std::max(0.0, work_sum - admitted_work);
+  stats.admitted_keys = m;
+  stats.slots_used = slots;
+  stats.admitted_rate = admitted_rate;
+  stats.cold_tail_rate = cold_tail;
+  stats.total_rate = cold_tail + admitted_rate;
+  stats.kv_used = kv_used;
+  stats.saved_work = saved;
+  stats.possible_saved_work = possible;
+  stats.total_work = work_sum;
+
+  // Each admitted key's destinations, at offset[j] in `sets` (admission order).
+  std::vector<uint32_t> offset(m + 1, 0);
+  for (size_t j = 0; j < m; ++j) offset[j + 1] = offset[j] + admitted[j].k;
+  std::vector<uint32_t> sets(slots);
+  plan.loads_.assign(r_count, cold_tail / r_count);
+  plan.work_loads_.assign(r_count, tail_work / r_count);
+  stats.kept_assignments = PlaceByWork(config, rates, admitted, offset, model, previous,
+                                       work_sum / r_count, sets, plan.loads_, plan.work_loads_);
+
+  // The plan lists its keys in decreasing rate, ties key ascending, like every plan.
+  std::vector<uint32_t> by_rate(m);
+  std::iota(by_rate.begin(), by_rate.end(), 0u);
+  std::sort(by_rate.begin(), by_rate.end(), [&](uint32_t a, uint32_t b) {
+    return RateOrderLess(rates[admitted[a].index], rates[admitted[b].index]);
+  });
+  plan.admitted_.resize(m);
+  plan.work_.resize(m);
+  plan.offsets_.resize(m + 1);
+  plan.destination_ids_.resize(slots);
+  uint32_t next = 0;
+  for (size_t j = 0; j < m; ++j) {
+    const AdmittedKey& a = admitted[by_rate[j]];
+    plan.admitted_[j] = rates[a.index];
+    plan.work_[j] = {.reusable = model.Reusable(a.index),
+                     .saved = model.Saved(a.index, a.k),
+                     .work = a.job * a.k};
+    plan.offsets_[j] = next;
+    std::copy(sets.begin() + offset[by_rate[j]], sets.begin() + offset[by_rate[j] + 1],
+              plan.destination_ids_.begin() + next);
+    next += a.k;
+  }
+  plan.offsets_[m] = next;
+
+  if (config.spill && r_count >= 2) plan.spills_ = PlaceSpills(plan, plan.loads_);
+
+  stats.max_load = *std::max_element(plan.loads_.begin(), plan.loads_.end());
+  stats.mean_load = stats.total_rate / r_count;
+  stats.imbalance = stats.mean_load > 0 ? stats.max_load / stats.mean_load : 1.0;
+  const double max_work = *std::max_element(plan.work_loads_.begin(), plan.work_loads_.end());
+  const double mean_work = work_sum / r_count;
+  stats.work_imbalance = mean_work > 0 ? max_work / mean_work : 1.0;
+  if (clock_ != nullptr) stats.build_seconds = absl::ToDoubleSeconds(clock_->Now() - start);
+  return plan;
+}
+
 Plan Plan::Remapped(std::span<const uint32_t> index, uint32_t destinations) const {
   const auto mapped = [&](uint32_t d) { return d < index.size() ? index[d] : kNoSpill; };
   Plan out;
@@ -583,12 +1084,20 @@ Plan Plan::Remapped(std::span<const uint32_t> index, uint32_t destinations) cons
   for (size_t d = 0; d < loads_.size(); ++d) {
     if (mapped(static_cast<uint32_t>(d)) != kNoSpill) out.loads_[mapped(d)] = loads_[d];
   }
+  out.work_ = work_;
+  if (!work_loads_.empty()) {
+    out.work_loads_.assign(destinations, 0.0);
+    for (size_t d = 0; d < work_loads_.size(); ++d) {
+      if (mapped(static_cast<uint32_t>(d)) != kNoSpill) out.work_loads_[mapped(d)] = work_loads_[d];
+    }
+  }
   return out;
 }
 
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
-                               base::Clock* clock, const Plan* previous) {
-  return PlanBuilder(clock).Build(rates, config, previous);
+                               base::Clock* clock, const Plan* previous,
+                               std::span<const KeyTokens> tokens) {
+  return PlanBuilder(clock).Build(rates, config, previous, tokens);
 }
 
 }  // namespace cacheroute::planner

@@ -8,7 +8,17 @@
 // key by LPT on its k_b least-loaded destinations, after pre-loading each with its share of the
 // unadmitted ("cold-tail") rate. The steps, with their tie rules: docs/planner.md, "Plan building".
 //
-// Invariants of a returned Plan: Σk_b ≤ C; the admitted keys are a prefix of the rate order; each
+// Byte-aware planning (PlanConfig::kv_budget_tokens > 0, with each key's measured KeyTokens)
+// replaces the slot model for workloads whose reusable prefixes differ in size: keys are admitted
+// by the prefill work affinity saves them (rate × reusable tokens × the chance the prefix survives
+// between visits) while Σ reusable × k_b fits R × kv_budget_tokens, k_b follows the key's expected
+// work, and LPT balances expected work in tokens, keeping each destination's planned prefixes
+// within its budget where it can. docs/planner.md, "Byte-aware planning", has the rule and its
+// estimates.
+//
+// Invariants of a returned Plan: Σk_b ≤ C (byte-aware: Σ reusable × k_b ≤ R × kv_budget_tokens);
+// the admitted keys are a prefix of the rate order (byte-aware: of the saved-work order, skipping
+// keys that do not fit); each
 // key's destinations are distinct and sorted; λ_b/k_b ≤ q_cap unless k_b was capped at R (or
 // replication is switched off, below); the expected loads sum to the total rate. The result
 // depends only on the multiset of (key, rate) pairs, not on their order in the input, and is
@@ -27,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -36,9 +47,22 @@
 
 namespace cacheroute::planner {
 
+namespace plan_builder_internal {
+class WorkModel;  // plan_builder.cc
+}  // namespace plan_builder_internal
+
 inline constexpr uint32_t kNoSpill = 0xFFFFFFFFu;  // Plan::spill of a key without one
 // CacheRoute's PlanConfig::balance_share, chosen once on the primary study (docs/dispatch.md).
 inline constexpr double kCacheRouteBalanceShare = 0.5;
+
+// A key's measured prompt sizes, for byte-aware planning: the mean tokens a request of the key
+// shares with the key's previous request (its reusable prefix) and the mean prompt tokens, or
+// kUnmeasured. Unmeasured keys are planned with the rate-weighted means of the measured ones.
+inline constexpr double kUnmeasured = -1;
+struct KeyTokens {
+  double reusable = kUnmeasured;  // finite and ≥ 0, or kUnmeasured
+  double prompt = kUnmeasured;  // finite and ≥ 0 (raised to `reusable` if below), or kUnmeasured
+};
 
 // One key's estimated request rate. Keys are opaque 64-bit ids; callers that have string keys map
 // them to ids (a hash, or their lexicographic rank when "key ascending" must mean string order).
@@ -84,6 +108,21 @@ struct PlanConfig {
   // destination's mean load is split (and balanced by LPT) even when it is below q_cap. Finite,
   // ≥ 0.
   double balance_share = 0.0;
+
+  // Byte-aware planning (off while kv_budget_tokens is 0; docs/planner.md, "Byte-aware planning"):
+  // admission spends R × kv_budget_tokens on Σ reusable × k_b instead of R·W slots (W is not used),
+  // keys ranked by the prefill work affinity saves them; k_b and LPT use expected work in tokens.
+  // It needs the keys' KeyTokens; with none measured the plan falls back to the slot model.
+  // KV tokens per destination reserved for planned prefixes (the engines' KV capacity × the share
+  // reserved for them); finite, ≥ 0.
+  double kv_budget_tokens = 0.0;
+  // The engines' whole KV capacity per destination, in tokens, for the chance that a prefix
+  // survives between a key's visits (the cache turns over as the fleet's new tokens flow in);
+  // 0: every prefix survives. Finite, ≥ 0.
+  double kv_capacity_tokens = 0.0;
+  // A request's work besides its uncached prompt tokens (its decode), in prefill-token
+  // equivalents. Finite, ≥ 0.
+  double request_overhead_tokens = 0.0;
 };
 
 struct PlanStats {
@@ -101,6 +140,19 @@ struct PlanStats {
   double build_seconds = 0.0;     // planning time as read from the injected clock; 0 without one
   uint64_t kept_assignments = 0;  // assignments kept on a previous destination by stickiness
   double effective_q_cap = 0.0;   // the per-assignment cap used (see PlanConfig::balance_share)
+
+  // Byte-aware plans (PlanConfig::kv_budget_tokens > 0 and some key measured); work is in
+  // prefill tokens per second.
+  bool byte_aware = false;
+  uint64_t measured_keys = 0;        // keys with a measured reusable prefix
+  double kv_budget = 0.0;            // R × kv_budget_tokens
+  double kv_used = 0.0;              // Σ reusable × k_b over admitted keys
+  double turnover_seconds = 0.0;     // the cache turnover time the survival estimate used; 0: none
+  double total_work = 0.0;           // expected work of all traffic
+  double saved_work = 0.0;           // Σ saved work over admitted keys
+  double possible_saved_work = 0.0;  // Σ saved work over all keys (what admitting all would save)
+  double work_imbalance = 1.0;       // max/mean expected work over destinations
+  double effective_work_cap = 0.0;   // the per-assignment work cap k_b was computed with
 };
 
 // The result of one planning step: admitted keys in decreasing-rate order, each with its sorted
@@ -117,6 +169,13 @@ class Plan {
   std::span<const uint32_t> destinations(size_t i) const {
     return {destination_ids_.data() + offsets_[i], offsets_[i + 1] - offsets_[i]};
   }
+  // Byte-aware plans (stats().byte_aware), else 0: key i's reusable tokens as planned, the prefill
+  // work its affinity saves (tokens/s) and its expected work (tokens/s, over all its destinations).
+  double reusable_tokens(size_t i) const { return work_.empty() ? 0 : work_[i].reusable; }
+  double saved_work(size_t i) const { return work_.empty() ? 0 : work_[i].saved; }
+  double work(size_t i) const { return work_.empty() ? 0 : work_[i].work; }
+  // Byte-aware plans: expected work per destination (tokens/s; size R); else empty.
+  std::span<const double> work_loads() const { return work_loads_; }
   // Key i's spill destination (PlanConfig::spill), outside destinations(i), or kNoSpill.
   uint32_t spill(size_t i) const { return spills_.empty() ? kNoSpill : spills_[i]; }
   // Expected load (same unit as the rates) per destination; size R.
@@ -132,12 +191,19 @@ class Plan {
 
  private:
   friend class PlanBuilder;
+  struct KeyWork {
+    double reusable = 0;
+    double saved = 0;
+    double work = 0;
+  };
   PlanConfig config_;
-  std::vector<KeyRate> admitted_;          // decreasing rate, ties key ascending
+  std::vector<KeyRate> admitted_;          // decreasing rate (byte-aware: work), ties key ascending
   std::vector<uint32_t> offsets_;          // size() + 1 entries into destination_ids_
   std::vector<uint32_t> destination_ids_;  // Σk_b entries
   std::vector<double> loads_;
   std::vector<uint32_t> spills_;  // size() entries when config_.spill, else empty
+  std::vector<KeyWork> work_;     // size() entries for byte-aware plans, else empty
+  std::vector<double> work_loads_;
   PlanStats stats_;
 };
 
@@ -146,8 +212,26 @@ class Plan {
 // set when the cap at `destinations` applied.
 uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped = nullptr);
 
-// Validates the config alone (R ≥ 1, finite q_cap > 0, W ≥ 1).
+// Validates the config alone (R ≥ 1, finite q_cap > 0, W ≥ 1, the byte-aware fields finite and
+// ≥ 0, LPT placement when byte-aware).
 absl::Status ValidatePlanConfig(const PlanConfig& config);
+
+// Byte-aware planning's estimates for key i of `rates` (sizes in `tokens` at the same index), as
+// Build computes them: for explaining one key's plan. nullopt unless config.kv_budget_tokens > 0
+// and some key is measured. Linear in the keys.
+struct KeyEstimate {
+  uint32_t k = 1;
+  bool capped = false;
+  bool measured = false;  // false: planned with the measured keys' means
+  double reusable = 0;    // tokens
+  double prompt = 0;      // tokens
+  double saved = 0;       // tokens/s its affinity saves at k destinations
+  double work = 0;        // tokens/s, over its k destinations
+  double cost = 0;        // reusable × k: what admitting it takes from the budget
+};
+std::optional<KeyEstimate> EstimateKey(std::span<const KeyRate> rates,
+                                       std::span<const KeyTokens> tokens, const PlanConfig& config,
+                                       size_t i);
 
 // Builds plans, keeping its working memory between builds: a planner that replans every control
 // interval reuses one PlanBuilder so its buffers are not allocated (and page-faulted) anew each
@@ -165,20 +249,33 @@ class PlanBuilder {
   // The same, with placement hysteresis against `previous` (see PlanConfig::stickiness; with
   // stickiness 0 or previous == nullptr it is the plain Build). `previous` must have been built
   // for the same destination indices; destinations ≥ config.destinations in it are ignored.
+  // `tokens`, for byte-aware planning, is empty or holds key i's sizes at index i of `rates`
+  // (InvalidArgument naming the entry for a size that is NaN, infinite or below kUnmeasured);
+  // other plans ignore it.
   absl::StatusOr<Plan> Build(std::span<const KeyRate> rates, const PlanConfig& config,
-                             const Plan* previous);
+                             const Plan* previous, std::span<const KeyTokens> tokens = {});
 
  private:
+  absl::StatusOr<Plan> BuildByteAware(std::span<const KeyRate> rates, const PlanConfig& config,
+                                      const Plan* previous,
+                                      const plan_builder_internal::WorkModel& model,
+                                      double work_cap, double total_work, int lowest_bit,
+                                      absl::Time start);
+
   base::Clock* clock_;
   std::vector<KeyRate> sorted_;  // the rate order; never shrinks, the first n entries are used
   std::unique_ptr<std::byte[]> scratch_;  // n pairs, or 2n bare keys
   size_t scratch_size_ = 0;               // in pairs
   std::unique_ptr<uint64_t[]> dedup_;     // 2n bare keys, when duplicates are sought in parallel
   size_t dedup_size_ = 0;                 // in keys
+  // Byte-aware planning: each key's work at one destination and its cost to the budget.
+  std::vector<double> work1_;
+  std::vector<double> cost_;
 };
 
 // A one-off build with a fresh PlanBuilder; same results and errors as PlanBuilder::Build.
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
-                               base::Clock* clock = nullptr, const Plan* previous = nullptr);
+                               base::Clock* clock = nullptr, const Plan* previous = nullptr,
+                               std::span<const KeyTokens> tokens = {});
 
 }  // namespace cacheroute::planner

@@ -11,6 +11,10 @@
 // whole report first (InvalidArgument naming the field and the value); a report whose sequence is
 // at or below its gateway's last applied one is a duplicate, acknowledged and not applied again.
 //
+// Entries that carry reusable_tokens (with prompt_tokens) also give the key's mean reusable and
+// prompt tokens per request, smoothed per interval with the same α (Tokens()), for byte-aware
+// planning; a key never reported with them has none.
+//
 // Invariants: every rate and pending count is finite and ≥ 0 (counts above kMaxCount are
 // rejected); a rejected or duplicate report changes nothing; results depend only on the options,
 // the start time and the calls, bit for bit; Rates() is in ascending key id order. No I/O, no
@@ -47,8 +51,12 @@ namespace cacheroute::planner {
 struct KeyCountReport {
   uint64_t key_id = 0;
   double count = 0;                     // finite, 0 ≤ count ≤ RateAggregator::kMaxCount
-  std::optional<double> prompt_tokens;  // finite, ≥ 0 when set; validated, not yet used
+  std::optional<double> prompt_tokens;  // Σ prompt tokens of those requests; finite, ≥ 0 when set
   std::string key;                      // optional readable key, ≤ 256 bytes
+  // Σ over those requests of the tokens each shares with the key's previous request (its
+  // reusable prefix); finite, ≥ 0, ≤ prompt_tokens, which must be set with it. Together they
+  // give the key's mean sizes for byte-aware planning.
+  std::optional<double> reusable_tokens{};
 };
 
 // One gateway's report (cacheroute.v1.ReportRatesRequest).
@@ -124,6 +132,12 @@ class RateAggregator {
       double pending = 0;      // counts applied since last_close
       absl::Time last_report;  // `now` of the last Apply that listed the key
       std::string name;        // the readable key; "" when none was ever sent
+      // The smoothed mean sizes (kUnmeasured: none yet) and the sizes applied since last_close.
+      double reusable = kUnmeasured;
+      double prompt = kUnmeasured;
+      double pending_reusable = 0;  // Σ reusable_tokens
+      double pending_prompt = 0;    // Σ prompt_tokens of the same entries
+      double pending_measured = 0;  // Σ count of the same entries
 
       bool operator==(const Key&) const = default;
     };
@@ -166,6 +180,11 @@ class RateAggregator {
   // The smoothed rate of every known key, ascending by key id. Keys reported since the last
   // CloseInterval for the first time are included with rate 0.
   std::vector<KeyRate> Rates() const;
+  // Rates() and, at the same index, each key's smoothed mean sizes (kUnmeasured when no report
+  // carried them), for byte-aware planning.
+  void Estimates(std::vector<KeyRate>& rates, std::vector<KeyTokens>& tokens) const;
+  // The key's smoothed mean sizes; kUnmeasured fields when none, nullopt when not known.
+  std::optional<KeyTokens> TokensOf(uint64_t key_id) const;
   // The smoothed rate of the traffic reported as other_count.
   double UnkeyedRate() const { return unkeyed_rate_; }
   size_t known_keys() const { return keys_.size(); }
@@ -189,12 +208,17 @@ class RateAggregator {
   static absl::StatusOr<RateAggregator> Restore(const State& state, RateAggregatorOptions options);
 
  private:
-  // One known key: 40 bytes with its id in the map's slot.
+  // One known key: 64 bytes with its id in the map's slot. Sizes are floats: estimates.
   struct KeyEntry {
     double rate = 0;
     double pending = 0;
     int64_t last_report_ns = 0;         // Unix nanoseconds
     std::unique_ptr<std::string> name;  // only for keys that were ever sent with one
+    float reusable = kUnmeasured;       // smoothed mean tokens per request
+    float prompt = kUnmeasured;
+    float pending_reusable = 0;  // Σ reusable_tokens since the last close
+    float pending_prompt = 0;
+    float pending_measured = 0;  // Σ count of the entries that carried them
   };
   struct GatewayEntry {
     uint64_t last_sequence = 0;

@@ -111,6 +111,7 @@ planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
     out.key_id = in.key_id();
     out.count = in.count();
     if (in.has_prompt_tokens()) out.prompt_tokens = in.prompt_tokens();
+    if (in.has_reusable_tokens()) out.reusable_tokens = in.reusable_tokens();
     out.key = in.key();
   }
   if (request.has_evidence()) {

@@ -19,6 +19,11 @@ v1::RateState RateAggregatorToProto(const planner::RateAggregator& rates) {
     k->set_pending(key.pending);
     k->set_last_report_unix_ns(absl::ToUnixNanos(key.last_report));
     k->set_key(key.name);
+    if (key.reusable >= 0) k->set_reusable(key.reusable);
+    if (key.prompt >= 0) k->set_prompt(key.prompt);
+    k->set_pending_reusable(key.pending_reusable);
+    k->set_pending_prompt(key.pending_prompt);
+    k->set_pending_measured(key.pending_measured);
   }
   for (const planner::GatewayInfo& g : state.gateways) {
     v1::GatewayState* gw = out.add_gateways();
@@ -42,7 +47,12 @@ absl::StatusOr<planner::RateAggregator> RateAggregatorFromProto(
                           .rate = k.rate(),
                           .pending = k.pending(),
                           .last_report = absl::FromUnixNanos(k.last_report_unix_ns()),
-                          .name = k.key()});
+                          .name = k.key(),
+                          .reusable = k.has_reusable() ? k.reusable() : planner::kUnmeasured,
+                          .prompt = k.has_prompt() ? k.prompt() : planner::kUnmeasured,
+                          .pending_reusable = k.pending_reusable(),
+                          .pending_prompt = k.pending_prompt(),
+                          .pending_measured = k.pending_measured()});
   }
   for (const v1::GatewayState& g : in.gateways()) {
     planner::GatewayInfo info;

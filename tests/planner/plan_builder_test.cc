@@ -770,4 +770,357 @@ TEST_CASE("balance_share: keys above that share of the mean destination load are
   }
 }
 
+// --- Byte-aware planning (PlanConfig::kv_budget_tokens) ------------------------------------
+
+Plan MustBuildBytes(const std::vector<KeyRate>& rates, const std::vector<KeyTokens>& tokens,
+                    const PlanConfig& config, const Plan* previous = nullptr) {
+  return cacheroute::testing::RequireOk(BuildPlan(rates, config, nullptr, previous, tokens));
+}
+
+// Σ reusable tokens of the keys planned on each destination.
+std::vector<double> PlannedTokens(const Plan& plan) {
+  std::vector<double> kv(plan.loads().size(), 0.0);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    for (uint32_t d : plan.destinations(i)) kv[d] += plan.reusable_tokens(i);
+  }
+  return kv;
+}
+
+TEST_CASE("byte-aware: off without a budget, and without measured keys it plans by slots") {
+  const std::vector<KeyRate> rates = {{1, 5}, {2, 3}, {3, 1}};
+  const std::vector<KeyTokens> tokens = {{100, 200}, {50, 60}, {10, 10}};
+  const PlanConfig slots{.destinations = 2, .q_cap = 10, .slots_per_destination = 1};
+  const Plan by_slots = MustBuild(rates, slots);
+  // No budget: the tokens are ignored.
+  const Plan ignored = MustBuildBytes(rates, tokens, slots);
+  CHECK(TableOf(ignored) == TableOf(by_slots));
+  CHECK_FALSE(ignored.stats().byte_aware);
+  CHECK(ignored.reusable_tokens(0) == 0);
+  CHECK(ignored.work_loads().empty());
+  // A budget but no measured key (no tokens, or all unmeasured): the slot model.
+  PlanConfig bytes = slots;
+  bytes.kv_budget_tokens = 1000;
+  const Plan none = MustBuildBytes(rates, {}, bytes);
+  CHECK(TableOf(none) == TableOf(by_slots));
+  CHECK_FALSE(none.stats().byte_aware);
+  const Plan unmeasured = MustBuildBytes(rates, {{}, {}, {}}, bytes);
+  CHECK(TableOf(unmeasured) == TableOf(by_slots));
+}
+
+TEST_CASE("byte-aware: admission by saved work while reusable × k_b fits the budget") {
+  // No survival discount (kv_capacity_tokens 0): saved work is rate × reusable tokens.
+  //   key 1: 2 × 800 = 1600   key 2: 5 × 300 = 1500   key 3: 10 × 100 = 1000   key 4: 20 × 0
+  // Budget 2 × 500 = 1000 tokens: key 1 (800) fits, key 2 (300 more) does not and is skipped,
+  // key 3 (100 more) fits, key 4 saves nothing and is never admitted.
+  const std::vector<KeyRate> rates = {{1, 2}, {2, 5}, {3, 10}, {4, 20}};
+  const std::vector<KeyTokens> tokens = {{800, 900}, {300, 400}, {100, 200}, {0, 300}};
+  PlanConfig config{
+      .destinations = 2, .q_cap = 100, .slots_per_destination = 1, .kv_budget_tokens = 500};
+  Plan plan = MustBuildBytes(rates, tokens, config);
+  REQUIRE(plan.stats().byte_aware);
+  // Listed in decreasing rate like every plan: key 3 (10), key 1 (2).
+  REQUIRE(plan.size() == 2);
+  CHECK(plan.key(0) == 3);
+  CHECK(plan.key(1) == 1);
+  CHECK(plan.reusable_tokens(1) == 800);
+  CHECK(plan.saved_work(1) == 1600);
+  CHECK(plan.saved_work(0) == 1000);
+  CHECK(plan.stats().kv_budget == 1000);
+  CHECK(plan.stats().kv_used == 900);
+  CHECK(plan.stats().saved_work == 2600);
+  CHECK(plan.stats().possible_saved_work == 4100);
+  CHECK(plan.stats().measured_keys == 4);
+  CHECK(plan.stats().cold_tail_rate == 25);
+  // The slot model admits the two hottest keys (4 and 3) instead.
+  const Plan slots =
+      MustBuild(rates, {.destinations = 2, .q_cap = 100, .slots_per_destination = 1});
+  CHECK(TableOf(slots) == Table{{4, {0}}, {3, {1}}});
+}
+
+TEST_CASE("byte-aware: the survival discount prefers the key that returns more often") {
+  // Equal rate × reusable (100 tokens/s), room for one. With the cache turning over, the key
+  // that comes back every 0.1 s keeps its prefix more often than the one that comes every 10 s.
+  const std::vector<KeyRate> rates = {{1, 0.1}, {2, 10}};
+  const std::vector<KeyTokens> tokens = {{1000, 1100}, {10, 110}};
+  PlanConfig config{.destinations = 1,
+                    .q_cap = 100,
+                    .slots_per_destination = 1,
+                    .kv_budget_tokens = 1000,
+                    .kv_capacity_tokens = 2000};
+  Plan plan = MustBuildBytes(rates, tokens, config);
+  REQUIRE(plan.size() == 1);
+  CHECK(plan.key(0) == 2);
+  // Every request brings its 100 unique tokens (1,010 per s) and the misses add the rest: T is
+  // under 2 s, so key 1 (x = 0.1 · T) keeps its prefix less than a fifth of the time.
+  const double t = plan.stats().turnover_seconds;
+  CHECK(t > 1.0);
+  CHECK(t < 2000.0 / 1010);
+  CHECK(plan.saved_work(0) == Approx(10 * 10 * (10 * t) / (1 + 10 * t)));
+  CHECK(plan.stats().possible_saved_work ==
+        Approx(plan.saved_work(0) + 0.1 * 1000 * (0.1 * t) / (1 + 0.1 * t)));
+  // Without the capacity every prefix survives and the tie goes to the lower key id.
+  config.kv_capacity_tokens = 0;
+  Plan flat = MustBuildBytes(rates, tokens, config);
+  REQUIRE(flat.size() == 1);
+  CHECK(flat.key(0) == 1);
+  CHECK(flat.stats().turnover_seconds == 0);
+}
+
+TEST_CASE("byte-aware: LPT balances expected work and keeps prefixes within the budget") {
+  // Key 1 has a small prefix but many requests (the most work): it goes first, to destination
+  // 0. Keys 2 and 3 carry little work; by work alone both would join destination 1, but their
+  // 60-token prefixes do not fit its 100-token budget together, so key 3 goes to destination 0.
+  const std::vector<KeyRate> rates = {{1, 100}, {2, 1}, {3, 1}};
+  const std::vector<KeyTokens> tokens = {{1, 11}, {60, 70}, {60, 70}};
+  const PlanConfig config{
+      .destinations = 2, .q_cap = 1000, .slots_per_destination = 1, .kv_budget_tokens = 100};
+  Plan plan = MustBuildBytes(rates, tokens, config);
+  CHECK(TableOf(plan) == Table{{1, {0}}, {2, {1}}, {3, {0}}});
+  CHECK(PlannedTokens(plan) == std::vector<double>{61, 60});
+  // Work: 100 × (11 − 1) = 1000 tokens/s for key 1, 10 each for keys 2 and 3.
+  CHECK(plan.work(0) == 1000);
+  CHECK(plan.work(1) == 10);
+  CHECK(std::vector<double>(plan.work_loads().begin(), plan.work_loads().end()) ==
+        std::vector<double>{1010, 10});
+  CHECK(plan.stats().total_work == 1020);
+  CHECK(plan.stats().work_imbalance == Approx(1010 / 510.0));
+  // Expected loads stay in requests/s.
+  CHECK(Loads(plan) == std::vector<double>{101, 1});
+  // A fleet budget of 120 admits keys 1 and 2 (61 tokens) but not key 3 as well (121).
+  PlanConfig tight = config;
+  tight.kv_budget_tokens = 60;
+  CHECK(TableOf(MustBuildBytes(rates, tokens, tight)) == Table{{1, {0}}, {2, {1}}});
+  // A prefix with room on no destination (60 > 50) still gets one: the least loaded.
+  tight.kv_budget_tokens = 50;
+  CHECK(TableOf(MustBuildBytes({{1, 100}, {2, 1}}, {{1, 11}, {60, 70}}, tight)) ==
+        Table{{1, {0}}, {2, {1}}});
+}
+
+TEST_CASE("byte-aware: request overhead and unmeasured keys") {
+  // Key 2 is unmeasured: it is planned with the measured keys' rate-weighted means, 30 reusable
+  // ((1 × 10 + 3 × 36.67) / 4) and 10 unique tokens.
+  const std::vector<KeyRate> rates = {{1, 1}, {2, 2}, {3, 3}};
+  const std::vector<KeyTokens> tokens = {{10, 20}, {}, {36.6666666666666667, 46.6666666666666667}};
+  const PlanConfig config{.destinations = 2,
+                          .q_cap = 100,
+                          .slots_per_destination = 1,
+                          .kv_budget_tokens = 1000,
+                          .request_overhead_tokens = 5};
+  Plan plan = MustBuildBytes(rates, tokens, config);
+  REQUIRE(plan.size() == 3);
+  CHECK(plan.stats().measured_keys == 2);
+  // Listed by rate: key 3, key 2, key 1.
+  CHECK(plan.key(1) == 2);
+  CHECK(plan.reusable_tokens(1) == Approx(30));
+  // Work: rate × (prompt − reusable + overhead) = 2 × (10 + 5).
+  CHECK(plan.work(1) == Approx(30));
+  CHECK(plan.work(2) == Approx(15));
+  CHECK(plan.work(0) == Approx(45));
+}
+
+TEST_CASE("byte-aware: k_b follows the key's work, not only its rate") {
+  // Equal rates; key 1's requests bring 10 times the unique tokens. The work cap (balance_share
+  // 0.5 of the mean destination work) splits key 1 but not key 2.
+  const std::vector<KeyRate> rates = {{1, 1}, {2, 1}, {3, 1}, {4, 1}};
+  const std::vector<KeyTokens> tokens = {{0.5, 1000}, {0.5, 100}, {0.5, 100}, {0.5, 100}};
+  const PlanConfig config{.destinations = 4,
+                          .q_cap = 100,
+                          .slots_per_destination = 1,
+                          .balance_share = 0.5,
+                          .kv_budget_tokens = 100};
+  Plan plan = MustBuildBytes(rates, tokens, config);
+  REQUIRE(plan.size() == 4);
+  // Total work ≈ 1300; per destination 325; the cap is 162.5: key 1 (≈ 1000) gets 7 → capped
+  // at R = 4; the others (≈ 100) one each.
+  CHECK(plan.stats().effective_work_cap == Approx(0.5 * 1298 / 4));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    CHECK(plan.destinations(i).size() == (plan.key(i) == 1 ? 4u : 1u));
+  }
+  CHECK(plan.stats().capped_keys == 1);
+  // The rate rule treats them alike: every key is half a destination's mean load, k_b = 2.
+  const Plan by_rate = MustBuild(
+      rates, {.destinations = 4, .q_cap = 100, .slots_per_destination = 2, .balance_share = 0.5});
+  for (size_t i = 0; i < by_rate.size(); ++i) CHECK(by_rate.destinations(i).size() == 2);
+}
+
+// Byte-aware planning without the survival discount, written the obvious way: comparison sorts
+// and linear scans, the same floating-point operations in the same order.
+Table ReferenceBytes(const std::vector<KeyRate>& rates, const std::vector<KeyTokens>& tokens,
+                     const PlanConfig& c) {
+  double rate_sum = 0, reusable_sum = 0, unique_sum = 0;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    if (tokens[i].reusable < 0) continue;
+    rate_sum += rates[i].rate;
+    reusable_sum += rates[i].rate * tokens[i].reusable;
+    unique_sum += rates[i].rate * std::max(0.0, tokens[i].prompt - tokens[i].reusable);
+  }
+  const double s_mean = reusable_sum / rate_sum, u_mean = unique_sum / rate_sum;
+  const auto s = [&](size_t i) { return tokens[i].reusable >= 0 ? tokens[i].reusable : s_mean; };
+  const auto p = [&](size_t i) {
+    return tokens[i].reusable >= 0 ? std::max(s(i), tokens[i].prompt) : s(i) + u_mean;
+  };
+  const auto work = [&](size_t i) {
+    return rates[i].rate * (p(i) - s(i) * 1.0 + c.request_overhead_tokens);
+  };
+  double total_rate = c.unkeyed_rate;
+  double total_work = c.unkeyed_rate * (s_mean + u_mean + c.request_overhead_tokens);
+  for (size_t i = 0; i < rates.size(); ++i) {
+    total_rate += rates[i].rate;
+    total_work += work(i);
+  }
+  double cap = c.q_cap * (total_work / total_rate);
+  if (c.balance_share > 0) cap = std::min(cap, c.balance_share * total_work / c.destinations);
+  const auto k_of = [&](size_t i) { return AssignmentCount(work(i), cap, c.destinations); };
+  std::vector<size_t> order(rates.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  const auto saved = [&](size_t i) { return rates[i].rate * s(i) * 1.0; };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return saved(a) > saved(b) || (saved(a) == saved(b) && rates[a].key < rates[b].key);
+  });
+  double used = 0;
+  std::vector<size_t> in;
+  for (size_t i : order) {
+    if (!(saved(i) > 0)) break;
+    const double cost = s(i) * k_of(i);
+    if (used + cost > c.kv_budget_tokens * c.destinations) continue;
+    used += cost;
+    in.push_back(i);
+  }
+  std::sort(in.begin(), in.end(), [&](size_t a, size_t b) {
+    const double x = work(a) / k_of(a), y = work(b) / k_of(b);
+    return x > y || (x == y && rates[a].key < rates[b].key);
+  });
+  double admitted_work = 0;
+  for (size_t i : in) admitted_work += work(i);
+  std::vector<double> w(c.destinations, std::max(0.0, total_work - admitted_work) / c.destinations);
+  std::vector<double> kv(c.destinations, 0);
+  std::vector<std::pair<uint64_t, std::vector<uint32_t>>> out;
+  for (size_t i : in) {
+    std::vector<uint32_t> chosen;
+    for (uint32_t j = 0; j < k_of(i); ++j) {
+      int best = -1, best_fit = -1;
+      for (uint32_t d = 0; d < c.destinations; ++d) {
+        if (std::find(chosen.begin(), chosen.end(), d) != chosen.end()) continue;
+        if (best < 0 || w[d] < w[best]) best = d;
+        if (kv[d] + s(i) <= c.kv_budget_tokens && (best_fit < 0 || w[d] < w[best_fit])) {
+          best_fit = d;
+        }
+      }
+      chosen.push_back(static_cast<uint32_t>(best_fit >= 0 ? best_fit : best));
+    }
+    for (uint32_t d : chosen) {
+      w[d] += work(i) / k_of(i);
+      kv[d] += s(i);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    out.emplace_back(rates[i].key, chosen);
+  }
+  std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+    const auto ra =
+        std::find_if(rates.begin(), rates.end(), [&](auto& r) { return r.key == a.first; });
+    const auto rb =
+        std::find_if(rates.begin(), rates.end(), [&](auto& r) { return r.key == b.first; });
+    return ra->rate > rb->rate || (ra->rate == rb->rate && a.first < b.first);
+  });
+  return out;
+}
+
+TEST_CASE("byte-aware: seeded random instances match the reference and keep the invariants") {
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    std::mt19937_64 rng(seed);
+    Instance in = RandomInstance(rng);
+    std::lognormal_distribution<double> size(std::log(3000), 1.1);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    std::vector<KeyTokens> tokens(in.rates.size());
+    for (KeyTokens& t : tokens) {
+      if (unit(rng) < 0.1) continue;  // unmeasured
+      t.reusable = std::round(size(rng));
+      t.prompt = t.reusable + std::round(unit(rng) * 500);
+    }
+    if (!tokens.empty()) tokens[0] = {100, 200};  // at least one measured key
+    PlanConfig c = in.config;
+    c.kv_budget_tokens = 3000 * (0.5 + 4 * unit(rng));
+    c.request_overhead_tokens = unit(rng) < 0.5 ? 0 : 100;
+    c.balance_share = unit(rng) < 0.5 ? 0 : 0.5;
+    INFO("seed " << seed);
+    const Plan plan = MustBuildBytes(in.rates, tokens, c);
+    CHECK(TableOf(plan) == ReferenceBytes(in.rates, tokens, c));
+    CHECK(plan.stats().kv_used <= plan.stats().kv_budget);
+    double loads = 0, work = 0, total_rate = 0;
+    for (double l : plan.loads()) loads += l;
+    for (double l : plan.work_loads()) work += l;
+    for (const KeyRate& kr : in.rates) total_rate += kr.rate;
+    CHECK(loads == Approx(total_rate));
+    CHECK(work == Approx(plan.stats().total_work));
+    for (size_t i = 1; i < plan.size(); ++i) CHECK(plan.rate(i) <= plan.rate(i - 1));
+    // Order of the input does not matter.
+    std::vector<size_t> perm(in.rates.size());
+    std::iota(perm.begin(), perm.end(), size_t{0});
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<KeyRate> rates2;
+    std::vector<KeyTokens> tokens2;
+    for (size_t i : perm) {
+      rates2.push_back(in.rates[i]);
+      tokens2.push_back(tokens[i]);
+    }
+    const Plan shuffled = MustBuildBytes(rates2, tokens2, c);
+    CHECK(TableOf(shuffled) == TableOf(plan));
+  }
+}
+
+TEST_CASE("byte-aware: a sticky replan keeps every assignment when nothing changed") {
+  std::mt19937_64 rng(7);
+  Instance in = RandomInstance(rng);
+  std::vector<KeyTokens> tokens(in.rates.size(), KeyTokens{500, 700});
+  PlanConfig c = in.config;
+  c.kv_budget_tokens = 1e9;
+  c.stickiness = 0.1;
+  const Plan first = MustBuildBytes(in.rates, tokens, c);
+  const Plan again = MustBuildBytes(in.rates, tokens, c, &first);
+  CHECK(TableOf(again) == TableOf(first));
+  CHECK(again.stats().kept_assignments == again.stats().slots_used);
+  // Remapped keeps the sizes and the work.
+  std::vector<uint32_t> identity(c.destinations);
+  std::iota(identity.begin(), identity.end(), 0u);
+  const Plan same = first.Remapped(identity, c.destinations);
+  REQUIRE(same.size() == first.size());
+  for (size_t i = 0; i < same.size(); ++i) CHECK(same.work(i) == first.work(i));
+  CHECK(std::vector<double>(same.work_loads().begin(), same.work_loads().end()) ==
+        std::vector<double>(first.work_loads().begin(), first.work_loads().end()));
+}
+
+TEST_CASE("byte-aware: bad sizes and settings are rejected with the field named") {
+  const std::vector<KeyRate> rates = {{1, 1}, {2, 2}};
+  const PlanConfig config{
+      .destinations = 2, .q_cap = 1, .slots_per_destination = 1, .kv_budget_tokens = 100};
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto fails = [&](const std::vector<KeyTokens>& tokens, const PlanConfig& c,
+                         const std::vector<std::string>& fragments) {
+    absl::StatusOr<Plan> plan = BuildPlan(rates, c, nullptr, nullptr, tokens);
+    INFO(plan.status().ToString());
+    REQUIRE(plan.status().code() == absl::StatusCode::kInvalidArgument);
+    for (const std::string& f : fragments) {
+      CHECK_THAT(std::string(plan.status().message()), Catch::Contains(f));
+    }
+  };
+  fails({{10, 20}}, config, {"tokens", "1 entries for 2 rates"});
+  fails({{10, 20}, {nan, 5}}, config, {"tokens[1].reusable", "key 2", "nan"});
+  fails({{10, 20}, {5, -2}}, config, {"tokens[1].prompt", "-2"});
+  for (const char* field : {"kv_budget_tokens", "kv_capacity_tokens", "request_overhead_tokens"}) {
+    PlanConfig bad = config;
+    (std::string(field) == "kv_budget_tokens"     ? bad.kv_budget_tokens
+     : std::string(field) == "kv_capacity_tokens" ? bad.kv_capacity_tokens
+                                                  : bad.request_overhead_tokens) = -1;
+    fails({{10, 20}, {5, 6}}, bad, {field, "got -1"});
+  }
+  PlanConfig hashed = config;
+  hashed.placement = Placement::kHashed;
+  fails({{10, 20}, {5, 6}}, hashed, {"placement", "LPT"});
+  // The slot model ignores the sizes, even malformed ones.
+  PlanConfig slots = config;
+  slots.kv_budget_tokens = 0;
+  const std::vector<KeyTokens> malformed = {{nan, nan}, {1, 1}};
+  CHECK(BuildPlan(rates, slots, nullptr, nullptr, malformed).ok());
+}
+
 }  // namespace cacheroute::planner

@@ -153,6 +153,18 @@ TEST_CASE("Apply rejects every invalid field, naming it and its value, and appli
        "counts[2].count: must be at most 1e+15, got 1e+300"},
       {with([](RateReport& r) { r.counts[1].prompt_tokens = -kInf; }),
        "counts[1].prompt_tokens: must be a finite number >= 0, got -inf"},
+      {with([](RateReport& r) {
+         r.counts[2].prompt_tokens = 10;
+         r.counts[2].reusable_tokens = kNaN;
+       }),
+       "counts[2].reusable_tokens: must be a finite number >= 0, got nan"},
+      {with([](RateReport& r) { r.counts[0].reusable_tokens = 5; }),
+       "counts[0].reusable_tokens: needs prompt_tokens for the same requests, got none"},
+      {with([](RateReport& r) {
+         r.counts[1].prompt_tokens = 10;
+         r.counts[1].reusable_tokens = 10.5;
+       }),
+       "counts[1].reusable_tokens: 10.5 is more than its prompt_tokens (10)"},
       {with([&](RateReport& r) { r.counts[2].key = long_key; }),
        "counts[2].key: must be at most 256 bytes, got 257 bytes"},
       {with([](RateReport& r) { r.counts[2].key_id = 10; }),
@@ -407,6 +419,10 @@ void Drive(RateAggregator& aggregator, int from_step, int to_step) {
       if ((k + step) % 4 == 0) continue;
       report.counts.push_back(Entry(k * 1000 + step % 7, double(k % 5) + 0.5));
       if (k == 3) report.counts.back().key = "key-" + std::to_string(k * 1000 + step % 7);
+      if (k % 3 == 0) {  // sizes for some keys
+        report.counts.back().prompt_tokens = 1000.0 * (k + 1) + step;
+        report.counts.back().reusable_tokens = 300.0 * (k + 1) + step % 5;
+      }
     }
     MustApply(aggregator, report, At(step * 3.5));
     if (step % 3 == 2) aggregator.CloseInterval(At(step * 3.5 + 1.25));
@@ -484,6 +500,14 @@ TEST_CASE("Restore rejects an invalid state, naming the field and value") {
        "keys[0].name: must be at most 256 bytes, got 300 bytes"},
       {with([](auto& s) { s.keys[1].key_id = 5; }),
        "keys[1].key_id: duplicate key id 5 (also keys[0])"},
+      {with([](auto& s) { s.keys[0].reusable = kNaN; }),
+       "keys[0].reusable: must be a finite number >= 0 or -1 (unmeasured), got nan"},
+      {with([](auto& s) { s.keys[1].prompt = -3; }),
+       "keys[1].prompt: must be a finite number >= 0 or -1 (unmeasured), got -3"},
+      {with([](auto& s) { s.keys[0].pending_measured = -1; }),
+       "keys[0].pending_measured: must be a finite number >= 0, got -1"},
+      {with([](auto& s) { s.keys[1].pending_reusable = 1e300; }),
+       "keys[1].pending_reusable: must be a finite number >= 0, got 1e+300"},
       {with([](auto& s) { s.gateways[0].gateway_id = ""; }),
        "gateways[0].gateway_id: must not be empty"},
       {with([](auto& s) { s.gateways.push_back(s.gateways[0]); }),
@@ -499,6 +523,52 @@ TEST_CASE("Restore rejects an invalid state, naming the field and value") {
   }
   CHECK(RateAggregator::Restore(good, {.key_ttl = absl::ZeroDuration()}).status().message() ==
         "key_ttl: must be finite and > 0, got 0");
+}
+
+TEST_CASE("reported sizes give each key its smoothed mean reusable and prompt tokens") {
+  const double tau = 20;
+  RateAggregator aggregator({.smoothing = absl::Seconds(tau)}, kT0);
+  // Key 1: two gateways, 10 requests sharing 4,000 of 5,000 tokens in all; key 2: no sizes.
+  RateReport a = Report("gw-a", 1, {{1, 6}, {2, 3}});
+  a.counts[0].prompt_tokens = 3000;
+  a.counts[0].reusable_tokens = 2400;
+  RateReport b = Report("gw-b", 1, {{1, 4}});
+  b.counts[0].prompt_tokens = 2000;
+  b.counts[0].reusable_tokens = 1600;
+  MustApply(aggregator, a, At(1));
+  MustApply(aggregator, b, At(2));
+  // Before the first close there are no sizes yet.
+  CHECK(aggregator.TokensOf(1)->reusable == kUnmeasured);
+  CHECK_FALSE(aggregator.TokensOf(3).has_value());
+  aggregator.CloseInterval(At(10));
+  CHECK(aggregator.TokensOf(1)->reusable == 400);
+  CHECK(aggregator.TokensOf(1)->prompt == 500);
+  CHECK(aggregator.TokensOf(2)->reusable == kUnmeasured);
+  CHECK(aggregator.TokensOf(2)->prompt == kUnmeasured);
+  // The next interval's mean (1,000 of 2,000 per request) is smoothed in with the rates' α; an
+  // interval without sizes leaves them as they are.
+  RateReport c = Report("gw-a", 2, {{1, 2}});
+  c.counts[0].prompt_tokens = 4000;
+  c.counts[0].reusable_tokens = 2000;
+  MustApply(aggregator, c, At(11));
+  aggregator.CloseInterval(At(20));
+  const double alpha = Alpha(10, tau);
+  CHECK(aggregator.TokensOf(1)->reusable == Approx(alpha * 1000 + (1 - alpha) * 400));
+  CHECK(aggregator.TokensOf(1)->prompt == Approx(alpha * 2000 + (1 - alpha) * 500));
+  MustApply(aggregator, Report("gw-a", 3, {{1, 2}}), At(21));
+  const KeyTokens before = *aggregator.TokensOf(1);
+  aggregator.CloseInterval(At(30));
+  CHECK(aggregator.TokensOf(1)->reusable == before.reusable);
+  // Estimates lists the rates and, at the same index, the sizes.
+  std::vector<KeyRate> rates;
+  std::vector<KeyTokens> tokens;
+  aggregator.Estimates(rates, tokens);
+  RateList listed;
+  for (const KeyRate& kr : rates) listed.emplace_back(kr.key, kr.rate);
+  CHECK(listed == RatesOf(aggregator));
+  REQUIRE(tokens.size() == 2);
+  CHECK(tokens[0].reusable == before.reusable);
+  CHECK(tokens[1].reusable == kUnmeasured);
 }
 
 // Not run by default (`rate_aggregator_test "[.benchmark]"` runs it): prints the cost of Apply per
