@@ -55,6 +55,10 @@ std::shared_ptr<const table::TableSnapshot> SnapshotFromPlan(
       std::sort(e.destinations.begin(), e.destinations.end());
     }
     if (plan.spill(i) != kNoSpill) e.spill = active[plan.spill(i)];
+    if (plan.stats().byte_aware) {
+      e.reusable_tokens = plan.reusable_tokens(i);
+      e.saved_work = plan.saved_work(i);
+    }
     if (key_name) e.key = std::string(key_name(e.key_id));
   }
   return table::TableSnapshot::FromEntries(version, std::move(destinations), std::move(loads),

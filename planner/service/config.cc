@@ -61,6 +61,11 @@ absl::Status CheckPlacement(absl::string_view name, absl::string_view value) {
   return Invalid(name, absl::StrCat("must be \"lpt\" or \"hashed\", got ", Quote(value)));
 }
 
+absl::Status CheckShare(absl::string_view name, double value) {
+  if (value > 0 && value <= 1) return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be a number in (0, 1], got ", value));
+}
+
 absl::Status CheckLogFormat(absl::string_view name, absl::string_view value) {
   if (value == "text" || value == "json") return absl::OkStatus();
   return Invalid(name, absl::StrCat("must be \"text\" or \"json\", got ", Quote(value)));
@@ -369,6 +374,15 @@ const std::vector<YamlField>& TopLevelFields() {
       IntegerField("slots_per_destination", &PlannerConfig::slots_per_destination, 1, kNoMax),
       NonNegativeNumberField("placement_stickiness", &PlannerConfig::placement_stickiness),
       StringField("algorithm", &PlannerConfig::algorithm, CheckAlgorithm),
+      NonNegativeNumberField("kv_tokens_per_destination",
+                             &PlannerConfig::kv_tokens_per_destination),
+      ParsedField("planned_prefix_share", &PlannerConfig::planned_prefix_share,
+                  [](absl::string_view name, const YAML::Node& node) -> absl::StatusOr<double> {
+                    CACHEROUTE_ASSIGN_OR_RETURN(double value, YamlPositiveNumber(name, node));
+                    if (absl::Status s = CheckShare(name, value); !s.ok()) return s;
+                    return value;
+                  }),
+      NonNegativeNumberField("request_overhead_tokens", &PlannerConfig::request_overhead_tokens),
       DurationField("control_interval", &PlannerConfig::control_interval),
       DurationField("gate_interval", &PlannerConfig::gate_interval, /*zero_is_off=*/true),
       {"replicate",
@@ -412,6 +426,8 @@ struct Flags {
   std::string q_cap;
   std::string slots_per_destination;
   std::string placement_stickiness;
+  std::string kv_tokens_per_destination;
+  std::string planned_prefix_share;
   std::string control_interval;
   std::string token;
   std::string token_file;
@@ -459,6 +475,20 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& 
       return s;
     }
     config.placement_stickiness = value;
+  }
+  if (given("--kv-tokens-per-destination")) {
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        double value, ParseNumber("--kv-tokens-per-destination", flags.kv_tokens_per_destination));
+    if (absl::Status s = CheckNonNegativeFinite("--kv-tokens-per-destination", value); !s.ok()) {
+      return s;
+    }
+    config.kv_tokens_per_destination = value;
+  }
+  if (given("--planned-prefix-share")) {
+    CACHEROUTE_ASSIGN_OR_RETURN(double value,
+                                ParseNumber("--planned-prefix-share", flags.planned_prefix_share));
+    if (absl::Status s = CheckShare("--planned-prefix-share", value); !s.ok()) return s;
+    config.planned_prefix_share = value;
   }
   if (given("--slots-per-destination")) {
     CACHEROUTE_ASSIGN_OR_RETURN(config.slots_per_destination,
@@ -536,6 +566,15 @@ void DeclareFlags(CLI::App& app, Flags& flags) {
                  absl::StrCat("Keep keys on their previous destinations while at most this "
                               "fraction above the mean load; 0 replans from scratch (default ",
                               defaults.placement_stickiness, ")"))
+      ->type_name("S");
+  app.add_option("--kv-tokens-per-destination", flags.kv_tokens_per_destination,
+                 "The engines' KV capacity in tokens; > 0 turns on byte-aware planning "
+                 "(default 0: off)")
+      ->type_name("T");
+  app.add_option("--planned-prefix-share", flags.planned_prefix_share,
+                 absl::StrCat("Share of --kv-tokens-per-destination reserved for planned "
+                              "prefixes, in (0, 1] (default ",
+                              defaults.planned_prefix_share, ")"))
       ->type_name("S");
   app.add_option("--control-interval", flags.control_interval,
                  absl::StrCat("Time between plans, e.g. 10s, 500ms, 2m (default ",
@@ -645,9 +684,17 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
           CheckAlgorithm("algorithm", config.algorithm),
           CheckPlacement("placement", config.placement),
           CheckOffOrPositiveDuration("gate_interval", config.gate_interval),
+          CheckNonNegativeFinite("kv_tokens_per_destination", config.kv_tokens_per_destination),
+          CheckShare("planned_prefix_share", config.planned_prefix_share),
+          CheckNonNegativeFinite("request_overhead_tokens", config.request_overhead_tokens),
       });
       !status.ok()) {
     return status;
+  }
+  if (config.kv_tokens_per_destination > 0 && config.placement != "lpt") {
+    return Invalid("placement", absl::StrCat("must be \"lpt\" with kv_tokens_per_destination > 0 "
+                                             "(byte-aware planning places by LPT), got ",
+                                             Quote(config.placement)));
   }
   const TlsConfig& tls = config.tls;
   if (tls.cert_file.empty() != tls.key_file.empty()) {

@@ -84,6 +84,13 @@ struct PlannerConfig {
   // load-adaptive k_b, planner::PlanConfig::spill and ::balance_share = 0.5) or "cacheroute-paper"
   // (Algorithm 1 as published). docs/dispatch.md says what each does and what it measured.
   std::string algorithm = "cacheroute";
+  // Byte-aware planning (planner::PlanConfig::kv_budget_tokens, docs/planner.md): off while
+  // kv_tokens_per_destination is 0. Otherwise keys are admitted by the prefill work their
+  // affinity saves while Σ reusable tokens × k_b fits kv_tokens_per_destination ×
+  // planned_prefix_share per destination (W is not used), from the sizes gateways report.
+  double kv_tokens_per_destination = 0;  // the engines' KV capacity, tokens; finite, ≥ 0
+  double planned_prefix_share = 0.5;     // the share reserved for planned prefixes, (0, 1]
+  double request_overhead_tokens = 0;    // a request's decode in prefill-token equivalents, ≥ 0
   absl::Duration control_interval = absl::Seconds(10);
   // How often the rollout gate decides: 0 (the default) at every planning step; a duration below
   // control_interval also between planning steps, on the evidence reported since
@@ -130,6 +137,7 @@ absl::StatusOr<PlannerConfig> ParsePlannerConfigYaml(absl::string_view yaml,
 // file if one is set. Flags:
 //   --config FILE --listen HOST:PORT --metrics-listen HOST:PORT --state-dir DIR
 //   --destinations N | --destination-names a,b,c --q-cap Q --slots-per-destination W
+//   --kv-tokens-per-destination T --planned-prefix-share S
 //   --control-interval DURATION (e.g. 10s, 500ms) --token T | --token-file F --tls-cert F
 //   --tls-key F --tls-client-ca F --log-format text|json
 //   --etcd-replica-id ID --etcd-advertise HOST:PORT (with an etcd section in the file only)
@@ -139,7 +147,9 @@ absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* arg
 
 // Checks ranges and consistency: 1 … kMaxConfigDestinations destinations with distinct, non-empty
 // names; q_cap finite > 0; W ≥ 1; an algorithm of planner/algorithm.h; placement "lpt" or
-// "hashed"; gate_interval finite >= 0; control_interval, rate_smoothing and key_ttl finite > 0;
+// "hashed" ("lpt" with byte-aware planning); kv_tokens_per_destination and
+// request_overhead_tokens finite ≥ 0; planned_prefix_share in (0, 1]; gate_interval finite >= 0;
+// control_interval, rate_smoothing and key_ttl finite > 0;
 // table_ttl_seconds finite > 0; history ≥ 1; max_keys_per_report ≥ 1; max_message_bytes in
 // [1, kMaxMessageBytesLimit]; TLS cert and key both or neither, client CA only with them; a token
 // of visible ASCII, and one present if token_required_for_reads; log_format "text" or "json";

@@ -33,6 +33,18 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   w.Gauge("plan_total_rate", "Total request rate planned (req/s).", status.total_rate());
   w.Gauge("plan_cold_tail_rate", "Rate not admitted (req/s).", status.cold_tail_rate());
   w.Gauge("keys_known", "Keys with a rate estimate.", status.keys_known());
+  if (status.has_byte_aware()) {
+    const v1::ByteAwareStatus& b = status.byte_aware();
+    w.Gauge("plan_kv_budget_tokens", "KV tokens reserved for planned prefixes (byte-aware).",
+            b.kv_budget_tokens());
+    w.Gauge("plan_kv_used_tokens", "Reusable tokens x k_b of the admitted keys (byte-aware).",
+            b.kv_used_tokens());
+    w.Gauge("plan_saved_work", "Prefill tokens/s the admitted keys' affinity saves (byte-aware).",
+            b.saved_work());
+    w.Gauge("plan_work_imbalance", "Max over mean expected work per destination (byte-aware).",
+            b.work_imbalance());
+    w.Gauge("keys_measured", "Keys with reported prefix sizes (byte-aware).", b.measured_keys());
+  }
   w.Family("destination_expected_load", "gauge", "Expected load per destination (req/s).");
   for (int i = 0; i < status.destinations_size() && i < status.expected_loads_size(); ++i) {
     w.Sample("destination_expected_load", status.expected_loads(i),

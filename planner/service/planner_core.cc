@@ -212,7 +212,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
   if (active.empty()) return absl::FailedPreconditionError("every destination is drained");
   const absl::Time now = clock_->Now();
   rates_.CloseInterval(now);
-  last_rates_ = rates_.Rates();
+  RefreshRatesLocked();
   const planner::PlanConfig plan_config = PlanConfigLocked(static_cast<uint32_t>(active.size()));
   // Hysteresis against the previous plan (none after a restart). After a membership change, a
   // drain or an undrain it is re-mapped by name to the new active indices, so only the keys of a
@@ -232,7 +232,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
     previous = &*remapped;
   }
   CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan,
-                              builder_.Build(last_rates_, plan_config, previous));
+                              builder_.Build(last_rates_, plan_config, previous, last_tokens_));
   ++counters_.plans;
   last_stats_ = plan.stats();
   last_plan_unix_ms_ = absl::ToUnixMillis(now);
@@ -273,13 +273,27 @@ planner::PlanConfig PlannerCore::PlanConfigLocked(uint32_t active) const {
                    .placement = config_.placement == "hashed" ? planner::Placement::kHashed
                                                               : planner::Placement::kLpt,
                    .placement_seed = config_.placement_seed,
-                   .stickiness = config_.placement_stickiness});
+                   .stickiness = config_.placement_stickiness,
+                   // Byte-aware planning, when the engines' KV capacity is configured.
+                   .kv_budget_tokens =
+                       config_.kv_tokens_per_destination * config_.planned_prefix_share,
+                   .kv_capacity_tokens = config_.kv_tokens_per_destination,
+                   .request_overhead_tokens = config_.request_overhead_tokens});
+}
+
+void PlannerCore::RefreshRatesLocked() {
+  if (config_.kv_tokens_per_destination > 0) {
+    rates_.Estimates(last_rates_, last_tokens_);
+  } else {
+    last_rates_ = rates_.Rates();
+    last_tokens_.clear();
+  }
 }
 
 absl::StatusOr<PlanOutcome> PlannerCore::HoldLocked(
     std::shared_ptr<const table::TableSnapshot>* published) {
   rates_.CloseInterval(clock_->Now());
-  last_rates_ = rates_.Rates();
+  RefreshRatesLocked();
   PlanOutcome outcome{.version = history_.back()->version()};
   CACHEROUTE_ASSIGN_OR_RETURN(std::shared_ptr<const table::TableSnapshot> done,
                               RepublishWithGateLocked(/*force=*/false));
@@ -423,7 +437,7 @@ void PlannerCore::FollowerTick(bool plan_step) {
   if (gate_.has_value()) rates_.TakeEvidence(gate_->table_fraction());
   if (!plan_step) return;
   rates_.CloseInterval(clock_->Now());
-  last_rates_ = rates_.Rates();
+  RefreshRatesLocked();
 }
 
 table::TableRollout PlannerCore::GateRolloutLocked() const {
@@ -625,6 +639,17 @@ v1::GetStatusResponse PlannerCore::Status() const {
   out.set_cold_tail_rate(last_stats_.cold_tail_rate);
   out.set_q_cap(config_.q_cap);
   out.set_slots_per_destination(config_.slots_per_destination);
+  if (last_stats_.byte_aware) {
+    v1::ByteAwareStatus* b = out.mutable_byte_aware();
+    b->set_kv_budget_tokens(last_stats_.kv_budget);
+    b->set_kv_used_tokens(last_stats_.kv_used);
+    b->set_saved_work(last_stats_.saved_work);
+    b->set_possible_saved_work(last_stats_.possible_saved_work);
+    b->set_total_work(last_stats_.total_work);
+    b->set_work_imbalance(last_stats_.work_imbalance);
+    b->set_measured_keys(last_stats_.measured_keys);
+    b->set_turnover_seconds(last_stats_.turnover_seconds);
+  }
   for (size_t i = 0; i < destinations_.size(); ++i) {
     out.add_destinations(destinations_[i]);
     out.add_drained(drained_[i]);
@@ -737,10 +762,24 @@ v1::ExplainResponse PlannerCore::Explain(uint64_t key_id) const {
     if (kr.rate > rate || (kr.rate == rate && kr.key < key_id)) ++rank;
   }
   out.set_rank(rank);
-  const uint32_t active = static_cast<uint32_t>(ActiveLocked().size());
-  bool capped = false;
-  out.set_k(planner::AssignmentCount(rate, config_.q_cap, active, &capped));
-  out.set_k_capped(capped);
+  const auto active = static_cast<uint32_t>(ActiveLocked().size());
+  const planner::PlanConfig plan_config = PlanConfigLocked(active);
+  const std::optional<planner::KeyEstimate> estimate = planner::EstimateKey(
+      last_rates_, last_tokens_, plan_config, static_cast<size_t>(it - last_rates_.begin()));
+  if (estimate.has_value()) {
+    out.set_byte_aware(true);
+    out.set_k(estimate->k);
+    out.set_k_capped(estimate->capped);
+    out.set_reusable_tokens(estimate->reusable);
+    out.set_prompt_tokens(estimate->prompt);
+    out.set_reusable_measured(estimate->measured);
+    out.set_saved_work(estimate->saved);
+    out.set_work(estimate->work);
+  } else {
+    bool capped = false;
+    out.set_k(planner::AssignmentCount(rate, config_.q_cap, active, &capped));
+    out.set_k_capped(capped);
+  }
   if (const table::TableEntry* entry = latest.Find(key_id); entry != nullptr) {
     out.set_admitted(true);
     for (uint32_t d : entry->destinations) {
@@ -751,6 +790,18 @@ v1::ExplainResponse PlannerCore::Explain(uint64_t key_id) const {
   }
   if (rate == 0) {
     out.set_reason("zero rate: keys with no traffic are never admitted");
+  } else if (estimate.has_value() && estimate->saved <= 0) {
+    out.set_reason(absl::StrFormat(
+        "no reusable prefix: its requests share %.0f tokens with the key's previous one, so "
+        "affinity saves no prefill work",
+        estimate->reusable));
+  } else if (estimate.has_value()) {
+    out.set_reason(absl::StrFormat(
+        "KV budget: the admitted keys save more prefill work per second and use %.0f of %.0f "
+        "planned-prefix tokens; this key would save %.4g tokens/s and needs %.0f (%.0f reusable "
+        "tokens × k = %d)",
+        last_stats_.kv_used, last_stats_.kv_budget, estimate->saved, estimate->cost,
+        estimate->reusable, estimate->k));
   } else {
     out.set_reason(absl::StrFormat(
         "slots exhausted: admission stopped after the %d hottest keys, which use %d of %d "

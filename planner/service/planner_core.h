@@ -174,6 +174,8 @@ class PlannerCore {
   v1::GateStatus GateStatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Notify(std::shared_ptr<const table::TableSnapshot> published);
   std::vector<uint32_t> ActiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // last_rates_ (and, with byte-aware planning, last_tokens_) from the rate estimator.
+  void RefreshRatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PlannerConfig config_;
   const planner::Algorithm algorithm_;  // config_.algorithm, parsed
@@ -194,6 +196,8 @@ class PlannerCore {
   std::vector<std::shared_ptr<const table::TableSnapshot>> history_ ABSL_GUARDED_BY(mu_);
   // The inputs and stats of the last planning step, for Explain and Status.
   std::vector<planner::KeyRate> last_rates_ ABSL_GUARDED_BY(mu_);
+  // With byte-aware planning: the sizes the last plan used, at last_rates_' indices; else empty.
+  std::vector<planner::KeyTokens> last_tokens_ ABSL_GUARDED_BY(mu_);
   planner::PlanStats last_stats_ ABSL_GUARDED_BY(mu_);
   // The last plan built and the active destinations it was built over (for placement hysteresis).
   std::optional<planner::Plan> last_plan_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -134,6 +135,15 @@ absl::Status ValidateAssignment(const v1::Assignment& a, const std::string& fiel
         absl::StrFormat("%s.rate: %s is not a finite number >= 0 (key_id %u)", field,
                         FormatNumber(a.rate()), a.key_id()));
   }
+  for (const auto& [name, set, value] :
+       {std::tuple{"reusable_tokens", a.has_reusable_tokens(), a.reusable_tokens()},
+        std::tuple{"saved_work", a.has_saved_work(), a.saved_work()}}) {
+    if (set && !IsFiniteNonNegative(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.%s: %s is not a finite number >= 0 (key_id %u)", field, name,
+                          FormatNumber(value), a.key_id()));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -142,7 +152,10 @@ TableEntry EntryFromProto(const v1::Assignment& a) {
           .rate = a.rate(),
           .destinations = {a.destinations().begin(), a.destinations().end()},
           .key = a.key(),
-          .spill = a.has_spill() ? std::optional<uint32_t>(a.spill()) : std::nullopt};
+          .spill = a.has_spill() ? std::optional<uint32_t>(a.spill()) : std::nullopt,
+          .reusable_tokens =
+              a.has_reusable_tokens() ? std::optional<double>(a.reusable_tokens()) : std::nullopt,
+          .saved_work = a.has_saved_work() ? std::optional<double>(a.saved_work()) : std::nullopt};
 }
 
 // Appends `assignments` (the field named `list` in errors: "assignments", "delta.upserts") to
@@ -180,6 +193,8 @@ void EntryToProto(const TableEntry& e, v1::Assignment* a) {
   a->set_rate(e.rate);
   a->set_key(e.key);
   if (e.spill.has_value()) a->set_spill(*e.spill);
+  if (e.reusable_tokens.has_value()) a->set_reusable_tokens(*e.reusable_tokens);
+  if (e.saved_work.has_value()) a->set_saved_work(*e.saved_work);
 }
 
 // FromEntries' preconditions are the caller's to keep; breaking one is a programming error.

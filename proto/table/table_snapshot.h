@@ -63,6 +63,9 @@ struct TableEntry {
   std::string key{};                   // readable key, or ""
   // The planned spill destination (an index like `destinations`, not among them), if any.
   std::optional<uint32_t> spill{};
+  // Byte-aware plans: the reusable tokens and saved work (tokens/s) as planned; informational.
+  std::optional<double> reusable_tokens{};
+  std::optional<double> saved_work{};
 
   bool operator==(const TableEntry&) const = default;
 };

@@ -408,6 +408,13 @@ TEST_CASE("out-of-range values name the key and the value") {
           {"placement_stickiness: -0.5",
            "placement_stickiness: must be a finite number >= 0, got -0.5"},
           {"max_keys_per_report: 0", "max_keys_per_report: must be an integer >= 1, got 0"},
+          {"kv_tokens_per_destination: -1",
+           "kv_tokens_per_destination: must be a finite number >= 0, got -1"},
+          {"planned_prefix_share: 0", "planned_prefix_share: must be a finite number > 0, got 0"},
+          {"planned_prefix_share: 1.5",
+           "planned_prefix_share: must be a number in (0, 1], got 1.5"},
+          {"request_overhead_tokens: .nan",
+           "request_overhead_tokens: must be a finite number >= 0, got nan"},
           {"max_message_bytes: 2147483648",
            "max_message_bytes: must be an integer between 1 and 2147483647, got 2147483648"},
           {"log_format: xml", "log_format: must be \"text\" or \"json\", got \"xml\""},
@@ -423,6 +430,9 @@ TEST_CASE("out-of-range values name the key and the value") {
       });
   CHECK(ParseOk("placement_stickiness: 0").placement_stickiness == 0);
   CHECK(ParseOk("placement_stickiness: 0.25").placement_stickiness == 0.25);
+  CHECK(ParseOk("kv_tokens_per_destination: 641136").kv_tokens_per_destination == 641136);
+  CHECK(ParseOk("planned_prefix_share: 1").planned_prefix_share == 1);
+  CHECK(ParseOk("request_overhead_tokens: 105").request_overhead_tokens == 105);
   CHECK(ParseOk("listen: \"localhost:0\"").listen == "localhost:0");
   CHECK(ParseOk("listen: \"[::1]:50051\"").listen == "[::1]:50051");
 }
@@ -505,6 +515,12 @@ TEST_CASE("each validation error names the field and the value") {
        "q_cap: must be a finite number > 0, got -1"},
       {"q_cap NaN", [](PlannerConfig& c) { c.q_cap = std::nan(""); },
        "q_cap: must be a finite number > 0, got nan"},
+      {"kv_tokens_per_destination", [](PlannerConfig& c) { c.kv_tokens_per_destination = -2; },
+       "kv_tokens_per_destination: must be a finite number >= 0, got -2"},
+      {"planned_prefix_share", [](PlannerConfig& c) { c.planned_prefix_share = 0; },
+       "planned_prefix_share: must be a number in (0, 1], got 0"},
+      {"request_overhead_tokens", [](PlannerConfig& c) { c.request_overhead_tokens = -1; },
+       "request_overhead_tokens: must be a finite number >= 0, got -1"},
       {"W", [](PlannerConfig& c) { c.slots_per_destination = 0; },
        "slots_per_destination: must be an integer >= 1, got 0"},
       {"control_interval", [](PlannerConfig& c) { c.control_interval = absl::ZeroDuration(); },
@@ -666,6 +682,10 @@ TEST_CASE("bad flag values name the flag and the value") {
            "--placement-stickiness: must be a finite number >= 0, got -1"},
           {{"--destinations", "3", "--slots-per-destination", "0"},
            "--slots-per-destination: must be an integer >= 1, got 0"},
+          {{"--destinations", "3", "--kv-tokens-per-destination", "-5"},
+           "--kv-tokens-per-destination: must be a finite number >= 0, got -5"},
+          {{"--destinations", "3", "--planned-prefix-share", "2"},
+           "--planned-prefix-share: must be a number in (0, 1], got 2"},
           {{"--destinations", "3", "--control-interval", "10x"},
            "--control-interval: \"10x\" is not a duration (write e.g. \"10s\", \"500ms\", \"2m\")"},
           {{"--destination-names", "a,,b"},

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -289,6 +290,66 @@ TEST_CASE("after a restart the planner serves the same version and numbers onwar
   CHECK(next.changed());
   CHECK(next.version().epoch() == before.version().epoch());
   CHECK(next.version().number() == 3);
+  std::filesystem::remove_all(config.state_dir);
+}
+
+TEST_CASE("byte-aware planning: reported sizes decide admission and survive a restart") {
+  // Two destinations of 10,000 KV tokens, half reserved for planned prefixes: 10,000 in all.
+  PlannerConfig config = TestConfig();
+  config.state_dir = TempDir();
+  config.kv_tokens_per_destination = 10000;
+  config.planned_prefix_share = 0.5;
+  Fixture f(config);
+  // Over the 10 s window: "agent" 20 requests of 8,000 shared tokens (16,000 tokens/s saved),
+  // "chat" 100 of 200 (2,000), "rag" 30 of 4,000 (12,000): agent and chat fit, rag does not.
+  v1::ReportRatesRequest report =
+      testing::MakeRateReport("gw", 1, f.clock_.Now(), {{"agent", 20}, {"chat", 100}, {"rag", 30}});
+  const std::map<std::string, std::pair<double, double>> sizes = {
+      {"agent", {8000, 9000}}, {"chat", {200, 1000}}, {"rag", {4000, 4500}}};
+  for (v1::KeyCount& kc : *report.mutable_counts()) {
+    kc.set_reusable_tokens(sizes.at(kc.key()).first * kc.count());
+    kc.set_prompt_tokens(sizes.at(kc.key()).second * kc.count());
+  }
+  REQUIRE(f.Report(report).ok());
+  f.Replan();
+  const auto check = [&] {
+    const v1::RoutingTable table = f.GetTable();
+    std::map<std::string, v1::Assignment> by_key;
+    for (const v1::Assignment& a : table.assignments()) by_key[a.key()] = a;
+    REQUIRE(by_key.size() == 2);
+    CHECK(by_key["agent"].reusable_tokens() == Approx(8000));
+    CHECK(by_key["chat"].reusable_tokens() == Approx(200));
+    CHECK(by_key["agent"].saved_work() > 0);
+    const v1::GetStatusResponse status = f.Status();
+    REQUIRE(status.has_byte_aware());
+    CHECK(status.byte_aware().kv_budget_tokens() == 10000);
+    CHECK(status.byte_aware().kv_used_tokens() == Approx(8200));
+    CHECK(status.byte_aware().measured_keys() == 3);
+    grpc::ClientContext context;
+    v1::ExplainRequest request;
+    request.set_key("rag");
+    v1::ExplainResponse rag;
+    REQUIRE(f.admin_->Explain(&context, request, &rag).ok());
+    CHECK_FALSE(rag.admitted());
+    CHECK(rag.byte_aware());
+    CHECK(rag.reusable_measured());
+    CHECK(rag.reusable_tokens() == Approx(4000));
+    CHECK(rag.prompt_tokens() == Approx(4500));
+    CHECK_THAT(rag.reason(), Catch::Contains("KV budget"));
+  };
+  check();
+  // The sizes are part of the persisted rate state.
+  f.Stop();
+  f.Start();
+  f.Replan();
+  check();
+  // A size above its prompt is refused, naming the field.
+  v1::ReportRatesRequest bad = testing::MakeRateReport("gw", 2, f.clock_.Now(), {{"chat", 1}});
+  bad.mutable_counts(0)->set_prompt_tokens(10);
+  bad.mutable_counts(0)->set_reusable_tokens(11);
+  const grpc::Status refused = f.Report(bad);
+  CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(refused.error_message(), Catch::Contains("counts[0].reusable_tokens"));
   std::filesystem::remove_all(config.state_dir);
 }
 
