@@ -16,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -48,7 +49,8 @@ class PlanCommand final : public Command {
         "plan", "Build a routing plan from a rates file and print it (table, json or csv).");
     command_
         ->add_option("--rates", rates_path_,
-                     "CSV file with header 'key,rate' ('-' reads standard input)")
+                     "CSV file with header 'key,rate', or 'key,rate,reusable_tokens"
+                     "[,prompt_tokens]' for byte-aware planning ('-' reads standard input)")
         ->required()
         ->type_name("FILE");
     command_->add_option("--destinations", destinations_, "Number of destinations R (>= 1)")
@@ -61,9 +63,23 @@ class PlanCommand final : public Command {
         ->type_name("Q");
     command_
         ->add_option("--slots-per-destination", slots_per_destination_,
-                     "Warm prefix slots per destination W (>= 1)")
-        ->required()
+                     "Warm prefix slots per destination W (>= 1); required unless "
+                     "--kv-budget-tokens is given")
         ->type_name("W");
+    command_
+        ->add_option("--kv-budget-tokens", kv_budget_tokens_,
+                     "Byte-aware planning: KV tokens per destination reserved for planned "
+                     "prefixes (> 0); needs the rates file's reusable_tokens column")
+        ->type_name("T");
+    command_
+        ->add_option("--kv-capacity-tokens", kv_capacity_tokens_,
+                     "Byte-aware: the engines' whole KV capacity per destination, for the chance "
+                     "that a prefix survives between visits (default 0: every prefix survives)")
+        ->type_name("T");
+    command_
+        ->add_option("--request-overhead-tokens", request_overhead_tokens_,
+                     "Byte-aware: a request's decode in prefill-token equivalents (default 0)")
+        ->type_name("T");
     command_->add_option("--format", format_, "Output format: table, json or csv")
         ->type_name("FORMAT")
         ->capture_default_str();
@@ -78,8 +94,34 @@ class PlanCommand final : public Command {
     CACHEROUTE_ASSIGN_OR_RETURN(uint32_t destinations,
                                 ParseIntFlag<uint32_t>("--destinations", destinations_, 1));
     CACHEROUTE_ASSIGN_OR_RETURN(double q_cap, ParsePositiveFlag("--q-cap", q_cap_));
-    CACHEROUTE_ASSIGN_OR_RETURN(uint64_t slots, ParseIntFlag<uint64_t>("--slots-per-destination",
-                                                                       slots_per_destination_, 1));
+    const bool byte_aware = !kv_budget_tokens_.empty();
+    if (slots_per_destination_.empty() && !byte_aware) {
+      return absl::InvalidArgumentError(
+          "--slots-per-destination: required (or --kv-budget-tokens for byte-aware planning)");
+    }
+    uint64_t slots = 1;  // unused by byte-aware plans
+    if (!slots_per_destination_.empty()) {
+      CACHEROUTE_ASSIGN_OR_RETURN(
+          slots, ParseIntFlag<uint64_t>("--slots-per-destination", slots_per_destination_, 1));
+    }
+    planner::PlanConfig plan_config{
+        .destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots};
+    if (byte_aware) {
+      CACHEROUTE_ASSIGN_OR_RETURN(plan_config.kv_budget_tokens,
+                                  ParsePositiveFlag("--kv-budget-tokens", kv_budget_tokens_));
+      for (const auto& [flag, text, field] :
+           {std::tuple{"--kv-capacity-tokens", &kv_capacity_tokens_,
+                       &plan_config.kv_capacity_tokens},
+            std::tuple{"--request-overhead-tokens", &request_overhead_tokens_,
+                       &plan_config.request_overhead_tokens}}) {
+        if (text->empty()) continue;
+        CACHEROUTE_ASSIGN_OR_RETURN(*field, ParseNonNegativeFlag(flag, *text));
+      }
+    } else if (!kv_capacity_tokens_.empty() || !request_overhead_tokens_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kv_capacity_tokens_.empty() ? "--request-overhead-tokens" : "--kv-capacity-tokens",
+          ": needs --kv-budget-tokens (byte-aware planning)"));
+    }
     absl::StatusOr<OutputFormat> format = ParseOutputFormat(format_);
     if (!format.ok())
       return absl::InvalidArgumentError(absl::StrCat("--format: ", format.status().message()));
@@ -100,13 +142,23 @@ class PlanCommand final : public Command {
                                                      ShortestDouble(total_rate), ", more than ",
                                                      ShortestDouble(kMaxTotalRate)));
     }
+    if (byte_aware && csv->tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(rates_path_ == "-" ? "<stdin>" : rates_path_,
+                       ": --kv-budget-tokens needs the reusable_tokens column (header "
+                       "'key,rate,reusable_tokens[,prompt_tokens]')"));
+    }
     const RankedRates ranked = RankKeys(*std::move(csv));
 
     base::RealClock clock;
-    absl::StatusOr<planner::Plan> plan = planner::BuildPlan(
-        ranked.rates,
-        {.destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots}, &clock);
+    absl::StatusOr<planner::Plan> plan =
+        planner::BuildPlan(ranked.rates, plan_config, &clock, nullptr, ranked.tokens);
     if (!plan.ok()) return plan.status();
+    if (byte_aware && !plan->stats().byte_aware) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(rates_path_ == "-" ? "<stdin>" : rates_path_,
+                       ": --kv-budget-tokens needs at least one key with reusable_tokens"));
+    }
 
     absl::StatusOr<std::string> output =
         FormatPlan(*plan, ranked.key_names, {.format = *format, .top = static_cast<size_t>(top)});
@@ -120,6 +172,9 @@ class PlanCommand final : public Command {
   std::string destinations_;
   std::string q_cap_;
   std::string slots_per_destination_;
+  std::string kv_budget_tokens_;
+  std::string kv_capacity_tokens_;
+  std::string request_overhead_tokens_;
   std::string format_ = "table";
   std::string top_ = "10";
 };

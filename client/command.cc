@@ -52,14 +52,28 @@ absl::Status FlagError(absl::string_view flag, absl::string_view expected,
       absl::StrCat(flag, ": expected ", expected, ", got ", QuoteForMessage(value)));
 }
 
-absl::StatusOr<double> ParsePositiveFlag(absl::string_view flag, absl::string_view value) {
+namespace {
+
+// `value` as a finite number, > 0 or ≥ 0.
+absl::StatusOr<double> ParseNumberFlag(absl::string_view flag, absl::string_view value,
+                                       bool allow_zero) {
   double parsed = 0.0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
   if (ec != std::errc() || end != value.data() + value.size() || !std::isfinite(parsed) ||
-      parsed <= 0) {
-    return FlagError(flag, "a finite number > 0", value);
+      parsed < 0 || (parsed == 0 && !allow_zero)) {
+    return FlagError(flag, allow_zero ? "a finite number >= 0" : "a finite number > 0", value);
   }
-  return parsed;
+  return parsed == 0 ? 0.0 : parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<double> ParsePositiveFlag(absl::string_view flag, absl::string_view value) {
+  return ParseNumberFlag(flag, value, /*allow_zero=*/false);
+}
+
+absl::StatusOr<double> ParseNonNegativeFlag(absl::string_view flag, absl::string_view value) {
+  return ParseNumberFlag(flag, value, /*allow_zero=*/true);
 }
 
 absl::StatusOr<std::string> ReadRatesFile(const std::string& path) {

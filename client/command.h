@@ -64,8 +64,9 @@ absl::StatusOr<Int> ParseIntFlag(absl::string_view flag, absl::string_view value
   return parsed;
 }
 
-// `value` as a finite number > 0, or a FlagError.
+// `value` as a finite number > 0 (≥ 0), or a FlagError.
 absl::StatusOr<double> ParsePositiveFlag(absl::string_view flag, absl::string_view value);
+absl::StatusOr<double> ParseNonNegativeFlag(absl::string_view flag, absl::string_view value);
 
 // The whole content of a rates file; `path` "-" is standard input. Errors name --rates.
 absl::StatusOr<std::string> ReadRatesFile(const std::string& path);

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -95,7 +96,7 @@ absl::StatusOr<RatesFile> ParseRatesOrCounts(std::string text, absl::string_view
   const size_t header_end = std::min(rest.find('\n'), rest.size());
   absl::string_view header = rest.substr(0, header_end);
   if (!header.empty() && header.back() == '\r') header.remove_suffix(1);
-  if (header == kCountHeader) {
+  if (header == kCountHeader || absl::StartsWith(header, "key,count,")) {
     text.replace(pos, kCountHeader.size(), "key,rate");
     out.counts = true;
   }
@@ -125,7 +126,8 @@ class PushRatesCommand final : public OnlineCommand {
         ->type_name("ID");
     command_
         ->add_option("--rates", rates_path_,
-                     "CSV with header 'key,rate' (req/s) or 'key,count' ('-' reads stdin)")
+                     "CSV with header 'key,rate' (req/s) or 'key,count', optionally followed by "
+                     "',reusable_tokens[,prompt_tokens]' per request ('-' reads stdin)")
         ->required()
         ->type_name("FILE");
     command_
@@ -225,6 +227,12 @@ class PushRatesCommand final : public OnlineCommand {
         count->set_key_id(KeyId(csv.keys[i]));
         count->set_count(counts[i]);
         count->set_key(csv.keys[i]);
+        // Sizes per request in the file; on the wire, sums over the window's requests.
+        if (!csv.tokens.empty() && csv.tokens[i].reusable >= 0) {
+          const planner::KeyTokens& t = csv.tokens[i];
+          count->set_reusable_tokens(t.reusable * counts[i]);
+          count->set_prompt_tokens((t.prompt >= 0 ? t.prompt : t.reusable) * counts[i]);
+        }
       }
       absl::StatusOr<v1::ReportRatesResponse> response = client->ReportRates(request);
       if (!response.ok()) {

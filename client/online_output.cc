@@ -235,6 +235,31 @@ std::string FormatStatus(const v1::GetStatusResponse& status, absl::string_view 
     json.EndArray();
     json.Key("reports_accepted").Uint(status.reports_accepted());
     json.Key("reports_duplicate").Uint(status.reports_duplicate());
+    // The last plan's byte-aware figures; null when it planned by slots.
+    json.Key("byte_aware");
+    if (status.has_byte_aware()) {
+      const v1::ByteAwareStatus& b = status.byte_aware();
+      json.BeginObject()
+          .Key("kv_budget_tokens")
+          .Number(b.kv_budget_tokens())
+          .Key("kv_used_tokens")
+          .Number(b.kv_used_tokens())
+          .Key("saved_work")
+          .Number(b.saved_work())
+          .Key("possible_saved_work")
+          .Number(b.possible_saved_work())
+          .Key("total_work")
+          .Number(b.total_work())
+          .Key("work_imbalance")
+          .Number(b.work_imbalance())
+          .Key("measured_keys")
+          .Uint(b.measured_keys())
+          .Key("turnover_seconds")
+          .Number(b.turnover_seconds())
+          .EndObject();
+    } else {
+      json.Null();
+    }
     // The replica's part in a replicated planner (docs/ha.md); null for a planner alone.
     json.Key("replica");
     if (status.has_ha()) {
@@ -301,6 +326,19 @@ std::string FormatStatus(const v1::GetStatusResponse& status, absl::string_view 
       absl::StrFormat("%s  (%s of total)", Num(status.cold_tail_rate()),
                       Percent(status.cold_tail_rate(), status.total_rate())));
   Row(&out, "imbalance (max/mean)", absl::StrFormat("%.4f", status.imbalance()));
+  if (status.has_byte_aware()) {
+    const v1::ByteAwareStatus& b = status.byte_aware();
+    Row(&out, "byte-aware KV",
+        absl::StrFormat("%s / %s planned-prefix tokens  (%s)", Num(b.kv_used_tokens()),
+                        Num(b.kv_budget_tokens()),
+                        Percent(b.kv_used_tokens(), b.kv_budget_tokens())));
+    Row(&out, "saved work",
+        absl::StrFormat("%s prefill tokens/s  (%s of what admitting every key would save)",
+                        Num(b.saved_work()), Percent(b.saved_work(), b.possible_saved_work())));
+    Row(&out, "work imbalance",
+        absl::StrFormat("%.4f  (%s tokens/s expected; %d keys with measured sizes)",
+                        b.work_imbalance(), Num(b.total_work()), b.measured_keys()));
+  }
   Row(&out, "reports", absl::StrCat(status.reports_accepted(), " accepted, ",
                                     status.reports_duplicate(), " duplicate"));
   const size_t drained_count = std::count(drained.begin(), drained.end(), true);
@@ -377,8 +415,9 @@ absl::StatusOr<std::string> FormatRoutingTable(const v1::RoutingTable& table, On
         absl::StrCat("the planner sent an invalid table: ", checked.status().message()));
   }
   const std::span<const double> loads(table.expected_loads().data(), table.expected_loads_size());
-  double total_rate = 0, admitted_rate = 0, max_load = 0;
+  double total_rate = 0, admitted_rate = 0, max_load = 0, saved_work = 0;
   uint64_t slots_used = 0;
+  bool byte_aware = false;  // the planner sent each key's reusable tokens and saved work
   for (const double load : loads) {
     total_rate += load;
     max_load = std::max(max_load, load);
@@ -386,6 +425,8 @@ absl::StatusOr<std::string> FormatRoutingTable(const v1::RoutingTable& table, On
   for (const v1::Assignment& a : table.assignments()) {
     admitted_rate += a.rate();
     slots_used += a.destinations_size();
+    byte_aware = byte_aware || a.has_reusable_tokens();
+    saved_work += a.saved_work();
   }
   // A destination with no expected load at all is drained (the table does not say so directly);
   // like the planner's mean_load, the mean leaves it out.
@@ -411,7 +452,16 @@ absl::StatusOr<std::string> FormatRoutingTable(const v1::RoutingTable& table, On
       out.append(", \"rate\": ");
       AppendShortestDouble(&out, a.rate());
       absl::StrAppend(&out, ", \"destinations\": [", absl::StrJoin(a.destinations(), ", "),
-                      "], \"key_id\": ", a.key_id(), "}");
+                      "], \"key_id\": ", a.key_id());
+      if (a.has_reusable_tokens()) {
+        out.append(", \"reusable_tokens\": ");
+        AppendShortestDouble(&out, a.reusable_tokens());
+      }
+      if (a.has_saved_work()) {
+        out.append(", \"saved_work\": ");
+        AppendShortestDouble(&out, a.saved_work());
+      }
+      out.append("}");
     }
     out.append(table.assignments_size() == 0 ? "],\n" : "\n  ],\n");
     out.append("  \"loads\": [");
@@ -459,6 +509,9 @@ absl::StatusOr<std::string> FormatRoutingTable(const v1::RoutingTable& table, On
   Row(&out, "imbalance (max/mean)",
       absl::StrFormat("%.4f  (max load %s, mean load %s)", imbalance, Num(max_load),
                       Num(mean_load)));
+  if (byte_aware) {
+    Row(&out, "saved work", absl::StrCat(Num(saved_work), " prefill tokens/s (byte-aware plan)"));
+  }
 
   const size_t shown = std::min<size_t>(top, table.assignments_size());
   if (shown == 0) {
@@ -467,7 +520,12 @@ absl::StatusOr<std::string> FormatRoutingTable(const v1::RoutingTable& table, On
     absl::StrAppendFormat(&out, "\nHottest %d of %d admitted keys\n", shown,
                           table.assignments_size());
     std::vector<std::vector<Cell>> rows;
-    rows.push_back({Text("rank"), {"key", 3}, Text("rate"), Text("k"), Text("destinations")});
+    rows.push_back({Text("rank"), {"key", 3}, Text("rate"), Text("k")});
+    if (byte_aware) {
+      rows.back().push_back(Text("reusable"));
+      rows.back().push_back(Text("saved/s"));
+    }
+    rows.back().push_back(Text("destinations"));
     for (size_t i = 0; i < shown; ++i) {
       const v1::Assignment& a = table.assignments(static_cast<int>(i));
       Cell key;
@@ -476,9 +534,18 @@ absl::StatusOr<std::string> FormatRoutingTable(const v1::RoutingTable& table, On
       destinations.text = DestinationCell(
           std::span<const uint32_t>(a.destinations().data(), a.destinations_size()), names);
       rows.push_back({Text(absl::StrCat(i + 1)), std::move(key), Text(Num(a.rate())),
-                      Text(absl::StrCat(a.destinations_size())), std::move(destinations)});
+                      Text(absl::StrCat(a.destinations_size()))});
+      if (byte_aware) {
+        rows.back().push_back(Text(Num(a.reusable_tokens())));
+        rows.back().push_back(Text(Num(a.saved_work())));
+      }
+      rows.back().push_back(std::move(destinations));
     }
-    AppendGrid(&out, rows, {true, false, true, true, false});
+    if (byte_aware) {
+      AppendGrid(&out, rows, {true, false, true, true, true, true, false});
+    } else {
+      AppendGrid(&out, rows, {true, false, true, true, false});
+    }
   }
   AppendLoadChart(&out, names, loads, idle, "no load");
   return out;
@@ -511,6 +578,18 @@ std::string FormatExplain(const v1::ExplainResponse& explain, const v1::GetStatu
         .Bool(explain.admitted())
         .Key("reason")
         .String(explain.reason());
+    if (explain.byte_aware()) {
+      json.Key("reusable_tokens")
+          .Number(explain.reusable_tokens())
+          .Key("prompt_tokens")
+          .Number(explain.prompt_tokens())
+          .Key("reusable_measured")
+          .Bool(explain.reusable_measured())
+          .Key("saved_work")
+          .Number(explain.saved_work())
+          .Key("work")
+          .Number(explain.work());
+    }
     json.Key("destinations").BeginArray();
     for (int i = 0; i < explain.destinations_size(); ++i) {
       json.BeginObject().Key("index").Uint(explain.destinations(i));
@@ -542,8 +621,19 @@ std::string FormatExplain(const v1::ExplainResponse& explain, const v1::GetStatu
   Row(&out, "rate", absl::StrCat(Num(explain.rate()), " req/s"));
   Row(&out, "rank", absl::StrCat(explain.rank(), "  (1 = hottest)"));
   Row(&out, "k",
-      absl::StrCat(explain.k(), explain.k_capped() ? "  (capped at the active destinations)"
-                                                   : "  (max(1, ⌈rate/q_cap⌉))"));
+      absl::StrCat(explain.k(), explain.k_capped()     ? "  (capped at the active destinations)"
+                                : explain.byte_aware() ? "  (from its expected work)"
+                                                       : "  (max(1, ⌈rate/q_cap⌉))"));
+  if (explain.byte_aware()) {
+    Row(&out, "reusable prefix",
+        absl::StrFormat(
+            "%s of %s prompt tokens  (%s)", Num(explain.reusable_tokens()),
+            Num(explain.prompt_tokens()),
+            explain.reusable_measured() ? "measured" : "not measured: the measured keys' means"));
+    Row(&out, "saved work",
+        absl::StrFormat("%s prefill tokens/s  (expected work %s tokens/s)",
+                        Num(explain.saved_work()), Num(explain.work())));
+  }
   if (!explain.admitted()) {
     Row(&out, "admitted", absl::StrCat("no: ", explain.reason()));
     return out;

@@ -71,7 +71,16 @@ std::string FormatJson(const Plan& plan, std::span<const std::string> key_names)
     AppendJsonString(&out, key_names[plan.key(i)]);
     out.append(", \"rate\": ");
     AppendShortestDouble(&out, plan.rate(i));
-    absl::StrAppend(&out, ", \"destinations\": [", absl::StrJoin(plan.destinations(i), ", "), "]}");
+    absl::StrAppend(&out, ", \"destinations\": [", absl::StrJoin(plan.destinations(i), ", "), "]");
+    if (plan.stats().byte_aware) {
+      for (const auto& [name, value] :
+           {std::pair{"reusable_tokens", plan.reusable_tokens(i)},
+            std::pair{"saved_work", plan.saved_work(i)}, std::pair{"work", plan.work(i)}}) {
+        absl::StrAppend(&out, ", \"", name, "\": ");
+        AppendShortestDouble(&out, value);
+      }
+    }
+    out.append("}");
   }
   out.append(plan.size() == 0 ? "],\n" : "\n  ],\n");
   out.append("  \"loads\": [");
@@ -96,7 +105,18 @@ std::string FormatJson(const Plan& plan, std::span<const std::string> key_names)
   AppendJsonField(&out, "destinations", uint64_t{plan.config().destinations});
   AppendJsonField(&out, "q_cap", plan.config().q_cap);
   AppendJsonField(&out, "slots_per_destination", plan.config().slots_per_destination,
-                  /*last=*/true);
+                  /*last=*/!s.byte_aware);
+  if (s.byte_aware) {
+    AppendJsonField(&out, "kv_budget_tokens", plan.config().kv_budget_tokens);
+    AppendJsonField(&out, "kv_budget", s.kv_budget);
+    AppendJsonField(&out, "kv_used", s.kv_used);
+    AppendJsonField(&out, "saved_work", s.saved_work);
+    AppendJsonField(&out, "possible_saved_work", s.possible_saved_work);
+    AppendJsonField(&out, "total_work", s.total_work);
+    AppendJsonField(&out, "work_imbalance", s.work_imbalance);
+    AppendJsonField(&out, "measured_keys", s.measured_keys);
+    AppendJsonField(&out, "turnover_seconds", s.turnover_seconds, /*last=*/true);
+  }
   out.append("  }\n}\n");
   return out;
 }
@@ -104,12 +124,21 @@ std::string FormatJson(const Plan& plan, std::span<const std::string> key_names)
 // ---- CSV ----
 
 std::string FormatCsv(const Plan& plan, std::span<const std::string> key_names) {
-  std::string out = "key,rate,k,destinations\n";
+  const bool bytes = plan.stats().byte_aware;
+  std::string out = bytes ? "key,rate,k,destinations,reusable_tokens,saved_work,work\n"
+                          : "key,rate,k,destinations\n";
   for (size_t i = 0; i < plan.size(); ++i) {
     absl::StrAppend(&out, CsvField(key_names[plan.key(i)]), ",");
     AppendShortestDouble(&out, plan.rate(i));
     absl::StrAppend(&out, ",", plan.destinations(i).size(), ",",
-                    absl::StrJoin(plan.destinations(i), ";"), "\n");
+                    absl::StrJoin(plan.destinations(i), ";"));
+    if (bytes) {
+      for (const double value : {plan.reusable_tokens(i), plan.saved_work(i), plan.work(i)}) {
+        out.append(",");
+        AppendShortestDouble(&out, value);
+      }
+    }
+    out.append("\n");
   }
   return out;
 }
@@ -144,15 +173,37 @@ void AppendSummary(std::string* out, const Plan& plan) {
   const auto row = [&](absl::string_view label, absl::string_view value) {
     absl::StrAppendFormat(out, "  %-22s %s\n", label, value);
   };
-  absl::StrAppendFormat(out, "Plan for R=%d destinations, q_cap=%s, W=%d slots per destination\n",
-                        c.destinations, Num(c.q_cap), c.slots_per_destination);
+  if (s.byte_aware) {
+    absl::StrAppendFormat(
+        out, "Plan for R=%d destinations, q_cap=%s, byte-aware: %s KV tokens per destination\n",
+        c.destinations, Num(c.q_cap), Num(c.kv_budget_tokens));
+  } else {
+    absl::StrAppendFormat(out, "Plan for R=%d destinations, q_cap=%s, W=%d slots per destination\n",
+                          c.destinations, Num(c.q_cap), c.slots_per_destination);
+  }
   row("keys in", absl::StrCat(s.input_keys));
   row("admitted keys",
       absl::StrFormat("%d  (%d not admitted)", s.admitted_keys, s.input_keys - s.admitted_keys));
-  row("slots used", absl::StrFormat("%d / %d  (%s)", s.slots_used, s.slot_capacity,
-                                    Percent(static_cast<double>(s.slots_used),
-                                            static_cast<double>(s.slot_capacity))));
-  row("capped keys", absl::StrFormat("%d  (rate > R·q_cap, so k = R)", s.capped_keys));
+  if (s.byte_aware) {
+    row("KV budget used", absl::StrFormat("%s / %s tokens  (%s)", Num(s.kv_used), Num(s.kv_budget),
+                                          Percent(s.kv_used, s.kv_budget)));
+    row("saved work",
+        absl::StrFormat("%s tokens/s  (%s of what admitting every key would save)",
+                        Num(s.saved_work), Percent(s.saved_work, s.possible_saved_work)));
+    row("expected work",
+        absl::StrFormat("%s tokens/s  (imbalance %.4f)", Num(s.total_work), s.work_imbalance));
+    row("measured keys",
+        absl::StrFormat("%d  (the others planned with their means)", s.measured_keys));
+    row("cache turnover", s.turnover_seconds > 0 ? absl::StrFormat("%.3g s", s.turnover_seconds)
+                                                 : std::string("none (every prefix survives)"));
+    row("assignments", absl::StrCat(s.slots_used));
+    row("capped keys", absl::StrFormat("%d  (work > R·cap, so k = R)", s.capped_keys));
+  } else {
+    row("slots used", absl::StrFormat("%d / %d  (%s)", s.slots_used, s.slot_capacity,
+                                      Percent(static_cast<double>(s.slots_used),
+                                              static_cast<double>(s.slot_capacity))));
+    row("capped keys", absl::StrFormat("%d  (rate > R·q_cap, so k = R)", s.capped_keys));
+  }
   row("total rate", Num(s.total_rate));
   row("admitted rate", absl::StrFormat("%s  (%s of total)", Num(s.admitted_rate),
                                        Percent(s.admitted_rate, s.total_rate)));
@@ -170,34 +221,46 @@ void AppendTopKeys(std::string* out, const Plan& plan, std::span<const std::stri
     absl::StrAppend(out, "\nNo keys listed (", plan.size(), " admitted).\n");
     return;
   }
+  const bool bytes = plan.stats().byte_aware;
   struct Row {
-    std::string rank, key, rate, k, destinations;
+    std::string rank, key, rate, k, reusable, saved, destinations;
     size_t key_columns = 0;
   };
   std::vector<Row> rows;
-  rows.push_back({"rank", "key", "rate", "k", "destinations", 3});
+  rows.push_back({"rank", "key", "rate", "k", "reusable", "saved/s", "destinations", 3});
   for (size_t i = 0; i < shown; ++i) {
     Row row;
     row.rank = absl::StrCat(i + 1);
     row.key = DisplayText(key_names[plan.key(i)], kMaxKeyColumns, &row.key_columns);
     row.rate = Num(plan.rate(i));
     row.k = absl::StrCat(plan.destinations(i).size());
+    row.reusable = Num(plan.reusable_tokens(i));
+    row.saved = Num(plan.saved_work(i));
     row.destinations = DestinationList(plan.destinations(i));
     rows.push_back(std::move(row));
   }
-  size_t rank_w = 0, key_w = 0, rate_w = 0, k_w = 0;
+  size_t rank_w = 0, key_w = 0, rate_w = 0, k_w = 0, reusable_w = 0, saved_w = 0;
   for (const Row& row : rows) {
     rank_w = std::max(rank_w, row.rank.size());
     key_w = std::max(key_w, row.key_columns);
     rate_w = std::max(rate_w, row.rate.size());
     k_w = std::max(k_w, row.k.size());
+    reusable_w = std::max(reusable_w, row.reusable.size());
+    saved_w = std::max(saved_w, row.saved.size());
   }
-  absl::StrAppendFormat(out, "\nHottest %d of %d admitted keys\n", shown, plan.size());
+  absl::StrAppendFormat(
+      out, "\nHottest %d of %d admitted keys%s\n", shown, plan.size(),
+      bytes ? " (reusable prefix in tokens, prefill work saved in tokens/s)" : "");
   for (const Row& row : rows) {
     absl::StrAppend(out, "  ", PadLeft(row.rank, row.rank.size(), rank_w), "  ",
                     PadRight(row.key, row.key_columns, key_w), "  ",
                     PadLeft(row.rate, row.rate.size(), rate_w), "  ",
-                    PadLeft(row.k, row.k.size(), k_w), "  ", row.destinations, "\n");
+                    PadLeft(row.k, row.k.size(), k_w), "  ");
+    if (bytes) {
+      absl::StrAppend(out, PadLeft(row.reusable, row.reusable.size(), reusable_w), "  ",
+                      PadLeft(row.saved, row.saved.size(), saved_w), "  ");
+    }
+    absl::StrAppend(out, row.destinations, "\n");
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -22,9 +23,11 @@ namespace cacheroute::client {
 namespace {
 
 constexpr absl::string_view kBom = "\xEF\xBB\xBF";
-constexpr absl::string_view kHeader = "key,rate";
-constexpr const char* kFieldNames[] = {"key", "rate"};
-constexpr size_t kFieldCount = 2;
+// The headers: rates alone, or with each key's sizes for byte-aware planning.
+constexpr absl::string_view kHeaders[] = {"key,rate", "key,rate,reusable_tokens",
+                                          "key,rate,reusable_tokens,prompt_tokens"};
+constexpr const char* kFieldNames[] = {"key", "rate", "reusable_tokens", "prompt_tokens"};
+constexpr size_t kMaxFields = 4;
 
 // Word-at-a-time multiply-xorshift hash. Not collision-resistant against crafted input, which
 // costs only time in an offline tool.
@@ -112,18 +115,19 @@ class Parser {
     const size_t max_records = CountLines(text_);
     out.keys.reserve(max_records);
     out.rates.reserve(max_records);
+    if (fields_ > 2) out.tokens.reserve(max_records);
     std::vector<uint64_t> record_lines;
     record_lines.reserve(max_records);
     KeyIndex seen(max_records);
 
     while (SkipBlankLines()) {
       const uint64_t line = line_;
-      absl::string_view fields[kFieldCount];
+      absl::string_view fields[kMaxFields];
       size_t count = 0;
       if (absl::Status s = ParseRecord(fields, &count); !s.ok()) return s;
-      if (count != kFieldCount) {
+      if (count != fields_) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "line %d: expected %d fields (key,rate), got %d", line, kFieldCount, count));
+            "line %d: expected %d fields (%s), got %d", line, fields_, header_, count));
       }
       if (fields[0].empty()) {
         return absl::InvalidArgumentError(absl::StrFormat("line %d: field 'key': empty key", line));
@@ -135,7 +139,24 @@ class Parser {
             "line %d: field 'key': %s is not valid UTF-8", line, QuoteForMessage(fields[0])));
       }
       double rate = 0.0;
-      if (absl::Status s = ParseRate(fields[1], line, &rate); !s.ok()) return s;
+      if (absl::Status s = ParseRate(fields[1], line, "rate", &rate); !s.ok()) return s;
+      planner::KeyTokens tokens;
+      for (size_t f = 2; f < fields_; ++f) {
+        if (IsBlank(fields[f])) continue;  // not measured
+        double& value = f == 2 ? tokens.reusable : tokens.prompt;
+        if (absl::Status s = ParseRate(fields[f], line, kFieldNames[f], &value); !s.ok()) {
+          return s;
+        }
+      }
+      if (tokens.prompt >= 0 && tokens.reusable > tokens.prompt) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("line %d: field 'reusable_tokens': %g is more than prompt_tokens (%g)",
+                            line, tokens.reusable, tokens.prompt));
+      }
+      if (tokens.prompt >= 0 && tokens.reusable < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("line %d: field 'prompt_tokens': given without reusable_tokens", line));
+      }
 
       out.keys.emplace_back(fields[0]);
       const int64_t first =
@@ -147,6 +168,7 @@ class Parser {
       }
       record_lines.push_back(line);
       out.rates.push_back(rate);
+      if (fields_ > 2) out.tokens.push_back(tokens);
     }
     return out;
   }
@@ -177,35 +199,49 @@ class Parser {
     return false;
   }
 
+  static bool IsBlank(absl::string_view field) {
+    return std::all_of(field.begin(), field.end(), [](char c) { return c == ' ' || c == '\t'; });
+  }
+
   absl::Status ParseHeader() {
+    absl::string_view expected = "expected header 'key,rate'";
     if (!SkipBlankLines()) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("line %d: expected header 'key,rate', got end of input", line_));
+          absl::StrFormat("line %d: %s, got end of input", line_, expected));
     }
     size_t end = text_.find('\n', pos_);
     if (end == absl::string_view::npos) end = text_.size();
     absl::string_view header = text_.substr(pos_, end - pos_);
     if (!header.empty() && header.back() == '\r') header.remove_suffix(1);
-    if (header != kHeader) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "line %d: expected header 'key,rate', got %s", line_, QuoteForMessage(header)));
+    const auto known = std::find(std::begin(kHeaders), std::end(kHeaders), header);
+    if (known == std::end(kHeaders)) {
+      // A header with more columns was meant to carry sizes: say which ones.
+      if (absl::StartsWith(header, "key,rate,reusable")) {
+        expected =
+            "expected header 'key,rate', 'key,rate,reusable_tokens' or "
+            "'key,rate,reusable_tokens,prompt_tokens'";
+      }
+      return absl::InvalidArgumentError(
+          absl::StrFormat("line %d: %s, got %s", line_, expected, QuoteForMessage(header)));
     }
+    fields_ = 2 + static_cast<size_t>(known - std::begin(kHeaders));
+    header_ = *known;
     pos_ = end == text_.size() ? end : end + 1;
     ++line_;
     return absl::OkStatus();
   }
 
-  // Parses one record starting at pos_ and consumes its line end. Keeps the first kFieldCount
+  // Parses one record starting at pos_ and consumes its line end. Keeps the first kMaxFields
   // fields and counts them all.
-  absl::Status ParseRecord(absl::string_view (&fields)[kFieldCount], size_t* count) {
+  absl::Status ParseRecord(absl::string_view (&fields)[kMaxFields], size_t* count) {
     const uint64_t record_line = line_;
     *count = 0;
     while (true) {
       const size_t index = *count;
-      const char* name = index < kFieldCount ? kFieldNames[index] : "extra";
+      const char* name = index < fields_ ? kFieldNames[index] : "extra";
       absl::string_view value;
       if (!AtEnd() && text_[pos_] == '"') {
-        std::string* unescaped = index < kFieldCount ? &unescaped_[index] : &unescaped_extra_;
+        std::string* unescaped = index < kMaxFields ? &unescaped_[index] : &unescaped_extra_;
         if (absl::Status s = ParseQuoted(record_line, name, &value, unescaped); !s.ok()) return s;
       } else {
         const size_t start = pos_;
@@ -224,7 +260,7 @@ class Parser {
           value.remove_suffix(1);
         }
       }
-      if (index < kFieldCount) fields[index] = value;
+      if (index < kMaxFields) fields[index] = value;
       ++*count;
       if (!AtEnd() && text_[pos_] == ',') {
         ++pos_;
@@ -276,20 +312,25 @@ class Parser {
     return absl::OkStatus();
   }
 
-  static absl::Status ParseRate(absl::string_view field, uint64_t line, double* rate) {
+  // A finite number ≥ 0 in field `name` (the rate or a size).
+  static absl::Status ParseRate(absl::string_view field, uint64_t line, const char* name,
+                                double* rate) {
     const auto is_space = [](char c) { return c == ' ' || c == '\t'; };
     size_t first = 0;
     size_t last = field.size();
     while (first < last && is_space(field[first])) ++first;
     while (last > first && is_space(field[last - 1])) --last;
     if (first == last) {
-      return absl::InvalidArgumentError(absl::StrFormat("line %d: field 'rate': empty rate", line));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("line %d: field '%s': empty %s", line, name,
+                          absl::string_view(name) == "rate" ? "rate" : "value"));
     }
     const absl::string_view text = field.substr(first, last - first);
     double value = 0.0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     auto error = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat("line ", line, ": field 'rate': ", what));
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line, ": field '", name, "': ", what));
     };
     if (ec == std::errc::invalid_argument || end != text.data() + text.size()) {
       return error(absl::StrCat(QuoteForMessage(text), " is not a number"));
@@ -310,8 +351,10 @@ class Parser {
   absl::string_view text_;
   size_t pos_ = 0;
   uint64_t line_ = 1;
+  size_t fields_ = 2;  // per record, from the header
+  absl::string_view header_;
   // Backing store for quoted fields with `""` escapes, reused from record to record.
-  std::string unescaped_[kFieldCount];
+  std::string unescaped_[kMaxFields];
   std::string unescaped_extra_;
 };
 
@@ -327,6 +370,7 @@ RankedRates RankKeys(RatesCsv csv) {
   RankedRates out;
   out.key_names.resize(n);
   out.rates.resize(n);
+  out.tokens = std::move(csv.tokens);
   for (size_t rank = 0; rank < n; ++rank) {
     const uint32_t i = order[rank].second;
     out.key_names[rank] = std::move(csv.keys[i]);

@@ -292,6 +292,58 @@ TEST_CASE("push-rates, replan, then show --format json gives the plan schema wit
   CheckError(planner.Ctl({"show", "--version", "1.999"}), 2, {"1.999", "not kept"});
 }
 
+TEST_CASE("byte-aware: push-rates sends sizes; show, explain and status print them") {
+  PlannerConfig config = TestConfig();
+  config.kv_tokens_per_destination = 20000;  // 10,000 per destination planned: 20,000 in all
+  config.planned_prefix_share = 0.5;
+  Planner planner(config);
+  TempDir dir("cacheroutectl_online");
+  // Sizes per request: agent saves 3 × 15,000, rag 1 × 30,000 (does not fit), chat 30 × 200.
+  const Result push = planner.Ctl({"push-rates", "--gateway", "gw-1", "--rates",
+                                   dir.Write("sizes.csv",
+                                             "key,rate,reusable_tokens,prompt_tokens\n"
+                                             "agent,3,15000,16000\n"
+                                             "rag,1,30000,31000\n"
+                                             "chat,30,200,900\n")});
+  INFO(push.err);
+  REQUIRE(push.exit_code == 0);
+  planner.Advance();
+  REQUIRE(planner.Ctl({"replan"}).exit_code == 0);
+
+  const Result show = planner.Ctl({"show", "--format", "json"});
+  REQUIRE(show.exit_code == 0);
+  const std::optional<JsonValue> doc = ParseJson(show.out);
+  REQUIRE(doc.has_value());
+  const auto assignments = AssignmentsByKey(*doc);
+  REQUIRE(assignments.size() == 2);
+  CHECK(assignments.at("agent")->Find("reusable_tokens")->number == Approx(15000));
+  // Saved work is rate × reusable tokens, discounted by the chance the prefix survives between
+  // visits in a 20,000-token cache.
+  const double chat_saved = assignments.at("chat")->Find("saved_work")->number;
+  CHECK(chat_saved > 0.9 * 30 * 200);
+  CHECK(chat_saved < 30 * 200);
+  const Result table = planner.Ctl({"show"});
+  CHECK(absl::StrContains(table.out, "reusable"));
+  CHECK(absl::StrContains(table.out, "saved/s"));
+
+  const Result explain = planner.Ctl({"explain", "rag"});
+  INFO(explain.err);
+  REQUIRE(explain.exit_code == 0);
+  CHECK(absl::StrContains(explain.out, "reusable prefix"));
+  CHECK(absl::StrContains(explain.out, "30000 of 31000 prompt tokens  (measured)"));
+  CHECK(absl::StrContains(explain.out, "KV budget"));
+  const Result explain_json = planner.Ctl({"explain", "agent", "--format", "json"});
+  const std::optional<JsonValue> e = ParseJson(explain_json.out);
+  REQUIRE(e.has_value());
+  CHECK(e->Find("reusable_tokens")->number == Approx(15000));
+  CHECK(e->Find("saved_work")->number > 0);
+  CHECK(e->Find("saved_work")->number < 3 * 15000);
+
+  const Result status = planner.Ctl({"status"});
+  CHECK(absl::StrContains(status.out, "byte-aware KV"));
+  CHECK(absl::StrContains(status.out, "15200 / 20000 planned-prefix tokens"));
+}
+
 TEST_CASE("push-rates sends key,count files as they are, in consecutive reports") {
   Planner planner;
   TempDir dir("cacheroutectl_online");

@@ -198,6 +198,56 @@ TEST_CASE("bad flag values exit 2 naming the flag and the value") {
   CheckBadInput(run("2", "8", "2", {"--top", "-1"}), {"--top", "\"-1\""});
 }
 
+TEST_CASE("byte-aware planning from a rates file with sizes") {
+  TempDir dir("cacheroutectl_test");
+  const std::string rates = dir.Write("sizes.csv",
+                                      "key,rate,reusable_tokens,prompt_tokens\n"
+                                      "chat,10,200,1200\n"
+                                      "agent,2,30000,31000\n"
+                                      "rag,0.5,90000,91000\n"
+                                      "new,1,,\n");
+  const std::vector<std::string> base = {"plan",  "--rates",  rates, "--destinations",
+                                         "2",     "--q-cap",  "8",   "--kv-budget-tokens",
+                                         "40000", "--format", "csv"};
+  const Result result = Run(base);
+  INFO("stderr: " << result.err);
+  REQUIRE(result.exit_code == 0);
+  // The fleet budget (80,000 tokens) admits agent (60,000 tokens/s saved) and chat (2,000); rag's
+  // 90,000-token prefix does not fit; "new" is planned with the measured keys' means.
+  CHECK(result.out.rfind("key,rate,k,destinations,reusable_tokens,saved_work,work\n", 0) == 0);
+  CHECK(result.out.find("\nagent,2,1,") != std::string::npos);
+  CHECK(result.out.find("\nchat,10,") != std::string::npos);
+  CHECK(result.out.find("rag") == std::string::npos);
+  const Result table =
+      Run({"plan", "--rates", rates, "--destinations", "2", "--q-cap", "8", "--kv-budget-tokens",
+           "40000", "--kv-capacity-tokens", "80000", "--request-overhead-tokens", "100"});
+  REQUIRE(table.exit_code == 0);
+  CHECK(table.out.find("saved work") != std::string::npos);
+  CHECK(table.out.find("cache turnover") != std::string::npos);
+}
+
+TEST_CASE("byte-aware usage errors exit 2 naming the flag") {
+  TempDir dir("cacheroutectl_test");
+  const std::string plain = dir.Write("rates.csv", kFiveKeys);
+  const std::string unmeasured = dir.Write("unmeasured.csv", "key,rate,reusable_tokens\na,1,\n");
+  const std::vector<std::string> base = {"plan", "--rates", plain, "--destinations",
+                                         "2",    "--q-cap", "8"};
+  const auto with = [&](std::vector<std::string> extra, const std::string& file = "") {
+    std::vector<std::string> args = base;
+    if (!file.empty()) args[2] = file;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Run(args);
+  };
+  CheckBadInput(with({}), {"--slots-per-destination", "--kv-budget-tokens"});
+  CheckBadInput(with({"--kv-budget-tokens", "100"}), {"reusable_tokens column"});
+  CheckBadInput(with({"--kv-budget-tokens", "100"}, unmeasured), {"at least one key"});
+  CheckBadInput(with({"--kv-budget-tokens", "0"}), {"--kv-budget-tokens", "\"0\""});
+  CheckBadInput(with({"--slots-per-destination", "2", "--kv-capacity-tokens", "10"}),
+                {"--kv-capacity-tokens", "needs --kv-budget-tokens"});
+  CheckBadInput(with({"--kv-budget-tokens", "100", "--request-overhead-tokens", "-1"}, unmeasured),
+                {"--request-overhead-tokens", "\"-1\""});
+}
+
 TEST_CASE("unreadable rates files exit 2") {
   TempDir dir("cacheroutectl_test");
   const std::string missing = (dir.path() / "missing.csv").string();

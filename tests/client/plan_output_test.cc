@@ -245,6 +245,44 @@ TEST_CASE("table: R at the chart limit still gets one bar per destination") {
   CHECK(lines.size() == kMaxChartRows + 2);  // title, column header, one row each
 }
 
+// A byte-aware plan over three keys: alpha's 900-token prefix saves 900 tokens/s, gamma's 100
+// saves 400; beta's 300 (600 tokens/s) does not fit the 1000-token budget once alpha is in.
+planner::Plan BytesPlan() {
+  const std::vector<planner::KeyRate> rates = {{0, 1}, {1, 2}, {2, 4}};
+  const std::vector<planner::KeyTokens> tokens = {{900, 1000}, {300, 400}, {100, 150}};
+  return cacheroute::testing::RequireOk(planner::BuildPlan(
+      rates, {.destinations = 2, .q_cap = 8, .slots_per_destination = 1, .kv_budget_tokens = 500},
+      nullptr, nullptr, tokens));
+}
+
+TEST_CASE("byte-aware plans carry each key's reusable tokens and saved work") {
+  const planner::Plan plan = BytesPlan();
+  REQUIRE(plan.stats().byte_aware);
+  const std::string csv = Format(plan, kNames, OutputFormat::kCsv);
+  CHECK(csv ==
+        "key,rate,k,destinations,reusable_tokens,saved_work,work\n"
+        "gamma,4,1,0,100,400,200\n"
+        "alpha,1,1,1,900,900,100\n");
+  const std::optional<JsonValue> json = ParseJson(Format(plan, kNames, OutputFormat::kJson));
+  REQUIRE(json.has_value());
+  const JsonValue& assignments = *json->Find("assignments");
+  REQUIRE(assignments.array.size() == 2);
+  CHECK(assignments.array[0].Find("reusable_tokens")->number == 100);
+  CHECK(assignments.array[1].Find("saved_work")->number == 900);
+  const JsonValue& stats = *json->Find("stats");
+  CHECK(stats.Find("kv_used")->number == 1000);
+  CHECK(stats.Find("kv_budget")->number == 1000);
+  CHECK(stats.Find("saved_work")->number == 1300);
+  const std::string table = Format(plan, kNames, OutputFormat::kTable);
+  CHECK_THAT(table, Catch::Contains("byte-aware: 500 KV tokens per destination"));
+  CHECK_THAT(table, Catch::Contains("KV budget used         1000 / 1000 tokens  (100.0%)"));
+  CHECK_THAT(table, Catch::Contains("saved work             1300 tokens/s"));
+  CHECK_THAT(table, Catch::Contains("reusable  saved/s"));
+  // A slot plan lists neither.
+  CHECK(Format(SmallPlan(), kNames, OutputFormat::kCsv).rfind("key,rate,k,destinations\n", 0) == 0);
+  CHECK(Format(SmallPlan(), kNames, OutputFormat::kTable).find("saved/s") == std::string::npos);
+}
+
 TEST_CASE("a key id without a name is an internal error and writes nothing") {
   const planner::Plan plan = SmallPlan();
   const std::vector<std::string> too_few = {"alpha"};

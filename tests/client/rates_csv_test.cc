@@ -89,6 +89,49 @@ TEST_CASE("header errors") {
             });
 }
 
+TEST_CASE("size columns: reusable and prompt tokens, blank when not measured") {
+  const RatesCsv csv = ParseOk(
+      "key,rate,reusable_tokens,prompt_tokens\n"
+      "a,2,300,1200\n"
+      "b,1,,\n"
+      "c,0.5, 50 ,\n");
+  REQUIRE(csv.tokens.size() == 3);
+  CHECK(csv.tokens[0].reusable == 300);
+  CHECK(csv.tokens[0].prompt == 1200);
+  CHECK(csv.tokens[1].reusable == planner::kUnmeasured);
+  CHECK(csv.tokens[1].prompt == planner::kUnmeasured);
+  CHECK(csv.tokens[2].reusable == 50);
+  CHECK(csv.tokens[2].prompt == planner::kUnmeasured);
+  const RatesCsv three = ParseOk("key,rate,reusable_tokens\nx,1,40\n");
+  REQUIRE(three.tokens.size() == 1);
+  CHECK(three.tokens[0].reusable == 40);
+  // Without the columns there are no sizes; RankKeys keeps them in file order.
+  CHECK(ParseOk("key,rate\nx,1\n").tokens.empty());
+  const RankedRates ranked = RankKeys(ParseOk("key,rate,reusable_tokens\nz,1,7\ny,2,9\n"));
+  REQUIRE(ranked.tokens.size() == 2);
+  CHECK(ranked.tokens[0].reusable == 7);
+  CHECK(ranked.rates[0].key == 1);  // "z" ranks after "y"
+}
+
+TEST_CASE("size errors name the line, the field and the value") {
+  CheckEach(
+      ParseError,
+      {
+          {"key,rate,reusable_tokens\na,1,-5\n", "line 2: field 'reusable_tokens': -5 is negative"},
+          {"key,rate,reusable_tokens,prompt_tokens\na,1,10,abc\n",
+           "line 2: field 'prompt_tokens': \"abc\" is not a number"},
+          {"key,rate,reusable_tokens,prompt_tokens\na,1,10,5\n",
+           "line 2: field 'reusable_tokens': 10 is more than prompt_tokens (5)"},
+          {"key,rate,reusable_tokens,prompt_tokens\na,1,,5\n",
+           "line 2: field 'prompt_tokens': given without reusable_tokens"},
+          {"key,rate,reusable_tokens\na,1\n",
+           "line 2: expected 3 fields (key,rate,reusable_tokens), got 2"},
+          {"key,rate,reusable_token\na,1,2\n",
+           "line 1: expected header 'key,rate', 'key,rate,reusable_tokens' or "
+           "'key,rate,reusable_tokens,prompt_tokens', got \"key,rate,reusable_token\""},
+      });
+}
+
 TEST_CASE("rate errors name the line, the field and the value") {
   CheckEach(ParseError,
             {
