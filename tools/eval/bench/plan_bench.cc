@@ -4,12 +4,20 @@
 //   cacheroute-plan-bench --keys 128824 --destinations 30 --slots-per-destination 64
 //   cacheroute-plan-bench --keys 128824 --destinations 30 --admit-all
 //   cacheroute-plan-bench --keys 10000000 --destinations 1000 --admit-all --repeat 3 --json
+//   cacheroute-plan-bench --keys 128824 --destinations 30 --slots-per-destination 64
+//       --kv-budget-tokens 320000 --kv-capacity-tokens 641136   (one line)
+//
+// With --kv-budget-tokens each key also gets a reusable prefix, lognormal with median 3,162 tokens
+// and σ 1.1 clipped to [200, 50,000] independent of its rate (the heterogeneous-prefix study's
+// distribution), and a prompt 600 tokens longer; the byte-aware build and the slot-model build
+// are then timed alternately in the same process and both medians are printed with their ratio.
 //
 // Each configuration runs in its own process so the peak-RSS figure belongs to it alone. Keys are
 // random 64-bit ids (as gateways send hashed keys) unless --sequential-ids.
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <optional>
 #include <vector>
@@ -43,6 +51,8 @@ int main(int argc, char** argv) {
   int repeat = 30;
   bool json = false;
   bool fresh_builder = false;
+  double kv_budget_tokens = 0;
+  double kv_capacity_tokens = 0;
 
   CLI::App app{"Benchmark the CacheRoute planning step (Algorithm 1)."};
   app.add_option("--keys", rates_options.keys, "number of keys")->check(CLI::PositiveNumber);
@@ -61,6 +71,13 @@ int main(int argc, char** argv) {
   app.add_flag("--fresh-builder", fresh_builder,
                "a new PlanBuilder per build (cold buffers) instead of one reused, as the planner "
                "service does");
+  app.add_option("--kv-budget-tokens", kv_budget_tokens,
+                 "byte-aware planning with this KV budget per destination (tokens), timed against "
+                 "the slot model")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kv-capacity-tokens", kv_capacity_tokens,
+                 "byte-aware: the engines' KV capacity per destination (survival estimate)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json, "print one JSON object instead of text");
   if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
   if (admit_all) slots_per_destination = rates_options.keys;
@@ -77,12 +94,28 @@ int main(int argc, char** argv) {
 
   const planner::PlanConfig config{
       .destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots_per_destination};
+  const bool byte_aware = kv_budget_tokens > 0;
+  std::vector<planner::KeyTokens> tokens;
+  planner::PlanConfig bytes_config = config;
+  if (byte_aware) {
+    bytes_config.kv_budget_tokens = kv_budget_tokens;
+    bytes_config.kv_capacity_tokens = kv_capacity_tokens;
+    bytes_config.request_overhead_tokens = 105;  // 110 output tokens of the 70B profile
+    cacheroute::workload::Rng sizes(rates_options.seed ^ 0x512e5ULL);
+    tokens.resize(input.size());
+    for (planner::KeyTokens& t : tokens) {
+      t.reusable =
+          std::round(std::clamp(3162 * std::exp(1.1 * sizes.NextNormal()), 200.0, 50000.0));
+      t.prompt = t.reusable + 600;
+    }
+  }
   cacheroute::base::RealClock clock;
   std::optional<planner::PlanBuilder> builder;
-  std::vector<double> seconds;
-  std::optional<planner::Plan> plan;
+  std::vector<double> seconds, bytes_seconds;
+  std::optional<planner::Plan> plan, bytes_plan;
   for (int i = 0; i < repeat; ++i) {
     plan.reset();  // so two plans never coexist and the peak-memory figure is one build's
+    bytes_plan.reset();
     if (fresh_builder || !builder) builder.emplace(&clock);
     absl::StatusOr<planner::Plan> built = builder->Build(input, config);
     if (!built.ok()) {
@@ -91,6 +124,17 @@ int main(int argc, char** argv) {
     }
     seconds.push_back(built->stats().build_seconds);
     plan = *std::move(built);
+    if (!byte_aware) continue;
+    plan.reset();
+    if (fresh_builder) builder.emplace(&clock);
+    absl::StatusOr<planner::Plan> by_bytes = builder->Build(input, bytes_config, nullptr, tokens);
+    if (!by_bytes.ok()) {
+      std::cerr << "cacheroute-plan-bench: error: " << by_bytes.status().message() << "\n";
+      return 2;
+    }
+    bytes_seconds.push_back(by_bytes->stats().build_seconds);
+    bytes_plan = *std::move(by_bytes);
+    if (i + 1 == repeat) plan = builder->Build(input, config).value();  // for the figures below
   }
   std::vector<double> order = seconds;
   std::sort(order.begin(), order.end());
@@ -99,6 +143,12 @@ int main(int argc, char** argv) {
   const double keys = static_cast<double>(rates_options.keys);
   const uint64_t peak = PeakRssBytes();
   const planner::PlanStats& s = plan->stats();
+  double bytes_median = 0;
+  if (byte_aware) {
+    std::vector<double> b = bytes_seconds;
+    std::sort(b.begin(), b.end());
+    bytes_median = b[b.size() / 2];
+  }
 
   if (json) {
     std::cout << absl::StrFormat(
@@ -112,6 +162,15 @@ int main(int argc, char** argv) {
         fresh_builder ? "true" : "false", median, max, order.front(), seconds.front(),
         keys / median, s.admitted_keys, s.slots_used, s.slot_capacity, s.capped_keys, s.imbalance,
         peak, peak / keys);
+    if (byte_aware) {
+      const planner::PlanStats& b = bytes_plan->stats();
+      std::cout << absl::StrFormat(
+          "{\"byte_aware\": true, \"kv_budget_tokens\": %.17g, \"median_seconds\": %.9f, "
+          "\"slot_model_median_seconds\": %.9f, \"ratio\": %.4f, \"admitted_keys\": %d, "
+          "\"kv_used\": %.17g, \"work_imbalance\": %.9f}\n",
+          kv_budget_tokens, bytes_median, median, bytes_median / median, b.admitted_keys, b.kv_used,
+          b.work_imbalance);
+    }
   } else {
     std::cout << absl::StrFormat(
         "plan build: %d keys (lognormal σ=%.2f), R=%d, q_cap=%.4g, W=%d (C=%d)\n"
@@ -124,6 +183,15 @@ int main(int argc, char** argv) {
         fresh_builder ? "a fresh PlanBuilder each" : "one PlanBuilder reused", median * 1e3,
         max * 1e3, order.front() * 1e3, seconds.front() * 1e3, keys / median, peak / 1048576.0,
         peak / keys);
+    if (byte_aware) {
+      const planner::PlanStats& b = bytes_plan->stats();
+      std::cout << absl::StrFormat(
+          "byte-aware build, %s KV tokens per destination: admitted %d keys, %.0f of %.0f tokens, "
+          "work imbalance %.4f\n"
+          "  median %.3f ms against the slot model's %.3f ms in the same run: %.2fx\n",
+          absl::StrFormat("%g", kv_budget_tokens), b.admitted_keys, b.kv_used, b.kv_budget,
+          b.work_imbalance, bytes_median * 1e3, median * 1e3, bytes_median / median);
+    }
   }
   return 0;
 }
