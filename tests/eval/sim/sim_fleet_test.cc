@@ -175,6 +175,33 @@ TEST_CASE("CacheRoute falls back to P2C until the first plan, then follows the t
   CHECK(result.plan_records.back().entries.size() == 64);
 }
 
+TEST_CASE("byte-aware planning: gateways measure each key's prefix, the plan fits the budget") {
+  // Every request of a key shares its 48 leading blocks (768 tokens) with the key's previous one.
+  const std::vector<SimRequest> requests = MakeRequests({});
+  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  config.record_dispatches = true;
+  // 1% of the 8B profile's 28,000 blocks per destination: 4,480 tokens, 35,840 over 8 engines.
+  config.plan_kv_budget_share = 0.01;
+  const RunResult result = MustRun(config, requests);
+  REQUIRE(result.plans >= 10);
+  const double budget = 0.01 * 28000 * 16 * 8;
+  for (const PlanRecord& plan : result.plan_records) {
+    double used = 0;
+    for (const dataplane::TableEntry& e : plan.entries) used += 768.0 * e.destinations.size();
+    CHECK(used <= budget);
+    if (plan.time > 20) CHECK(used > budget - 768.0 * 8);  // nearly full once keys are measured
+  }
+  // The slot model fills its R·W = 64 slots instead.
+  config.plan_kv_budget_share = 0;
+  const RunResult by_slots = MustRun(config, requests);
+  size_t slots = 0;
+  for (const auto& e : by_slots.plan_records.back().entries) slots += e.destinations.size();
+  CHECK(slots == 64);
+  config.plan_kv_budget_share = 1.5;
+  CHECK_THAT(std::string(RunFleet(config, requests).status().message()),
+             Catch::Contains("plan_kv_budget_share"));
+}
+
 TEST_CASE("the served KV hit equals the engines' own prefix-cache counters") {
   const std::vector<SimRequest> requests = MakeRequests({});
   for (PolicyKind policy : {PolicyKind::kFlatLb, PolicyKind::kCacheRoute}) {

@@ -467,6 +467,74 @@ TEST_CASE("the real fleet replays a trace: every seed sees the same requests", "
   }
 }
 
+TEST_CASE("hetero-prefix: the primary setup with heavy-tailed prefixes and small KV caches",
+          "[study]") {
+  const StudyConfig c = *FindStudy("hetero-prefix");
+  const StudyConfig primary = *FindStudy("primary");
+  CHECK(c.workload.top_k == primary.workload.top_k);
+  CHECK(c.workload.rate_sigma == primary.workload.rate_sigma);
+  CHECK(c.workload.context_sigma > 0);
+  CHECK(c.workload.context_min_tokens == 200);
+  CHECK(c.workload.context_max_tokens == 50000);
+  CHECK(c.fleet.kv_blocks == 4000);
+  CHECK(c.fleet.max_plans == primary.fleet.max_plans);
+  CHECK(std::find(c.policies.begin(), c.policies.end(), "cacheroute-bytes") != c.policies.end());
+  // cacheroute-bytes is cacheroute with byte-aware planning; fleet.kv_budget_share gives it to
+  // every CacheRoute variant but the paper's.
+  const FleetConfig bytes = *MakeFleetConfig(c, "cacheroute-bytes", 120, 2);
+  CHECK(bytes.plan_kv_budget_share == kKvBudgetShare);
+  CHECK(bytes.profile.kv_blocks == 4000);
+  CHECK(MakeFleetConfig(c, "cacheroute", 120, 2)->plan_kv_budget_share == 0);
+  StudyConfig shared = *FindStudy("drift");
+  shared.fleet.kv_budget_share = 0.25;
+  CHECK(MakeFleetConfig(shared, "fresh", 160, 2)->plan_kv_budget_share == 0.25);
+  CHECK(MakeFleetConfig(shared, "lpt", 160, 2)->plan_kv_budget_share == 0);
+  absl::StatusOr<StudyConfig> file = ParseStudyYaml(
+      "base: primary\nfleet: {kv_blocks: 5000, kv_budget_share: 0.75}\n"
+      "workload: {context_sigma: 0.5, context_min_tokens: 100, context_max_tokens: 900}\n",
+      "t.yaml");
+  REQUIRE(file.ok());
+  CHECK(file->fleet.kv_blocks == 5000);
+  CHECK(file->fleet.kv_budget_share == 0.75);
+  CHECK(file->workload.context_max_tokens == 900);
+  CHECK_THAT(std::string(ParseStudyYaml("base: primary\nfleet: {kv_budget_share: 2}\n", "t.yaml")
+                             .status()
+                             .message()),
+             Catch::Contains("fleet.kv_budget_share"));
+}
+
+TEST_CASE("MeasureBudgetCeiling packs keys' prefixes by reuse per token") {
+  workload::Workload w;
+  w.block_size = 16;
+  // Key a: a 32-token prefix, requested three times (64 tokens reused in all). Key b: a 16-token
+  // prefix, requested twice (16 reused).
+  for (double t : {0.0, 1.0, 2.0}) {
+    w.requests.push_back({.arrival_s = t,
+                          .key = "a",
+                          .input_length = 48,
+                          .output_length = 1,
+                          .hash_ids = {1, 2, static_cast<uint64_t>(10 + t)}});
+  }
+  for (double t : {3.0, 4.0}) {
+    w.requests.push_back({.arrival_s = t,
+                          .key = "b",
+                          .input_length = 32,
+                          .output_length = 1,
+                          .hash_ids = {5, static_cast<uint64_t>(20 + t)}});
+  }
+  const double prompt = 3 * 48 + 2 * 32;
+  // Unbounded: every reused token counts, as MeasureReuse has it.
+  CHECK(MeasureBudgetCeiling(w, 1e9).reuse == Approx(MeasureReuse(w).reuse));
+  CHECK(MeasureBudgetCeiling(w, 1e9).prefix_tokens == 48);
+  // 32 tokens of budget: a (2 reused tokens per budget token) before b (1 per token).
+  const BudgetCeiling a_only = MeasureBudgetCeiling(w, 32);
+  CHECK(a_only.keys_in == 1);
+  CHECK(a_only.reuse == Approx(64 / prompt));
+  // 40 tokens: a whole and half of b.
+  CHECK(MeasureBudgetCeiling(w, 40).reuse == Approx((64 + 8) / prompt));
+  CHECK(MeasureBudgetCeiling(w, 0).reuse == 0);
+}
+
 TEST_CASE("MeasureReuse: the reuse ceiling counts only full blocks an earlier request published") {
   workload::Workload w;
   w.block_size = 16;

@@ -199,6 +199,58 @@ TEST_CASE("Warm-up starts the window mid-conversation") {
   CHECK(s.qps == Approx(120).epsilon(0.05));
 }
 
+TEST_CASE("Per-key context sizes are lognormal, clipped and independent of the rate") {
+  WorkloadProfile p = PaperPrimaryProfile();
+  p.top_k = 2000;
+  p.qps = 50;
+  p.duration_s = 20;
+  p.context_tokens = 3162;
+  p.context_sigma = 1.1;
+  p.context_min_tokens = 200;
+  p.context_max_tokens = 50000;
+  const GeneratedWorkload g = *GenerateWorkload(p);
+  CHECK(g.stable_prefix_tokens == 0);
+  std::vector<double> log_sizes;
+  size_t clipped_low = 0, clipped_high = 0;
+  for (const KeyRate& k : g.active_keys) {
+    CHECK(k.context_tokens >= 200);
+    CHECK(k.context_tokens <= 50000);
+    clipped_low += k.context_tokens == 200;
+    clipped_high += k.context_tokens == 50000;
+    log_sizes.push_back(std::log(k.context_tokens));
+  }
+  std::sort(log_sizes.begin(), log_sizes.end());
+  CHECK(std::exp(log_sizes[log_sizes.size() / 2]) == Approx(3162).epsilon(0.1));
+  CHECK(clipped_low > 0);
+  CHECK(clipped_high > 0);
+  // Rank in rate and size are unrelated: the hottest tenth is no larger than the rest.
+  double hot = 0, all = 0;
+  for (size_t i = 0; i < g.active_keys.size(); ++i) {
+    all += std::log(g.active_keys[i].context_tokens);
+    if (i < g.active_keys.size() / 10) hot += std::log(g.active_keys[i].context_tokens);
+  }
+  CHECK(hot / (g.active_keys.size() / 10) == Approx(all / g.active_keys.size()).margin(0.25));
+  // A key's size does not depend on the active set it is drawn in.
+  WorkloadProfile narrow = p;
+  narrow.top_k = 100;
+  const GeneratedWorkload n = *GenerateWorkload(narrow);
+  for (size_t i = 0; i < n.active_keys.size(); ++i) {
+    CHECK(n.active_keys[i].key == g.active_keys[i].key);
+    CHECK(n.active_keys[i].context_tokens == g.active_keys[i].context_tokens);
+  }
+  // Prompts carry the key's context: no prompt is shorter than template + context.
+  std::map<std::string, uint32_t> context;
+  for (const KeyRate& k : g.active_keys) context[k.key] = k.context_tokens;
+  for (const Request& r : g.workload.requests) {
+    CHECK(r.input_length > p.template_tokens + context[r.key]);
+  }
+  p.context_max_tokens = 100;
+  CHECK_THAT(std::string(ValidateProfile(p).message()), Catch::Contains("context_max_tokens"));
+  p.context_max_tokens = 0;
+  p.context_sigma = -1;
+  CHECK_THAT(std::string(ValidateProfile(p).message()), Catch::Contains("context_sigma"));
+}
+
 TEST_CASE("Invalid profiles name the field and the value") {
   WorkloadProfile p = PaperPrimaryProfile();
   p.top_k = 200000;

@@ -106,6 +106,16 @@ double QCapFor(const FleetConfig& config, std::span<const SimRequest> requests) 
   return std::isfinite(q_cap) && q_cap > 0 ? q_cap : 1;  // 1: a profile that costs nothing
 }
 
+// A request's decode in prefill-token equivalents, for byte-aware planning's work estimates: the
+// mean output's decode steps at the profile's cost per sequence, over its cost per prompt token.
+double RequestOverheadTokens(const FleetConfig& config, std::span<const SimRequest> requests) {
+  if (config.profile.prefill_per_token_s <= 0 || requests.empty()) return 0;
+  double output = 0;
+  for (const SimRequest& r : requests) output += r.output_length;
+  return output / static_cast<double>(requests.size()) * config.profile.decode_per_seq_s /
+         config.profile.prefill_per_token_s;
+}
+
 // One run of RunFleet.
 class FleetRun {
  public:
@@ -138,6 +148,8 @@ class FleetRun {
   const FleetConfig& config_;
   const std::span<const SimRequest> requests_;
   const bool gated_ = config_.policy == PolicyKind::kCacheRoute && config_.gate;
+  const bool byte_aware_ =
+      config_.policy == PolicyKind::kCacheRoute && config_.plan_kv_budget_share > 0;
   SimClock clock_;
   std::vector<Engine> engines_;
   std::vector<std::unique_ptr<SimGateway>> gateways_;
@@ -166,7 +178,9 @@ absl::Status FleetRun::Build() {
   }
   if (config_.policy == PolicyKind::kCacheRoute) {
     result_.q_cap = QCapFor(config_, requests_);
-    CACHEROUTE_ASSIGN_OR_RETURN(control_, SimControlPlane::Create(config_, result_.q_cap, clock_));
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        control_, SimControlPlane::Create(config_, result_.q_cap,
+                                          RequestOverheadTokens(config_, requests_), clock_));
   }
   return absl::OkStatus();
 }
@@ -222,6 +236,9 @@ void FleetRun::Arrive(size_t index) {
     if (decision.planned) ++result_.planned;
   }
   AppendSimRequestBlockHashes(request, state.hashes);
+  if (byte_aware_) {
+    gateways_[state.gateway]->MeasurePrefix(request.key_id, state.hashes, request.input_length);
+  }
   const SubmitResult submitted = engines_[d].Submit({.id = index,
                                                      .prompt_tokens = request.input_length,
                                                      .output_tokens = request.output_length,
@@ -425,6 +442,9 @@ absl::Status ValidateFleetConfig(const FleetConfig& config) {
   }
   if (!std::isfinite(config.q_cap) || config.q_cap < 0) {
     return Invalid("q_cap", "finite and >= 0 (0: calibrate)", config.q_cap);
+  }
+  if (!(config.plan_kv_budget_share >= 0 && config.plan_kv_budget_share <= 1)) {
+    return Invalid("plan_kv_budget_share", "in [0, 1]", config.plan_kv_budget_share);
   }
   if (config.slots_per_destination == 0) return Invalid("slots_per_destination", ">= 1", 0);
   if (!(config.rate_smoothing_s > 0) || std::isinf(config.rate_smoothing_s)) {

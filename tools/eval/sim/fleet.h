@@ -105,6 +105,13 @@ struct FleetConfig {
   dataplane::DispatchOptions dispatch{};
   bool plan_spill = true;
   double plan_balance_share = planner::kCacheRouteBalanceShare;
+  // Byte-aware planning (PlannerConfig::kv_tokens_per_destination, planned_prefix_share): the
+  // share of each engine's KV cache reserved for planned prefixes, in [0, 1]; 0: the slot model.
+  // The gateways then measure each request's reusable prefix (the tokens it shares with the key's
+  // previous request at that gateway) and report it with the counts; the planner gets the
+  // engines' KV capacity and, as the per-request overhead, the mean output's decode in
+  // prefill-token equivalents.
+  double plan_kv_budget_share = 0;
 
   // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled and gate_interval:
   // every gate_interval_s the gateways report their per-arm evidence (TTFT at the first token,

@@ -46,7 +46,8 @@ std::optional<double> Churn(const table::TableSnapshot& before, const table::Tab
 
 }  // namespace
 
-absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& config, double q_cap) {
+absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& config, double q_cap,
+                                                        double overhead_tokens) {
   CACHEROUTE_ASSIGN_OR_RETURN(planner::Algorithm algorithm, AlgorithmOf(config));
   service::PlannerConfig c;
   c.gate_enabled = config.gate;
@@ -65,6 +66,11 @@ absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& confi
   c.control_interval = absl::Seconds(config.control_interval_s);
   c.rate_smoothing = absl::Seconds(config.rate_smoothing_s);
   c.history = 2;  // the simulator reads only the latest table
+  if (config.plan_kv_budget_share > 0) {
+    c.kv_tokens_per_destination = static_cast<double>(config.profile.kv_blocks) * kBlockTokens;
+    c.planned_prefix_share = config.plan_kv_budget_share;
+    c.request_overhead_tokens = overhead_tokens;
+  }
   return c;
 }
 
@@ -74,8 +80,10 @@ SimControlPlane::SimControlPlane(const FleetConfig& config, SimClock& clock,
 
 absl::StatusOr<std::unique_ptr<SimControlPlane>> SimControlPlane::Create(const FleetConfig& config,
                                                                          double q_cap,
+                                                                         double overhead_tokens,
                                                                          SimClock& clock) {
-  CACHEROUTE_ASSIGN_OR_RETURN(service::PlannerConfig planner, PlannerConfigFor(config, q_cap));
+  CACHEROUTE_ASSIGN_OR_RETURN(service::PlannerConfig planner,
+                              PlannerConfigFor(config, q_cap, overhead_tokens));
   std::unique_ptr<SimControlPlane> control(new SimControlPlane(
       config, clock, service::ControlSchedule(planner.control_interval, planner.gate_interval)));
   CACHEROUTE_ASSIGN_OR_RETURN(control->core_,

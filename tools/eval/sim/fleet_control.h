@@ -29,14 +29,18 @@
 
 namespace cacheroute::sim {
 
-// The PlannerConfig a FleetConfig runs with, planning at `q_cap`. InvalidArgument when the
-// config's plan_spill and plan_balance_share are not an algorithm's (planner/algorithm.h).
-absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& config, double q_cap);
+// The PlannerConfig a FleetConfig runs with, planning at `q_cap` (and, with byte-aware planning,
+// `overhead_tokens` per request). InvalidArgument when the config's plan_spill and
+// plan_balance_share are not an algorithm's (planner/algorithm.h).
+absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& config, double q_cap,
+                                                        double overhead_tokens = 0);
 
 class SimControlPlane {
  public:
   static absl::StatusOr<std::unique_ptr<SimControlPlane>> Create(const FleetConfig& config,
-                                                                 double q_cap, SimClock& clock);
+                                                                 double q_cap,
+                                                                 double overhead_tokens,
+                                                                 SimClock& clock);
 
   // Simulated time of the next step; kForever once the loop is over.
   double next_step_s() const;

@@ -1,6 +1,7 @@
 // See fleet_gateway.h.
 #include "tools/eval/sim/fleet_gateway.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -72,6 +73,20 @@ dataplane::Decision SimGateway::Route(uint64_t key_id, std::optional<ArmTag>* ar
   return decision;
 }
 
+void SimGateway::MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes,
+                               uint32_t prompt_tokens) {
+  KeyPrefix& k = prefixes_[key_id];
+  if (!k.last.empty()) {
+    size_t shared = 0;
+    const size_t n = std::min(k.last.size(), hashes.size());
+    while (shared < n && k.last[shared] == hashes[shared]) ++shared;
+    k.reusable += static_cast<double>(std::min<uint64_t>(shared * kBlockTokens, prompt_tokens));
+    k.prompt += prompt_tokens;
+    k.measured += 1;
+  }
+  k.last.assign(hashes.begin(), hashes.end());
+}
+
 void SimGateway::OnFirstToken(std::optional<ArmTag>& arm, double ttft_s, uint32_t prompt_tokens,
                               uint32_t cached_tokens) {
   if (arm.has_value()) {
@@ -108,7 +123,14 @@ planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int6
       planner::KeyCountReport& count = report.counts.emplace_back();
       count.key_id = k.key_id;
       count.count = static_cast<double>(k.count);
+      // Sizes as per-request means over the window, scaled to the key's count.
+      if (auto it = prefixes_.find(k.key_id); it != prefixes_.end() && it->second.measured > 0) {
+        const double per = count.count / it->second.measured;
+        count.prompt_tokens = it->second.prompt * per;
+        count.reusable_tokens = it->second.reusable * per;
+      }
     }
+    for (auto& [key, prefix] : prefixes_) prefix.reusable = prefix.prompt = prefix.measured = 0;
   }
   if (std::optional<dataplane::WindowEvidence> w = evidence_.Drain()) {
     report.evidence = planner::EvidenceReport::From(w->table_fraction, w->evidence);

@@ -7,7 +7,8 @@
 //               policy from the dataplane's registry, and for CacheRoute a Router, a RateRecorder
 //               and the rollout evidence it reports to the planner
 //
-// A request's life at a gateway: Route (pick, count in flight, count the key's rate), then
+// A request's life at a gateway: Route (pick, count in flight, count the key's rate; with
+// byte-aware planning MeasurePrefix: the tokens it shares with its key's previous request), then
 // OnFirstToken (the served KV hit the Router's margins scale by; the rollout evidence) and End
 // (out of flight; a failure is evidence too). Reports drain the recorders as a RateReporter would.
 // New signals a policy may read belong in GatewayView (what the gateway knows), fed here.
@@ -16,9 +17,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
@@ -90,6 +93,10 @@ class SimGateway {
   // Routes a request of `key_id` and counts it in flight. With a rollout in force, *arm says on
   // which arm (for its evidence); otherwise it is reset.
   dataplane::Decision Route(uint64_t key_id, std::optional<ArmTag>* arm);
+  // Byte-aware planning: the request of `key_id` whose prompt is `hashes` (its 16-token block
+  // chain) shares its leading equal blocks with the key's previous request here, up to
+  // `prompt_tokens`; the window's sums go with the key's count in the next report.
+  void MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes, uint32_t prompt_tokens);
   // The request's first token: its TTFT as rollout evidence (when tagged), and its served KV hit.
   void OnFirstToken(std::optional<ArmTag>& arm, double ttft_s, uint32_t prompt_tokens,
                     uint32_t cached_tokens);
@@ -116,6 +123,12 @@ class SimGateway {
   // The served KV hit this gateway has seen (cached / prompt tokens at each first token), decayed
   // over about the last kHitMemory requests, for Router::SetMeasuredHit.
   double seen_cached_ = 0, seen_prompt_ = 0;
+  // MeasurePrefix's memory: per key, its previous request's blocks and this window's sums.
+  struct KeyPrefix {
+    std::vector<uint64_t> last;
+    double reusable = 0, prompt = 0, measured = 0;
+  };
+  absl::flat_hash_map<uint64_t, KeyPrefix> prefixes_;
 };
 
 }  // namespace cacheroute::sim

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -157,12 +158,31 @@ int Bound(const std::string& study_name, const std::string& config, double qps, 
       c->name, c->profile, c->destinations, w->requests.size(), r.mean_prompt_tokens,
       r.mean_output_tokens, reuse,
       "kv_hit", "ceiling_qps", "(R × one destination's saturation rate)");
+  const uint32_t kv_blocks = c->fleet.kv_blocks > 0 ? c->fleet.kv_blocks : profile->kv_blocks;
+  const double fleet_kv = static_cast<double>(kv_blocks) * sim::kBlockTokens * c->destinations;
+  const study::BudgetCeiling whole = study::MeasureBudgetCeiling(*w, fleet_kv);
+  const study::BudgetCeiling reserved =
+      study::MeasureBudgetCeiling(*w, fleet_kv * study::kKvBudgetShare);
+  hits.push_back(whole.reuse);
+  hits.push_back(reserved.reuse);
+  std::sort(hits.begin(), hits.end());
   for (double h : hits) {
     const double q = sim::SaturationQps(*profile, r.mean_prompt_tokens,
                                         (1 - h) * r.mean_prompt_tokens, r.mean_output_tokens);
-    std::cout << absl::StrFormat("%-8.4f %-16.1f%s\n", h, c->destinations * q,
-                                 h == reuse ? " reuse ceiling" : "");
+    std::string what;
+    if (h == reuse) what = " reuse ceiling";
+    if (h == whole.reuse) absl::StrAppend(&what, " budget ceiling, the whole KV");
+    if (h == reserved.reuse) {
+      absl::StrAppend(&what,
+                      absl::StrFormat(" budget ceiling, %g of the KV", study::kKvBudgetShare));
+    }
+    std::cout << absl::StrFormat("%-8.4f %-16.1f%s\n", h, c->destinations * q, what);
   }
+  std::cout << absl::StrFormat(
+      "prefixes        %d keys, %.0f reusable tokens in all; fleet KV %.0f tokens (%d blocks × %d "
+      "destinations); keys whose prefix fits whole: %d (whole KV), %d (%g of it)\n",
+      whole.keys, whole.prefix_tokens, fleet_kv, kv_blocks, c->destinations, whole.keys_in,
+      reserved.keys_in, study::kKvBudgetShare);
   return 0;
 }
 

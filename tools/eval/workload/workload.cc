@@ -82,6 +82,15 @@ uint32_t DrawLength(double mean, double sigma, Rng& rng) {
   return static_cast<uint32_t>(std::clamp(std::llround(v), 1LL, 1LL << 20));
 }
 
+// Key `key_index`'s context size (WorkloadProfile::context_sigma), from a stream of its own.
+uint32_t ContextTokens(const WorkloadProfile& p, uint64_t key_index) {
+  if (p.context_sigma <= 0) return p.context_tokens;
+  Rng rng(Combine(Combine(p.seed, key_index), 0xc0417e47ULL));
+  const double v = p.context_tokens * std::exp(p.context_sigma * rng.NextNormal());
+  const double hi = p.context_max_tokens > 0 ? p.context_max_tokens : 1e9;
+  return static_cast<uint32_t>(std::llround(std::clamp(v, static_cast<double>(p.context_min_tokens), hi)));
+}
+
 // Thread lengths: 1 with probability single_share, else 2 + Geometric(p), chosen so that the
 // request-weighted multi-turn share and the mean length match the profile.
 struct ThreadLengths {
@@ -161,6 +170,14 @@ absl::Status ValidateProfile(const WorkloadProfile& p) {
   if (!(p.follow_up_probability > 0 && p.follow_up_probability <= 1)) {
     return Invalid("follow_up_probability", p.follow_up_probability, "in (0, 1]");
   }
+  if (!(p.context_sigma >= 0 && p.context_sigma <= 5)) {
+    return Invalid("context_sigma", p.context_sigma, "in [0, 5]");
+  }
+  if (p.context_max_tokens > 0 && p.context_max_tokens < p.context_min_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("context_max_tokens must be 0 or at least context_min_tokens (%d), got %d",
+                        p.context_min_tokens, p.context_max_tokens));
+  }
   if (p.block_size < 1) return Invalid("block_size", 0, ">= 1");
   if (p.few_shot_pool < 1) return Invalid("few_shot_pool", 0, ">= 1");
   if (!(p.few_shot_break_rate >= 0 && p.few_shot_break_rate <= 1)) {
@@ -188,7 +205,7 @@ absl::StatusOr<GeneratedWorkload> GenerateWorkload(const WorkloadProfile& p) {
 
   GeneratedWorkload out;
   out.workload.block_size = p.block_size;
-  out.stable_prefix_tokens = p.template_tokens + p.context_tokens;
+  out.stable_prefix_tokens = p.context_sigma > 0 ? 0 : p.template_tokens + p.context_tokens;
 
   // The key universe and the active set (the top_k hottest keys, ties by index).
   const std::vector<double> rates = GenerateLognormalRates({.keys = p.keys,
@@ -213,7 +230,7 @@ absl::StatusOr<GeneratedWorkload> GenerateWorkload(const WorkloadProfile& p) {
   for (uint32_t k : order) {
     const double rate = rates[k] / active_sum * p.qps;
     active_rates.push_back(rate);
-    out.active_keys.push_back({absl::StrFormat("key-%0*d", width, k), rate});
+    out.active_keys.push_back({absl::StrFormat("key-%0*d", width, k), rate, ContextTokens(p, k)});
   }
   out.active_rates = ComputeRateStats(active_rates);
 
@@ -233,6 +250,7 @@ absl::StatusOr<GeneratedWorkload> GenerateWorkload(const WorkloadProfile& p) {
     sampler.Generate(active_rates[rank], -p.warmup_s, p.duration_s, rng, &times);
     const uint64_t context_id = SegmentId(kContextTag, key_index);
     const std::string& key = out.active_keys[rank].key;
+    const uint32_t context_tokens = out.active_keys[rank].context_tokens;
     open.clear();
     uint64_t threads_started = 0;
     uint32_t few_shot = static_cast<uint32_t>(rng.Next() % p.few_shot_pool);
@@ -259,7 +277,7 @@ absl::StatusOr<GeneratedWorkload> GenerateWorkload(const WorkloadProfile& p) {
       if (t >= 0) {
         segments.clear();
         segments.push_back({template_id, p.template_tokens});
-        segments.push_back({context_id, p.context_tokens});
+        segments.push_back({context_id, context_tokens});
         segments.push_back({SegmentId(kFewShotTag, key_index, few_shot), p.few_shot_tokens});
         for (uint32_t j = 0; j + 1 < turn; ++j) {
           segments.push_back({SegmentId(kTurnTag, thread.raw_id, j), thread.turn_tokens[j]});

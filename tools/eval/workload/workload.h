@@ -77,6 +77,13 @@ struct WorkloadProfile {
   uint32_t block_size = 16;           // vLLM's prefix-cache block
   uint32_t template_tokens = 192;     // global template, same for all keys (ours)
   uint32_t context_tokens = 180;      // per-key context (paper: ≈ 180 tokens, 15%)
+  // Per-key context sizes (ours): with context_sigma > 0 each key's context is lognormal with
+  // median context_tokens and this σ of log(size), clipped to [context_min_tokens,
+  // context_max_tokens] (0: no upper clip). Drawn from the key's index alone, so independent of
+  // its rate and the same at every load and top_k. 0: every key has context_tokens.
+  double context_sigma = 0;
+  uint32_t context_min_tokens = 0;
+  uint32_t context_max_tokens = 0;
   uint32_t few_shot_tokens = 240;     // retrieved few-shot block (ours)
   uint32_t few_shot_pool = 16;        // distinct few-shot blocks per key (ours)
   double few_shot_break_rate = 0.67;  // consecutive pairs of a key with a different block (paper)
@@ -93,7 +100,8 @@ absl::Status ValidateProfile(const WorkloadProfile& profile);
 
 struct KeyRate {
   std::string key;
-  double rate = 0;  // requests per second
+  double rate = 0;              // requests per second
+  uint32_t context_tokens = 0;  // the key's per-key context
 };
 
 struct GeneratedWorkload {
@@ -102,7 +110,8 @@ struct GeneratedWorkload {
   RateDistributionStats universe_rates;  // the whole key universe's rate distribution
   RateDistributionStats active_rates;    // the active set's
   // Tokens before the few-shot block (template + context): a consecutive pair of a key's requests
-  // whose common prefix ends before the block after this offset broke at the retrieved block.
+  // whose common prefix ends before the block after this offset broke at the retrieved block. 0
+  // when keys' contexts differ in size (context_sigma > 0).
   uint32_t stable_prefix_tokens = 0;
 };
 

@@ -23,6 +23,7 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   c.engines = study.destinations;
   c.gateways = study.fleet.gateways;
   c.profile = std::move(profile);
+  if (study.fleet.kv_blocks > 0) c.profile.kv_blocks = study.fleet.kv_blocks;
   c.engine = {.max_waiting = study.fleet.queue_cap, .timeout_s = study.fleet.timeout_s};
   c.seed = seed;
   c.warmup_s = study.fleet.warmup_s;
@@ -33,8 +34,12 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   c.slots_per_destination = study.fleet.slots_per_destination;
   c.max_plans = study.fleet.max_plans;
   c.stickiness = study.fleet.stickiness;
-  // The paper's Algorithm 1 as published: no spill, power of two choices for the tail.
-  const auto paper = [&c] { UseAlgorithm(c, planner::Algorithm::kCacheRoutePaper); };
+  c.plan_kv_budget_share = study.fleet.kv_budget_share;
+  // The paper's Algorithm 1 as published: no spill, power of two choices for the tail, slots.
+  const auto paper = [&c] {
+    UseAlgorithm(c, planner::Algorithm::kCacheRoutePaper);
+    c.plan_kv_budget_share = 0;
+  };
   // "<variant>-gated": the variant behind the rollout gate with its defaults (docs/gate.md).
   constexpr std::string_view kGated = "-gated";
   if (policy.size() > kGated.size() && policy.ends_with(kGated)) {
@@ -53,6 +58,9 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   } else if (policy == "cacheroute-paper") {
     c.policy = PolicyKind::kCacheRoute;
     paper();
+  } else if (policy == "cacheroute-bytes") {
+    c.policy = PolicyKind::kCacheRoute;
+    c.plan_kv_budget_share = kKvBudgetShare;
   } else if (policy == "lpt" || policy == "fresh") {
     c.policy = PolicyKind::kCacheRoute;
     if (policy == "lpt") paper();

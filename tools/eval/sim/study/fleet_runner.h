@@ -31,6 +31,10 @@
 
 namespace cacheroute::sim::study {
 
+// cacheroute-bytes (byte-aware planning): the share of each engine's KV cache reserved for
+// planned prefixes (FleetConfig::plan_kv_budget_share).
+inline constexpr double kKvBudgetShare = 0.5;
+
 // InvalidArgument naming the policy label when it is unknown, or "stale" outside a drift study.
 absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::string_view policy,
                                             double offered_qps, uint64_t seed);

@@ -45,6 +45,8 @@ const std::set<std::string>& KnownPolicyLabels() {
       "flat-lb", "flatlb", "sticky", "chwbl", "dualmap", "preble", "cacheroute",
       // CacheRoute as the paper's Algorithm 1 publishes it (fleet_runner.h).
       "cacheroute-paper",
+      // CacheRoute with byte-aware planning (PlanConfig::kv_budget_tokens).
+      "cacheroute-bytes",
       // Either behind the rollout gate (docs/gate.md).
       "cacheroute-gated", "cacheroute-paper-gated",
       // Ablation steps (Table 4).
@@ -221,6 +223,34 @@ StudyConfig TopK256() {
   return c;
 }
 
+// Byte-aware planning's study: the primary setup and rates, each key's reusable prefix drawn from
+// a heavy-tailed distribution independent of its rate, and KV caches that hold one large prefix
+// but not two (docs/simulator.md, "The heterogeneous-prefix study").
+StudyConfig HeteroPrefix() {
+  StudyConfig c = Primary();
+  c.name = "hetero-prefix";
+  c.description =
+      "Reusable prefixes that differ by orders of magnitude (the paper's §3.1 leaves them to "
+      "byte-aware admission): the primary setup (Llama-3.3-70B fp8 on 30 TP2 destinations, the "
+      "primary aggregate at top-K 128, one plan held), each key's context drawn once from a "
+      "lognormal with median 3,162 tokens and σ = 1.1, clipped to [200, 50,000] (a 200-token "
+      "persona next to a 50K-token document set; independent of the key's rate), and 4,000 KV "
+      "blocks (64K tokens) per destination instead of the profile's 40,071: a destination holds "
+      "the largest prefix but not two of them, and the active set's prefixes (about 660K tokens) "
+      "fit the fleet's 1.92M only where they are spread. `cacheroute-bytes` is CacheRoute with "
+      "byte-aware planning (half of each destination's KV reserved for planned prefixes).";
+  c.policies = SixPoliciesAndPaper();
+  c.policies.push_back("cacheroute-bytes");
+  c.loads = {30, 60, 90, 120, 150, 180, 210, 240};
+  c.common_load_qps = 120;
+  c.workload.context_tokens = 3162;  // √(200 × 50,000): the clip bounds at about ±2.5σ
+  c.workload.context_sigma = 1.1;
+  c.workload.context_min_tokens = 200;
+  c.workload.context_max_tokens = 50000;
+  c.fleet.kv_blocks = 4000;
+  return c;
+}
+
 // A Mooncake-format trace replayed at each load of the ladder (TraceOptions). The trace is not
 // in the repository: FindStudy returns this study without trace.path.
 StudyConfig Trace() {
@@ -283,6 +313,7 @@ absl::Status ValidateStudy(const StudyConfig& c) {
     if (!KnownPolicyLabels().contains(p)) {
       return Invalid("policies",
                      "flat-lb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper, "
+                     "cacheroute-bytes, "
                      "cacheroute-replan-10s, cacheroute-sticky-lpt, flat, affinity, replication, "
                      "lpt, fresh, stale, held or fresh-sticky",
                      "\"" + p + "\"");
@@ -367,6 +398,9 @@ absl::Status ValidateStudy(const StudyConfig& c) {
   if (!(f.stickiness >= 0 && std::isfinite(f.stickiness))) {
     return Invalid("fleet.stickiness", "finite and >= 0", Num(f.stickiness));
   }
+  if (!(f.kv_budget_share >= 0 && f.kv_budget_share <= 1)) {
+    return Invalid("fleet.kv_budget_share", "in [0, 1]", Num(f.kv_budget_share));
+  }
   workload::WorkloadProfile w = c.workload;
   w.qps = c.loads.front();
   w.duration_s = c.duration_s + f.warmup_s;
@@ -377,7 +411,8 @@ absl::Status ValidateStudy(const StudyConfig& c) {
 }
 
 std::vector<std::string> StudyNames() {
-  return {"primary", "ablation", "negative", "drift", "turn-bad", "topk256", "trace"};
+  return {"primary",  "ablation", "negative",      "drift",
+          "turn-bad", "topk256",  "hetero-prefix", "trace"};
 }
 
 absl::StatusOr<StudyConfig> FindStudy(absl::string_view name) {
@@ -387,6 +422,7 @@ absl::StatusOr<StudyConfig> FindStudy(absl::string_view name) {
   if (name == "drift") return Drift();
   if (name == "turn-bad") return TurnBad();
   if (name == "topk256") return TopK256();
+  if (name == "hetero-prefix") return HeteroPrefix();
   if (name == "trace") return Trace();
   return absl::NotFoundError(absl::StrCat("--study: unknown study \"", name,
                                           "\" (known: ", absl::StrJoin(StudyNames(), ", "), ")"));
@@ -474,6 +510,9 @@ absl::Status ApplyWorkload(const YAML::Node& node, workload::WorkloadProfile& w)
     e.Read("follow_up_probability", w.follow_up_probability);
     e.Read("template_tokens", w.template_tokens);
     e.Read("context_tokens", w.context_tokens);
+    e.Read("context_sigma", w.context_sigma);
+    e.Read("context_min_tokens", w.context_min_tokens);
+    e.Read("context_max_tokens", w.context_max_tokens);
     e.Read("few_shot_tokens", w.few_shot_tokens);
     e.Read("few_shot_pool", w.few_shot_pool);
     e.Read("few_shot_break_rate", w.few_shot_break_rate);
@@ -540,6 +579,8 @@ absl::Status ApplyYaml(const YAML::Node& root, StudyConfig& c) {
         k.Read("queue_cap", f.queue_cap);
         k.Read("max_plans", f.max_plans);
         k.Read("stickiness", f.stickiness);
+        k.Read("kv_blocks", f.kv_blocks);
+        k.Read("kv_budget_share", f.kv_budget_share);
       }));
     }
   });
@@ -976,6 +1017,63 @@ WorkloadReuse MeasureReuse(const workload::Workload& workload) {
   return {.mean_prompt_tokens = prompt / n,
           .mean_output_tokens = output / n,
           .reuse = prompt > 0 ? reused / prompt : 0};
+}
+
+BudgetCeiling MeasureBudgetCeiling(const workload::Workload& workload, double budget_tokens) {
+  struct Key {
+    double worth = 0;     // reusable tokens of its requests, unbounded cache
+    double shared = 0;    // Σ tokens shared with the previous request
+    double measured = 0;  // requests with a previous one
+    const std::vector<uint64_t>* last = nullptr;
+  };
+  absl::flat_hash_map<std::string, Key> keys;
+  absl::flat_hash_set<uint64_t> seen;
+  double prompt = 0;
+  const uint32_t block = workload.block_size;
+  for (const workload::Request& r : workload.requests) {
+    prompt += r.input_length;
+    const size_t full = std::min<size_t>(r.hash_ids.size(), r.input_length / block);
+    size_t hit = 0;
+    while (hit < full && seen.contains(r.hash_ids[hit])) ++hit;
+    for (size_t i = 0; i < full; ++i) seen.insert(r.hash_ids[i]);
+    Key& k = keys[r.key];
+    k.worth += static_cast<double>(hit) * block;
+    if (k.last != nullptr) {
+      size_t shared = 0;
+      const size_t n = std::min({k.last->size(), r.hash_ids.size(), full});
+      while (shared < n && (*k.last)[shared] == r.hash_ids[shared]) ++shared;
+      k.shared += static_cast<double>(shared) * block;
+      k.measured += 1;
+    }
+    k.last = &r.hash_ids;
+  }
+  struct Item {
+    double worth, size;
+  };
+  std::vector<Item> items;
+  BudgetCeiling out;
+  for (const auto& [name, k] : keys) {
+    const double size = k.measured > 0 ? k.shared / k.measured : 0;
+    out.prefix_tokens += size;
+    items.push_back({k.worth, size});
+  }
+  out.keys = items.size();
+  // Worth per token, decreasing; a key with no reusable prefix costs nothing.
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.worth * b.size > b.worth * a.size; });
+  double left = budget_tokens, saved = 0;
+  for (const Item& item : items) {
+    if (item.size <= left) {
+      saved += item.worth;
+      left -= item.size;
+      ++out.keys_in;
+    } else {
+      saved += item.worth * left / item.size;
+      break;
+    }
+  }
+  out.reuse = prompt > 0 ? saved / prompt : 0;
+  return out;
 }
 
 absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view text,

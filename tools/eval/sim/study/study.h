@@ -75,6 +75,11 @@ struct FleetKnobs {
   double warmup_s = 60;    // simulated seconds before the measured window (not in the metrics)
   double timeout_s = 60;   // a request not finished this long after arrival fails
   uint32_t queue_cap = 0;  // waiting requests per destination before rejecting; 0: none
+  uint32_t kv_blocks = 0;  // KV blocks per destination; 0: the profile's
+  // Byte-aware planning for every CacheRoute variant but the paper's (FleetConfig::
+  // plan_kv_budget_share): the share of each destination's KV reserved for planned prefixes;
+  // 0: the slot model. `cacheroute-bytes` is `cacheroute` with kKvBudgetShare in any study.
+  double kv_budget_share = 0;
 };
 
 // A trace-driven study's requests: a Mooncake-format trace (tools/eval/workload/mooncake.h)
@@ -189,6 +194,20 @@ struct WorkloadReuse {
   double reuse = 0;  // in [0, 1]
 };
 WorkloadReuse MeasureReuse(const workload::Workload& workload);
+
+// The reuse ceiling under a KV budget: the share of prompt tokens any admission can serve from
+// cache when the planned prefixes must fit `budget_tokens` over the fleet. Each key's reusable
+// prefix (the mean tokens a request shares with the key's previous one, as gateways measure it)
+// costs its size once; it is worth the tokens its requests reuse with an unbounded cache (as in
+// MeasureReuse). Keys are packed by worth per token, the last one fractionally: the fractional
+// knapsack, an upper bound on every admission (it also ignores the running requests' own KV).
+struct BudgetCeiling {
+  double reuse = 0;          // in [0, 1]
+  double prefix_tokens = 0;  // Σ of the keys' reusable prefixes
+  uint64_t keys = 0;
+  uint64_t keys_in = 0;  // keys packed whole
+};
+BudgetCeiling MeasureBudgetCeiling(const workload::Workload& workload, double budget_tokens);
 
 // Parses "1,2,3" into numbers; InvalidArgument naming `flag` and the bad item.
 absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view text, absl::string_view flag);
