@@ -521,6 +521,13 @@ TEST_CASE("each validation error names the field and the value") {
        "planned_prefix_share: must be a number in (0, 1], got 0"},
       {"request_overhead_tokens", [](PlannerConfig& c) { c.request_overhead_tokens = -1; },
        "request_overhead_tokens: must be a finite number >= 0, got -1"},
+      {"hashed placement with byte-aware planning",
+       [](PlannerConfig& c) {
+         c.kv_tokens_per_destination = 641136;
+         c.placement = "hashed";
+       },
+       "placement: must be \"lpt\" with kv_tokens_per_destination > 0 (byte-aware planning "
+       "places by LPT), got \"hashed\""},
       {"W", [](PlannerConfig& c) { c.slots_per_destination = 0; },
        "slots_per_destination: must be an integer >= 1, got 0"},
       {"control_interval", [](PlannerConfig& c) { c.control_interval = absl::ZeroDuration(); },

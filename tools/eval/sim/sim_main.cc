@@ -150,7 +150,6 @@ int Bound(const std::string& study_name, const std::string& config, double qps, 
   const study::WorkloadReuse r = study::MeasureReuse(*w);
   const double reuse = r.reuse;
   hits.insert(hits.begin(), 0.0);
-  hits.push_back(reuse);
   std::cout << absl::StrFormat(
       "study           %s (profile %s, R = %d)\nrequests        %d\nmean_prompt     %.0f\n"
       "mean_output     %.0f\nreuse_ceiling   %.4f (KV hit of one engine with an unbounded cache)\n"
@@ -163,24 +162,28 @@ int Bound(const std::string& study_name, const std::string& config, double qps, 
   const study::BudgetCeiling whole = study::MeasureBudgetCeiling(*w, fleet_kv);
   const study::BudgetCeiling reserved =
       study::MeasureBudgetCeiling(*w, fleet_kv * study::kKvBudgetShare);
-  hits.push_back(whole.reuse);
-  hits.push_back(reserved.reuse);
-  std::sort(hits.begin(), hits.end());
-  for (double h : hits) {
+  // Each hit once, with what it is (several ceilings coincide when every prefix fits).
+  std::vector<std::pair<double, std::string>> rows;
+  for (double h : hits) rows.emplace_back(h, "");
+  rows.emplace_back(reuse, "reuse ceiling");
+  rows.emplace_back(whole.reuse, "budget ceiling (the whole KV)");
+  rows.emplace_back(reserved.reuse,
+                    absl::StrFormat("budget ceiling (%g of the KV)", study::kKvBudgetShare));
+  std::sort(rows.begin(), rows.end());
+  for (size_t i = 0; i < rows.size();) {
+    const double h = rows[i].first;
+    std::vector<std::string> what;
+    for (; i < rows.size() && rows[i].first == h; ++i) {
+      if (!rows[i].second.empty()) what.push_back(rows[i].second);
+    }
     const double q = sim::SaturationQps(*profile, r.mean_prompt_tokens,
                                         (1 - h) * r.mean_prompt_tokens, r.mean_output_tokens);
-    std::string what;
-    if (h == reuse) what = " reuse ceiling";
-    if (h == whole.reuse) absl::StrAppend(&what, " budget ceiling, the whole KV");
-    if (h == reserved.reuse) {
-      absl::StrAppend(&what,
-                      absl::StrFormat(" budget ceiling, %g of the KV", study::kKvBudgetShare));
-    }
-    std::cout << absl::StrFormat("%-8.4f %-16.1f%s\n", h, c->destinations * q, what);
+    std::cout << absl::StrFormat("%-8.4f %-16.1f %s\n", h, c->destinations * q,
+                                 absl::StrJoin(what, ", "));
   }
   std::cout << absl::StrFormat(
-      "prefixes        %d keys, %.0f reusable tokens in all; fleet KV %.0f tokens (%d blocks × %d "
-      "destinations); keys whose prefix fits whole: %d (whole KV), %d (%g of it)\n",
+      "prefixes        %d keys, %.0f reusable tokens in all; fleet KV %.0f tokens (%d blocks x %d "
+      "destinations); keys whose prefix fits whole: %d (the whole KV), %d (%g of it)\n",
       whole.keys, whole.prefix_tokens, fleet_kv, kv_blocks, c->destinations, whole.keys_in,
       reserved.keys_in, study::kKvBudgetShare);
   return 0;
