@@ -16,15 +16,15 @@
 // within its budget where it can. docs/planner.md, "Byte-aware planning", has the rule and its
 // estimates.
 //
-// Invariants of a returned Plan: Σk_b ≤ C (byte-aware: Σ reusable × k_b ≤ R × kv_budget_tokens);
-// the admitted keys are a prefix of the rate order (byte-aware: of the saved-work order, skipping
-// keys that do not fit); each
-// key's destinations are distinct and sorted; λ_b/k_b ≤ q_cap unless k_b was capped at R (or
-// replication is switched off, below); the expected loads sum to the total rate. The result
-// depends only on the multiset of (key, rate) pairs, not on their order in the input, and is
-// bit-for-bit reproducible. No I/O, no clock, no randomness: time is read only through an
-// injected Clock, if one is given. One Build at a time per PlanBuilder; BuildPlan builds with a
-// fresh one.
+// Invariants of a returned Plan: Σk_b ≤ C and the admitted keys are a prefix of the rate order
+// (byte-aware: Σ reusable × k_b ≤ R × kv_budget_tokens, and a key is admitted exactly when it fits
+// what the keys saving more left); plans list keys in decreasing rate; each key's destinations
+// are distinct and sorted; λ_b/k_b ≤ q_cap unless k_b was capped at R (or replication is switched
+// off, below; byte-aware: the same for expected work against the work cap); the expected loads
+// sum to the total rate. The result depends only on the multiset of (key, rate[, sizes]) tuples,
+// not on their order in the input, and is bit-for-bit reproducible. No I/O, no clock, no
+// randomness: time is read only through an injected Clock, if one is given. One Build at a time
+// per PlanBuilder; BuildPlan builds with a fresh one.
 //
 // Usage:
 //   std::vector<cacheroute::planner::KeyRate> rates = {{/*key=*/7, /*rate=*/3.5}, {9, 0.25}};

@@ -691,6 +691,13 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
       !status.ok()) {
     return status;
   }
+  if (config.kv_tokens_per_destination > 0 && config.algorithm != "cacheroute") {
+    return Invalid(
+        "kv_tokens_per_destination",
+        absl::StrCat("byte-aware planning is algorithm \"cacheroute\"'s; ", Quote(config.algorithm),
+                     " plans by slots (set kv_tokens_per_destination to 0), got ",
+                     config.kv_tokens_per_destination));
+  }
   if (config.kv_tokens_per_destination > 0 && config.placement != "lpt") {
     return Invalid("placement", absl::StrCat("must be \"lpt\" with kv_tokens_per_destination > 0 "
                                              "(byte-aware planning places by LPT), got ",

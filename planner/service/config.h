@@ -147,15 +147,15 @@ absl::StatusOr<PlannerConfig> LoadPlannerConfig(int argc, const char* const* arg
 
 // Checks ranges and consistency: 1 … kMaxConfigDestinations destinations with distinct, non-empty
 // names; q_cap finite > 0; W ≥ 1; an algorithm of planner/algorithm.h; placement "lpt" or
-// "hashed" ("lpt" with byte-aware planning); kv_tokens_per_destination and
-// request_overhead_tokens finite ≥ 0; planned_prefix_share in (0, 1]; gate_interval finite >= 0;
-// control_interval, rate_smoothing and key_ttl finite > 0;
-// table_ttl_seconds finite > 0; history ≥ 1; max_keys_per_report ≥ 1; max_message_bytes in
-// [1, kMaxMessageBytesLimit]; TLS cert and key both or neither, client CA only with them; a token
-// of visible ASCII, and one present if token_required_for_reads; log_format "text" or "json";
-// listen HOST:PORT and metrics_listen HOST:PORT or "". With etcd.enabled: 1 or more endpoints,
-// each HOST:PORT; key_prefix starting and ending with '/'; lease_ttl_seconds in [1, 3600];
-// replica_id and advertise (HOST:PORT or "") without whitespace.
+// "hashed" ("lpt", and algorithm "cacheroute", with byte-aware planning); kv_tokens_per_destination
+// and request_overhead_tokens finite ≥ 0; planned_prefix_share in (0, 1]; gate_interval finite >=
+// 0; control_interval, rate_smoothing and key_ttl finite > 0; table_ttl_seconds finite > 0; history
+// ≥ 1; max_keys_per_report ≥ 1; max_message_bytes in [1, kMaxMessageBytesLimit]; TLS cert and key
+// both or neither, client CA only with them; a token of visible ASCII, and one present if
+// token_required_for_reads; log_format "text" or "json"; listen HOST:PORT and metrics_listen
+// HOST:PORT or "". With etcd.enabled: 1 or more endpoints, each HOST:PORT; key_prefix starting and
+// ending with '/'; lease_ttl_seconds in [1, 3600]; replica_id and advertise (HOST:PORT or "")
+// without whitespace.
 absl::Status ValidatePlannerConfig(const PlannerConfig& config);
 
 }  // namespace cacheroute::service

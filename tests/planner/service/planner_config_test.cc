@@ -521,6 +521,13 @@ TEST_CASE("each validation error names the field and the value") {
        "planned_prefix_share: must be a number in (0, 1], got 0"},
       {"request_overhead_tokens", [](PlannerConfig& c) { c.request_overhead_tokens = -1; },
        "request_overhead_tokens: must be a finite number >= 0, got -1"},
+      {"the paper's algorithm with byte-aware planning",
+       [](PlannerConfig& c) {
+         c.kv_tokens_per_destination = 641136;
+         c.algorithm = "cacheroute-paper";
+       },
+       "kv_tokens_per_destination: byte-aware planning is algorithm \"cacheroute\"'s; "
+       "\"cacheroute-paper\" plans by slots (set kv_tokens_per_destination to 0), got 641136"},
       {"hashed placement with byte-aware planning",
        [](PlannerConfig& c) {
          c.kv_tokens_per_destination = 641136;

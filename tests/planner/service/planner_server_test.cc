@@ -294,18 +294,23 @@ TEST_CASE("after a restart the planner serves the same version and numbers onwar
 }
 
 TEST_CASE("byte-aware planning: reported sizes decide admission and survive a restart") {
-  // Two destinations of 10,000 KV tokens, half reserved for planned prefixes: 10,000 in all.
+  // Two destinations of 1M KV tokens, 0.5% reserved for planned prefixes: 10,000 tokens in all.
+  // The caches are large for the traffic, so every prefix survives (nearly) and saved work is
+  // rate × reusable tokens.
   PlannerConfig config = TestConfig();
+  config.algorithm = "cacheroute";  // byte-aware planning is its
   config.state_dir = TempDir();
-  config.kv_tokens_per_destination = 10000;
-  config.planned_prefix_share = 0.5;
+  config.kv_tokens_per_destination = 1e6;
+  config.planned_prefix_share = 0.005;
   Fixture f(config);
-  // Over the 10 s window: "agent" 20 requests of 8,000 shared tokens (16,000 tokens/s saved),
-  // "chat" 100 of 200 (2,000), "rag" 30 of 4,000 (12,000): agent and chat fit, rag does not.
+  // Over the 10 s window, every request 1,000 tokens beyond its reusable prefix: "agent" 2/s of
+  // 8,000 reusable tokens (16,000 tokens/s saved, 8,000 of the budget), "rag" 3/s of 4,000
+  // (12,000; 4,000), "chat" 10/s of 200 (2,000; split over both destinations for its work, 400):
+  // agent and chat fit, rag does not once agent is in.
   v1::ReportRatesRequest report =
       testing::MakeRateReport("gw", 1, f.clock_.Now(), {{"agent", 20}, {"chat", 100}, {"rag", 30}});
   const std::map<std::string, std::pair<double, double>> sizes = {
-      {"agent", {8000, 9000}}, {"chat", {200, 1000}}, {"rag", {4000, 4500}}};
+      {"agent", {8000, 9000}}, {"chat", {200, 1200}}, {"rag", {4000, 5000}}};
   for (v1::KeyCount& kc : *report.mutable_counts()) {
     kc.set_reusable_tokens(sizes.at(kc.key()).first * kc.count());
     kc.set_prompt_tokens(sizes.at(kc.key()).second * kc.count());
@@ -323,7 +328,8 @@ TEST_CASE("byte-aware planning: reported sizes decide admission and survive a re
     const v1::GetStatusResponse status = f.Status();
     REQUIRE(status.has_byte_aware());
     CHECK(status.byte_aware().kv_budget_tokens() == 10000);
-    CHECK(status.byte_aware().kv_used_tokens() == Approx(8200));
+    CHECK(status.byte_aware().kv_used_tokens() == Approx(8400));
+    CHECK(by_key["chat"].destinations_size() == 2);
     CHECK(status.byte_aware().measured_keys() == 3);
     grpc::ClientContext context;
     v1::ExplainRequest request;
@@ -334,7 +340,7 @@ TEST_CASE("byte-aware planning: reported sizes decide admission and survive a re
     CHECK(rag.byte_aware());
     CHECK(rag.reusable_measured());
     CHECK(rag.reusable_tokens() == Approx(4000));
-    CHECK(rag.prompt_tokens() == Approx(4500));
+    CHECK(rag.prompt_tokens() == Approx(5000));
     CHECK_THAT(rag.reason(), Catch::Contains("KV budget"));
   };
   check();
