@@ -459,7 +459,7 @@ class WorkModel {
   }
   double Survival(double rate, uint32_t k) const {
     if (turnover_ == 0) return 1;
-    const double x = rate * turnover_ / k;
+    const double x = k == 1 ? rate * turnover_ : rate * turnover_ / k;  // the same at k = 1
     return x / (1 + x);
   }
   double Work(size_t i, uint32_t k) const {
@@ -476,6 +476,7 @@ class WorkModel {
   }
   uint64_t measured() const { return measured_; }
   double turnover() const { return turnover_; }
+  double overhead() const { return overhead_; }
 
  private:
   WorkModel(std::span<const KeyRate> rates, std::span<const KeyTokens> tokens,
@@ -506,11 +507,15 @@ struct WorkCap {
   double total_work = 0;
 };
 WorkCap ComputeWorkCap(std::span<const KeyRate> rates, const WorkModel& model,
-                       const PlanConfig& config, double* work1) {
+                       const PlanConfig& config, double* work1, double* survival1 = nullptr) {
   double total_rate = config.unkeyed_rate, total_work = model.UnkeyedWork(config.unkeyed_rate);
   for (size_t i = 0; i < rates.size(); ++i) {
     total_rate += rates[i].rate;
-    work1[i] = model.Work(i, 1);
+    // model.Work(i, 1), keeping the survival for RankBySavedWork.
+    const double rate = rates[i].rate;
+    const double h = model.Survival(rate, 1);
+    if (survival1 != nullptr) survival1[i] = h;
+    work1[i] = rate * (model.Prompt(i) - model.Reusable(i) * h + model.overhead());
     total_work += work1[i];
   }
   WorkCap out{.cap = 0, .total_work = total_work};
@@ -634,16 +639,23 @@ uint64_t PackRanked(size_t index, double cost) {
 // The byte-aware admission order: sorted[0, n) becomes ranked keys radix-sorted by the top bits
 // of their saved work (decreasing); returns the lowest bit sorted on (TopBitsRadix). Runs that
 // agree in those bits stay in input order: the scan orders them exactly when it matters.
-// cost[i] is what key i takes from the budget, reusable × k_b. Needs n < 2^32.
+// cost[i] is what key i takes from the budget, reusable × k_b (on entry: its survival at one
+// destination, from ComputeWorkCap); *least the least cost of a key that saves work (infinity
+// when none does). Needs n < 2^32.
 int RankBySavedWork(std::span<const KeyRate> rates, const WorkModel& model,
                     const PlanConfig& config, double work_cap, const double* work1, double* cost,
-                    KeyRate* sorted, KeyRate* scratch) {
+                    double* least, KeyRate* sorted, KeyRate* scratch) {
   const size_t n = rates.size();
+  *least = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < n; ++i) {
     const uint32_t k = KeyAssignments(work1[i], config, work_cap);
-    const double saved = rates[i].rate > 0 ? model.Saved(i, k) : 0.0;
-    cost[i] = model.Reusable(i) * k;
+    const double rate = rates[i].rate;
+    const double reusable = model.Reusable(i);
+    // model.Saved(i, k), with the survival at k = 1 as ComputeWorkCap found it.
+    const double saved = rate > 0 ? (k == 1 ? rate * reusable * cost[i] : model.Saved(i, k)) : 0.0;
+    cost[i] = reusable * k;
     sorted[i] = {PackRanked(i, cost[i]), saved > 0 ? saved : 0.0};
+    if (saved > 0) *least = std::min(*least, cost[i]);
   }
   return TopBitsRadix(sorted, scratch, n, ByDescendingRate(), 22);
 }
@@ -745,7 +757,8 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   if (absl::Status status = ValidatePlanConfig(config); !status.ok()) return status;
   const size_t n = rates.size();
   std::optional<WorkModel> model;
-  if (IsByteAware(config) && !tokens.empty()) {
+  const bool maybe_bytes = IsByteAware(config) && !tokens.empty();
+  if (maybe_bytes) {
     if (absl::Status status = ValidateTokens(rates, tokens); !status.ok()) return status;
     if (n > std::numeric_limits<uint32_t>::max()) {
       return absl::OutOfRangeError(
@@ -772,7 +785,7 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
           absl::StrFormat("rates[%u] (key %u): rate must be a finite number >= 0, got %s", i,
                           kr.key, FormatRate(kr.rate)));
     }
-    sorted[i] = {kr.key, kr.rate == 0 ? 0.0 : kr.rate};
+    if (!maybe_bytes) sorted[i] = {kr.key, kr.rate == 0 ? 0.0 : kr.rate};
     if (i > 0 && rates[i - 1].key >= kr.key) sorted_by_key = false;
   }
 
@@ -809,15 +822,22 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
       if (duplicate_found) return DuplicateKeyError(rates, duplicate_key);
     }
   }
-  if (IsByteAware(config) && !tokens.empty()) model = WorkModel::Make(rates, tokens, config);
+  if (maybe_bytes) {
+    model = WorkModel::Make(rates, tokens, config);
+    if (!model.has_value()) {  // no key measured: the slot model, which sorts the pairs
+      for (size_t i = 0; i < n; ++i)
+        sorted[i] = {rates[i].key, rates[i].rate == 0 ? 0.0 : rates[i].rate};
+    }
+  }
   WorkCap work_cap;
   int lowest_bit = 64;
+  double least_cost = 0;
   if (model.has_value()) {
     if (work1_.size() < n) work1_.resize(n);
     if (cost_.size() < n) cost_.resize(n);
-    work_cap = ComputeWorkCap(rates, *model, config, work1_.data());
+    work_cap = ComputeWorkCap(rates, *model, config, work1_.data(), cost_.data());
     lowest_bit = RankBySavedWork(rates, *model, config, work_cap.cap, work1_.data(), cost_.data(),
-                                 sorted, scratch);
+                                 &least_cost, sorted, scratch);
   } else {
     TopBitsSort(sorted, scratch, n, ByDescendingRate(), 22, RateOrderLess, ByKey(),
                 ByDescendingRate());
@@ -826,7 +846,7 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   if (duplicate_found) return DuplicateKeyError(rates, duplicate_key);
   if (model.has_value()) {
     return BuildByteAware(rates, config, previous, *model, work_cap.cap, work_cap.total_work,
-                          lowest_bit, start);
+                          lowest_bit, least_cost, start);
   }
 
   // The cap every k_b below is computed with (PlanConfig::balance_share).
@@ -912,7 +932,7 @@ absl::StatusOr<Plan> PlanBuilder::BuildByteAware(std::span<const KeyRate> rates,
                                                  const PlanConfig& config, const Plan* previous,
                                                  const WorkModel& model, double work_cap,
                                                  double total_work, int lowest_bit,
-                                                 absl::Time start) {
+                                                 double least_cost, absl::Time start) {
   const size_t n = rates.size();
   KeyRate* const ranked = sorted_.data();
   const uint32_t r_count = config.destinations;
@@ -964,7 +984,9 @@ absl::StatusOr<Plan> PlanBuilder::BuildByteAware(std::span<const KeyRate> rates,
     return a.rate > b.rate ||
            (a.rate == b.rate && rates[RankedIndex(a)].key < rates[RankedIndex(b)].key);
   };
-  for (size_t begin = 0; begin < n;) {
+  size_t begin = 0;
+  // Once not even the cheapest key fits what is left, the rest is only summed.
+  while (begin < n && kv_used + least_cost <= stats.kv_budget) {
     size_t end = begin + 1;
     while (end < n && top(ranked[end]) == top(ranked[begin])) ++end;
     double most = 0;                                       // ≥ the run's cost
@@ -992,6 +1014,7 @@ absl::StatusOr<Plan> PlanBuilder::BuildByteAware(std::span<const KeyRate> rates,
     }
     begin = end;
   }
+  for (; begin < n; ++begin) possible += ranked[begin].rate;
   const size_t m = admitted.size();
 
   double cold_tail = config.unkeyed_rate;

@@ -260,7 +260,7 @@ class PlanBuilder {
                                       const Plan* previous,
                                       const plan_builder_internal::WorkModel& model,
                                       double work_cap, double total_work, int lowest_bit,
-                                      absl::Time start);
+                                      double least_cost, absl::Time start);
 
   base::Clock* clock_;
   std::vector<KeyRate> sorted_;  // the rate order; never shrinks, the first n entries are used
