@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "epp/ext_proc_messages.h"
 
 namespace cacheroute::epp {
 namespace {
@@ -52,84 +53,6 @@ class RecordingExchange : public Exchange {
   }
   void Finished(bool complete) override { finished.push_back(complete); }
 };
-
-ext_proc::ProcessingRequest Headers(bool end_of_stream = false, const HeaderList& extra = {}) {
-  ext_proc::ProcessingRequest r;
-  auto* map = r.mutable_request_headers()->mutable_headers();
-  for (const auto& [key, value] : HeaderList{{":method", "POST"},
-                                             {":path", "/v1/chat/completions"},
-                                             {"content-type", "application/json"}}) {
-    auto* h = map->add_headers();
-    h->set_key(key);
-    h->set_raw_value(value);
-  }
-  for (const auto& [key, value] : extra) {
-    auto* h = map->add_headers();
-    h->set_key(key);
-    h->set_raw_value(value);
-  }
-  r.mutable_request_headers()->set_end_of_stream(end_of_stream);
-  return r;
-}
-
-ext_proc::ProcessingRequest WithConfig(ext_proc::ProcessingRequest r, BodySendMode request_mode,
-                                       BodySendMode response_mode) {
-  r.mutable_protocol_config()->set_request_body_mode(request_mode);
-  r.mutable_protocol_config()->set_response_body_mode(response_mode);
-  return r;
-}
-
-ext_proc::ProcessingRequest WithSubset(ext_proc::ProcessingRequest r,
-                                       const google::protobuf::Value& value) {
-  (*(*r.mutable_metadata_context()->mutable_filter_metadata())["envoy.lb.subset_hint"]
-        .mutable_fields())["x-gateway-destination-endpoint-subset"] = value;
-  return r;
-}
-
-google::protobuf::Value StringList(const std::vector<std::string>& items) {
-  google::protobuf::Value v;
-  auto* list = v.mutable_list_value();
-  for (const std::string& s : items) list->add_values()->set_string_value(s);
-  return v;
-}
-
-ext_proc::ProcessingRequest Body(const std::string& bytes, bool end_of_stream) {
-  ext_proc::ProcessingRequest r;
-  r.mutable_request_body()->set_body(bytes);
-  r.mutable_request_body()->set_end_of_stream(end_of_stream);
-  return r;
-}
-
-ext_proc::ProcessingRequest RequestTrailers() {
-  ext_proc::ProcessingRequest r;
-  r.mutable_request_trailers();
-  return r;
-}
-
-ext_proc::ProcessingRequest ResponseHeaders(const std::string& status, bool end_of_stream = false) {
-  ext_proc::ProcessingRequest r;
-  auto* h = r.mutable_response_headers()->mutable_headers()->add_headers();
-  h->set_key(":status");
-  h->set_raw_value(status);
-  auto* ct = r.mutable_response_headers()->mutable_headers()->add_headers();
-  ct->set_key("content-type");
-  ct->set_raw_value("text/event-stream");
-  r.mutable_response_headers()->set_end_of_stream(end_of_stream);
-  return r;
-}
-
-ext_proc::ProcessingRequest ResponseBody(const std::string& bytes, bool end_of_stream) {
-  ext_proc::ProcessingRequest r;
-  r.mutable_response_body()->set_body(bytes);
-  r.mutable_response_body()->set_end_of_stream(end_of_stream);
-  return r;
-}
-
-ext_proc::ProcessingRequest ResponseTrailers() {
-  ext_proc::ProcessingRequest r;
-  r.mutable_response_trailers();
-  return r;
-}
 
 // The set_headers of a mutation as (key, raw_value); CHECKs that value is never set beside it and
 // that every header overwrites.
