@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "tools/gateway/gateway.h"  // ErrorBody
+#include "tools/gateway/openai_fields.h"  // ErrorBody
 
 namespace cacheroute::epp {
 namespace {
