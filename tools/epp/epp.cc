@@ -23,8 +23,10 @@ namespace {
 
 namespace asio = boost::asio;
 
-// A non-streamed answer is kept up to this size for its `usage`; a larger one is not read.
-constexpr size_t kMaxUnaryBody = 64u << 20;
+// A non-streamed answer is kept up to this size for its `usage` (the gateway, which must hold the
+// whole answer anyway, reads up to 64 MiB); a larger one's usage is not read. Completions are
+// far smaller; this bounds what thousands of concurrent answers can hold here.
+constexpr size_t kMaxUnaryBody = 4u << 20;
 
 // Which of the gateway's endpoints (metrics label `endpoint`) a request path is; any other POST
 // path is routed as a completion is and counted as one.
