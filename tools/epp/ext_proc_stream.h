@@ -39,8 +39,8 @@
 //     step.status (OK after an immediate response).
 //   stream.Close();  // once the stream is over, whatever ended it; tells the Exchange
 //
-// Invariants: Exchange::Route is called at most once; Exchange::Finished exactly once after a
-// Route that chose an endpoint (complete = the response's end was seen), never otherwise.
+// Invariants: Exchange::RouteRequest is called at most once; Exchange::Finished exactly once after
+// a route that chose an endpoint (complete = the response's end was seen), never otherwise.
 #pragma once
 
 #include <cstddef>
