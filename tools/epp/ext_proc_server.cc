@@ -7,6 +7,7 @@
 #include <deque>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/config_file.h"
@@ -47,11 +48,13 @@ struct ExtProcServer::Counters {
 class ExtProcServer::Reactor
     : public grpc::ServerBidiReactor<ext_proc::ProcessingRequest, ext_proc::ProcessingResponse> {
  public:
-  Reactor(ExtProcServer& server, std::unique_ptr<Exchange> exchange)
+  Reactor(ExtProcServer& server, grpc::CallbackServerContext* context,
+          std::unique_ptr<Exchange> exchange)
       : server_(server),
+        context_(context),
         exchange_(std::move(exchange)),
         stream_(server.options_.stream, *exchange_) {
-    server_.StreamStarted();
+    server_.StreamStarted(context_);
     StartRead(&request_);
   }
 
@@ -106,7 +109,7 @@ class ExtProcServer::Reactor
 
   void OnDone() override {
     stream_.Close();
-    server_.StreamEnded();
+    server_.StreamEnded(context_);
     delete this;
   }
 
@@ -133,6 +136,7 @@ class ExtProcServer::Reactor
   }
 
   ExtProcServer& server_;
+  grpc::CallbackServerContext* const context_;
   std::unique_ptr<Exchange> exchange_;
   ExtProcStream stream_;
   ext_proc::ProcessingRequest request_;  // the read in progress
@@ -151,7 +155,7 @@ class ExtProcServer::Service : public ext_proc::ExternalProcessor::CallbackServi
   explicit Service(ExtProcServer& server) : server_(server) {}
   grpc::ServerBidiReactor<ext_proc::ProcessingRequest, ext_proc::ProcessingResponse>* Process(
       grpc::CallbackServerContext* context) override {
-    return new Reactor(server_, server_.factory_());
+    return new Reactor(server_, context, server_.factory_());
   }
 
  private:
@@ -219,44 +223,49 @@ void ExtProcServer::Publish(bool ready) {
 }
 
 void ExtProcServer::SetReady(bool ready) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (stopped_ || draining_.load()) return;
   if (ready_.exchange(ready) != ready) Publish(ready);
 }
 
-void ExtProcServer::StreamStarted() {
+void ExtProcServer::StreamStarted(grpc::CallbackServerContext* context) {
   counters_->streams.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
-  ++active_;
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  active_.insert(context);
 }
 
-void ExtProcServer::StreamEnded() {
-  std::lock_guard<std::mutex> lock(mu_);
-  --active_;
-  if (active_ == 0) active_cv_.notify_all();
+void ExtProcServer::StreamEnded(grpc::CallbackServerContext* context) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  active_.erase(context);
+  if (active_.empty()) active_cv_.notify_all();
 }
 
 size_t ExtProcServer::active_streams() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return active_;
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return active_.size();
 }
 
 size_t ExtProcServer::Drain(absl::Duration delay, absl::Duration timeout) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (stopped_ || draining_.exchange(true)) return 0;
     Publish(false);
   }
   std::this_thread::sleep_for(absl::ToChronoMicroseconds(delay));
-  const auto deadline = std::chrono::system_clock::now() + absl::ToChronoMicroseconds(timeout);
-  // Shutdown stops accepting streams at once, waits for those in progress until the deadline and
-  // then cancels them; meanwhile this thread sees how many were still there at the deadline.
-  std::thread shutdown([this, deadline] { server_->Shutdown(deadline); });
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMicroseconds(timeout);
+  // Shutdown stops accepting streams at once and returns once those in progress have ended; what
+  // is still open at the deadline is counted, then cancelled here (a count taken before anything
+  // is cut, so it cannot race the cancellation).
+  std::thread shutdown([this] { server_->Shutdown(); });
   size_t left;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    active_cv_.wait_until(lock, deadline, [this] { return active_ == 0; });
-    left = active_;
+    std::unique_lock<std::recursive_mutex> lock(mu_);
+    active_cv_.wait_until(lock, deadline, [this] { return active_.empty(); });
+    left = active_.size();
+    // A copy: a cancelled stream may leave active_ while this loop runs. Each context stays valid
+    // until its stream has ended, which needs mu_, held here.
+    const std::vector<grpc::CallbackServerContext*> cut(active_.begin(), active_.end());
+    for (grpc::CallbackServerContext* context : cut) context->TryCancel();
   }
   shutdown.join();
   return left;
@@ -264,7 +273,7 @@ size_t ExtProcServer::Drain(absl::Duration delay, absl::Duration timeout) {
 
 void ExtProcServer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     if (stopped_) return;
     stopped_ = true;
   }

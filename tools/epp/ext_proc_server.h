@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -92,8 +93,8 @@ class ExtProcServer {
   struct Counters;
 
   ExtProcServer(const ExtProcServerOptions& options, ExchangeFactory factory);
-  void StreamStarted();
-  void StreamEnded();
+  void StreamStarted(grpc::CallbackServerContext* context);
+  void StreamEnded(grpc::CallbackServerContext* context);
   void Publish(bool ready);
 
   const ExtProcServerOptions options_;
@@ -104,9 +105,11 @@ class ExtProcServer {
   int port_ = 0;
   std::atomic<bool> draining_{false};
   std::atomic<bool> ready_{false};
-  mutable std::mutex mu_;  // guards active_, stopped_; active_cv_ waits on it
-  std::condition_variable active_cv_;
-  size_t active_ = 0;
+  // Guards active_ and stopped_; active_cv_ waits on it. Recursive: a stream cancelled by Drain
+  // may end (StreamEnded) on the cancelling thread, inside TryCancel.
+  mutable std::recursive_mutex mu_;
+  std::condition_variable_any active_cv_;
+  std::set<grpc::CallbackServerContext*> active_;  // the streams in progress
   bool stopped_ = false;
 };
 
