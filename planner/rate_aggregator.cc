@@ -254,7 +254,8 @@ absl::Status RateAggregator::ValidateReport(const RateReport& report) {
     // One combined test for the common case; the slow path says which field is wrong.
     const bool tokens_ok =
         !entry.prompt_tokens.has_value() || IsFiniteNonNegative(*entry.prompt_tokens);
-    if (!IsValidCount(entry.count) || !tokens_ok || entry.key.size() > kMaxKeyBytes) {
+    if (!IsValidCount(entry.count) || !tokens_ok || entry.key.size() > kMaxKeyBytes ||
+        entry.served_at.size() > kMaxKeyBytes) {
       if (!IsValidCount(entry.count)) {
         return CountError(absl::StrFormat("counts[%u].count", i), entry.count);
       }
@@ -262,6 +263,9 @@ absl::Status RateAggregator::ValidateReport(const RateReport& report) {
         return absl::InvalidArgumentError(
             absl::StrFormat("counts[%u].prompt_tokens: must be a finite number >= 0, got %s", i,
                             FormatNumber(*entry.prompt_tokens)));
+      }
+      if (entry.served_at.size() > kMaxKeyBytes) {
+        return KeyNameError(absl::StrFormat("counts[%u].served_at", i), entry.served_at);
       }
       return KeyNameError(absl::StrFormat("counts[%u].key", i), entry.key);
     }
@@ -318,8 +322,10 @@ absl::StatusOr<ReportResult> RateAggregator::Apply(const RateReport& report, abs
     KeyEntry& key = keys_[entry.key_id];
     key.pending += entry.count;
     key.last_report_ns = now_ns;
-    if (!entry.key.empty() && (key.name == nullptr || *key.name != entry.key)) {
-      key.name = std::make_unique<std::string>(entry.key);
+    if (!entry.key.empty() || !entry.served_at.empty()) {
+      if (key.text == nullptr) key.text = std::make_unique<KeyText>();
+      if (!entry.key.empty() && key.text->name != entry.key) key.text->name = entry.key;
+      if (!entry.served_at.empty()) key.text->served_at = entry.served_at;
     }
   }
   return ReportResult{.duplicate = false, .accepted_keys = n};
@@ -384,8 +390,14 @@ std::optional<double> RateAggregator::RateOf(uint64_t key_id) const {
 
 std::string_view RateAggregator::KeyName(uint64_t key_id) const {
   auto it = keys_.find(key_id);
-  if (it == keys_.end() || it->second.name == nullptr) return {};
-  return *it->second.name;
+  if (it == keys_.end() || it->second.text == nullptr) return {};
+  return it->second.text->name;
+}
+
+std::string_view RateAggregator::ServedAt(uint64_t key_id) const {
+  auto it = keys_.find(key_id);
+  if (it == keys_.end() || it->second.text == nullptr) return {};
+  return it->second.text->served_at;
 }
 
 std::vector<GatewayInfo> RateAggregator::Gateways() const {
@@ -413,7 +425,7 @@ RateAggregator::State RateAggregator::Export() const {
                           .rate = key.rate,
                           .pending = key.pending,
                           .last_report = absl::FromUnixNanos(key.last_report_ns),
-                          .name = key.name == nullptr ? std::string() : *key.name});
+                          .name = key.text == nullptr ? std::string() : key.text->name});
   }
   std::sort(state.keys.begin(), state.keys.end(),
             [](const State::Key& a, const State::Key& b) { return a.key_id < b.key_id; });
@@ -464,7 +476,7 @@ absl::StatusOr<RateAggregator> RateAggregator::Restore(const State& state,
     entry.rate = key.rate;
     entry.pending = key.pending;
     entry.last_report_ns = absl::ToUnixNanos(key.last_report);
-    if (!key.name.empty()) entry.name = std::make_unique<std::string>(key.name);
+    if (!key.name.empty()) entry.text = std::make_unique<KeyText>(KeyText{.name = key.name, .served_at = {}});
   }
   for (size_t i = 0; i < state.gateways.size(); ++i) {
     const GatewayInfo& gateway = state.gateways[i];
