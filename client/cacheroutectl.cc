@@ -152,7 +152,7 @@ class PlanCommand final : public Command {
 
     base::RealClock clock;
     absl::StatusOr<planner::Plan> plan =
-        planner::BuildPlan(ranked.rates, plan_config, &clock, nullptr, ranked.tokens);
+        planner::BuildPlan(ranked.rates, plan_config, &clock, nullptr, {}, ranked.tokens);
     if (!plan.ok()) return plan.status();
     if (byte_aware && !plan->stats().byte_aware) {
       return absl::InvalidArgumentError(

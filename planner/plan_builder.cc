@@ -269,42 +269,51 @@ void PlaceLpt(const PlanConfig& config, std::span<const KeyRate> admitted,
       });
 }
 
-// LPT with placement hysteresis (PlanConfig::stickiness): like PlaceLpt, except that a job first
-// tries the key's previous destinations not yet chosen for it, and stays on the least loaded of
-// them if that keeps it at or under (1 + stickiness) × mean_load. Returns the number of jobs that
-// ended on a previous destination.
-uint64_t PlaceSticky(const PlanConfig& config, const Plan& previous, double mean_load,
-                     std::span<const KeyRate> admitted, std::span<uint32_t> offsets,
-                     std::span<uint32_t> destination_ids, std::span<double> loads) {
+// LPT with placement hysteresis (PlanConfig::stickiness) and warm hints: like PlaceLpt, except
+// that a job first tries the key's previous destinations (when `previous` is given) and the
+// destination where the key is warm (`warm`) not yet chosen for it, and stays on the least loaded
+// of them if that keeps it at or under (1 + stickiness) × mean_load. Counts the jobs that ended on
+// a previous destination in *kept and on the warm one in *warmed.
+void PlaceSticky(const PlanConfig& config, const Plan* previous,
+                 const absl::flat_hash_map<uint64_t, uint32_t>& warm, double mean_load,
+                 std::span<const KeyRate> admitted, std::span<uint32_t> offsets,
+                 std::span<uint32_t> destination_ids, std::span<double> loads, uint64_t* kept,
+                 uint64_t* warmed) {
   absl::flat_hash_map<uint64_t, uint32_t> previous_index;
-  previous_index.reserve(previous.size());
-  for (size_t i = 0; i < previous.size(); ++i) {
-    previous_index.emplace(previous.key(i), static_cast<uint32_t>(i));
+  if (previous != nullptr) {
+    previous_index.reserve(previous->size());
+    for (size_t i = 0; i < previous->size(); ++i) {
+      previous_index.emplace(previous->key(i), static_cast<uint32_t>(i));
+    }
   }
   const double cap = (1.0 + config.stickiness) * mean_load;
   const uint32_t r_count = config.destinations;
   LoadTournament tournament(loads);
-  uint64_t kept = 0;
   PlaceEach(
       config, admitted, offsets, destination_ids,
       [&](size_t i, uint32_t k, double share, uint32_t* chosen) {
         std::span<const uint32_t> before;
         if (auto it = previous_index.find(admitted[i].key); it != previous_index.end()) {
-          before = previous.destinations(it->second);
+          before = previous->destinations(it->second);
         }
+        uint32_t hot = r_count;  // where the key is warm, if anywhere
+        if (auto it = warm.find(admitted[i].key); it != warm.end()) hot = it->second;
+        auto fits = [&](uint32_t d, uint32_t j) {
+          return d < r_count && std::find(chosen, chosen + j, d) == chosen + j &&
+                 loads[d] + share <= cap;
+        };
         for (uint32_t j = 0; j < k; ++j) {
-          // The least loaded previous destination still free for this key that stays under the
-          // cap (ties: lowest index, as `before` is sorted); else where LPT puts it.
-          uint32_t pick = r_count;
+          // The least loaded candidate still free for this key that stays under the cap (ties:
+          // the warm one, then the lowest index); else where LPT puts it.
+          uint32_t pick = fits(hot, j) ? hot : r_count;
           for (uint32_t d : before) {
-            if (d >= r_count || std::find(chosen, chosen + j, d) != chosen + j) continue;
-            if (loads[d] + share <= cap && (pick == r_count || loads[d] < loads[pick])) pick = d;
+            if (fits(d, j) && (pick == r_count || loads[d] < loads[pick])) pick = d;
           }
-          if (pick == r_count) {
-            pick = tournament.Min();
-            if (std::find(before.begin(), before.end(), pick) != before.end()) ++kept;
-          } else {
-            ++kept;
+          if (pick == r_count) pick = tournament.Min();
+          if (pick == hot) {
+            ++*warmed;
+          } else if (std::find(before.begin(), before.end(), pick) != before.end()) {
+            ++*kept;
           }
           chosen[j] = pick;
           tournament.Exclude(pick);
@@ -314,7 +323,6 @@ uint64_t PlaceSticky(const PlanConfig& config, const Plan& previous, double mean
         loads[d] += share;
         tournament.Set(d, loads[d]);
       });
-  return kept;
 }
 
 // The kHashed placement: key i's k_b distinct destinations are the first distinct values of
@@ -752,7 +760,13 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
 }
 
 absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const PlanConfig& config,
-                                        const Plan* previous, std::span<const KeyTokens> tokens) {
+                                        const Plan* previous) {
+  return Build(rates, config, previous, {}, {});
+}
+
+absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const PlanConfig& config,
+                                        const Plan* previous, std::span<const KeyWarmth> warm,
+                                        std::span<const KeyTokens> tokens) {
   const absl::Time start = clock_ != nullptr ? clock_->Now() : absl::InfinitePast();
   if (absl::Status status = ValidatePlanConfig(config); !status.ok()) return status;
   const size_t n = rates.size();
@@ -909,10 +923,15 @@ absl::StatusOr<Plan> PlanBuilder::Build(std::span<const KeyRate> rates, const Pl
   plan.destination_ids_.resize(slots);
   if (config.placement == Placement::kHashed) {
     PlaceHashed(capped_config, plan.admitted_, plan.offsets_, plan.destination_ids_, plan.loads_);
-  } else if (previous != nullptr && config.stickiness > 0 && previous->size() > 0) {
-    stats.kept_assignments =
-        PlaceSticky(capped_config, *previous, (cold_tail + admitted_rate) / r_count, plan.admitted_,
-                    plan.offsets_, plan.destination_ids_, plan.loads_);
+  } else if ((previous != nullptr && config.stickiness > 0 && previous->size() > 0) ||
+             !warm.empty()) {
+    absl::flat_hash_map<uint64_t, uint32_t> warm_index;
+    warm_index.reserve(warm.size());
+    for (const KeyWarmth& w : warm) warm_index[w.key] = w.destination;
+    PlaceSticky(capped_config, config.stickiness > 0 ? previous : nullptr, warm_index,
+                (cold_tail + admitted_rate) / r_count, plan.admitted_, plan.offsets_,
+                plan.destination_ids_, plan.loads_, &stats.kept_assignments,
+                &stats.warm_assignments);
   } else {
     PlaceLpt(capped_config, plan.admitted_, plan.offsets_, plan.destination_ids_, plan.loads_);
   }
@@ -1119,8 +1138,9 @@ Plan Plan::Remapped(std::span<const uint32_t> index, uint32_t destinations) cons
 
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
                                base::Clock* clock, const Plan* previous,
+                               std::span<const KeyWarmth> warm,
                                std::span<const KeyTokens> tokens) {
-  return PlanBuilder(clock).Build(rates, config, previous, tokens);
+  return PlanBuilder(clock).Build(rates, config, previous, warm, tokens);
 }
 
 }  // namespace cacheroute::planner

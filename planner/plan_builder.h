@@ -71,6 +71,13 @@ struct KeyRate {
   double rate = 0.0;  // requests per second (any unit, as long as q_cap uses the same one)
 };
 
+// Where a key is warm: the destination that last served it (gateways report it with their rate
+// counts; docs/dispatch.md, "The plan follows the cache").
+struct KeyWarmth {
+  uint64_t key = 0;
+  uint32_t destination = 0;
+};
+
 // Where admitted keys' assignments go. kLpt is Algorithm 1; kHashed, for the component ablation
 // (paper §5.2, Table 4: "+affinity", "+replication" with random placement), puts a key's k_b
 // assignments on distinct destinations drawn from a hash of (key, placement_seed), blind to load.
@@ -94,7 +101,9 @@ struct PlanConfig {
   // job stays on one of the key's previous destinations (the least loaded of them) if its load
   // after the job is at most (1 + stickiness) × (total rate / R); otherwise it goes where LPT puts
   // it. So a destination ends above (1 + stickiness) × the mean only through LPT's own choices.
-  // Finite, ≥ 0; 0 is Algorithm 1 exactly.
+  // Finite, ≥ 0; 0 is Algorithm 1 exactly. Build's warm hints use the same cap: a key's first job
+  // also tries the destination where it is warm (with stickiness 0: while that stays at or under
+  // the mean load).
   double stickiness = 0.0;
   // Spill destinations (CacheRoute's default; off is Algorithm 1): after placement, each admitted
   // key also gets one planned second choice outside its set, for the dataplane to use when its
@@ -139,6 +148,7 @@ struct PlanStats {
   double imbalance = 1.0;         // max_load / mean_load; 1 when the total rate is 0
   double build_seconds = 0.0;     // planning time as read from the injected clock; 0 without one
   uint64_t kept_assignments = 0;  // assignments kept on a previous destination by stickiness
+  uint64_t warm_assignments = 0;  // assignments placed where the key was warm (Build's hints)
   double effective_q_cap = 0.0;   // the per-assignment cap used (see PlanConfig::balance_share)
 
   // Byte-aware plans (PlanConfig::kv_budget_tokens > 0 and some key measured); work is in
@@ -249,11 +259,17 @@ class PlanBuilder {
   // The same, with placement hysteresis against `previous` (see PlanConfig::stickiness; with
   // stickiness 0 or previous == nullptr it is the plain Build). `previous` must have been built
   // for the same destination indices; destinations ≥ config.destinations in it are ignored.
-  // `tokens`, for byte-aware planning, is empty or holds key i's sizes at index i of `rates`
-  // (InvalidArgument naming the entry for a size that is NaN, infinite or below kUnmeasured);
-  // other plans ignore it.
   absl::StatusOr<Plan> Build(std::span<const KeyRate> rates, const PlanConfig& config,
-                             const Plan* previous, std::span<const KeyTokens> tokens = {});
+                             const Plan* previous);
+  // The same, also keeping admitted keys where they are warm whenever the balance allows (see
+  // PlanConfig::stickiness; `warm` may name keys that are not admitted, or destinations
+  // ≥ config.destinations, which are ignored; a key named twice keeps its last entry; byte-aware
+  // plans do not use it). `tokens`, for byte-aware planning, is empty or holds key i's sizes at
+  // index i of `rates` (InvalidArgument naming the entry for a size that is NaN, infinite or below
+  // kUnmeasured); other plans ignore it.
+  absl::StatusOr<Plan> Build(std::span<const KeyRate> rates, const PlanConfig& config,
+                             const Plan* previous, std::span<const KeyWarmth> warm,
+                             std::span<const KeyTokens> tokens = {});
 
  private:
   absl::StatusOr<Plan> BuildByteAware(std::span<const KeyRate> rates, const PlanConfig& config,
@@ -276,6 +292,7 @@ class PlanBuilder {
 // A one-off build with a fresh PlanBuilder; same results and errors as PlanBuilder::Build.
 absl::StatusOr<Plan> BuildPlan(std::span<const KeyRate> rates, const PlanConfig& config,
                                base::Clock* clock = nullptr, const Plan* previous = nullptr,
+                               std::span<const KeyWarmth> warm = {},
                                std::span<const KeyTokens> tokens = {});
 
 }  // namespace cacheroute::planner

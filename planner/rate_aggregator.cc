@@ -279,11 +279,15 @@ absl::Status RateAggregator::ValidateReport(const RateReport& report) {
         (!entry.reusable_tokens.has_value() ||
          (IsFiniteNonNegative(*entry.reusable_tokens) && entry.prompt_tokens.has_value() &&
           *entry.reusable_tokens <= *entry.prompt_tokens));
-    if (!IsValidCount(entry.count) || !tokens_ok || entry.key.size() > kMaxKeyBytes) {
+    if (!IsValidCount(entry.count) || !tokens_ok || entry.key.size() > kMaxKeyBytes ||
+        entry.served_at.size() > kMaxKeyBytes) {
       if (!IsValidCount(entry.count)) {
         return CountError(absl::StrFormat("counts[%u].count", i), entry.count);
       }
       if (!tokens_ok) return TokensError(i, entry);
+      if (entry.served_at.size() > kMaxKeyBytes) {
+        return KeyNameError(absl::StrFormat("counts[%u].served_at", i), entry.served_at);
+      }
       return KeyNameError(absl::StrFormat("counts[%u].key", i), entry.key);
     }
     for (size_t s = hash(entry.key_id) & mask;; s = (s + 1) & mask) {
@@ -344,8 +348,10 @@ absl::StatusOr<ReportResult> RateAggregator::Apply(const RateReport& report, abs
       key.pending_prompt += static_cast<float>(*entry.prompt_tokens);
       key.pending_measured += static_cast<float>(entry.count);
     }
-    if (!entry.key.empty() && (key.name == nullptr || *key.name != entry.key)) {
-      key.name = std::make_unique<std::string>(entry.key);
+    if (!entry.key.empty() || !entry.served_at.empty()) {
+      if (key.text == nullptr) key.text = std::make_unique<KeyText>();
+      if (!entry.key.empty() && key.text->name != entry.key) key.text->name = entry.key;
+      if (!entry.served_at.empty()) key.text->served_at = entry.served_at;
     }
   }
   return ReportResult{.duplicate = false, .accepted_keys = n};
@@ -447,8 +453,14 @@ std::optional<double> RateAggregator::RateOf(uint64_t key_id) const {
 
 std::string_view RateAggregator::KeyName(uint64_t key_id) const {
   auto it = keys_.find(key_id);
-  if (it == keys_.end() || it->second.name == nullptr) return {};
-  return *it->second.name;
+  if (it == keys_.end() || it->second.text == nullptr) return {};
+  return it->second.text->name;
+}
+
+std::string_view RateAggregator::ServedAt(uint64_t key_id) const {
+  auto it = keys_.find(key_id);
+  if (it == keys_.end() || it->second.text == nullptr) return {};
+  return it->second.text->served_at;
 }
 
 std::vector<GatewayInfo> RateAggregator::Gateways() const {
@@ -476,7 +488,7 @@ RateAggregator::State RateAggregator::Export() const {
                           .rate = key.rate,
                           .pending = key.pending,
                           .last_report = absl::FromUnixNanos(key.last_report_ns),
-                          .name = key.name == nullptr ? std::string() : *key.name,
+                          .name = key.text == nullptr ? std::string() : key.text->name,
                           .reusable = key.reusable,
                           .prompt = key.prompt,
                           .pending_reusable = key.pending_reusable,
@@ -544,7 +556,9 @@ absl::StatusOr<RateAggregator> RateAggregator::Restore(const State& state,
     entry.rate = key.rate;
     entry.pending = key.pending;
     entry.last_report_ns = absl::ToUnixNanos(key.last_report);
-    if (!key.name.empty()) entry.name = std::make_unique<std::string>(key.name);
+    if (!key.name.empty()) {
+      entry.text = std::make_unique<KeyText>(KeyText{.name = key.name, .served_at = {}});
+    }
     entry.reusable = static_cast<float>(key.reusable);
     entry.prompt = static_cast<float>(key.prompt);
     entry.pending_reusable = static_cast<float>(key.pending_reusable);

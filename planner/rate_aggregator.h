@@ -57,6 +57,9 @@ struct KeyCountReport {
   // reusable prefix); finite, ≥ 0, ≤ prompt_tokens, which must be set with it. Together they
   // give the key's mean sizes for byte-aware planning.
   std::optional<double> reusable_tokens{};
+  // Optional: the destination (by name) the gateway last sent the key to, ≤ 256 bytes; where the
+  // key's prefix is warm (PlannerConfig::follow_served).
+  std::string served_at;
 };
 
 // One gateway's report (cacheroute.v1.ReportRatesRequest).
@@ -193,6 +196,10 @@ class RateAggregator {
   // The last readable key sent for the key; "" when none was or the key is not known. Valid until
   // the next non-const call.
   std::string_view KeyName(uint64_t key_id) const;
+  // The destination a gateway last reported serving the key at (the latest report that said);
+  // "" when none did. Soft state: not in Export, so a restored aggregator learns it again from the
+  // next reports. Valid until the next non-const call.
+  std::string_view ServedAt(uint64_t key_id) const;
   // Ascending by gateway_id.
   std::vector<GatewayInfo> Gateways() const;
 
@@ -208,13 +215,18 @@ class RateAggregator {
   static absl::StatusOr<RateAggregator> Restore(const State& state, RateAggregatorOptions options);
 
  private:
+  // A key's strings, only for keys that were ever sent with one.
+  struct KeyText {
+    std::string name;
+    std::string served_at;
+  };
   // One known key: 64 bytes with its id in the map's slot. Sizes are floats: estimates.
   struct KeyEntry {
     double rate = 0;
     double pending = 0;
-    int64_t last_report_ns = 0;         // Unix nanoseconds
-    std::unique_ptr<std::string> name;  // only for keys that were ever sent with one
-    float reusable = kUnmeasured;       // smoothed mean tokens per request
+    int64_t last_report_ns = 0;     // Unix nanoseconds
+    std::unique_ptr<KeyText> text;  // null until a report names the key or where it was served
+    float reusable = kUnmeasured;   // smoothed mean tokens per request
     float prompt = kUnmeasured;
     float pending_reusable = 0;  // Σ reusable_tokens since the last close
     float pending_prompt = 0;

@@ -373,6 +373,11 @@ const std::vector<YamlField>& TopLevelFields() {
       PositiveNumberField("q_cap", &PlannerConfig::q_cap),
       IntegerField("slots_per_destination", &PlannerConfig::slots_per_destination, 1, kNoMax),
       NonNegativeNumberField("placement_stickiness", &PlannerConfig::placement_stickiness),
+      {"follow_served",
+       [](absl::string_view name, const YAML::Node& node, PlannerConfig& config) -> absl::Status {
+         CACHEROUTE_ASSIGN_OR_RETURN(config.follow_served, YamlBool(name, node));
+         return absl::OkStatus();
+       }},
       StringField("algorithm", &PlannerConfig::algorithm, CheckAlgorithm),
       NonNegativeNumberField("kv_tokens_per_destination",
                              &PlannerConfig::kv_tokens_per_destination),

@@ -80,6 +80,11 @@ struct PlannerConfig {
   // while that leaves them at most this fraction above the mean load; 0 replans from scratch
   // (Algorithm 1 exactly), which moves most keys every interval under noisy rates.
   double placement_stickiness = 0.1;
+  // Keep an admitted key where the gateways last served it (the served_at of their rate reports)
+  // whenever that keeps the destination within the stickiness cap (planner::PlanBuilder::Build's
+  // warm hints; docs/dispatch.md, "The plan follows the cache"). Gateways that do not report
+  // served_at leave nothing to follow.
+  bool follow_served = true;
   // "cacheroute" (the default: Algorithm 1 plus a planned spill destination per key and
   // load-adaptive k_b, planner::PlanConfig::spill and ::balance_share = 0.5) or "cacheroute-paper"
   // (Algorithm 1 as published). docs/dispatch.md says what each does and what it measured.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -231,8 +232,22 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
     remapped = previous->Remapped(index, static_cast<uint32_t>(active.size()));
     previous = &*remapped;
   }
+  // Where the gateways last served each key, by its index among the active destinations.
+  std::vector<planner::KeyWarmth> warm;
+  if (config_.follow_served) {
+    absl::flat_hash_map<std::string_view, uint32_t> active_index;
+    for (uint32_t i = 0; i < active_names.size(); ++i) active_index[active_names[i]] = i;
+    for (const planner::KeyRate& r : last_rates_) {
+      const std::string_view served = rates_.ServedAt(r.key);
+      if (served.empty()) continue;
+      if (auto it = active_index.find(served); it != active_index.end()) {
+        warm.push_back({.key = r.key, .destination = it->second});
+      }
+    }
+  }
   CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan,
-                              builder_.Build(last_rates_, plan_config, previous, last_tokens_));
+                              builder_.Build(last_rates_, plan_config, previous, warm,
+                                             last_tokens_));
   ++counters_.plans;
   last_stats_ = plan.stats();
   last_plan_unix_ms_ = absl::ToUnixMillis(now);

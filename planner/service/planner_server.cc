@@ -113,6 +113,7 @@ planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
     if (in.has_prompt_tokens()) out.prompt_tokens = in.prompt_tokens();
     if (in.has_reusable_tokens()) out.reusable_tokens = in.reusable_tokens();
     out.key = in.key();
+    out.served_at = in.served_at();
   }
   if (request.has_evidence()) {
     const v1::GateEvidence& in = request.evidence();

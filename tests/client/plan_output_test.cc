@@ -252,7 +252,7 @@ planner::Plan BytesPlan() {
   const std::vector<planner::KeyTokens> tokens = {{900, 1000}, {300, 400}, {100, 150}};
   return cacheroute::testing::RequireOk(planner::BuildPlan(
       rates, {.destinations = 2, .q_cap = 8, .slots_per_destination = 1, .kv_budget_tokens = 500},
-      nullptr, nullptr, tokens));
+      nullptr, nullptr, {}, tokens));
 }
 
 TEST_CASE("byte-aware plans carry each key's reusable tokens and saved work") {

@@ -1,5 +1,6 @@
-// The six routing policies: flat-LB picks the lighter of two, sticky is stable and spreads keys,
+// The routing policies: flat-LB picks the lighter of two, sticky is stable and spreads keys,
 // CHWBL never exceeds its bound, DualMap and Preble keep keys warm until load says otherwise,
+// the Dynamo-style KV router and the llm-d-style scorer follow their published formulas,
 // CacheRoute follows the table; no policy ever picks a down destination.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -21,13 +22,25 @@ namespace {
 // A LoadView the test sets by hand, as the simulator would.
 class FakeLoads final : public LoadView {
  public:
-  explicit FakeLoads(uint32_t n) : load(n, 0.0), up(n, true) {}
+  explicit FakeLoads(uint32_t n) : load(n, 0.0), up(n, true), work(n), scraped(n) {}
   uint32_t size() const override { return static_cast<uint32_t>(load.size()); }
   double Load(uint32_t d) const override { return load[d]; }
   bool Up(uint32_t d) const override { return up[d]; }
+  bool HasWork() const override { return has_work; }
+  DestinationWork Work(uint32_t d) const override { return work[d]; }
+  EngineMetrics Scraped(uint32_t d) const override { return scraped[d]; }
   std::vector<double> load;
   std::vector<bool> up;
+  bool has_work = false;
+  std::vector<DestinationWork> work;
+  std::vector<EngineMetrics> scraped;
 };
+
+std::vector<uint64_t> Blocks(uint64_t seed, size_t n) {
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(Mix64(seed * 1000 + i));
+  return out;
+}
 
 uint64_t Key(int i) { return KeyId("key-" + std::to_string(i)); }
 
@@ -200,6 +213,78 @@ TEST_CASE("Preble keeps a key where it went until that destination is overloaded
   for (int c : count) CHECK(c > 800);
 }
 
+TEST_CASE("Dynamo-style KV router: least prefill + decode blocks, its own sends as overlap",
+          "[policies]") {
+  SeededRandom random(19);
+  ManualClock clock;
+  DynamoKvPolicy policy(3, random, clock);
+  CHECK(policy.name() == "dynamo-kv");
+  FakeLoads loads(3);
+  loads.has_work = true;
+  const std::vector<uint64_t> blocks = Blocks(1, 10);
+  const PickRequest request{.key_id = Key(1), .prompt_tokens = 160, .block_hashes = blocks};
+  // Nothing sent yet: every destination costs 160/16 prefill + 10 request blocks.
+  const Decision first = policy.Route(request, loads);
+  REQUIRE(first.destination < 3);
+  CHECK(first.expected_uncached_tokens == 160);
+  const uint32_t warm = first.destination;
+  // Its own send is the overlap: 0 + 10 there against 10 + 10 elsewhere.
+  Decision again = policy.Route(request, loads);
+  CHECK(again.destination == warm);
+  CHECK(again.expected_uncached_tokens == 1);
+  CHECK(again.expected == CacheExpectation::kPrefix);
+  // 200 tokens of prefill queued there: 12.5 + 10 against 20 elsewhere.
+  loads.work[warm].queued_prefill_tokens = 200;
+  CHECK(policy.Route(request, loads).destination != warm);
+  loads.work[warm].queued_prefill_tokens = 0;
+  // Active blocks count as decode cost: 160 tokens in flight there is 10 blocks more.
+  const uint32_t other = (warm + 1) % 3;
+  loads.work[warm].active_tokens = 176;
+  loads.work[(warm + 2) % 3].active_tokens = 1000;
+  CHECK(policy.Route(request, loads).destination == other);
+  // Entries expire 120 s after the last send.
+  for (auto& w : loads.work) w = {};
+  clock.Advance(std::chrono::seconds(121));
+  CHECK(policy.Route(request, loads).expected_uncached_tokens == 160);
+}
+
+TEST_CASE("llm-d-style scorer: prefix 3, queue 2, KV utilisation 2", "[policies]") {
+  SeededRandom random(20);
+  ManualClock clock;
+  LlmdPolicy policy(3, random, clock);
+  CHECK(policy.name() == "llm-d");
+  FakeLoads loads(3);
+  const std::vector<uint64_t> blocks = Blocks(2, 300);  // only the first 256 are scored
+  const PickRequest request{.key_id = Key(2), .prompt_tokens = 4800, .block_hashes = blocks};
+  // No prefix anywhere. Waiting {2, 0, 1}, KV usage {0.5, 0.5, 0.1}:
+  // 0 + 0 + 1 = 1, 0 + 2 + 1 = 3, 0 + 1 + 1.8 = 2.8.
+  loads.scraped = {{2, 0.5}, {0, 0.5}, {1, 0.1}};
+  const Decision first = policy.Route(request, loads);
+  CHECK(first.destination == 1);
+  CHECK(first.expected_uncached_tokens == 4800);
+  // The same prompt: 3 · 256/256 more for 1.
+  CHECK(policy.Route(request, loads).destination == 1);
+  // A long queue there does not outweigh the prefix: 3 + 0 + 1.8 against 0 + 2 + 1.8 ...
+  loads.scraped = {{0, 0.1}, {10, 0.1}, {0, 0.1}};
+  const Decision stay = policy.Route(request, loads);
+  CHECK(stay.destination == 1);
+  CHECK(stay.expected_uncached_tokens == 4800 - 256 * 16);
+  // ... a full KV cache as well does: 3 + 0 + 0 against 3.8.
+  loads.scraped[1].kv_usage = 1.0;
+  CHECK(policy.Route(request, loads).destination != 1);
+  // Ties go to a random one of the tied destinations.
+  LlmdPolicy fresh(3, random, clock);
+  FakeLoads idle(3);
+  std::vector<int> count(3, 0);
+  for (int i = 0; i < 300; ++i) {
+    ++count[fresh
+                .Route({.key_id = Key(i), .prompt_tokens = 16, .block_hashes = Blocks(100 + i, 1)},
+                       idle)
+                .destination];
+  }
+  for (int c : count) CHECK(c > 60);
+}
+
 TEST_CASE("CacheRoute policy follows the router's table and its fallbacks", "[policies]") {
   SeededRandom random(16);
   ManualClock clock;
@@ -242,6 +327,8 @@ TEST_CASE("No policy picks a down destination", "[policies]") {
   policies.push_back(std::make_unique<DualMapPolicy>(kDestinations, random));
   policies.push_back(std::make_unique<PreblePolicy>(random));
   policies.push_back(std::make_unique<CacheRoutePolicy>(router, clock));
+  policies.push_back(std::make_unique<DynamoKvPolicy>(kDestinations, random, clock));
+  policies.push_back(std::make_unique<LlmdPolicy>(kDestinations, random, clock));
 
   FakeLoads loads(kDestinations);
   loads.up = {true, false, true, false, false, true};

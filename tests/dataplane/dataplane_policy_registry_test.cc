@@ -28,7 +28,8 @@ class EvenLoads final : public LoadView {
 TEST_CASE("the shipped policies, each created under its own name") {
   const PolicyRegistry& registry = BuiltinPolicies();
   CHECK(registry.Names() == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap",
-                                                     "preble", "cacheroute", "cacheroute-paper"});
+                                                     "preble", "dynamo-kv", "llm-d", "cacheroute",
+                                                     "cacheroute-paper"});
   SeededRandom random(1);
   ManualClock clock;
   Router router({.destination_count = 4}, random);
@@ -59,14 +60,14 @@ TEST_CASE("flatlb is an alias of flat-lb, accepted everywhere a name is") {
 
 TEST_CASE("the listing has one line per policy and alias, with its description") {
   const std::string listing = BuiltinPolicies().Listing();
-  CHECK(std::count(listing.begin(), listing.end(), '\n') == 8);
+  CHECK(std::count(listing.begin(), listing.end(), '\n') == 10);
   CHECK(listing.find("  flat-lb ") != std::string::npos);
   CHECK(listing.find("power of two choices") != std::string::npos);
   CHECK(listing.find("  flatlb ") != std::string::npos);
   CHECK(listing.find("the same as flat-lb") != std::string::npos);
   CHECK(BuiltinPolicies().Known() ==
-        "flat-lb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper; alias flatlb for "
-        "flat-lb");
+        "flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute, cacheroute-paper; "
+        "alias flatlb for flat-lb");
 }
 
 TEST_CASE("errors name the unknown policy, the missing context field, the bad parameter") {
@@ -75,7 +76,7 @@ TEST_CASE("errors name the unknown policy, the missing context field, the bad pa
   REQUIRE_FALSE(unknown.ok());
   CHECK(unknown.status().message ==
         "unknown policy \"round-robin\" (one of flat-lb, sticky, chwbl, dualmap, preble, "
-        "cacheroute, cacheroute-paper; alias flatlb for flat-lb)");
+        "dynamo-kv, llm-d, cacheroute, cacheroute-paper; alias flatlb for flat-lb)");
   CHECK(registry.Check("round-robin").message == unknown.status().message);
   CHECK(registry.Find("round-robin") == nullptr);
   CHECK(registry.Canonical("round-robin").empty());
@@ -88,6 +89,8 @@ TEST_CASE("errors name the unknown policy, the missing context field, the bad pa
         "policy cacheroute needs context.router");
 
   SeededRandom random(1);
+  CHECK(registry.Create("dynamo-kv", {.destinations = 3, .random = &random}).status().message ==
+        "policy dynamo-kv needs context.clock");
   PolicyContext bad{.destinations = 3, .random = &random};
   bad.parameters.preble_overload_factor = 0;
   Result<std::unique_ptr<Policy>> preble = registry.Create("preble", bad);
@@ -100,10 +103,9 @@ TEST_CASE("table policies carry their dispatch rule; others use the Router's def
   CHECK(registry.Find("cacheroute")->uses_table);
   CHECK(registry.Find("cacheroute-paper")->uses_table);
   CHECK_FALSE(registry.Find("flat-lb")->uses_table);
-  CHECK(DispatchFor("cacheroute").tail == TailRouting::kHashedPair);
-  CHECK(DispatchFor("cacheroute-paper").tail == TailRouting::kPowerOfTwo);
-  CHECK(std::isinf(DispatchFor("cacheroute-paper").spill_margin));
-  CHECK(DispatchFor("sticky").tail == DispatchOptions{}.tail);
+  CHECK(DispatchFor("cacheroute").rule == DispatchRule::kTokenWork);
+  CHECK(DispatchFor("cacheroute-paper").rule == DispatchRule::kPaper);
+  CHECK(DispatchFor("sticky").rule == DispatchOptions{}.rule);
 }
 
 TEST_CASE("a policy is added by one registration; names and aliases stay unique") {

@@ -131,10 +131,13 @@ TEST_CASE("A rollout's control arm routes its keys by power of two, off the tabl
       RoutingTable::Build({1, 2}, 8, std::vector<double>(8, 1.0), entries, std::nan("")).ok());
 }
 
-TEST_CASE("A planned key goes to the least-loaded member of its set", "[router]") {
+TEST_CASE("The paper's rule: a planned key goes to the least-loaded member of its set",
+          "[router]") {
   SeededRandom random(3);
   ManualClock clock;
-  Router router({.destination_count = 8, .external_load_weight = 2.0}, random);
+  Router router(
+      {.destination_count = 8, .dispatch = DispatchOptions::Paper(), .external_load_weight = 2.0},
+      random);
   REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kHot, {1, 2, 3}}}), clock.Now()).ok);
 
   // Idle: ties go to the lowest member. Holding tokens loads each member in turn.
@@ -157,151 +160,241 @@ TEST_CASE("A planned key goes to the least-loaded member of its set", "[router]"
   CHECK_FALSE(router.SetLoad(1, -1.0).ok);
 }
 
-TEST_CASE("A planned key spills only when its set is queued past the margin", "[router]") {
+// The token-work rule with its stall terms off: cost(d) = queued prefill tokens at d + the
+// request's expected uncached tokens at d; every destination of a small fleet is a candidate.
+DispatchOptions PlainTokenWork() {
+  return {.decode_stall = 0, .queue_stall = 0, .all_candidates_up_to = 16};
+}
+
+TEST_CASE(
+    "Token work: a planned key leaves its warm member once its queue outweighs a cold prefill",
+    "[router]") {
   SeededRandom random(3);
   ManualClock clock;
-  Router router({.destination_count = 8, .dispatch = {.spill_margin = 2.0}}, random);
+  Router router({.destination_count = 8, .dispatch = PlainTokenWork()}, random);
   REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kSolo, {5}, 6}}), clock.Now()).ok);
+  const PickRequest request{.key_id = kSolo, .prompt_tokens = 1000};
 
-  // load(5) - load(6) must exceed 2: three held requests on 5 against none on 6.
-  std::vector<InFlight> held;
-  for (int i = 0; i < 3; ++i) {
-    held.push_back(router.Pick(kSolo, clock.Now()));
-    CHECK(held.back().destination() == 5);
-    CHECK_FALSE(held.back().decision().spilled);
-  }
-  InFlight spilled = router.Pick(kSolo, clock.Now());
-  CHECK(spilled.destination() == 6);
-  CHECK(spilled.planned());
-  CHECK(spilled.reason() == Reason::kPlanned);
-  CHECK(spilled.decision().spilled);
-  // Now load(5) - load(6) = 3 - 1 = 2: not past the margin, back home.
-  CHECK(router.Pick(kSolo, clock.Now()).destination() == 5);
-  // A down spill is never used.
-  REQUIRE(router.MarkDown(6).ok);
-  held.push_back(router.Pick(kSolo, clock.Now()));
-  held.push_back(router.Pick(kSolo, clock.Now()));
-  CHECK(router.Pick(kSolo, clock.Now()).destination() == 5);
+  // Nothing known: every destination costs its 1,000 tokens; the planned member wins the tie.
+  InFlight first = router.Pick(request, clock.Now());
+  CHECK(first.destination() == 5);
+  CHECK(first.decision().expected_uncached_tokens == 1000);
+  CHECK(first.decision().expected == CacheExpectation::kTemplate);
+  CHECK(router.loads().Work(5).queued_prefill_tokens == 1000);
+  // The key's previous prompt is cached at 5: 1,000 queued + 0 there against 1,000 elsewhere.
+  InFlight second = router.Pick(request, clock.Now());
+  CHECK(second.destination() == 5);
+  CHECK(second.decision().expected == CacheExpectation::kKey);
+  CHECK(second.decision().expected_uncached_tokens == 1);  // at least one token is computed
+  // 1,001 queued at 5: the planned spill (first among the cold ones) is cheaper.
+  InFlight third = router.Pick(request, clock.Now());
+  CHECK(third.destination() == 6);
+  CHECK(third.planned());
+  CHECK(third.decision().spilled);
+  // The first request's first token leaves 5's queue; the next request goes home.
+  first.FirstToken();
+  CHECK(router.loads().Work(5).queued_prefill_tokens == 1);
+  CHECK(router.loads().Work(5).decoding == 1);
+  InFlight fourth = router.Pick(request, clock.Now());
+  CHECK(fourth.destination() == 5);
+  CHECK_FALSE(fourth.decision().spilled);
 
   const RouterStats stats = router.Stats(clock.Now());
+  CHECK(stats.planned == 4);
   CHECK(stats.spilled == 1);
-  CHECK(stats.planned == 8);
-
-  // The paper's dispatch ignores the spill.
+  // The paper's dispatch ignores the spill and the queue.
   CheckPaperStaysOnItsSet({kSolo, {5}, 6}, random, clock);
 }
 
-TEST_CASE("Unadmitted keys: the hashed pair, first unless heavier by the margin", "[router]") {
+TEST_CASE("Token work: the ledger follows each request from pick to first token to release",
+          "[router]") {
   SeededRandom random(4);
   ManualClock clock;
-  Router router(
-      {.destination_count = 16,
-       .dispatch = {.tail = TailRouting::kHashedPair, .tail_margin = 1.0, .tail_memory_log2 = 0}},
-      random);
-  const auto [first, second] = HashedPair(kCold, 16);
-  REQUIRE(first != second);
-  // No table yet: the same rule.
-  std::vector<InFlight> held;
-  for (int i = 0; i < 2; ++i) {
-    held.push_back(router.Pick(kCold, clock.Now()));
-    CHECK(held.back().destination() == first);
-    CHECK(held.back().reason() == Reason::kNoTable);
+  Router router({.destination_count = 4}, random);
+  REQUIRE(router.loads().HasWork());
+  auto work = [&](uint32_t d) { return router.loads().Work(d); };
+  {
+    InFlight a = router.Track({2, false, Reason::kPolicy, false, 300}, 1000);
+    CHECK(work(2).queued_prefill_tokens == 300);
+    CHECK(work(2).prefilling == 1);
+    CHECK(work(2).active_tokens == 0);                            // not kept by the Router
+    InFlight b = router.Track({2, false, Reason::kPolicy}, 500);  // no estimate: the whole prompt
+    CHECK(work(2).queued_prefill_tokens == 800);
+    CHECK(router.loads().FleetWork().prefilling == 2);
+    a.FirstToken();
+    a.FirstToken();  // idempotent
+    CHECK(work(2).queued_prefill_tokens == 500);
+    CHECK(work(2).prefilling == 1);
+    CHECK(work(2).decoding == 1);
+    CHECK(router.loads().FleetWork().prefilling == 1);
+    b.Release();  // before its first token: its prefill leaves the queue
+    CHECK(work(2).queued_prefill_tokens == 0);
+    InFlight moved = std::move(a);
+    CHECK(work(2).decoding == 1);
   }
-  // load(first) = 2 > load(second) + 1 = 1.
-  held.push_back(router.Pick(kCold, clock.Now()));
-  CHECK(held.back().destination() == second);
-  REQUIRE(router.Install(MakeTable({1, 1}, 16, {{kSolo, {0}}}), clock.Now()).ok);
-  // load(first) = 2, load(second) = 1: within the margin, first.
-  InFlight back = router.Pick(kCold, clock.Now());
-  CHECK(back.destination() == first);
-  CHECK(back.reason() == Reason::kNotAdmitted);
-  // A down candidate: power of two choices over the up destinations.
-  REQUIRE(router.MarkDown(first).ok);
-  for (int i = 0; i < 50; ++i) CHECK(router.Pick(kCold, clock.Now()).destination() != first);
+  CHECK(work(2).decoding == 0);
+  CHECK(work(2).prefilling == 0);
+  CHECK(router.loads().FleetWork().prefilling == 0);
+  // The paper's rule keeps no ledger.
+  Router paper({.destination_count = 4, .dispatch = DispatchOptions::Paper()}, random);
+  CHECK_FALSE(paper.loads().HasWork());
+  InFlight p = paper.Track({1, false, Reason::kPolicy}, 1000);
+  p.FirstToken();
+  CHECK(paper.loads().Work(1).queued_prefill_tokens == 0);
 }
 
-TEST_CASE("A tail key that moved stays on its new candidate while that is light", "[router]") {
+TEST_CASE("Token work: decoding requests make a destination's prefill dearer", "[router]") {
   SeededRandom random(5);
   ManualClock clock;
-  Router router({.destination_count = 16, .dispatch = {.tail_margin = 1.0, .tail_memory_log2 = 16}},
-                random);
-  const auto [first, second] = HashedPair(kCold, 16);
+  DispatchOptions options = PlainTokenWork();
+  options.decode_stall = 0.5;
+  Router router({.destination_count = 2, .dispatch = options}, random);
+  // Two requests decoding at 0 (200 tokens queued nowhere); 1 has 300 tokens queued.
   std::vector<InFlight> held;
-  held.push_back(router.Pick(kCold, clock.Now()));
-  held.push_back(router.Pick(kCold, clock.Now()));
-  CHECK(held[0].destination() == first);
-  CHECK(held[1].destination() == first);
-  // load(first) = 2 > 0 + 1: moves to second, which is now the warm one.
-  held.push_back(router.Pick(kCold, clock.Now()));
-  CHECK(held.back().destination() == second);
-  // load(second) = 1, load(first) = 2: stays on second (without memory it would go back).
-  held.push_back(router.Pick(kCold, clock.Now()));
-  CHECK(held.back().destination() == second);
-  held.push_back(router.Pick(kCold, clock.Now()));
-  CHECK(held.back().destination() == second);
-  // load(second) = 3 is not above load(first) + 1 = 3: second; at 4 it is: back to first.
-  held.push_back(router.Pick(kCold, clock.Now()));
-  CHECK(held.back().destination() == second);
-  held.push_back(router.Pick(kCold, clock.Now()));
-  CHECK(held.back().destination() == first);
-}
-
-TEST_CASE("A random cold destination is taken only past its own margin", "[router]") {
-  SeededRandom random(7);
-  ManualClock clock;
-  Router router({.destination_count = 8,
-                 .dispatch = {.spill_margin = std::numeric_limits<double>::infinity(),
-                              .random_margin = 2.0}},
-                random);
-  REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kSolo, {5}}}), clock.Now()).ok);
-  std::vector<InFlight> held;
-  for (int i = 0; i < 3; ++i) {
-    held.push_back(router.Pick(kSolo, clock.Now()));
-    CHECK(held.back().destination() == 5);
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(router.Track({0, false, Reason::kPolicy, false, 100}, 100));
+    held.back().FirstToken();
   }
-  // load(5) = 3 > 0 + 2 on every other destination: a random one of them.
-  InFlight away = router.Pick(kSolo, clock.Now());
-  CHECK(away.destination() != 5);
-  CHECK(away.planned());
-  CHECK(away.decision().spilled);
-  // The paper's dispatch never leaves the set.
-  CheckPaperStaysOnItsSet({kSolo, {5}}, random, clock);
+  held.push_back(router.Track({1, false, Reason::kPolicy, false, 300}, 300));
+  // 400 new tokens: at 0, (1 + 0.5 · 2) · 400 = 800; at 1, 300 + 400 = 700.
+  CHECK(
+      router.Pick(PickRequest{.key_id = kCold, .prompt_tokens = 400}, clock.Now()).destination() ==
+      1);
+  // Without the stall term 0 would win (400 < 700).
+  Router plain({.destination_count = 2, .dispatch = PlainTokenWork()}, random);
+  std::vector<InFlight> held_plain;
+  for (int i = 0; i < 2; ++i) {
+    held_plain.push_back(plain.Track({0, false, Reason::kPolicy, false, 100}, 100));
+    held_plain.back().FirstToken();
+  }
+  held_plain.push_back(plain.Track({1, false, Reason::kPolicy, false, 300}, 300));
+  CHECK(plain.Pick(PickRequest{.key_id = kCold, .prompt_tokens = 400}, clock.Now()).destination() ==
+        0);
 }
 
-TEST_CASE("Margins scale with the measured hit", "[router]") {
+TEST_CASE("Token work: a waiting fleet makes a warm destination worth more", "[router]") {
   SeededRandom random(6);
   ManualClock clock;
-  Router router({.destination_count = 8, .dispatch = {.spill_margin = 2.0}}, random);
-  REQUIRE(router.Install(MakeTable({1, 1}, 8, {{kSolo, {5}, 6}}), clock.Now()).ok);
-  CHECK(router.margin_scale() == 1.0);
+  DispatchOptions options = PlainTokenWork();
+  options.queue_stall = 1.0;
+  Router router({.destination_count = 4, .dispatch = options}, random);
+  const PickRequest request{.key_id = kCold, .prompt_tokens = 1000};
+  InFlight home = router.Pick(request, clock.Now());  // remembered from here on
+  const uint32_t warm = home.destination();
+  home.Release();
+  // 1,500 tokens queued at the warm destination in three requests, none elsewhere: alone the
+  // move would pay (1,500 + ~0 > 1,000), but four waiting requests over four destinations make
+  // each uncached token cost 1 + 1 · 1 = 2: 1,500 + 2 · ~0 < 2 · 1,000.
+  std::vector<InFlight> held;
+  for (int i = 0; i < 3; ++i)
+    held.push_back(router.Track({warm, false, Reason::kPolicy, false, 500}, 500));
+  const uint32_t other = (warm + 1) % 4;
+  held.push_back(router.Track({other, false, Reason::kPolicy, false, 1}, 1));
+  CHECK(router.Pick(request, clock.Now()).destination() == warm);
+  Router plain({.destination_count = 4, .dispatch = PlainTokenWork()}, random);
+  InFlight plain_home = plain.Pick(request, clock.Now());
+  const uint32_t plain_warm = plain_home.destination();
+  plain_home.Release();
+  std::vector<InFlight> plain_held;
+  for (int i = 0; i < 3; ++i) {
+    plain_held.push_back(plain.Track({plain_warm, false, Reason::kPolicy, false, 500}, 500));
+  }
+  CHECK(plain.Pick(request, clock.Now()).destination() != plain_warm);
+}
+
+TEST_CASE("Token work: a remembered destination is cold after its turnover", "[router]") {
+  SeededRandom random(7);
+  ManualClock clock;
+  Router router({.destination_count = 8, .dispatch = PlainTokenWork()}, random);
+  const PickRequest request{.key_id = kCold, .prompt_tokens = 1000};
+  InFlight first = router.Pick(request, clock.Now());
+  const uint32_t warm = first.destination();
+  CHECK(first.reason() == Reason::kNoTable);
+  first.Release();
+  // 100 tokens queued at the warm destination: cheaper than 1,000 cold ones elsewhere.
+  InFlight queued = router.Track({warm, false, Reason::kPolicy, false, 100}, 100);
+  REQUIRE(router.SetTurnover(warm, seconds(10)).ok);
+  CHECK_FALSE(router.SetTurnover(8, seconds(1)).ok);
+  CHECK_FALSE(router.SetTurnover(0, seconds(-1)).ok);
+  clock.Advance(seconds(9));
+  InFlight second = router.Pick(request, clock.Now());
+  CHECK(second.destination() == warm);
+  CHECK(second.decision().expected == CacheExpectation::kKey);
+  second.Release();
+  // Eleven seconds after the last send there its cache has turned over: 100 + 1,000 there
+  // against 1,000 on an idle destination.
+  clock.Advance(seconds(11));
+  InFlight third = router.Pick(request, clock.Now());
+  CHECK(third.destination() != warm);
+  CHECK(third.decision().expected == CacheExpectation::kTemplate);
+}
+
+TEST_CASE("Token work: a new key whose prompt shares a remembered prefix goes where it went",
+          "[router]") {
+  SeededRandom random(8);
+  ManualClock clock;
+  Router router({.destination_count = 8, .dispatch = PlainTokenWork()}, random);
+  std::vector<uint64_t> hashes;
+  for (uint64_t i = 0; i < 100; ++i) hashes.push_back(Mix64(i + 1));
+  InFlight first =
+      router.Pick(PickRequest{.key_id = KeyId("a"), .prompt_tokens = 1600, .block_hashes = hashes},
+                  clock.Now());
+  first.Release();
+  // Another key, the same first 70 blocks: the prefix memory finds the first 65 (up to block 64,
+  // the deepest grid position they share) where the first went.
+  std::vector<uint64_t> other(hashes.begin(), hashes.begin() + 70);
+  for (uint64_t i = 0; i < 30; ++i) other.push_back(Mix64(1000 + i));
+  InFlight second = router.Pick(
+      PickRequest{.key_id = KeyId("b"), .prompt_tokens = 1600, .block_hashes = other}, clock.Now());
+  CHECK(second.destination() == first.destination());
+  CHECK(second.decision().expected == CacheExpectation::kPrefix);
+  CHECK(second.decision().expected_uncached_tokens == 1600 - 65 * 16);
+  // Without a prefix memory nothing connects the two keys.
+  DispatchOptions off = PlainTokenWork();
+  off.prefix_memory_log2 = 0;
+  Router blind({.destination_count = 8, .dispatch = off}, random);
+  InFlight a =
+      blind.Pick(PickRequest{.key_id = KeyId("a"), .prompt_tokens = 1600, .block_hashes = hashes},
+                 clock.Now());
+  InFlight b = blind.Pick(
+      PickRequest{.key_id = KeyId("b"), .prompt_tokens = 1600, .block_hashes = other}, clock.Now());
+  CHECK(b.decision().expected == CacheExpectation::kTemplate);
+}
+
+TEST_CASE("Token work: served requests calibrate the template and the key memory's yield",
+          "[router]") {
+  SeededRandom random(9);
+  ManualClock clock;
+  Router router({.destination_count = 8, .dispatch = PlainTokenWork()}, random);
+  CHECK(router.template_tokens() == 0);
+  CHECK(router.warm_yield() == 1.0);
+  // Requests sent cold found 200 tokens cached: that is the template.
+  Decision cold{.destination = 1};
+  for (int i = 0; i < 2000; ++i) router.ObserveServed(cold, 1000, 200);
+  CHECK(router.template_tokens() == Approx(200).margin(1));
+  // Requests sent where the key's memory promised 800 tokens beyond the template found 400.
+  Decision warm{
+      .destination = 1, .expected_uncached_tokens = 1, .expected = CacheExpectation::kKey};
+  for (int i = 0; i < 2000; ++i) {
+    // The promise as the current yield makes it: 200 + yield · 800 cached.
+    warm.expected_uncached_tokens = static_cast<uint32_t>(1000 - 200 - router.warm_yield() * 800);
+    router.ObserveServed(warm, 1000, 600);
+  }
+  CHECK(router.warm_yield() == Approx(0.5).margin(0.02));
+  // A request of unknown length is taken as long as the mean prompt.
+  const Decision d = router.Decide(PickRequest{.key_id = kCold}, router.loads(), clock.Now());
+  CHECK(d.expected_uncached_tokens == Approx(800).margin(2));
+  // The measured hit is only kept.
   CHECK_FALSE(router.SetMeasuredHit(-0.1).ok);
   CHECK_FALSE(router.SetMeasuredHit(1.5).ok);
-  // A cache worth nothing: any queue difference moves the request.
-  REQUIRE(router.SetMeasuredHit(0.0).ok);
-  CHECK(router.margin_scale() == 0.0);
-  InFlight first = router.Pick(kSolo, clock.Now());
-  CHECK(first.destination() == 5);
-  InFlight second = router.Pick(kSolo, clock.Now());
-  CHECK(second.destination() == 6);
-  CHECK(second.decision().spilled);
-  // 75% of prompt tokens from cache: odds 3, margin 6.
-  REQUIRE(router.SetMeasuredHit(0.75).ok);
-  CHECK(router.margin_scale() == Approx(3.0));
-  std::vector<InFlight> held;
-  for (int i = 0; i < 7; ++i) held.push_back(router.Pick(kSolo, clock.Now()));
-  // Each saw load(5) at most 7 = load(6) + 6; now it is 8.
-  for (const InFlight& r : held) CHECK(r.destination() == 5);
-  CHECK(router.Pick(kSolo, clock.Now()).destination() == 6);
-  // The paper's dispatch ignores the measurement.
-  Router paper({.destination_count = 8, .dispatch = DispatchOptions::Paper()}, random);
-  REQUIRE(paper.SetMeasuredHit(0.0).ok);
-  CHECK(paper.margin_scale() == 1.0);
+  REQUIRE(router.SetMeasuredHit(0.25).ok);
+  CHECK(router.measured_hit() == 0.25);
 }
 
 TEST_CASE("InFlight tokens count requests until destroyed", "[router]") {
   SeededRandom random(4);
   ManualClock clock;
-  Router router({.destination_count = 4}, random);
+  Router router({.destination_count = 4, .dispatch = DispatchOptions::Paper()}, random);
   REQUIRE(router.Install(MakeTable({1, 1}, 4, {{kSolo, {2}}}), clock.Now()).ok);
   auto in_flight = [&] { return router.Stats(clock.Now()).in_flight[2]; };
   {
@@ -393,7 +486,7 @@ struct GoodTableInstalled {
 
   SeededRandom random;
   ManualClock clock;
-  Router router{{.destination_count = 4}, random};
+  Router router{{.destination_count = 4, .dispatch = DispatchOptions::Paper()}, random};
 };
 
 TEST_CASE("Install rejects a version regression and keeps the last good table", "[router]") {
@@ -445,12 +538,12 @@ TEST_CASE("Resize changes the destinations routed over, with the re-mapped table
   CHECK(router.destination_count() == 5);
   CHECK(router.loads().size() == 5);
   CHECK(router.Pick(kSolo, clock.Now()).destination() == 4);
-  // Unplanned keys spread over all five.
+  // Unplanned keys spread over all five but 2, whose queued request makes it dearer.
   std::vector<int> seen(5, 0);
   for (int i = 0; i < 500; ++i) {
     seen[router.Pick(KeyId("tail-" + std::to_string(i)), clock.Now()).destination()]++;
   }
-  for (int count : seen) CHECK(count > 50);
+  for (uint32_t d : {0u, 1u, 3u, 4u}) CHECK(seen[d] > 50);
 
   // Shrink to 2 without a table: nothing goes to 2, 3 or 4 any more, but the token held on 2
   // is still released there.

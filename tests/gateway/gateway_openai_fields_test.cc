@@ -79,6 +79,17 @@ TEST_CASE("RoutingKey: the first source the request has, in key_from's order") {
   CHECK_FALSE(RoutingKey({"header", "user"}, std::nullopt, f).has_value());
 }
 
+TEST_CASE("ErrorBody: OpenAI's error shape, the message escaped and made valid UTF-8") {
+  CHECK(ErrorBody("no upstream is up", "service_unavailable", 503) ==
+        R"({"error":{"code":503,"message":"no upstream is up","param":null,)"
+        R"("type":"service_unavailable"}})");
+  CHECK(ErrorBody("a \"quoted\"\nline \xff", "invalid_request_error", 400) ==
+        R"({"error":{"code":400,"message":"a \"quoted\"\nline )"
+        "\xef\xbf\xbd"
+        R"(","param":null,)"
+        R"("type":"invalid_request_error"}})");
+}
+
 TEST_CASE("usage: prompt and cached tokens from a body, absent or bad fields give nothing") {
   std::optional<Usage> u = ReadUsage(
       R"({"usage":{"prompt_tokens":120,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":96}}})");

@@ -704,6 +704,41 @@ TEST_CASE("sticky placement matches the reference and cuts churn under noisy rat
   CHECK(sticky_churn < 0.5 * plain_churn);
 }
 
+TEST_CASE("warm hints keep admitted keys where they are warm while the balance allows") {
+  // Eight keys of rate 1 on four destinations: the mean load is 2.
+  std::vector<KeyRate> rates;
+  for (uint64_t k = 1; k <= 8; ++k) rates.push_back({k, 1.0});
+  const PlanConfig config{.destinations = 4, .q_cap = 10, .slots_per_destination = 10};
+  PlanBuilder builder;
+  // Each warm somewhere that balance allows: every key stays.
+  std::vector<KeyWarmth> spread;
+  for (uint64_t k = 1; k <= 8; ++k) spread.push_back({k, static_cast<uint32_t>((k * 3) % 4)});
+  absl::StatusOr<Plan> plan = builder.Build(rates, config, nullptr, spread);
+  REQUIRE(plan.ok());
+  CHECK(plan->stats().warm_assignments == 8);
+  for (size_t i = 0; i < plan->size(); ++i) {
+    CHECK(plan->destinations(i)[0] == (plan->key(i) * 3) % 4);
+  }
+  // All warm on 0: two stay (0 reaches the mean), LPT places the rest; hints for a key that is not
+  // in the rates and for a destination the fleet does not have are ignored.
+  std::vector<KeyWarmth> crowded;
+  for (uint64_t k = 1; k <= 8; ++k) crowded.push_back({k, 0});
+  crowded.push_back({99, 1});
+  crowded.push_back({8, 17});  // the key's last entry wins: out of range, so no hint for key 8
+  plan = builder.Build(rates, config, nullptr, crowded);
+  REQUIRE(plan.ok());
+  CHECK(plan->stats().warm_assignments == 2);
+  CHECK(plan->stats().max_load == Approx(2.0));
+  int on_zero = 0;
+  for (size_t i = 0; i < plan->size(); ++i) on_zero += plan->destinations(i)[0] == 0 ? 1 : 0;
+  CHECK(on_zero == 2);
+  // No hints: plain LPT, bit for bit.
+  absl::StatusOr<Plan> none = builder.Build(rates, config, nullptr, {});
+  REQUIRE(none.ok());
+  CHECK(TableOf(*none) == TableOf(MustBuild(rates, config)));
+  CHECK(none->stats().warm_assignments == 0);
+}
+
 }  // namespace cacheroute::planner
 
 // CacheRoute's additions to Algorithm 1 (spill destinations, load-adaptive k_b): off by default,
@@ -774,7 +809,7 @@ TEST_CASE("balance_share: keys above that share of the mean destination load are
 
 Plan MustBuildBytes(const std::vector<KeyRate>& rates, const std::vector<KeyTokens>& tokens,
                     const PlanConfig& config, const Plan* previous = nullptr) {
-  return cacheroute::testing::RequireOk(BuildPlan(rates, config, nullptr, previous, tokens));
+  return cacheroute::testing::RequireOk(BuildPlan(rates, config, nullptr, previous, {}, tokens));
 }
 
 // Σ reusable tokens of the keys planned on each destination.
@@ -1096,7 +1131,7 @@ TEST_CASE("byte-aware: bad sizes and settings are rejected with the field named"
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const auto fails = [&](const std::vector<KeyTokens>& tokens, const PlanConfig& c,
                          const std::vector<std::string>& fragments) {
-    absl::StatusOr<Plan> plan = BuildPlan(rates, c, nullptr, nullptr, tokens);
+    absl::StatusOr<Plan> plan = BuildPlan(rates, c, nullptr, nullptr, {}, tokens);
     INFO(plan.status().ToString());
     REQUIRE(plan.status().code() == absl::StatusCode::kInvalidArgument);
     for (const std::string& f : fragments) {
@@ -1120,7 +1155,7 @@ TEST_CASE("byte-aware: bad sizes and settings are rejected with the field named"
   PlanConfig slots = config;
   slots.kv_budget_tokens = 0;
   const std::vector<KeyTokens> malformed = {{nan, nan}, {1, 1}};
-  CHECK(BuildPlan(rates, slots, nullptr, nullptr, malformed).ok());
+  CHECK(BuildPlan(rates, slots, nullptr, nullptr, {}, malformed).ok());
 }
 
 }  // namespace cacheroute::planner

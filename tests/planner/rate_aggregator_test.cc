@@ -410,6 +410,33 @@ TEST_CASE("KeyName keeps the last readable key sent") {
   CHECK(aggregator.KeyName(2) == std::string_view("bin\0ary", 7));
 }
 
+TEST_CASE("ServedAt keeps the last destination a report served the key at") {
+  RateAggregator aggregator({}, kT0);
+  RateReport report = Report("gw-a", 1, {{1, 1}, {2, 1}});
+  report.counts[0].served_at = "engine-3";
+  MustApply(aggregator, report, At(1));
+  CHECK(aggregator.ServedAt(1) == "engine-3");
+  CHECK(aggregator.ServedAt(2).empty());
+  CHECK(aggregator.ServedAt(3).empty());
+  CHECK(aggregator.KeyName(1).empty());  // a served_at alone names nothing
+  // Another gateway's later report moves it; one that says nothing keeps it.
+  report = Report("gw-b", 1, {{1, 1}});
+  report.counts[0].served_at = "engine-5";
+  MustApply(aggregator, report, At(2));
+  MustApply(aggregator, Report("gw-a", 2, {{1, 1}}), At(3));
+  CHECK(aggregator.ServedAt(1) == "engine-5");
+  // Soft state: not exported.
+  absl::StatusOr<RateAggregator> restored = RateAggregator::Restore(aggregator.Export(), {});
+  REQUIRE(restored.ok());
+  CHECK(restored->ServedAt(1).empty());
+  // Too long: refused, naming the field.
+  report = Report("gw-a", 3, {{1, 1}});
+  report.counts[0].served_at = std::string(RateAggregator::kMaxKeyBytes + 1, 'x');
+  absl::StatusOr<ReportResult> refused = aggregator.Apply(report, At(4));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(std::string(refused.status().message()).find("counts[0].served_at") != std::string::npos);
+}
+
 // Feeds the same scripted traffic to an aggregator: reports from two gateways with names and
 // unkeyed counts, closes at uneven times.
 void Drive(RateAggregator& aggregator, int from_step, int to_step) {

@@ -280,6 +280,16 @@ const std::vector<YamlField>& Fields() {
   return *fields;
 }
 
+// The HTTP front end's own keys: everything else in Fields() is the embedded dataplane's.
+bool FrontEndKey(absl::string_view key) {
+  for (const absl::string_view k :
+       {"listen", "header_timeout", "read_timeout", "write_timeout", "io_threads", "drain_delay",
+        "drain_timeout", "tls_cert_file", "tls_key_file", "api_key_file"}) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayConfig config) {
   CACHEROUTE_ASSIGN_OR_RETURN(std::set<std::string> seen,
                               ApplyDocument(yaml, Fields(), config, "policy: cacheroute"));
@@ -291,18 +301,69 @@ absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayCo
 struct Flags {
   std::string config;
   std::string listen;
-  std::string planner;
-  std::string gateway_id;
-  std::string policy;
-  std::vector<std::string> upstreams;
+  DataplaneFlags dataplane;
 };
 
 absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, GatewayConfig& config) {
-  const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
-  if (given("--listen")) {
+  if (app.count("--listen") > 0) {
     if (absl::Status s = CheckHostPort("--listen", flags.listen, false); !s.ok()) return s;
     config.listen = flags.listen;
   }
+  return ApplyDataplaneFlags(app, flags.dataplane, config);
+}
+
+absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
+  CLI::App app{
+      "CacheRoute gateway: an OpenAI-compatible HTTP proxy that routes each request to a model "
+      "server by the planner's table.",
+      "cacheroute-gateway"};
+  Flags flags;
+  app.add_option("--config", flags.config, "YAML configuration (see deploy/gateway.yaml)")
+      ->type_name("FILE");
+  app.add_option("--listen", flags.listen, "HTTP address; port 0 picks a free one")
+      ->type_name("HOST:PORT");
+  AddDataplaneFlags(app, flags.dataplane);
+  if (absl::Status s = base::ParseCommandLine(app, argc, argv); !s.ok()) return s;
+  GatewayConfig config;
+  if (app.count("--config") > 0) {
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        config, base::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml));
+  }
+  if (absl::Status s = ApplyFlags(app, flags, config); !s.ok()) return s;
+  if (absl::Status s = ValidateGatewayConfig(config); !s.ok()) return s;
+  return config;
+}
+
+}  // namespace
+
+const std::vector<base::yaml::Field<GatewayConfig>>& DataplaneConfigFields() {
+  static const auto* const fields = [] {
+    auto* dataplane = new std::vector<YamlField>;
+    for (const YamlField& f : Fields()) {
+      if (!FrontEndKey(f.key)) dataplane->push_back(f);
+    }
+    return dataplane;
+  }();
+  return *fields;
+}
+
+void AddDataplaneFlags(CLI::App& app, DataplaneFlags& flags) {
+  app.add_option("--planner", flags.planner,
+                 "Planner gRPC address, or several replicas' comma-separated; \"\" for none")
+      ->type_name("HOST:PORT[,HOST:PORT…]");
+  app.add_option("--gateway-id", flags.gateway_id, "This front end's id at the planner")
+      ->type_name("ID");
+  app.add_option("--policy", flags.policy,
+                 absl::StrCat("Routing policy:\n", dataplane::BuiltinPolicies().Listing()))
+      ->type_name("NAME");
+  app.add_option("--upstream", flags.upstreams,
+                 "Upstream model server, repeatable; replaces the file's list")
+      ->type_name("NAME=URL");
+}
+
+absl::Status ApplyDataplaneFlags(const CLI::App& app, const DataplaneFlags& flags,
+                                 GatewayConfig& config) {
+  const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
   if (given("--planner")) {
     std::vector<std::string> planners = SplitPlannerList(flags.planner);
     if (absl::Status s = CheckPlanners("--planner", planners); !s.ok()) return s;
@@ -329,40 +390,6 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, GatewayConfig& 
   }
   return absl::OkStatus();
 }
-
-absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
-  CLI::App app{
-      "CacheRoute gateway: an OpenAI-compatible HTTP proxy that routes each request to a model "
-      "server by the planner's table.",
-      "cacheroute-gateway"};
-  Flags flags;
-  app.add_option("--config", flags.config, "YAML configuration (see deploy/gateway.yaml)")
-      ->type_name("FILE");
-  app.add_option("--listen", flags.listen, "HTTP address; port 0 picks a free one")
-      ->type_name("HOST:PORT");
-  app.add_option("--planner", flags.planner,
-                 "Planner gRPC address, or several replicas' comma-separated; \"\" for none")
-      ->type_name("HOST:PORT[,HOST:PORT…]");
-  app.add_option("--gateway-id", flags.gateway_id, "This gateway's id at the planner")
-      ->type_name("ID");
-  app.add_option("--policy", flags.policy,
-                 absl::StrCat("Routing policy:\n", dataplane::BuiltinPolicies().Listing()))
-      ->type_name("NAME");
-  app.add_option("--upstream", flags.upstreams,
-                 "Upstream model server, repeatable; replaces the file's list")
-      ->type_name("NAME=URL");
-  if (absl::Status s = base::ParseCommandLine(app, argc, argv); !s.ok()) return s;
-  GatewayConfig config;
-  if (app.count("--config") > 0) {
-    CACHEROUTE_ASSIGN_OR_RETURN(
-        config, base::ParseConfigFile(flags.config, config, &ParseGatewayConfigYaml));
-  }
-  if (absl::Status s = ApplyFlags(app, flags, config); !s.ok()) return s;
-  if (absl::Status s = ValidateGatewayConfig(config); !s.ok()) return s;
-  return config;
-}
-
-}  // namespace
 
 absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::string_view url) {
   absl::string_view rest = url;

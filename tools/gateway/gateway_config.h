@@ -19,6 +19,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/yaml_fields.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace cacheroute::gateway {
 
@@ -135,6 +140,26 @@ absl::StatusOr<std::vector<Upstream>> ParseUpstreamListYaml(absl::string_view ya
 // `--help` is reported as a NotFound status whose message is the help text. The result is
 // validated (ValidateGatewayConfig).
 absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* argv);
+
+// The keys of the dataplane a front end embeds (embedded_dataplane.h): membership, routing,
+// planner, health and load; every key of ParseGatewayConfigYaml but the HTTP front end's listen,
+// header/read/write_timeout, io_threads, drain_delay, drain_timeout, tls_cert_file, tls_key_file
+// and api_key_file. Another front end (tools/epp) parses them into its GatewayConfig with these
+// very fields, so a key means the same in both.
+const std::vector<base::yaml::Field<GatewayConfig>>& DataplaneConfigFields();
+
+// The dataplane's flags, shared likewise: --planner, --gateway-id, --policy and --upstream
+// (repeatable; replaces the configured membership, whatever its source). Add them to a CLI11 app,
+// parse, then apply those given.
+struct DataplaneFlags {
+  std::string planner;
+  std::string gateway_id;
+  std::string policy;
+  std::vector<std::string> upstreams;
+};
+void AddDataplaneFlags(CLI::App& app, DataplaneFlags& flags);
+absl::Status ApplyDataplaneFlags(const CLI::App& app, const DataplaneFlags& flags,
+                                 GatewayConfig& config);
 
 // Checks consistency: one membership source (at least one static upstream, or upstreams_file,
 // or upstreams_dns), names distinct and non-empty, URLs http://HOST:PORT;

@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -187,6 +188,15 @@ void UsageScanner::Feed(absl::string_view bytes) {
     }
     bytes.remove_prefix(nl + 1);
   }
+}
+
+std::string ErrorBody(absl::string_view message, absl::string_view type, int code) {
+  nlohmann::json body = {{"error",
+                          {{"message", std::string(message)},
+                           {"type", std::string(type)},
+                           {"param", nullptr},
+                           {"code", code}}}};
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace cacheroute::gateway

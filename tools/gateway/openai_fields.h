@@ -56,6 +56,11 @@ struct Usage {
 // `usage` of one JSON response body (or one SSE event's data); none without a usage object.
 std::optional<Usage> ReadUsage(absl::string_view json);
 
+// An error answer in the shape the OpenAI API and vLLM use, so that clients' error handling works
+// unchanged: {"error":{"message":"…","type":"…","param":null,"code":502}}. Invalid UTF-8 in
+// `message` becomes U+FFFD. (proxy/error_body.h sends it; tools/epp answers it over ext_proc.)
+std::string ErrorBody(absl::string_view message, absl::string_view type, int code);
+
 class UsageScanner {
  public:
   // Longest partial line kept between chunks; a longer event is skipped.

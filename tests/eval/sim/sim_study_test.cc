@@ -30,8 +30,8 @@ TEST_CASE("the built-in studies are valid and follow the paper", "[study]") {
   }
   const StudyConfig primary = *FindStudy("primary");
   CHECK(primary.policies == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap",
-                                                     "preble", "cacheroute", "cacheroute-paper",
-                                                     "cacheroute-replan-10s",
+                                                     "preble", "dynamo-kv", "llm-d", "cacheroute",
+                                                     "cacheroute-paper", "cacheroute-replan-10s",
                                                      "cacheroute-sticky-lpt"});
   CHECK_FALSE(primary.trace.enabled);
   // One plan, held for the run (the paper's tables come from fixed tables; docs/simulator.md).
@@ -44,12 +44,12 @@ TEST_CASE("the built-in studies are valid and follow the paper", "[study]") {
   const StudyConfig ablation = *FindStudy("ablation");
   CHECK(ablation.profile == "llama-8b-h100");
   CHECK(ablation.loads == Ladder8B());
-  CHECK(ablation.policies ==
-        std::vector<std::string>{"flat", "affinity", "replication", "lpt", "cacheroute"});
+  CHECK(ablation.policies == std::vector<std::string>{"flat", "affinity", "replication", "lpt",
+                                                      "dynamo-kv", "llm-d", "cacheroute"});
   CHECK(ablation.whales.count > 0);
   CHECK(FindStudy("negative")->policies ==
-        std::vector<std::string>{"flat-lb", "cacheroute", "cacheroute-paper", "cacheroute-gated",
-                                 "cacheroute-paper-gated"});
+        std::vector<std::string>{"flat-lb", "dynamo-kv", "llm-d", "cacheroute", "cacheroute-paper",
+                                 "cacheroute-gated", "cacheroute-paper-gated"});
   const StudyConfig drift = *FindStudy("drift");
   CHECK(drift.drift.enabled);
   CHECK(drift.drift.intervals == 6);
@@ -296,7 +296,8 @@ TEST_CASE("topk256 is the primary study at top-K 256, its ladder past the primar
   CHECK(c->destinations == primary.destinations);
   CHECK(c->fleet.max_plans == primary.fleet.max_plans);
   CHECK(c->policies == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap", "preble",
-                                                "cacheroute", "cacheroute-paper"});
+                                                "dynamo-kv", "llm-d", "cacheroute",
+                                                "cacheroute-paper"});
   CHECK(c->loads.back() > Ladder70B().back());
   CHECK(c->primary_slo_s == kPrimarySloS);
   absl::StatusOr<StudyConfig> file = ParseStudyYaml("base: topk256\nseeds: [5]\n", "t.yaml");
@@ -327,7 +328,8 @@ TEST_CASE("the trace study needs a trace and names the field when it is missing 
   CHECK(c.destinations == 8);
   CHECK(c.profile == "llama-70b-fp8-tp2-h100");
   CHECK(c.policies == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap", "preble",
-                                               "cacheroute", "cacheroute-paper"});
+                                               "dynamo-kv", "llm-d", "cacheroute",
+                                               "cacheroute-paper"});
   // A plan exists before the measured window.
   CHECK(c.fleet.control_interval_s < c.fleet.warmup_s);
 

@@ -82,6 +82,23 @@ TEST_CASE("another policy picks; the pick is tracked in flight like the Router's
   CHECK(f.core.recorder().Drain().total == 1);  // rates are recorded whatever the policy
 }
 
+TEST_CASE("Redirect moves a routed request's in-flight count; key, rate and reason stay") {
+  Fixture f;
+  f.InstallTable("tenant-1", 1.0);
+  RequestLifecycle routed = f.core.Route("tenant-1", nullptr, f.clock.Now());
+  REQUIRE(routed.destination() == 1);
+  RequestLifecycle moved = f.core.Redirect(std::move(routed), 0);
+  CHECK(moved.destination() == 0);
+  CHECK_FALSE(moved.planned());
+  CHECK(moved.keyed());
+  CHECK(moved.reason() == dataplane::Reason::kPlanned);
+  CHECK(f.core.Stats().in_flight == std::vector<int64_t>{1, 0});
+  CHECK(f.core.recorder().Drain().total == 1);  // recorded once, by Route
+  CHECK(f.Has("g_picks_total{reason=\"planned\"} 1"));
+  moved.UpstreamDone();
+  CHECK(f.core.Stats().in_flight == std::vector<int64_t>{0, 0});
+}
+
 TEST_CASE("UpstreamDone releases the in-flight count once and observes the duration") {
   Fixture f;
   f.InstallTable("tenant-1", 1.0);

@@ -24,12 +24,12 @@ struct Fixture {
 };
 
 TEST_CASE(
-    "before any answer reports cached tokens there is no measure and the router keeps m = 1") {
+    "before any answer reports cached tokens there is no measure and the router is given none") {
   Fixture f;
   f.hit.Record(0, true, {.prompt_tokens = 100, .cached_tokens = std::nullopt});
   f.hit.Record(0, true, {.prompt_tokens = 0, .cached_tokens = 0});  // no prompt tokens
   CHECK_FALSE(f.hit.measured().has_value());
-  CHECK(f.router.margin_scale() == 1.0);
+  CHECK(f.router.measured_hit() == 0.0);
   CHECK(absl::StrContains(f.Page(), "g_measured_kv_hit 0\n"));
   CHECK(absl::StrContains(f.Page(), "g_prompt_tokens_total{destination=\"e0\",planned=\"1\"} 0\n"));
 }
@@ -42,7 +42,7 @@ TEST_CASE("the measure is cached / prompt tokens, and the Router is given it") {
   // Two answers: the first weighs kKeep of the second.
   const double want = (60 * ServedHit::kKeep + 20) / (100 * ServedHit::kKeep + 100);
   CHECK(*f.hit.measured() == Approx(want));
-  CHECK(f.router.margin_scale() == Approx(want / (1 - want)));
+  CHECK(f.router.measured_hit() == Approx(want));
   const std::string page = f.Page();
   CHECK(absl::StrContains(page, "g_prompt_tokens_total{destination=\"e0\",planned=\"1\"} 100\n"));
   CHECK(absl::StrContains(page, "g_cached_tokens_total{destination=\"e0\",planned=\"1\"} 60\n"));

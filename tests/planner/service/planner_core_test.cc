@@ -43,7 +43,8 @@ planner::RateReport Report(const std::string& gateway, uint64_t sequence,
   report.window_end_unix_ms = 2;
   for (const auto& [key, count] : counts) {
     report.counts.push_back(
-        {.key_id = KeyId(key), .count = count, .prompt_tokens = std::nullopt, .key = key});
+        {.key_id = KeyId(key), .count = count, .prompt_tokens = std::nullopt, .key = key,
+         .served_at = {}});
   }
   return report;
 }
@@ -442,6 +443,31 @@ TEST_CASE("placement hysteresis keeps keys where they were when rates wobble") {
   CHECK(moved_sticky < moved_from_scratch / 2);
   CHECK(imbalance_sticky <= 1.1 + 0.05);
   CHECK(imbalance_from_scratch <= imbalance_sticky + 1e-9);
+}
+
+TEST_CASE("the plan follows the cache: admitted keys go where the gateways served them") {
+  // Three keys on three destinations, two reported served where plain LPT would not put them
+  // (LPT gives a, b, c the destinations d0, d1, d2 in that order). A cap of 3 × the mean load
+  // (stickiness 2) lets every hint be kept.
+  auto plan = [](bool follow) {
+    PlannerConfig config = Config();
+    config.follow_served = follow;
+    config.placement_stickiness = 2;
+    Harness h(config);
+    planner::RateReport report = Report("gw", 1, {{"a", 300}, {"b", 200}, {"c", 100}});
+    report.counts[0].served_at = "d2";
+    report.counts[1].served_at = "d0";
+    report.counts[2].served_at = "unknown";  // not a destination: no hint
+    REQUIRE(h.core->ReportRates(report).ok());
+    h.Replan();
+    return h.core->Latest();
+  };
+  const auto followed = plan(true);
+  CHECK(followed->Find(KeyId("a"))->destinations == std::vector<uint32_t>{2});
+  CHECK(followed->Find(KeyId("b"))->destinations == std::vector<uint32_t>{0});
+  CHECK(followed->Find(KeyId("c"))->destinations == std::vector<uint32_t>{1});
+  const auto blind = plan(false);
+  CHECK(blind->Find(KeyId("a"))->destinations != std::vector<uint32_t>{2});
 }
 
 TEST_CASE("membership changes move only the keys of a destination that left") {

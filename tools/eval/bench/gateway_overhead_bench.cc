@@ -28,22 +28,15 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/http_listen.h"
+#include "tools/eval/bench/loopback_service.h"
 #include "tools/eval/child_process.h"
 #include "tools/gateway/gateway.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index = std::min(values.size() - 1, static_cast<size_t>(q * values.size()));
-  return values[index];
-}
-
-double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
+using ::cacheroute::eval::Median;
+using ::cacheroute::eval::Percentile;
 
 // A free loopback port (bound, read, released: racy in principle, fine on a quiet machine).
 int FreePort() {
@@ -56,15 +49,6 @@ int FreePort() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
-}
-
-// Stops a child process of ours (SIGTERM, then SIGKILL after 10 s) and removes its files; for the
-// destructors below.
-void StopChild(std::unique_ptr<cacheroute::eval::ChildProcess>& child,
-               const std::vector<std::filesystem::path>& files) {
-  if (child != nullptr) child->Stop(SIGTERM, std::chrono::seconds(10));
-  std::error_code ignored;
-  for (const std::filesystem::path& file : files) std::filesystem::remove(file, ignored);
 }
 
 // HAProxy in HTTP mode in front of one upstream, as a reference proxy; stopped by the destructor.
@@ -99,43 +83,11 @@ struct HaProxy {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  ~HaProxy() { StopChild(child, {config}); }
-};
-
-// cacheroute-gateway as a process of its own (as HAProxy is), from `binary`; stopped by the
-// destructor. port is 0 when it did not start, and `error` then says why.
-struct ChildGateway {
-  std::unique_ptr<cacheroute::eval::ChildProcess> child;
-  int port = 0;
-  std::string error;
-  std::filesystem::path config;
-  std::filesystem::path log;
-  ChildGateway(const std::string& binary, const std::string& policy, uint32_t io_threads,
-               int upstream_port) {
-    const std::string name = absl::StrCat("cacheroute-bench-gateway-", ::getpid());
-    config = std::filesystem::temp_directory_path() / (name + ".yaml");
-    log = std::filesystem::temp_directory_path() / (name + ".log");
-    std::ofstream(config) << absl::StrFormat(
-        "listen: 127.0.0.1:0\npolicy: %s\nio_threads: %d\n"
-        "upstreams:\n  - {name: engine-0, url: \"http://127.0.0.1:%d\"}\n",
-        policy, io_threads, upstream_port);
-    auto spawned = cacheroute::eval::ChildProcess::Spawn(
-        {binary, "--config", config.string()}, {.stderr_path = log.string(), .truncate = true});
-    if (!spawned.ok()) {
-      error = spawned.status().ToString();
-      return;
-    }
-    child = *std::move(spawned);
-    const absl::StatusOr<std::string> started = cacheroute::eval::AwaitLogLine(
-        *child, log.string(), "started gateway port=", std::chrono::seconds(60));
-    if (!started.ok()) {
-      error = started.status().ToString();
-      return;
-    }
-    port = cacheroute::eval::LogNumber(*started, "port").value_or(0);
-    if (port == 0) error = "no port in: " + *started;
+  ~HaProxy() {
+    if (child != nullptr) child->Stop(SIGTERM, std::chrono::seconds(10));
+    std::error_code ignored;
+    std::filesystem::remove(config, ignored);
   }
-  ~ChildGateway() { StopChild(child, {config, log}); }
 };
 
 }  // namespace
@@ -167,21 +119,8 @@ int main(int argc, char** argv) {
       R"({"id":"cmpl-1","object":"text_completion","model":"m","choices":[{"index":0,)"
       R"("text":"hello","finish_reason":"stop"}],"usage":{"prompt_tokens":12,)"
       R"("completion_tokens":1,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":0}}})";
-  httplib::Server upstream;
-  upstream.set_tcp_nodelay(true);
-  upstream.new_task_queue = [threads] { return new httplib::ThreadPool(3 * threads + 8); };
-  upstream.set_keep_alive_max_count(1u << 30);
-  upstream.Post("/v1/completions", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(answer, "application/json");
-  });
-  const int upstream_port = upstream.bind_to_any_port("127.0.0.1");
-  std::thread upstream_thread = cacheroute::base::ListenInBackground(upstream);
-  // An early exit stops the upstream first: a joinable thread must not be destroyed.
-  const auto give_up = [&] {
-    upstream.stop();
-    upstream_thread.join();
-    return 1;
-  };
+  auto upstream = std::make_unique<cacheroute::eval::CompletionUpstream>(answer, 3 * threads + 8);
+  const int upstream_port = upstream->port();
 
   cacheroute::gateway::GatewayConfig config;
   config.listen = "127.0.0.1:0";
@@ -189,21 +128,25 @@ int main(int argc, char** argv) {
   config.io_threads = io_threads;
   config.upstreams = {{"engine-0", absl::StrCat("http://127.0.0.1:", upstream_port)}};
   std::unique_ptr<cacheroute::gateway::Gateway> in_process;
-  std::unique_ptr<ChildGateway> child;
+  std::unique_ptr<cacheroute::eval::LoopbackService> child;
   int gateway_port = 0;
   if (!gateway_binary.empty() && std::filesystem::exists(gateway_binary)) {
-    child = std::make_unique<ChildGateway>(gateway_binary, policy, io_threads, upstream_port);
+    child = std::make_unique<cacheroute::eval::LoopbackService>(
+        gateway_binary, "gateway",
+        absl::StrFormat("listen: 127.0.0.1:0\npolicy: %s\nio_threads: %d\n"
+                        "upstreams:\n  - {name: engine-0, url: \"http://127.0.0.1:%d\"}\n",
+                        policy, io_threads, upstream_port));
     gateway_port = child->port;
     if (gateway_port == 0) {
       std::fprintf(stderr, "gateway: %s did not start: %s\n", gateway_binary.c_str(),
                    child->error.c_str());
-      return give_up();
+      return 1;
     }
   } else {
     auto gateway = cacheroute::gateway::Gateway::Start(config);
     if (!gateway.ok()) {
       std::fprintf(stderr, "gateway: %s\n", std::string(gateway.status().message()).c_str());
-      return give_up();
+      return 1;
     }
     in_process = *std::move(gateway);
     gateway_port = in_process->port();
@@ -299,8 +242,7 @@ int main(int argc, char** argv) {
   if (in_process) in_process->Stop();
   child.reset();
   proxy.reset();
-  upstream.stop();
-  upstream_thread.join();
+  upstream.reset();
 
   std::printf("added p50 latency over direct (median of %d): gateway %.1f us", repeat,
               Median(gateway_added));

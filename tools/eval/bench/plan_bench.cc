@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
     if (!byte_aware) continue;
     plan.reset();
     if (fresh_builder) builder.emplace(&clock);
-    absl::StatusOr<planner::Plan> by_bytes = builder->Build(input, bytes_config, nullptr, tokens);
+    absl::StatusOr<planner::Plan> by_bytes = builder->Build(input, bytes_config, nullptr, {}, tokens);
     if (!by_bytes.ok()) {
       std::cerr << "cacheroute-plan-bench: error: " << by_bytes.status().message() << "\n";
       return 2;

@@ -143,8 +143,10 @@ bool ParseBody(const std::string& body, bool stream, Outcome& out) {
   return usage;
 }
 
+// `first_chunk` runs once, when the first chunk of the response arrives (its first token when it
+// streams; the whole response otherwise).
 Outcome Send(httplib::Client& client, const std::string& body, const std::string& key,
-             const HttpReplayOptions& options) {
+             const HttpReplayOptions& options, const std::function<void()>& first_chunk) {
   Outcome out;
   httplib::Request req;
   req.method = "POST";
@@ -155,7 +157,10 @@ Outcome Send(httplib::Client& client, const std::string& body, const std::string
   const Clock::time_point start = Clock::now();
   Clock::time_point first = Clock::time_point::min();
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (first == Clock::time_point::min()) first = Clock::now();
+    if (first == Clock::time_point::min()) {
+      first = Clock::now();
+      first_chunk();
+    }
     received.append(data, n);
     return true;
   };
@@ -277,26 +282,30 @@ HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* d
       result.outcomes[i].kind = OutcomeKind::kRejected;
       continue;
     }
+    Dispatcher::Ticket ticket;
     uint32_t destination = 0;
     if (dispatcher != nullptr) {
-      destination = dispatcher->Pick(dataplane::KeyId(request.key));
+      ticket = dispatcher->Pick(request, workload.block_size);
+      destination = ticket.destination;
       if (destination == dataplane::kNoDestination) {
         result.outcomes[i].kind = OutcomeKind::kRejected;
         continue;
       }
     }
     open.fetch_add(1, std::memory_order_acq_rel);
-    pool.Submit([&, i, destination](WorkerPool::Clients& clients) {
+    pool.Submit([&, i, destination, ticket](WorkerPool::Clients& clients) mutable {
       if (clients.size() < targets.size()) clients.resize(targets.size());
       std::unique_ptr<httplib::Client>& client = clients[destination];
       if (client == nullptr) client = MakeClient(targets[destination], options.timeout_s);
       const workload::Request& r = workload.requests[i];
       Outcome outcome =
-          Send(*client, RequestBody(r, workload.block_size, i, options), r.key, options);
+          Send(*client, RequestBody(r, workload.block_size, i, options), r.key, options, [&] {
+            if (dispatcher != nullptr) dispatcher->FirstToken(ticket);
+          });
       outcome.destination = dispatcher != nullptr ? destination : dataplane::kNoDestination;
       if (outcome.kind != OutcomeKind::kOk) client.reset();  // reconnect next time
       result.outcomes[i] = outcome;
-      if (dispatcher != nullptr) dispatcher->Done(destination);
+      if (dispatcher != nullptr) dispatcher->Done(ticket, &outcome);
       open.fetch_sub(1, std::memory_order_acq_rel);
     });
   }

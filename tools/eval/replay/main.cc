@@ -123,8 +123,9 @@ int main(int argc, char** argv) {
     }
     for (const cacheroute::workload::Request& r : workload->requests) {
       Outcome o;
-      o.destination = dispatcher->Pick(cacheroute::dataplane::KeyId(r.key));
-      dispatcher->Done(o.destination);
+      Dispatcher::Ticket ticket = dispatcher->Pick(r, workload->block_size);
+      o.destination = ticket.destination;
+      dispatcher->Done(ticket);
       result.outcomes.push_back(o);
     }
   } else {

@@ -16,6 +16,7 @@
 #include "planner/algorithm.h"
 #include "planner/plan_builder.h"
 #include "planner/plan_snapshot.h"
+#include "tools/eval/sim/fleet.h"
 #include "tools/eval/workload/json_line.h"
 #include "tools/eval/workload/mooncake.h"
 
@@ -135,17 +136,52 @@ absl::StatusOr<PlanSummary> Dispatcher::InstallOfflinePlan(const RoutingOptions&
       .imbalance = stats.imbalance};
 }
 
-uint32_t Dispatcher::Pick(uint64_t key_id) {
-  const dataplane::Decision decision = policy_->Pick(key_id, view_);
-  if (decision.destination != dataplane::kNoDestination) {
-    view_.in_flight_[decision.destination].fetch_add(1, std::memory_order_relaxed);
+Dispatcher::Ticket Dispatcher::Pick(const workload::Request& request, uint32_t block_size) {
+  std::vector<uint64_t> hashes;
+  sim::AppendPromptBlockHashes(request.hash_ids, block_size, request.input_length, hashes);
+  Ticket t;
+  t.prompt_tokens = request.input_length;
+  t.decision = policy_->Route({.key_id = dataplane::KeyId(request.key),
+                               .prompt_tokens = request.input_length,
+                               .block_hashes = hashes},
+                              view_);
+  t.destination = t.decision.destination;
+  if (t.destination == dataplane::kNoDestination) {
+    t.done = true;
+    return t;
   }
-  return decision.destination;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  view_.in_flight_[t.destination].fetch_add(1, kRelaxed);
+  view_.queued_[t.destination].fetch_add(QueuedTokens(t), kRelaxed);
+  view_.prefilling_[t.destination].fetch_add(1, kRelaxed);
+  view_.active_[t.destination].fetch_add(t.prompt_tokens, kRelaxed);
+  return t;
 }
 
-void Dispatcher::Done(uint32_t destination) {
-  if (destination < view_.size()) {
-    view_.in_flight_[destination].fetch_sub(1, std::memory_order_relaxed);
+void Dispatcher::FirstToken(Ticket& t) {
+  if (t.done || t.first_token) return;
+  t.first_token = true;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  view_.queued_[t.destination].fetch_sub(QueuedTokens(t), kRelaxed);
+  view_.prefilling_[t.destination].fetch_sub(1, kRelaxed);
+  view_.decoding_[t.destination].fetch_add(1, kRelaxed);
+}
+
+void Dispatcher::Done(Ticket& t, const Outcome* served) {
+  if (t.done) return;
+  t.done = true;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  if (t.first_token) {
+    view_.decoding_[t.destination].fetch_sub(1, kRelaxed);
+  } else {
+    view_.queued_[t.destination].fetch_sub(QueuedTokens(t), kRelaxed);
+    view_.prefilling_[t.destination].fetch_sub(1, kRelaxed);
+  }
+  view_.active_[t.destination].fetch_sub(t.prompt_tokens, kRelaxed);
+  view_.in_flight_[t.destination].fetch_sub(1, kRelaxed);
+  if (router_ != nullptr && served != nullptr && served->kind == OutcomeKind::kOk) {
+    router_->ObserveServed(t.decision, static_cast<uint32_t>(served->prompt_tokens),
+                           static_cast<uint32_t>(served->cached_tokens));
   }
 }
 

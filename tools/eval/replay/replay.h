@@ -5,10 +5,12 @@
 //   capped
 //                       (--duration), arrivals shifted to start at 0
 //   Dispatcher          routes a request to one of R engines with a SHIPPED dataplane policy
-//                       (dataplane/include/cacheroute/dataplane/policy_registry.h) over the
-//                       replay's own in-flight counts; for "cacheroute" (and "cacheroute-paper",
-//                       Algorithm 1 with the paper's dispatch) through a Router holding a plan
-//                       built offline from the workload's key rates (planner/algorithm.h)
+//                       (dataplane/include/cacheroute/dataplane/policy_registry.h), the same
+//                       code the fleet simulator runs, over the replay's own view of its requests
+//                       (in flight, and their token work: queued prefill until the first token,
+//                       then decoding); for "cacheroute" (and "cacheroute-paper", Algorithm 1
+//                       with the paper's dispatch) through a Router holding a plan built
+//                       offline from the workload's key rates (planner/algorithm.h)
 //   BuildReport         requests, failures by kind, TTFT and latency percentiles, served
 //                       token-weighted KV hit (Σ cached / Σ prompt over successes), and per
 //                       destination the requests and prefill work with their imbalance (max/mean)
@@ -16,10 +18,12 @@
 // Usage:
 //   absl::StatusOr<Workload> w = LoadReplayWorkload(path, load_options);
 //   absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(routing, *w);
-//   uint32_t dest = (*d)->Pick(KeyId(request.key));   ... (*d)->Done(dest);
+//   Dispatcher::Ticket t = (*d)->Pick(request, w->block_size);  ... send to t.destination
+//   (*d)->FirstToken(t);  ...  (*d)->Done(t, &outcome);
 //   ReplayReport report = BuildReport(outcomes, destination_names, wall_seconds);
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -67,6 +71,8 @@ struct PlanSummary {
   double imbalance = 1;            // the plan's expected max/mean load
 };
 
+struct Outcome;
+
 // Routes requests. Pick and Done are thread-safe (the dataplane's guarantees).
 class Dispatcher {
  public:
@@ -75,18 +81,35 @@ class Dispatcher {
   static absl::StatusOr<std::unique_ptr<Dispatcher>> Create(const RoutingOptions& options,
                                                             const workload::Workload& workload);
 
-  // The destination for a request of `key_id`, counted in flight until Done(destination).
+  // One routed request: where it went, and what the dispatcher counts for it until Done.
+  struct Ticket {
+    uint32_t destination = dataplane::kNoDestination;
+    dataplane::Decision decision;
+    uint32_t prompt_tokens = 0;
+    bool first_token = false;
+    bool done = false;
+  };
+  // Routes `request` (its key, prompt length and prompt block hashes, from its hash ids of
+  // `block_size` tokens) and counts it in flight at the destination until Done. Its destination is
   // kNoDestination when every destination is down.
-  uint32_t Pick(uint64_t key_id);
-  void Done(uint32_t destination);
+  Ticket Pick(const workload::Request& request, uint32_t block_size);
+  // The request's first token arrived: its prefill leaves the destination's queued work and it
+  // counts as decoding. Idempotent.
+  void FirstToken(Ticket& ticket);
+  // The request ended; `served` (optional) carries the engine's usage, which the CacheRoute router
+  // learns its template and yield estimates from. Idempotent.
+  void Done(Ticket& ticket, const Outcome* served = nullptr);
 
   const std::optional<PlanSummary>& plan() const { return plan_; }
   std::string_view policy_name() const { return policy_->name(); }
 
  private:
+  // The replay's requests per destination: in flight, and their token work (policies.h's
+  // LoadView). Written by the sending threads with atomic adds.
   class InFlightView final : public dataplane::LoadView {
    public:
-    explicit InFlightView(uint32_t n) : in_flight_(n), up_(n) {
+    explicit InFlightView(uint32_t n)
+        : in_flight_(n), up_(n), queued_(n), prefilling_(n), decoding_(n), active_(n) {
       for (auto& u : up_) u.store(true);
     }
     uint32_t size() const override { return static_cast<uint32_t>(in_flight_.size()); }
@@ -94,9 +117,24 @@ class Dispatcher {
       return static_cast<double>(in_flight_[d].load(std::memory_order_relaxed));
     }
     bool Up(uint32_t d) const override { return up_[d].load(std::memory_order_relaxed); }
+    bool HasWork() const override { return true; }
+    dataplane::DestinationWork Work(uint32_t d) const override {
+      auto get = [](const std::atomic<int64_t>& v) {
+        return static_cast<double>(std::max<int64_t>(0, v.load(std::memory_order_relaxed)));
+      };
+      return {.queued_prefill_tokens = get(queued_[d]),
+              .prefilling = get(prefilling_[d]),
+              .decoding = get(decoding_[d]),
+              .active_tokens = get(active_[d])};
+    }
     std::vector<std::atomic<int64_t>> in_flight_;
     std::vector<std::atomic<bool>> up_;
+    std::vector<std::atomic<int64_t>> queued_, prefilling_, decoding_, active_;
   };
+  int64_t QueuedTokens(const Ticket& t) const {
+    return t.decision.expected_uncached_tokens > 0 ? t.decision.expected_uncached_tokens
+                                                   : t.prompt_tokens;
+  }
 
   explicit Dispatcher(const RoutingOptions& options);
   // A table policy's plan, built from `workload`'s key rates, in router_.

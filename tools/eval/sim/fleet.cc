@@ -43,6 +43,7 @@ struct RequestState {
   uint32_t gateway = 0;
   uint32_t destination = 0;
   Outcome outcome = Outcome::kPending;
+  dataplane::Decision decision;  // as routed: its expected uncached tokens count in the ledger
   std::optional<ArmTag> arm;     // with a rollout: its arm, until its evidence is recorded
   std::vector<uint64_t> hashes;  // alive from dispatch to the request's last event
 };
@@ -173,7 +174,7 @@ absl::Status FleetRun::Build() {
     engines_.emplace_back(config_.profile, config_.engine);
   for (uint32_t g = 0; g < config_.gateways; ++g) {
     CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<SimGateway> gateway,
-                                SimGateway::Create(config_, g, clock_));
+                                SimGateway::Create(config_, g, clock_, engines_));
     gateways_.push_back(std::move(gateway));
   }
   if (config_.policy == PolicyKind::kCacheRoute) {
@@ -221,21 +222,27 @@ void FleetRun::Arrive(size_t index) {
   const SimRequest& request = requests_[index];
   RequestState& state = states_[index];
   state.gateway = GatewayFor(index);
-  const dataplane::Decision decision = gateways_[state.gateway]->Route(request.key_id, &state.arm);
+  AppendSimRequestBlockHashes(request, state.hashes);
+  const dataplane::Decision decision = gateways_[state.gateway]->Route(
+      {.key_id = request.key_id,
+       .prompt_tokens = request.input_length,
+       .block_hashes = state.hashes},
+      &state.arm);
+  state.decision = decision;
   const uint32_t d = decision.destination;
   state.destination = d;
   if (config_.record_dispatches) {
     result_.dispatches[index] = {.time = clock_.now_s,
                                  .gateway = state.gateway,
                                  .destination = d,
-                                 .reason = decision.reason};
+                                 .reason = decision.reason,
+                                 .spilled = decision.spilled};
   }
   if (request.arrival_s >= config_.warmup_s) {
     ++result_.engines[d].requests;
     if (gated_ && decision.reason != dataplane::Reason::kControlArm) ++table_arm_requests_;
     if (decision.planned) ++result_.planned;
   }
-  AppendSimRequestBlockHashes(request, state.hashes);
   if (byte_aware_) {
     gateways_[state.gateway]->MeasurePrefix(request.key_id, state.hashes, request.input_length);
   }
@@ -256,8 +263,9 @@ void FleetRun::OnEngineEvents(uint32_t d, std::span<const EngineEvent> events) {
       case EngineEventKind::kFirstToken:
         state.first_token = e.time;
         state.cached = e.cached_tokens;
-        gateways_[state.gateway]->OnFirstToken(state.arm, e.time - request.arrival_s,
-                                               e.prompt_tokens, e.cached_tokens);
+        gateways_[state.gateway]->OnFirstToken(state.decision, state.arm,
+                                               e.time - request.arrival_s, e.prompt_tokens,
+                                               e.cached_tokens, request.output_length);
         if (request.arrival_s >= config_.warmup_s) {
           result_.engines[d].prefill_work_tokens += e.prompt_tokens - e.cached_tokens;
         }
@@ -278,7 +286,8 @@ void FleetRun::OnEngineEvents(uint32_t d, std::span<const EngineEvent> events) {
 void FleetRun::EndRequest(uint64_t index, Outcome outcome) {
   RequestState& state = states_[index];
   state.outcome = outcome;
-  gateways_[state.gateway]->End(state.destination, state.arm, outcome != Outcome::kCompleted);
+  gateways_[state.gateway]->End(state.decision, requests_[index].input_length,
+                                state.first_token >= 0, state.arm, outcome != Outcome::kCompleted);
   std::vector<uint64_t>().swap(state.hashes);
 }
 
@@ -367,8 +376,10 @@ constexpr dataplane::EnumName<PolicyKind> kPolicyKindNames[] = {
     {PolicyKind::kDualMap, "dualmap"},
     {PolicyKind::kPreble, "preble"},
     {PolicyKind::kCacheRoute, "cacheroute"},
+    {PolicyKind::kDynamoKv, "dynamo-kv"},
+    {PolicyKind::kLlmd, "llm-d"},
 };
-static_assert(dataplane::IsEnumTable(kPolicyKindNames, PolicyKind::kCacheRoute));
+static_assert(dataplane::IsEnumTable(kPolicyKindNames, PolicyKind::kLlmd));
 
 std::string_view PolicyName(PolicyKind policy) {
   return dataplane::NameOf(kPolicyKindNames, policy);
@@ -399,17 +410,22 @@ std::string_view PlanAblationName(PlanAblation ablation) {
   return dataplane::NameOf(kPlanAblationNames, ablation);
 }
 
-void AppendSimRequestBlockHashes(const SimRequest& request, std::vector<uint64_t>& out) {
-  if (request.block_size == 0 || request.block_size % kBlockTokens != 0) return;
-  const uint32_t per_id = request.block_size / kBlockTokens;
-  const uint64_t blocks = std::min<uint64_t>(request.input_length / kBlockTokens,
-                                             uint64_t{per_id} * request.hash_ids.size());
+void AppendPromptBlockHashes(std::span<const uint64_t> hash_ids, uint32_t block_size,
+                             uint32_t input_length, std::vector<uint64_t>& out) {
+  if (block_size == 0 || block_size % kBlockTokens != 0) return;
+  const uint32_t per_id = block_size / kBlockTokens;
+  const uint64_t blocks =
+      std::min<uint64_t>(input_length / kBlockTokens, uint64_t{per_id} * hash_ids.size());
   uint64_t parent = kRootBlockHash;
   for (uint64_t b = 0; b < blocks; ++b) {
-    const uint64_t content = Mix64(request.hash_ids[b / per_id] ^ (kGolden * (b % per_id + 1)));
+    const uint64_t content = Mix64(hash_ids[b / per_id] ^ (kGolden * (b % per_id + 1)));
     parent = ChainBlockHash(parent, content);
     out.push_back(parent);
   }
+}
+
+void AppendSimRequestBlockHashes(const SimRequest& request, std::vector<uint64_t>& out) {
+  AppendPromptBlockHashes(request.hash_ids, request.block_size, request.input_length, out);
 }
 
 absl::Status ValidateFleetConfig(const FleetConfig& config) {

@@ -1,6 +1,6 @@
 // RunFleet: a deterministic discrete-event simulation of the paper's serving setup
 // (the CacheRoute paper, §4): R engines (engine.h), each with its own prefix cache, behind
-// G gateways that route every request at its arrival with one of the six shipped dataplane
+// G gateways that route every request at its arrival with one of the shipped dataplane
 // policies (by name from dataplane/include/cacheroute/dataplane/policy_registry.h), and, for
 // CacheRoute, the planner service's own control loop (service::PlannerCore and its
 // ControlSchedule, on the simulator's clock) planning every control interval (§3.1, Algorithm 1).
@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cacheroute/dataplane/dispatch.h"
+#include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
 #include "planner/algorithm.h"
@@ -46,9 +47,11 @@
 
 namespace cacheroute::sim {
 
-enum class PolicyKind : uint8_t { kFlatLb, kSticky, kChwbl, kDualMap, kPreble, kCacheRoute };
-// "flat-lb", "sticky", "chwbl", "dualmap", "preble", "cacheroute": the policies' names in the
-// dataplane's registry, through which each gateway creates its policy.
+enum class PolicyKind : uint8_t {
+  kFlatLb, kSticky, kChwbl, kDualMap, kPreble, kCacheRoute, kDynamoKv, kLlmd
+};
+// "flat-lb", "sticky", "chwbl", "dualmap", "preble", "cacheroute", "dynamo-kv", "llm-d": the
+// policies' names in the dataplane's registry, through which each gateway creates its policy.
 std::string_view PolicyName(PolicyKind policy);
 // Also takes the registry's aliases ("flatlb").
 absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name);
@@ -69,7 +72,11 @@ struct SimRequest {
   std::vector<uint64_t> hash_ids;
 };
 
-// The chained 16-token block hashes of a request's prompt (see "Request content" above).
+// The chained 16-token block hashes of a request's prompt (see "Request content" above): of a
+// prompt of `input_length` tokens described by one hash id per `block_size` tokens (a multiple of
+// 16; nothing is appended otherwise).
+void AppendPromptBlockHashes(std::span<const uint64_t> hash_ids, uint32_t block_size,
+                             uint32_t input_length, std::vector<uint64_t>& out);
 void AppendSimRequestBlockHashes(const SimRequest& request, std::vector<uint64_t>& out);
 
 struct FleetConfig {
@@ -87,6 +94,9 @@ struct FleetConfig {
   double chwbl_epsilon = 0.25;
   double dualmap_queue_bound = 4.0;
   double preble_overload_factor = 1.5;
+  // The modern baselines' published defaults (policies.h).
+  dataplane::DynamoKvOptions dynamo{};
+  dataplane::LlmdOptions llmd{};
 
   // CacheRoute.
   double control_interval_s = 10;  // in [0.001, 3600]
@@ -112,6 +122,13 @@ struct FleetConfig {
   // engines' KV capacity and, as the per-request overhead, the mean output's decode in
   // prefill-token equivalents.
   double plan_kv_budget_share = 0;
+  // Whether the gateways measure each destination's cache turnover (Router::SetTurnover); false:
+  // the dispatch's default_turnover throughout.
+  bool measure_turnover = true;
+  // Whether the gateways report where they last sent each key and the planner keeps admitted keys
+  // there as far as the balance allows (PlannerConfig::follow_served; docs/dispatch.md, "The plan
+  // follows the cache"). Only the token-work rule's gateways remember where keys went.
+  bool plan_follows_cache = true;
 
   // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled and gate_interval:
   // every gate_interval_s the gateways report their per-arm evidence (TTFT at the first token,
@@ -142,6 +159,7 @@ struct DispatchRecord {
   uint32_t gateway = 0;
   uint32_t destination = 0;
   dataplane::Reason reason = dataplane::Reason::kPolicy;
+  bool spilled = false;  // planned, but sent outside the key's set
 };
 
 // The table in force after a plan was built (a plan whose routing is unchanged is not

@@ -58,6 +58,7 @@ absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& confi
   c.q_cap = q_cap;
   c.slots_per_destination = config.slots_per_destination;
   c.placement_stickiness = config.stickiness;
+  c.follow_served = config.plan_follows_cache;
   c.algorithm = std::string(planner::AlgorithmName(algorithm));
   c.replicate = config.ablation != PlanAblation::kAffinityOnly;
   c.placement = config.ablation == PlanAblation::kFull ? "lpt" : "hashed";

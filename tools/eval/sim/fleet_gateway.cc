@@ -3,17 +3,28 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/policy_registry.h"
+#include "planner/plan_snapshot.h"
 
 namespace cacheroute::sim {
 namespace {
 
+// What a routed request counts as queued prefill at its destination until its first token: its
+// policy's estimate of the uncached tokens, or its whole prompt.
+double QueuedTokens(const dataplane::Decision& decision, uint32_t prompt_tokens) {
+  return decision.expected_uncached_tokens > 0 ? decision.expected_uncached_tokens
+                                               : prompt_tokens;
+}
+
 // How many recent first tokens the measured KV hit remembers (its decay).
 constexpr double kHitMemory = 1000;
+// The window over which a destination's intake of new KV tokens is averaged (its decay).
+constexpr double kTurnoverWindowS = 60;
 
 }  // namespace
 
@@ -22,15 +33,21 @@ dataplane::Time SimClock::At(double seconds) {
       std::chrono::duration_cast<dataplane::Duration>(std::chrono::duration<double>(seconds)));
 }
 
-SimGateway::SimGateway(const FleetConfig& config, uint32_t index)
-    : id_(absl::StrFormat("gateway-%u", index)),
+SimGateway::SimGateway(const FleetConfig& config, uint32_t index,
+                       const std::vector<Engine>& engines)
+    : config_(config),
+      id_(absl::StrFormat("gateway-%u", index)),
       random_(dataplane::Mix64(config.seed ^ (kGolden * (index + 1)))),
-      view_(config.engines) {}
+      view_(config.engines, engines),
+      intake_(config.engines),
+      names_(planner::DestinationNames(config.engines)) {}
 
 absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig& config,
                                                                uint32_t index,
-                                                               const SimClock& clock) {
-  std::unique_ptr<SimGateway> g(new SimGateway(config, index));
+                                                               const SimClock& clock,
+                                                               const std::vector<Engine>& engines) {
+  std::unique_ptr<SimGateway> g(new SimGateway(config, index, engines));
+  g->clock_ = &clock;
   const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(PolicyName(config.policy));
   if (info == nullptr) {
     return absl::InternalError(
@@ -50,19 +67,28 @@ absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig
                   .clock = &clock,
                   .parameters = {.chwbl_epsilon = config.chwbl_epsilon,
                                  .dualmap_queue_bound = config.dualmap_queue_bound,
-                                 .preble_overload_factor = config.preble_overload_factor}});
+                                 .preble_overload_factor = config.preble_overload_factor,
+                                 .dynamo = config.dynamo,
+                                 .llmd = config.llmd}});
   if (!policy.ok()) return absl::InvalidArgumentError(policy.status().message);
   g->policy_ = *std::move(policy);
   return g;
 }
 
-dataplane::Decision SimGateway::Route(uint64_t key_id, std::optional<ArmTag>* arm) {
-  const dataplane::Decision decision = policy_->Pick(key_id, view_);
+dataplane::Decision SimGateway::Route(const dataplane::PickRequest& request,
+                                      std::optional<ArmTag>* arm) {
+  const dataplane::Decision decision = policy_->Route(request, view_);
   // Every destination is up: never kNoDestination.
-  ++view_.in_flight[decision.destination];
+  const uint32_t d = decision.destination;
+  ++view_.in_flight[d];
+  dataplane::DestinationWork& work = view_.work[d];
+  work.queued_prefill_tokens += QueuedTokens(decision, request.prompt_tokens);
+  work.prefilling += 1;
+  work.active_tokens += request.prompt_tokens;
+  view_.prefilling += 1;
   arm->reset();
   if (router_ != nullptr) {
-    recorder_->Record(key_id);
+    recorder_->Record(request.key_id);
     if (router_->table_fraction() < 1) {
       *arm =
           ArmTag{.arm = decision.reason == dataplane::Reason::kControlArm ? dataplane::Arm::kControl
@@ -87,8 +113,15 @@ void SimGateway::MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes
   k.last.assign(hashes.begin(), hashes.end());
 }
 
-void SimGateway::OnFirstToken(std::optional<ArmTag>& arm, double ttft_s, uint32_t prompt_tokens,
-                              uint32_t cached_tokens) {
+void SimGateway::OnFirstToken(const dataplane::Decision& decision, std::optional<ArmTag>& arm,
+                              double ttft_s, uint32_t prompt_tokens, uint32_t cached_tokens,
+                              uint32_t output_tokens) {
+  const uint32_t d = decision.destination;
+  dataplane::DestinationWork& work = view_.work[d];
+  work.queued_prefill_tokens -= QueuedTokens(decision, prompt_tokens);
+  work.prefilling -= 1;
+  work.decoding += 1;
+  view_.prefilling -= 1;
   if (arm.has_value()) {
     evidence_.Record(arm->table_fraction, arm->arm, ttft_s, false, prompt_tokens, cached_tokens);
     arm.reset();  // counted
@@ -98,14 +131,39 @@ void SimGateway::OnFirstToken(std::optional<ArmTag>& arm, double ttft_s, uint32_
   seen_cached_ = seen_cached_ * kKeep + cached_tokens;
   seen_prompt_ = seen_prompt_ * kKeep + prompt_tokens;
   if (seen_prompt_ > 0) (void)router_->SetMeasuredHit(seen_cached_ / seen_prompt_);
+  router_->ObserveServed(decision, prompt_tokens, cached_tokens);
+  if (!config_.measure_turnover) return;
+  // The destination's cache turnover: its KV capacity over the rate of new tokens it takes in.
+  Intake& intake = intake_[d];
+  const double now = clock_->now_s;
+  intake.tokens_per_s = intake.tokens_per_s * std::exp(-(now - intake.last_s) / kTurnoverWindowS) +
+                        (prompt_tokens - cached_tokens + output_tokens) / kTurnoverWindowS;
+  intake.last_s = now;
+  if (intake.tokens_per_s > 0) {
+    const double capacity_tokens = static_cast<double>(config_.profile.kv_blocks) * kBlockTokens;
+    (void)router_->SetTurnover(
+        d, std::chrono::duration_cast<dataplane::Duration>(std::chrono::duration<double>(
+               std::min(capacity_tokens / intake.tokens_per_s, 86400.0))));
+  }
 }
 
-void SimGateway::End(uint32_t destination, std::optional<ArmTag>& arm, bool failed) {
+void SimGateway::End(const dataplane::Decision& decision, uint32_t prompt_tokens,
+                     bool had_first_token, std::optional<ArmTag>& arm, bool failed) {
   if (arm.has_value() && failed) {  // failed before its first token
     evidence_.Record(arm->table_fraction, arm->arm, std::nullopt, true, 0, 0);
     arm.reset();
   }
-  --view_.in_flight[destination];
+  const uint32_t d = decision.destination;
+  --view_.in_flight[d];
+  dataplane::DestinationWork& work = view_.work[d];
+  if (had_first_token) {
+    work.decoding -= 1;
+  } else {
+    work.queued_prefill_tokens -= QueuedTokens(decision, prompt_tokens);
+    work.prefilling -= 1;
+    view_.prefilling -= 1;
+  }
+  work.active_tokens -= prompt_tokens;
 }
 
 planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int64_t end_ms,
@@ -128,6 +186,12 @@ planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int6
         const double per = count.count / it->second.measured;
         count.prompt_tokens = it->second.prompt * per;
         count.reusable_tokens = it->second.reusable * per;
+      }
+      if (config_.plan_follows_cache) {
+        const dataplane::KeyRecall served = router_->Remembered(k.key_id);
+        if (served.known() && served.destination < names_.size()) {
+          count.served_at = names_[served.destination];
+        }
       }
     }
     for (auto& [key, prefix] : prefixes_) prefix.reusable = prefix.prompt = prefix.measured = 0;

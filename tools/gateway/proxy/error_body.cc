@@ -1,19 +1,9 @@
 // See error_body.h.
 #include "tools/gateway/proxy/error_body.h"
 
-#include <nlohmann/json.hpp>
 #include <utility>
 
 namespace cacheroute::gateway {
-
-std::string ErrorBody(absl::string_view message, absl::string_view type, int code) {
-  nlohmann::json body = {{"error",
-                          {{"message", std::string(message)},
-                           {"type", std::string(type)},
-                           {"param", nullptr},
-                           {"code", code}}}};
-  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 http::asio::awaitable<void> SendError(http::Exchange& x, int status, absl::string_view message,
                                       absl::string_view type, absl::string_view destination) {

@@ -5,6 +5,8 @@
 // upstream_timeout (504) or service_unavailable (503). An answer about an upstream names it in
 // X-CacheRoute-Destination.
 //
+// The body is openai_fields.h's ErrorBody.
+//
 // Usage (in a handler coroutine):
 //   co_await SendError(x, 503, "no upstream is up", "service_unavailable");
 #pragma once
@@ -12,12 +14,10 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "tools/gateway/openai_fields.h"  // ErrorBody
 #include "tools/http/server.h"
 
 namespace cacheroute::gateway {
-
-// The JSON body; invalid UTF-8 in `message` becomes U+FFFD.
-std::string ErrorBody(absl::string_view message, absl::string_view type, int code);
 
 // Answers `x` with `status` and ErrorBody; with `destination`, naming it in
 // X-CacheRoute-Destination.

@@ -74,7 +74,7 @@ bool UpstreamPools::TakeIdle(std::vector<IdleConnection>* idle,
 
 bool UpstreamPools::Return(std::vector<IdleConnection>* idle, boost::beast::tcp_stream&& stream) {
   if (idle == nullptr || idle->size() >= kMaxIdlePerDestination) return false;
-  idle->emplace_back(std::move(stream), std::chrono::steady_clock::now());
+  idle->push_back(IdleConnection{std::move(stream), std::chrono::steady_clock::now()});
   return true;
 }
 

@@ -10,4 +10,12 @@ std::optional<std::string> KeyDeriver::KeyOf(const std::optional<std::string>& h
   return RoutingKey(key_from_, header, ScanRequestFields(body, prefix_bytes_));
 }
 
+bool KeyDeriver::NeedsBody(const std::optional<std::string>& header) const {
+  for (const std::string& source : key_from_) {
+    if (source != "header") return true;  // "user" or "system": in the body
+    if (header.has_value() && !header->empty()) return false;
+  }
+  return false;
+}
+
 }  // namespace cacheroute::gateway

@@ -7,6 +7,7 @@
 // Usage:
 //   KeyDeriver keys(config);
 //   std::optional<std::string> key = keys.KeyOf(header_value_or_none, body);
+//   if (!keys.NeedsBody(header_value_or_none)) … route before the body has arrived …
 //
 // Immutable; thread-safe (the body parser is per thread).
 #pragma once
@@ -34,6 +35,10 @@ class KeyDeriver {
   // The key of a request whose key header is `header` (none: absent) and whose body is `body`.
   std::optional<std::string> KeyOf(const std::optional<std::string>& header,
                                    absl::string_view body) const;
+  // Whether the key may come from the body: false when the key header decides it (present,
+  // non-empty, and "header" comes before the body's sources in key_from) or when key_from names
+  // no body source; then KeyOf(header, "") is the key whatever the body holds.
+  bool NeedsBody(const std::optional<std::string>& header) const;
 
  private:
   const std::vector<std::string> key_from_;

@@ -45,6 +45,11 @@ RequestLifecycle RoutingCore::RouteAny(dataplane::Time start) {
                           start, /*keyed=*/false);
 }
 
+RequestLifecycle RoutingCore::Redirect(RequestLifecycle routed, uint32_t d) {
+  const dataplane::Reason reason = routed.ok() ? routed.reason() : dataplane::Reason::kPolicy;
+  return RequestLifecycle(*this, router_.Track({d, false, reason}), routed.start(), routed.keyed());
+}
+
 bool RoutingCore::AnyUp() const {
   for (uint32_t d = 0; d < router_.destination_count(); ++d) {
     if (router_.loads().Up(d)) return true;

@@ -63,6 +63,10 @@ class RoutingCore {
   // A request any up destination can answer (GET /v1/models): a random one, not counted in
   // picks_total.
   RequestLifecycle RouteAny(dataplane::Time start);
+  // `routed`, sent to the up destination `d` instead, under a constraint its policy does not know
+  // (an endpoint picker's caller may name the endpoints it allows): the in-flight count moves to
+  // d; the key, its rate count and its pick reason stay as Route made them.
+  RequestLifecycle Redirect(RequestLifecycle routed, uint32_t d);
 
   dataplane::Router& router() { return router_; }
   const dataplane::Router& router() const { return router_; }

@@ -1,12 +1,13 @@
-// The vocabulary shared by the Router and every routing policy: what a policy sees of the fleet
-// (LoadView), what it answers (Decision), and the two load-based primitives all policies fall back
-// on: power of two choices (Mitzenmacher, Richa, Sitaraman 2001; the paper's flat-LB, §3.1) and
-// least-loaded.
+// The vocabulary shared by the Router and every routing policy: what a policy is asked to route
+// (PickRequest), what it sees of the fleet (LoadView: a load per destination, and where the view
+// has them the token-work signals and the engines' scraped metrics), what it answers (Decision),
+// and the two load-based primitives all policies fall back on: power of two choices (Mitzenmacher,
+// Richa, Sitaraman 2001; the paper's flat-LB, §3.1) and least-loaded.
 //
 // Invariants: a LoadView is read concurrently by many request threads, so its methods are const,
 // thread-safe and lock-free; loads are non-negative numbers in one unit per view (in-flight
-// requests for the Router). Destinations outside [0, size()) or not Up() are never chosen. A
-// Decision names kNoDestination only when no destination is up.
+// requests for the Router); token work is in prompt tokens. Destinations outside [0, size()) or
+// not Up() are never chosen. A Decision names kNoDestination only when no destination is up.
 //
 // Usage:
 //   Decision d = PowerOfTwoChoices(router.loads(), random);
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -28,14 +30,57 @@ namespace cacheroute::dataplane {
 
 inline constexpr uint32_t kNoDestination = std::numeric_limits<uint32_t>::max();
 
+// One request as a policy sees it. prompt_tokens 0 means unknown. block_hashes are the prompt's
+// chained 16-token block hashes (vLLM's prefix-cache blocks, or a gateway's estimate of them from
+// the text), for the policies that index prefixes; empty when the caller has none.
+struct PickRequest {
+  uint64_t key_id = 0;
+  uint32_t prompt_tokens = 0;
+  std::span<const uint64_t> block_hashes{};
+};
+
+// The work waiting at one destination, in the currency of prefill: what a gateway sees of its own
+// requests there (docs/dispatch.md, "Signals").
+struct DestinationWork {
+  // Σ of the expected uncached prompt tokens of requests sent whose first token has not arrived.
+  double queued_prefill_tokens = 0;
+  double prefilling = 0;     // requests sent whose first token has not arrived
+  double decoding = 0;       // requests whose first token arrived, not yet finished
+  double active_tokens = 0;  // prompt tokens of every request in flight there
+};
+
+// What the engine itself reports (scraped metrics, e.g. vLLM's num_requests_waiting and
+// kv_cache_usage_perc).
+struct EngineMetrics {
+  double waiting = 0;   // requests queued, not yet running
+  double kv_usage = 0;  // share of the KV cache held by running requests, in [0, 1]
+};
+
 // What a policy may read about the fleet when it picks. Implementations: Router::loads() (local
-// in-flight counts blended with reported load), or the simulator's own view.
+// in-flight counts blended with reported load, and the Router's own token-work ledger), or the
+// simulator's own view. A view without token-work signals (HasWork() false) returns zeros from
+// Work; one without scraped metrics reports Load as the waiting queue and no KV usage.
 class LoadView {
  public:
   virtual ~LoadView() = default;
   virtual uint32_t size() const = 0;
   virtual double Load(uint32_t destination) const = 0;
   virtual bool Up(uint32_t destination) const = 0;
+  virtual bool HasWork() const { return false; }
+  virtual DestinationWork Work(uint32_t /*destination*/) const { return {}; }
+  // Work summed over the destinations (only `prefilling` is required of a view).
+  virtual DestinationWork FleetWork() const {
+    DestinationWork total;
+    for (uint32_t d = 0; d < size(); ++d) {
+      const DestinationWork w = Work(d);
+      total.queued_prefill_tokens += w.queued_prefill_tokens;
+      total.prefilling += w.prefilling;
+      total.decoding += w.decoding;
+      total.active_tokens += w.active_tokens;
+    }
+    return total;
+  }
+  virtual EngineMetrics Scraped(uint32_t destination) const { return {Load(destination), 0}; }
 };
 
 // Why a request went where it went. Every reason but kPlanned is the fallback of the CacheRoute
@@ -64,11 +109,21 @@ static_assert(IsEnumTable(kReasonNames, kReasonCount));
 
 inline std::string_view ReasonName(Reason r) { return NameOf(kReasonNames, r); }
 
+// What a policy expected to find cached where it sent a request: only the template every
+// destination holds, the key's previous prompt (the per-key memory, or the planned set), or a
+// prefix it remembers sending there.
+enum class CacheExpectation : uint8_t { kTemplate, kKey, kPrefix };
+
 struct Decision {
   uint32_t destination = kNoDestination;
   bool planned = false;
   Reason reason = Reason::kPolicy;
   bool spilled = false;  // planned, but sent outside its set (its spill, or a random destination)
+  // The prompt tokens the policy expects to prefill there (its prompt minus what it expects
+  // cached); what the destination's queued prefill work counts until the first token. 0: the policy
+  // made no estimate (the caller counts the whole prompt).
+  uint32_t expected_uncached_tokens = 0;
+  CacheExpectation expected = CacheExpectation::kTemplate;
 };
 
 // A key's two hashed candidates: distinct destinations in [0, n) from the key id alone (the same

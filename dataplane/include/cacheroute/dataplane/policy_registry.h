@@ -48,6 +48,8 @@ struct PolicyParameters {
   double chwbl_epsilon = 0.25;          // CHWBL's load bound (1 + ε) × mean; finite, ≥ 0
   double dualmap_queue_bound = 4.0;     // DualMap leaves its warm candidate above this load
   double preble_overload_factor = 1.5;  // Preble re-routes above this × the mean load; > 0
+  DynamoKvOptions dynamo{};             // the Dynamo-style KV router's published defaults
+  LlmdOptions llmd{};                   // the llm-d-style scorer's published defaults
 };
 
 // What factories may use. Pointers are not owned and must outlive the policy; a factory that
@@ -266,9 +268,27 @@ inline PolicyRegistry MakeBuiltinPolicies() {
          }
          return std::unique_ptr<Policy>(std::make_unique<PreblePolicy>(*c.random, factor));
        }}));
-  must(r.Register(TablePolicy(
-      "cacheroute", "the planner's table with CacheRoute's dispatch (spill, hashed-pair tail)",
-      DispatchOptions{})));
+  must(r.Register({.name = "dynamo-kv",
+                   .description = "NVIDIA Dynamo's KV router, approximate mode: least prefill + "
+                                  "decode blocks, its own sends as the overlap",
+                   .make = [](const PolicyContext& c) -> Made {
+                     if (c.random == nullptr) return Missing("dynamo-kv", "random");
+                     if (c.clock == nullptr) return Missing("dynamo-kv", "clock");
+                     return std::unique_ptr<Policy>(std::make_unique<DynamoKvPolicy>(
+                         c.destinations, *c.random, *c.clock, c.parameters.dynamo));
+                   }}));
+  must(r.Register({.name = "llm-d",
+                   .description = "llm-d's default scorers: prefix 3, queue 2, KV utilisation 2",
+                   .make = [](const PolicyContext& c) -> Made {
+                     if (c.random == nullptr) return Missing("llm-d", "random");
+                     if (c.clock == nullptr) return Missing("llm-d", "clock");
+                     return std::unique_ptr<Policy>(std::make_unique<LlmdPolicy>(
+                         c.destinations, *c.random, *c.clock, c.parameters.llmd));
+                   }}));
+  must(r.Register(TablePolicy("cacheroute",
+                              "the planner's table with CacheRoute's dispatch (one cost per "
+                              "candidate in prefill tokens, per-key and prefix memory)",
+                              DispatchOptions{})));
   must(r.Register(TablePolicy("cacheroute-paper",
                               "the planner's table with the paper's dispatch (least-loaded "
                               "member, power of two choices for the rest)",
@@ -280,8 +300,8 @@ inline PolicyRegistry MakeBuiltinPolicies() {
 
 }  // namespace policy_registry_internal
 
-// The shipped policies: flat-lb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper,
-// and the alias flatlb for flat-lb.
+// The shipped policies: flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute,
+// cacheroute-paper, and the alias flatlb for flat-lb.
 inline const PolicyRegistry& BuiltinPolicies() {
   static const PolicyRegistry registry = policy_registry_internal::MakeBuiltinPolicies();
   return registry;

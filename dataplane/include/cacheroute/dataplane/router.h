@@ -31,6 +31,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -42,9 +43,10 @@
 #include <utility>
 #include <vector>
 
-#include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/arm_evidence.h"
+#include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
+#include "cacheroute/dataplane/key_memory.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/routing_table.h"
@@ -112,48 +114,42 @@ void ShardAdd(std::atomic<T>& counter, T delta, bool owned, std::memory_order or
 
 class Router;
 
-// How unadmitted keys (and every key while there is no usable table) are routed.
-enum class TailRouting : uint8_t {
-  kPowerOfTwo,  // two random up destinations, the lighter wins (the paper's flat-LB fallback)
-  kHashedPair,  // the key's two hashed candidates (HashedPair): the first unless it is heavier
-                // than the second by more than tail_margin
+// Which rule routes requests beyond the table itself (docs/dispatch.md).
+enum class DispatchRule : uint8_t {
+  // The paper's Algorithm 1: an admitted key to the least-loaded up member of T(b), everything else
+  // by power of two choices over in-flight requests.
+  kPaper,
+  // CacheRoute's: one cost per candidate in prefill tokens, cost(d) = queued prefill tokens at d
+  // + (1 + decode_stall · decoding requests at d + queue_stall · the fleet's mean requests waiting
+  // for a first token) · the request's expected uncached tokens at d, the lowest wins. Expected
+  // cached tokens: the key's previous prompt (at most this one) where d
+  // is the key's planned member or its remembered destination while that is warm, the shared
+  // template elsewhere. Candidates: the planned set and spill, the remembered destination, the
+  // key's hashed pair, one random destination (every destination when R ≤ all_candidates_up_to).
+  kTokenWork,
 };
 
-// The dispatch rule, beyond the table itself. The defaults are CacheRoute's; Paper() is the
-// published Algorithm 1 (no spill, power of two choices for the tail). Margins are in load units
-// (in-flight requests, plus the weighted external load): how much queue a move must save to pay
-// for starting cold. docs/dispatch.md has the rule and how the margins were chosen.
+// The dispatch rule's parameters. The defaults are CacheRoute's, chosen once on the primary study
+// (docs/dispatch.md, "How the parameters were chosen"); Paper() is the published Algorithm 1.
 struct DispatchOptions {
-  // An admitted key goes to its least-loaded up member b; it goes to its planned spill s instead
-  // when load(b) > load(s) + spill_margin. Infinity: never spill.
-  double spill_margin = 4.0;
-  TailRouting tail = TailRouting::kHashedPair;
-  double tail_margin = 2.0;  // kHashedPair only
-  // kHashedPair: remember which candidate each tail key last went to (a KeyHistory of
-  // 2^tail_memory_log2 entries, 8 bytes each; at most 2^30), so that the warm one is preferred
-  // after a move, as DualMap does; 0 (the default): no memory, the first candidate is the warm
-  // one. Off because it costs ~30 ns a pick (a history read and write per tail request) for no
-  // measured gain on the primary study (docs/dispatch.md).
-  uint32_t tail_memory_log2 = 0;
-  // Scale both margins by the cache's measured worth: with SetMeasuredHit(h) called (the served
-  // KV hit a gateway observes, cached / prompt tokens), margins are multiplied by h / (1 − h)
-  // (h clamped to [0, 0.9]), so the margins above are those of a fleet serving half its prompt
-  // tokens from cache, and a workload whose prefixes are worth little (h near 0) is routed almost
-  // by load alone. Before any measurement the scale is 1.
-  bool scale_by_measured_hit = true;
-  // Also offer one uniformly random up destination, never warm for the key, beside the spill (a
-  // planned key) or the second candidate (a tail key), with a margin of its own (scaled like the
-  // others): a cache worth little leaves three choices. Infinity: no random candidate.
-  double random_margin = 32.0;
+  DispatchRule rule = DispatchRule::kTokenWork;
+  // γ: how much one uncached prompt token costs each request decoding at the destination, against
+  // the request's own wait (a chunk of prefill stalls every decoding sequence of that engine).
+  double decode_stall = 0.02;
+  // β: how much one uncached prompt token costs each request waiting for its first token, per
+  // destination across the fleet (work added anywhere takes capacity the fleet's queue needs).
+  double queue_stall = 4.0;
+  // The per-key memory: 2^key_memory_log2 entries of 16 bytes (KeyMemory).
+  uint32_t key_memory_log2 = 18;
+  // The prefix memory (PrefixMemory, used when a request comes with its block hashes):
+  // 2^prefix_memory_log2 entries of 16 bytes; 0: none.
+  uint32_t prefix_memory_log2 = 20;
+  // With at most this many destinations every one is a candidate (instead of one random one).
+  uint32_t all_candidates_up_to = 16;
+  // How long a remembered destination stays warm before SetTurnover measured it.
+  Duration default_turnover = std::chrono::seconds(60);
 
-  static constexpr DispatchOptions Paper() {
-    return {.spill_margin = std::numeric_limits<double>::infinity(),
-            .tail = TailRouting::kPowerOfTwo,
-            .tail_margin = 0,
-            .tail_memory_log2 = 0,
-            .scale_by_measured_hit = false,
-            .random_margin = std::numeric_limits<double>::infinity()};
-  }
+  static constexpr DispatchOptions Paper() { return {.rule = DispatchRule::kPaper}; }
 };
 
 struct RouterOptions {
@@ -172,17 +168,24 @@ struct RouterOptions {
 };
 
 // An outstanding request routed by Router::Pick. Holding it counts the request as in flight at
-// its destination; destroying it (or Release) ends that. Movable, not copyable.
+// its destination; destroying it (or Release) ends that. With the token-work rule it also counts
+// the request in its destination's ledger: its expected uncached prompt tokens as queued prefill
+// until FirstToken, then as one decoding request until released. Movable, not copyable.
 class InFlight {
  public:
   InFlight() = default;
   InFlight(InFlight&& other) noexcept
-      : router_(std::exchange(other.router_, nullptr)), decision_(other.decision_) {}
+      : router_(std::exchange(other.router_, nullptr)),
+        decision_(other.decision_),
+        prompt_tokens_(other.prompt_tokens_),
+        ledger_(std::exchange(other.ledger_, Ledger::kNone)) {}
   InFlight& operator=(InFlight&& other) noexcept {
     if (this != &other) {
       Release();
       router_ = std::exchange(other.router_, nullptr);
       decision_ = other.decision_;
+      prompt_tokens_ = other.prompt_tokens_;
+      ledger_ = std::exchange(other.ledger_, Ledger::kNone);
     }
     return *this;
   }
@@ -196,6 +199,12 @@ class InFlight {
   bool planned() const { return decision_.planned; }
   Reason reason() const { return decision_.reason; }
   const Decision& decision() const { return decision_; }
+  uint32_t prompt_tokens() const { return prompt_tokens_; }
+
+  // The first token arrived (the first streamed chunk, or the response of a non-streaming
+  // request): the request's prefill leaves the destination's queued work and it counts as
+  // decoding. Idempotent; nothing after Release.
+  inline void FirstToken();
 
   // Ends the request early (idempotent). Any thread may release: it counts the release in its own
   // shard of the Router.
@@ -203,10 +212,14 @@ class InFlight {
 
  private:
   friend class Router;
-  InFlight(Router* router, Decision decision) : router_(router), decision_(decision) {}
+  enum class Ledger : uint8_t { kNone, kPrefill, kDecode };
+  InFlight(Router* router, Decision decision, uint32_t prompt_tokens, Ledger ledger)
+      : router_(router), decision_(decision), prompt_tokens_(prompt_tokens), ledger_(ledger) {}
 
   Router* router_ = nullptr;  // null once released, or when nothing was counted
   Decision decision_;
+  uint32_t prompt_tokens_ = 0;
+  Ledger ledger_ = Ledger::kNone;  // where the request counts in the token-work ledger
 };
 
 struct RouterStats {
@@ -245,12 +258,17 @@ class Router {
         regions_(static_cast<std::byte*>(::operator new[](router_internal::kShards* region_bytes_,
                                                           std::align_val_t{kPageBytes}))),
         health_(new Health[capacity_]),
-        tail_history_(options.dispatch.tail == TailRouting::kHashedPair &&
-                              options.dispatch.tail_memory_log2 > 0
-                          ? std::make_unique<KeyHistory>(
-                                std::min<uint32_t>(options.dispatch.tail_memory_log2, 30))
-                          : nullptr),
+        work_(token_work() ? new WorkCounters[capacity_] : nullptr),
+        memory_(token_work() ? std::make_unique<KeyMemory>(options.dispatch.key_memory_log2)
+                             : nullptr),
+        prefixes_(token_work() && options.dispatch.prefix_memory_log2 > 0
+                      ? std::make_unique<PrefixMemory>(options.dispatch.prefix_memory_log2)
+                      : nullptr),
         loads_(*this) {
+    const Duration turnover = options.dispatch.default_turnover;
+    for (uint32_t d = 0; d < capacity_; ++d) {
+      health_[d].turnover.store(turnover.count(), std::memory_order_relaxed);
+    }
     for (uint32_t s = 0; s < router_internal::kShards; ++s) {
       std::byte* region = Region(s);
       new (region) Shard;
@@ -350,26 +368,98 @@ class Router {
     refreshed_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   }
 
-  // Routes one request and counts it in flight until the returned token is destroyed.
-  InFlight Pick(uint64_t key_id, Time now) {
-    if (options_.rate_recorder != nullptr) options_.rate_recorder->Record(key_id);
+  // Routes one request and counts it in flight until the returned token is destroyed (and, with
+  // the token-work rule, in its destination's ledger: see InFlight).
+  InFlight Pick(const PickRequest& request, Time now) {
+    if (options_.rate_recorder != nullptr) options_.rate_recorder->Record(request.key_id);
     const router_internal::ThreadShard& thread_shard = router_internal::CurrentThreadShard();
     DropOldView(thread_shard, now);
-    return TrackOnShard(thread_shard, DecideOnShard(thread_shard, key_id, loads_, now));
+    return TrackOnShard(thread_shard, DecideOnShard(thread_shard, request, loads_, now),
+                        request.prompt_tokens);
   }
+  InFlight Pick(uint64_t key_id, Time now) { return Pick(PickRequest{.key_id = key_id}, now); }
 
   // Counts a decision made elsewhere (another Policy over loads(), a gateway's own fallback) in
-  // flight at its destination, so that every policy's requests show in the load signal. A
-  // decision for kNoDestination (or a destination this Router does not have) gives a token that
-  // counts nothing and whose ok() is false. Never throws, allocates or locks.
-  InFlight Track(const Decision& decision) {
-    return TrackOnShard(router_internal::CurrentThreadShard(), decision);
+  // flight at its destination, so that every policy's requests show in the load signal (and in
+  // the ledger, with its expected uncached tokens or else `prompt_tokens`). A decision for
+  // kNoDestination (or a destination this Router does not have) gives a token that counts nothing
+  // and whose ok() is false. Never throws, allocates or locks.
+  InFlight Track(const Decision& decision, uint32_t prompt_tokens = 0) {
+    return TrackOnShard(router_internal::CurrentThreadShard(), decision, prompt_tokens);
   }
 
   // The routing decision alone, against any LoadView (CacheRoutePolicy, the simulator); counts
-  // stats but tracks nothing in flight.
+  // stats and remembers the key's destination but tracks nothing in flight.
+  Decision Decide(const PickRequest& request, const LoadView& loads, Time now) {
+    return DecideOnShard(router_internal::CurrentThreadShard(), request, loads, now);
+  }
   Decision Decide(uint64_t key_id, const LoadView& loads, Time now) {
-    return DecideOnShard(router_internal::CurrentThreadShard(), key_id, loads, now);
+    return Decide(PickRequest{.key_id = key_id}, loads, now);
+  }
+
+  // What a served request showed (the engine's usage: prompt and cached tokens), for the
+  // token-work rule's estimates: the template every destination holds (the cached tokens of
+  // requests expected to find only it), the yield of the key's memory (how much of the key's
+  // previous prompt beyond the template was found cached where it promised it) and the mean prompt
+  // (for requests whose length is unknown). `decision` is the request's own. Control path or
+  // response path, any thread; never locks.
+  void ObserveServed(const Decision& decision, uint32_t prompt_tokens, uint32_t cached_tokens) {
+    if (!token_work() || prompt_tokens == 0) return;
+    constexpr double kKeep = 1.0 - 1.0 / 256;  // about the last 256 requests
+    const double cached = std::min(cached_tokens, prompt_tokens);
+    Blend(mean_prompt_tokens_, prompt_tokens, kKeep);
+    const double shared = template_tokens_.load(std::memory_order_relaxed);
+    if (decision.expected == CacheExpectation::kTemplate) {
+      Blend(template_tokens_, cached, kKeep);
+      return;
+    }
+    if (decision.expected != CacheExpectation::kKey) return;
+    // The warm credit the decision gave beyond the template, undone from its expected uncached
+    // tokens and the yield it was made with.
+    const double yield = warm_yield_.load(std::memory_order_relaxed);
+    const double expected_uncached = decision.expected_uncached_tokens;
+    const double credited = std::max(0.0, prompt_tokens - expected_uncached - shared);
+    if (credited <= 0 || yield <= 0) return;
+    Blend(warm_found_, std::max(0.0, cached - shared), kKeep);
+    Blend(warm_credited_, credited / yield, kKeep);
+    const double found = warm_found_.load(std::memory_order_relaxed);
+    const double offered = warm_credited_.load(std::memory_order_relaxed);
+    if (offered > 0) {
+      warm_yield_.store(std::clamp(found / offered, kMinYield, 1.0), std::memory_order_relaxed);
+    }
+  }
+  // The share of a warm destination's credit that was found cached (1 until measured).
+  double warm_yield() const { return warm_yield_.load(std::memory_order_relaxed); }
+  double template_tokens() const { return template_tokens_.load(std::memory_order_relaxed); }
+
+  // Where the per-key memory says `key_id` was last sent (nothing under the paper's rule): what a
+  // gateway reports to the planner as where the key is warm. Any thread; never locks.
+  KeyRecall Remembered(uint64_t key_id) const {
+    return memory_ != nullptr ? memory_->Get(key_id) : KeyRecall{};
+  }
+
+  // How long `destination`'s cache keeps what it was sent (its KV capacity over the rate of new
+  // tokens it admits): a remembered destination older than this is expected cold. Control path.
+  Status SetTurnover(uint32_t destination, Duration turnover) {
+    if (destination >= capacity_) return UnknownDestination(destination);
+    if (turnover < Duration::zero()) {
+      return Status::Error("turnover for destination " + std::to_string(destination) +
+                           " is negative");
+    }
+    health_[destination].turnover.store(turnover.count(), std::memory_order_relaxed);
+    return Status::Ok();
+  }
+
+  // The engines' KV-cache usage (scraped), in [0, 1], for policies that score it (loads()'s
+  // Scraped). Control path.
+  Status SetKvUsage(uint32_t destination, double usage) {
+    if (destination >= capacity_) return UnknownDestination(destination);
+    if (!(usage >= 0 && usage <= 1)) {
+      return Status::Error("KV usage " + std::to_string(usage) + " for destination " +
+                           std::to_string(destination) + " is not in [0, 1]");
+    }
+    health_[destination].kv_usage.store(usage, std::memory_order_relaxed);
+    return Status::Ok();
   }
 
   Status MarkDown(uint32_t destination) { return SetUp(destination, false); }
@@ -386,18 +476,17 @@ class Router {
     return Status::Ok();
   }
 
-  // The served KV hit measured by the caller, in [0, 1] (DispatchOptions::scale_by_measured_hit;
-  // ignored when that is off). Control path, any thread; Pick reads it with one relaxed load.
+  // The served KV hit measured by the caller, in [0, 1], kept for reporting (measured_hit()). The
+  // token-work rule measures what it needs per request (ObserveServed) instead of scaling by a
+  // fleet mean.
   Status SetMeasuredHit(double hit) {
     if (!(hit >= 0 && hit <= 1)) {
       return Status::Error("measured hit " + std::to_string(hit) + " is not in [0, 1]");
     }
-    if (!options_.dispatch.scale_by_measured_hit) return Status::Ok();
-    const double h = std::min(hit, 0.9);
-    margin_scale_.store(h / (1 - h), std::memory_order_relaxed);
+    measured_hit_.store(hit, std::memory_order_relaxed);
     return Status::Ok();
   }
-  double margin_scale() const { return margin_scale_.load(std::memory_order_relaxed); }
+  double measured_hit() const { return measured_hit_.load(std::memory_order_relaxed); }
 
   // This Router's blended loads and health, as policies see them.
   const LoadView& loads() const { return loads_; }
@@ -477,8 +566,20 @@ class Router {
   // Read-mostly on the request path, so packed apart from anything written per request.
   struct Health {
     std::atomic<double> external{0.0};
+    std::atomic<double> kv_usage{0.0};
+    std::atomic<Duration::rep> turnover{0};
     std::atomic<bool> up{true};
   };
+  // The token-work ledger of one destination (InFlight): one word, changed with one atomic add per
+  // event, on a line of its own so destinations do not share one. Fields, low to high: queued
+  // prefill tokens (32 bits), prefilling requests (16), decoding requests (16). Every subtraction
+  // follows its request's addition, so no field ever goes below zero and none borrows from the
+  // next.
+  struct alignas(kFalseSharingBytes) WorkCounters {
+    std::atomic<uint64_t> packed{0};
+  };
+  static constexpr uint64_t kPrefillOne = uint64_t{1} << 32;
+  static constexpr uint64_t kDecodeOne = uint64_t{1} << 48;
 
   // One thread's (or, for the shared shard, many threads') reader counts, stats counters and
   // in-flight view state, on cache lines of their own.
@@ -493,6 +594,7 @@ class Router {
     alignas(64) std::atomic<uint32_t> view_tick{kViewTicks};  // every cached sum starts stale
     std::atomic<Duration::rep> view_time{0};
     std::atomic<bool> used{false};  // this shard holds in-flight counts of this Router
+    std::atomic<int32_t> prefilling{0};  // the token-work ledger's fleet-wide prefilling count
   };
 
   // A shard's region: the Shard, then groups_ CountsBlocks, then groups_ ViewBlocks, rounded up
@@ -527,31 +629,95 @@ class Router {
     bool Up(uint32_t d) const override {
       return router_.health_[d].up.load(std::memory_order_relaxed);
     }
+    bool HasWork() const override { return router_.work_ != nullptr; }
+    DestinationWork Work(uint32_t d) const override { return router_.WorkAt(d); }
+    DestinationWork FleetWork() const override { return router_.FleetWorkTotal(); }
+    EngineMetrics Scraped(uint32_t d) const override {
+      return {router_.health_[d].external.load(std::memory_order_relaxed),
+              router_.health_[d].kv_usage.load(std::memory_order_relaxed)};
+    }
 
    private:
     Router& router_;
   };
 
-  InFlight TrackOnShard(const router_internal::ThreadShard& thread_shard,
-                        const Decision& decision) {
+  // The ledger of `d` (without active tokens, which the Router does not keep).
+  DestinationWork WorkAt(uint32_t d) const {
+    if (work_ == nullptr) return {};
+    const uint64_t w = work_[d].packed.load(std::memory_order_relaxed);
+    return {.queued_prefill_tokens = static_cast<double>(w & 0xFFFFFFFFu),
+            .prefilling = static_cast<double>((w >> 32) & 0xFFFFu),
+            .decoding = static_cast<double>(w >> 48)};
+  }
+
+  // Requests prefilling over the whole fleet: each shard counts what its thread added and
+  // removed (Σ over the used shards; one shard's share may be negative).
+  DestinationWork FleetWorkTotal() const {
+    if (work_ == nullptr) return {};
+    int64_t prefilling = 0;
+    for (uint64_t m = used_shards_.load(std::memory_order_acquire); m != 0; m &= m - 1) {
+      prefilling += ShardAt(std::countr_zero(m)).prefilling.load(std::memory_order_relaxed);
+    }
+    return {.prefilling = static_cast<double>(std::max<int64_t>(0, prefilling))};
+  }
+
+  // The ledger's share of a request (InFlight): its expected uncached tokens as queued prefill.
+  static uint64_t QueuedTokens(const Decision& decision, uint32_t prompt_tokens) {
+    return decision.expected_uncached_tokens > 0 ? decision.expected_uncached_tokens
+                                                 : prompt_tokens;
+  }
+  // The fleet's prefilling count, in the calling thread's shard.
+  void CountPrefilling(int32_t delta) {
+    const router_internal::ThreadShard& thread_shard = router_internal::CurrentThreadShard();
+    UseShard(thread_shard.index());
+    router_internal::ShardAdd<int32_t>(ShardAt(thread_shard.index()).prefilling, delta,
+                                       thread_shard.owned(), std::memory_order_relaxed);
+  }
+  void LedgerAdd(const Decision& decision, uint32_t prompt_tokens) {
+    work_[decision.destination].packed.fetch_add(
+        QueuedTokens(decision, prompt_tokens) + kPrefillOne, std::memory_order_relaxed);
+    CountPrefilling(1);
+  }
+  void LedgerFirstToken(const Decision& decision, uint32_t prompt_tokens) {
+    work_[decision.destination].packed.fetch_add(
+        kDecodeOne - kPrefillOne - QueuedTokens(decision, prompt_tokens),
+        std::memory_order_relaxed);
+    CountPrefilling(-1);
+  }
+  void LedgerRelease(const Decision& decision, uint32_t prompt_tokens, bool decoding) {
+    if (decoding) {
+      work_[decision.destination].packed.fetch_sub(kDecodeOne, std::memory_order_relaxed);
+    } else {
+      work_[decision.destination].packed.fetch_sub(
+          QueuedTokens(decision, prompt_tokens) + kPrefillOne, std::memory_order_relaxed);
+      CountPrefilling(-1);
+    }
+  }
+
+  InFlight TrackOnShard(const router_internal::ThreadShard& thread_shard, const Decision& decision,
+                        uint32_t prompt_tokens) {
     // Past the count but within capacity: a decision made just before a Resize shrank it.
     if (decision.destination >= capacity_) {
-      return InFlight(nullptr, {kNoDestination, decision.planned, decision.reason});
+      return InFlight(nullptr, {kNoDestination, decision.planned, decision.reason}, 0,
+                      InFlight::Ledger::kNone);
     }
     UseShard(thread_shard.index());
     router_internal::ShardAdd<uint32_t>(Counts(thread_shard.index(), decision.destination).picked,
                                         1, thread_shard.owned(), std::memory_order_relaxed);
-    return InFlight(this, decision);
+    if (work_ == nullptr) return InFlight(this, decision, prompt_tokens, InFlight::Ledger::kNone);
+    LedgerAdd(decision, prompt_tokens);
+    return InFlight(this, decision, prompt_tokens, InFlight::Ledger::kPrefill);
   }
 
-  Decision DecideOnShard(const router_internal::ThreadShard& thread_shard, uint64_t key_id,
-                         const LoadView& loads, Time now) {
+  Decision DecideOnShard(const router_internal::ThreadShard& thread_shard,
+                         const PickRequest& request, const LoadView& loads, Time now) {
     Shard& shard = ShardAt(thread_shard.index());
     const bool owned = thread_shard.owned();
     // Its own view (every Pick) by its final type, so that the policy's Load and Up calls are
     // direct and inlined; any other view (the simulator's) through the vtable.
-    const Decision decision = &loads == &loads_ ? DecideUncounted(key_id, loads_, now, thread_shard)
-                                                : DecideUncounted(key_id, loads, now, thread_shard);
+    const Decision decision = &loads == &loads_
+                                  ? DecideUncounted(request, loads_, now, thread_shard)
+                                  : DecideUncounted(request, loads, now, thread_shard);
     constexpr auto kRelaxed = std::memory_order_relaxed;
     if (decision.planned) {
       router_internal::ShardAdd<uint64_t>(shard.planned, 1, owned, kRelaxed);
@@ -723,84 +889,22 @@ class Router {
     return now - refreshed > options_.table_ttl;
   }
 
-  // The tail rule for a key with no usable planned set: its hashed pair (kHashedPair) when both
-  // candidates are up, otherwise power of two choices. Loads through `load(d)`.
-  template <typename View, typename LoadFn>
-  Decision TailOrPowerOfTwo(uint64_t key_id, const View& loads, Reason reason, LoadFn load) {
-    if (options_.dispatch.tail == TailRouting::kHashedPair) {
-      auto [warm, other] = HashedPair(key_id, loads.size());
-      if (warm != other && loads.Up(warm) && loads.Up(other)) {
-        const uint32_t last = tail_history_ != nullptr ? tail_history_->Get(key_id) : kNoDestination;
-        if (last == other) std::swap(warm, other);
-        const double warm_load = load(warm);
-        // A load of its own is read only when the warm one's could lose to it (loads are ≥ 0).
-        uint32_t chosen = warm;
-        double chosen_load = warm_load;
-        if (CouldExceed(warm_load, options_.dispatch.tail_margin)) {
-          const double other_load = load(other);
-          if (Exceeds(warm_load, other_load, options_.dispatch.tail_margin)) {
-            chosen = other;
-            chosen_load = other_load;
-          }
-        }
-        if (options_.dispatch.random_margin != std::numeric_limits<double>::infinity()) {
-          chosen = RandomIfLighter(loads, warm, warm_load, chosen, chosen_load, load);
-        }
-        // Only a candidate of the pair is remembered: a random destination is not the key's.
-        if (tail_history_ != nullptr && chosen != last && (chosen == warm || chosen == other)) {
-          tail_history_->Put(key_id, chosen);
-        }
-        return {chosen, false, reason};
-      }
-    }
+  // Power of two choices for a key with no usable planned set under the paper's rule, through any
+  // LoadView.
+  template <typename View>
+  Decision Fallback(const View& loads, Reason reason,
+                    const router_internal::ThreadShard& /*thread_shard*/) {
     return {PowerOfTwoChoices(loads, random_), false, reason};
   }
 
-  // DispatchOptions::random_margin: a uniformly random up destination other than `warm` replaces
-  // `chosen` when it is lighter than `chosen` and beats `warm` by the random margin.
-  template <typename View, typename LoadFn>
-  uint32_t RandomIfLighter(const View& loads, uint32_t warm, double warm_load, uint32_t chosen,
-                           double chosen_load, LoadFn load) {
-    // Drawn even when it cannot win, so the draws (and a seeded run) do not depend on the loads.
-    const uint32_t r = RandomUpDestination(loads, random_, warm);
-    if (r == kNoDestination || r == chosen) return chosen;
-    if (!CouldExceed(warm_load, options_.dispatch.random_margin)) return chosen;
-    const double r_load = load(r);
-    return r_load < chosen_load && Exceeds(warm_load, r_load, options_.dispatch.random_margin)
-               ? r
-               : chosen;
-  }
-
-  // Whether moving a request from a destination at load `from` to one at `to` pays: the queue it
-  // saves must exceed the margin, scaled by the measured worth of a warm cache.
-  bool Exceeds(double from, double to, double margin) const {
-    return from > to + margin * margin_scale_.load(std::memory_order_relaxed);
-  }
-  // Whether some destination (load ≥ 0) could beat one at load `from` by the margin.
-  bool CouldExceed(double from, double margin) const {
-    return from > margin * margin_scale_.load(std::memory_order_relaxed);
-  }
-
-  template <typename View>
-  Decision Fallback(uint64_t key_id, const View& loads, Reason reason,
-                    const router_internal::ThreadShard& /*thread_shard*/) {
-    return TailOrPowerOfTwo(key_id, loads, reason, [&loads](uint32_t d) { return loads.Load(d); });
-  }
-
-  // The fallback over the Router's own view (every Pick's): the tail rule above, or for
-  // TailRouting::kPowerOfTwo the rule of PowerOfTwoChoices, two
-  // distinct uniformly random up destinations and the lighter wins (the first on a tie), with
-  // both candidates from one 64-bit draw (32-bit multiply-shift indices, the second over the
-  // other n - 1) and the loads read through the thread's shard it already has. When either
-  // candidate is down it draws again by the general rule: a uniform pair of distinct up
-  // destinations either way.
-  Decision Fallback(uint64_t key_id, const Loads& loads, Reason reason,
+  // The same over the Router's own view (every Pick's): two distinct uniformly random up
+  // destinations and the lighter wins (the first on a tie), with both candidates from one 64-bit
+  // draw (32-bit multiply-shift indices, the second over the other n - 1) and the loads read
+  // through the thread's shard it already has. When either candidate is down it draws again by
+  // the general rule: a uniform pair of distinct up destinations either way.
+  Decision Fallback(const Loads& loads, Reason reason,
                     const router_internal::ThreadShard& thread_shard) {
     const uint32_t n = loads.size();
-    if (options_.dispatch.tail != TailRouting::kPowerOfTwo) {
-      return TailOrPowerOfTwo(key_id, loads, reason,
-                              [&](uint32_t d) { return LoadOn(thread_shard, d); });
-    }
     if (n >= 2) {
       const uint64_t r = random_.Next();
       const auto a = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(r)} * n) >> 32);
@@ -813,26 +917,43 @@ class Router {
     return {PowerOfTwoChoices(loads, random_), false, reason};
   }
 
-  template <typename View>
-  Decision DecideUncounted(uint64_t key_id, const View& loads, Time now,
-                           const router_internal::ThreadShard& thread_shard) {
-    const ReadGuard guard(*this, ShardAt(thread_shard.index()), thread_shard.owned());
-    const RoutingTable* table = guard.table();
-    if (table == nullptr) return Fallback(key_id, loads, Reason::kNoTable, thread_shard);
-    if (IsStale(now)) return Fallback(key_id, loads, Reason::kStale, thread_shard);
+  // What the table says about a key: its set (empty when there is no usable table or the key is
+  // not admitted) and why a request is not planned (kPlanned when it may be).
+  struct TableLookup {
+    DestinationSet set;
+    Reason reason = Reason::kPlanned;
+  };
+  TableLookup Lookup(const RoutingTable* table, uint64_t key_id, Time now) const {
+    if (table == nullptr) return {.set = {}, .reason = Reason::kNoTable};
+    if (IsStale(now)) return {.set = {}, .reason = Reason::kStale};
     // A rollout keeps the keys of its control arm off the table, admitted or not: they get what
-    // Flat-LB gives (power of two choices), not the tail rule, so the arm measures the baseline.
+    // Flat-LB gives (power of two choices), so the arm measures the baseline.
     if (table->table_fraction() < 1 && ArmOf(key_id, table->table_fraction()) == Arm::kControl) {
-      return {PowerOfTwoChoices(loads, random_), false, Reason::kControlArm};
+      return {.set = {}, .reason = Reason::kControlArm};
     }
     const DestinationSet set = table->Find(key_id);
-    if (set.empty()) return Fallback(key_id, loads, Reason::kNotAdmitted, thread_shard);
-    // Least-loaded up member; ties go to the lowest index, which keeps a lightly loaded key on
-    // one warm destination. Loads are read only when two members compete (most sets have one).
+    if (set.empty()) return {.set = {}, .reason = Reason::kNotAdmitted};
+    return {.set = set};
+  }
+
+  template <typename View>
+  Decision DecideUncounted(const PickRequest& request, const View& loads, Time now,
+                           const router_internal::ThreadShard& thread_shard) {
+    if (memory_ != nullptr) memory_->Prefetch(request.key_id);  // overlaps the table's miss
+    const ReadGuard guard(*this, ShardAt(thread_shard.index()), thread_shard.owned());
+    const TableLookup lookup = Lookup(guard.table(), request.key_id, now);
+    if (lookup.reason == Reason::kControlArm) {
+      return {PowerOfTwoChoices(loads, random_), false, Reason::kControlArm};
+    }
+    if (token_work()) return DecideTokenWork(request, loads, now, lookup);
+    if (lookup.set.empty()) return Fallback(loads, lookup.reason, thread_shard);
+    // The paper's rule: the least-loaded up member; ties go to the lowest index, which keeps a
+    // lightly loaded key on one warm destination. Loads are read only when two members compete
+    // (most sets have one).
     uint32_t best = kNoDestination;
     double best_load = 0;
     bool best_load_read = false;
-    for (uint32_t d : set) {
+    for (uint32_t d : lookup.set) {
       if (!Usable(loads, d)) continue;
       if (best == kNoDestination) {
         best = d;
@@ -848,30 +969,131 @@ class Router {
         best_load = load;
       }
     }
-    if (best == kNoDestination) return Fallback(key_id, loads, Reason::kSetDown, thread_shard);
-    // The planned second choice (or a random one): only when the queue it saves outweighs
-    // starting cold there.
-    uint32_t chosen = best;
-    double chosen_load = 0;
-    const bool random = options_.dispatch.random_margin != std::numeric_limits<double>::infinity();
-    if ((set.has_spill() && Usable(loads, set.spill())) || random) {
-      if (!best_load_read) best_load = loads.Load(best);
-      chosen_load = best_load;
-    }
-    if (set.has_spill() && Usable(loads, set.spill()) &&
-        CouldExceed(best_load, options_.dispatch.spill_margin)) {
-      const double spill_load = loads.Load(set.spill());
-      if (Exceeds(best_load, spill_load, options_.dispatch.spill_margin)) {
-        chosen = set.spill();
-        chosen_load = spill_load;
-      }
-    }
-    if (random) {
-      chosen = RandomIfLighter(loads, best, best_load, chosen, chosen_load,
-                               [&loads](uint32_t d) { return loads.Load(d); });
-    }
-    return {chosen, true, Reason::kPlanned, /*spilled=*/chosen != best};
+    if (best == kNoDestination) return Fallback(loads, Reason::kSetDown, thread_shard);
+    return {best, true, Reason::kPlanned};
   }
+
+  // The token-work rule (DispatchRule::kTokenWork; docs/dispatch.md, "One cost per candidate").
+  template <typename View>
+  Decision DecideTokenWork(const PickRequest& request, const View& loads, Time now,
+                           const TableLookup& lookup) {
+    const uint32_t n = loads.size();
+    const double mean_prompt = mean_prompt_tokens_.load(std::memory_order_relaxed);
+    const double prompt =
+        request.prompt_tokens > 0 ? request.prompt_tokens : std::max(1.0, mean_prompt);
+    const double shared = std::min(prompt, template_tokens_.load(std::memory_order_relaxed));
+    auto fresh = [&](const KeyRecall& r) {
+      return r.destination < n && (now - r.sent).count() < health_[r.destination].turnover.load(
+                                                               std::memory_order_relaxed);
+    };
+    // What the key's memory promises where the key is warm (its planned members, and where it last
+    // went while that is fresh), scaled by the measured yield of such promises.
+    const KeyRecall recall = memory_->Get(request.key_id);
+    const double yield = warm_yield_.load(std::memory_order_relaxed);
+    const double key_cached =
+        recall.known()
+            ? shared +
+                  yield * std::max(0.0, std::min<double>(prompt, recall.prompt_tokens) - shared)
+            : shared;
+    const uint32_t remembered =
+        recall.known() && fresh(recall) ? recall.destination : kNoDestination;
+    // Where the longest remembered prefix of the prompt went: a chained block hash names the
+    // whole prefix, so this credit needs no yield.
+    const KnownPrefix prefix = prefixes_ != nullptr && !request.block_hashes.empty()
+                                   ? prefixes_->Deepest(request.block_hashes, fresh)
+                                   : KnownPrefix{};
+    const double prefix_cached = std::min(prompt - 1, static_cast<double>(prefix.tokens));
+    const DestinationSet& set = lookup.set;
+    auto in_set = [&set](uint32_t d) {
+      for (uint32_t m : set) {
+        if (m == d) return true;
+      }
+      return false;
+    };
+    const bool has_work = loads.HasWork();
+    const double request_tokens = std::max(1.0, mean_prompt);  // a view without the ledger
+    // Every uncached token also delays the requests waiting for their first token, wherever it
+    // is added: the fleet's mean count of them per destination.
+    const double waiting = has_work ? loads.FleetWork().prefilling / std::max(1u, n) : 0;
+    const double base = 1 + options_.dispatch.queue_stall * waiting;
+    const double gamma = options_.dispatch.decode_stall;
+
+    struct Best {
+      uint32_t destination = kNoDestination;
+      double cost = 0;
+      double cached = 0;
+      CacheExpectation expected = CacheExpectation::kTemplate;
+    } best;
+    auto consider = [&](uint32_t d) {
+      if (!Usable(loads, d)) return;
+      double cached = shared;
+      CacheExpectation expected = CacheExpectation::kTemplate;
+      if ((d == remembered || in_set(d)) && key_cached > cached) {
+        cached = key_cached;
+        expected = CacheExpectation::kKey;
+      }
+      if (d == prefix.destination && prefix_cached > cached) {
+        cached = prefix_cached;
+        expected = CacheExpectation::kPrefix;
+      }
+      double queued, decoding;
+      if (has_work) {
+        const DestinationWork w = loads.Work(d);
+        queued = w.queued_prefill_tokens;
+        decoding = w.decoding;
+      } else {
+        queued = loads.Load(d) * request_tokens;
+        decoding = 0;
+      }
+      const double cost = queued + (base + gamma * decoding) * (prompt - cached);
+      if (best.destination == kNoDestination || cost < best.cost) {
+        best = {d, cost, cached, expected};
+      }
+    };
+    // Warm candidates first, so that they win ties: the plan is the prior.
+    bool set_up = false;
+    for (uint32_t d : set) {
+      consider(d);
+      set_up = set_up || Usable(loads, d);
+    }
+    if (remembered != kNoDestination) consider(remembered);
+    if (prefix.known()) consider(prefix.destination);
+    if (set.has_spill()) consider(set.spill());
+    // The key's hashed pair (the same on every gateway, so that an idle fleet spreads keys), then
+    // a random destination, or all of a small fleet.
+    const auto [first, second] = HashedPair(request.key_id, n);
+    if (n >= 2) {
+      consider(first);
+      consider(second);
+    }
+    if (n <= options_.dispatch.all_candidates_up_to) {
+      for (uint32_t i = 0; i < n; ++i) consider((first + i) % n);
+    } else {
+      const uint32_t r = RandomUpDestination(loads, random_);
+      if (r != kNoDestination) consider(r);
+    }
+    if (best.destination == kNoDestination) {
+      const Reason reason = set.empty() ? lookup.reason : Reason::kSetDown;
+      return {PowerOfTwoChoices(loads, random_), false, reason};
+    }
+    memory_->Put(request.key_id, best.destination, static_cast<uint32_t>(prompt), now);
+    if (prefixes_ != nullptr) prefixes_->Record(request.block_hashes, best.destination, now);
+    Decision decision{best.destination, set_up,
+                      set_up ? Reason::kPlanned : (set.empty() ? lookup.reason : Reason::kSetDown),
+                      set_up && !in_set(best.destination)};
+    decision.expected_uncached_tokens =
+        static_cast<uint32_t>(std::max(1.0, std::ceil(prompt - best.cached)));
+    decision.expected = best.expected;
+    return decision;
+  }
+
+  static void Blend(std::atomic<double>& mean, double value, double keep) {
+    const double old = mean.load(std::memory_order_relaxed);
+    mean.store(old == 0 ? value : old * keep + value * (1 - keep), std::memory_order_relaxed);
+  }
+
+  bool token_work() const { return options_.dispatch.rule == DispatchRule::kTokenWork; }
+  static constexpr double kMinYield = 0.05;
 
   Status CheckInstallableLocked(const RoutingTable* table, bool same_version_ok) const {
     if (table == nullptr) return Status::Error("table is null");
@@ -910,8 +1132,15 @@ class Router {
   std::unique_ptr<std::byte[], RegionsDelete> regions_;  // kShards regions (see Region)
   std::atomic<uint64_t> used_shards_{0};  // bit s: shard s has counted in flight here
   std::unique_ptr<Health[]> health_;
-  std::unique_ptr<KeyHistory> tail_history_;  // DispatchOptions::tail_memory_log2; may be null
-  std::atomic<double> margin_scale_{1.0};       // SetMeasuredHit
+  std::unique_ptr<WorkCounters[]> work_;      // the token-work ledger; null under the paper's rule
+  std::unique_ptr<KeyMemory> memory_;         // the per-key memory; null under the paper's rule
+  std::unique_ptr<PrefixMemory> prefixes_;    // the prefix memory; null without one
+  std::atomic<double> measured_hit_{0.0};     // SetMeasuredHit
+  std::atomic<double> template_tokens_{0.0};  // ObserveServed
+  std::atomic<double> mean_prompt_tokens_{0.0};  // ObserveServed
+  std::atomic<double> warm_yield_{1.0};          // ObserveServed
+  std::atomic<double> warm_found_{0.0};          // ObserveServed
+  std::atomic<double> warm_credited_{0.0};       // ObserveServed
   Loads loads_;
 
   // tables_[s] is written only by Install, while slot s is not current and has no reader.
@@ -928,8 +1157,19 @@ class Router {
   std::string last_rejection_;      // guarded by install_mu_
 };
 
+inline void InFlight::FirstToken() {
+  if (router_ != nullptr && ledger_ == Ledger::kPrefill) {
+    router_->LedgerFirstToken(decision_, prompt_tokens_);
+    ledger_ = Ledger::kDecode;
+  }
+}
+
 inline void InFlight::Release() {
   if (router_ != nullptr) {
+    if (ledger_ != Ledger::kNone) {
+      router_->LedgerRelease(decision_, prompt_tokens_, ledger_ == Ledger::kDecode);
+      ledger_ = Ledger::kNone;
+    }
     router_->CountRelease(decision_.destination);
     router_ = nullptr;
   }

@@ -34,6 +34,13 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   c.slots_per_destination = study.fleet.slots_per_destination;
   c.max_plans = study.fleet.max_plans;
   c.stickiness = study.fleet.stickiness;
+  c.dispatch.decode_stall = study.fleet.decode_stall;
+  c.dispatch.queue_stall = study.fleet.queue_stall;
+  c.dispatch.all_candidates_up_to = study.fleet.all_candidates_up_to;
+  c.dispatch.prefix_memory_log2 = study.fleet.prefix_memory_log2;
+  c.measure_turnover = study.fleet.measure_turnover;
+  c.plan_follows_cache = study.fleet.plan_follows_cache;
+  if (!c.measure_turnover) c.dispatch.default_turnover = std::chrono::hours(24 * 365);
   c.plan_kv_budget_share = study.fleet.kv_budget_share;
   // The paper's Algorithm 1 as published: no spill, power of two choices for the tail, slots.
   const auto paper = [&c] {

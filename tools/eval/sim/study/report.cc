@@ -273,6 +273,21 @@ std::vector<PolicySummary> Summarize(const StudyResult& result) {
     for (const auto& [load, v] : p99_by_load) s.p99_ttft_s[load] = MeanOfFinite(v);
     for (const auto& [load, v] : hit_by_load) s.kv_hit_by_load[load] = MeanOfFinite(v);
     for (const auto& [load, v] : failure_by_load) s.failure_rate[load] = MeanOfFinite(v);
+    // The ceiling at the hit the policy had where its capacity is.
+    s.ceiling_hit = s.ceiling_qps = s.ceiling_fraction = kNaN;
+    if (!s.kv_hit_by_load.empty()) {
+      const double capacity = s.capacity_primary.knee.mean;
+      double nearest = s.kv_hit_by_load.begin()->first;
+      for (const auto& [load, hit] : s.kv_hit_by_load) {
+        if (std::abs(load - capacity) < std::abs(nearest - capacity)) nearest = load;
+      }
+      s.ceiling_hit = s.kv_hit_by_load[nearest];
+      absl::StatusOr<double> ceiling = CeilingQps(result.config, result.ceiling, s.ceiling_hit);
+      if (ceiling.ok() && std::isfinite(s.ceiling_hit)) {
+        s.ceiling_qps = *ceiling;
+        s.ceiling_fraction = capacity / *ceiling;
+      }
+    }
     out.push_back(std::move(s));
   }
   return out;
@@ -383,6 +398,31 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
       out += "\n";
     }
     out += "\nᶠ: more than 5% of requests failed (timeout or queue cap) at that load.\n";
+    if (study.ceiling.measured) {
+      absl::StatusOr<double> reuse_ceiling = CeilingQps(c, study.ceiling, study.ceiling.reuse);
+      absl::StrAppendFormat(
+          &out,
+          "\nAnalytic ceilings (`cacheroute-sim bound`): R × one destination's saturation rate at "
+          "the workload's mean lengths (prompt %.0f, output %.0f tokens) and the policy's own KV "
+          "hit where its capacity is; no router sustains its ceiling within an SLO. The reuse "
+          "ceiling, one engine with an unbounded cache, is %.1f%% hit: %s QPS.\n\n"
+          "| Policy | KV hit at capacity | Ceiling (QPS) | Capacity / ceiling |\n"
+          "| --- | --- | --- | --- |\n",
+          study.ceiling.mean_prompt_tokens, study.ceiling.mean_output_tokens,
+          100 * study.ceiling.reuse,
+          reuse_ceiling.ok() ? LoadText(std::round(*reuse_ceiling * 10) / 10) : "–");
+      for (const PolicySummary& s : summary) {
+        const bool censored_high =
+            s.capacity_primary.knee.n > 0 && s.capacity_primary.right_censored > 0;
+        absl::StrAppendFormat(
+            &out, "| %s | %s | %s | %s |\n", s.policy,
+            std::isfinite(s.ceiling_hit) ? absl::StrFormat("%.1f%%", 100 * s.ceiling_hit) : "–",
+            std::isfinite(s.ceiling_qps) ? LoadText(std::round(s.ceiling_qps * 10) / 10) : "–",
+            std::isfinite(s.ceiling_fraction)
+                ? absl::StrFormat("%s%.2f", censored_high ? "≥" : "", s.ceiling_fraction)
+                : "–");
+      }
+    }
     // CacheRoute's plans at the common load: how often it replanned and how much each replan moved.
     {
       const double at = CommonLoad(study);
@@ -545,7 +585,9 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
           "          \"kv_hit\": %s,\n          \"kv_hit_ci\": %s,\n"
           "          \"imbalance\": %s,\n          \"imbalance_ci\": %s,\n"
           "          \"p99_ttft_s\": {%s},\n          \"kv_hit_by_load\": {%s},\n"
-          "          \"failure_rate\": {%s}\n        }",
+          "          \"failure_rate\": {%s},\n"
+          "          \"ceiling_kv_hit\": %s,\n          \"ceiling_qps\": %s,\n"
+          "          \"ceiling_fraction\": %s\n        }",
           first_policy ? "" : ",", workload::JsonQuote(s.policy),
           JsonNumber(s.capacity_primary.knee.mean),
           s.capacity_primary.knee.has_interval ? JsonNumber(s.capacity_primary.knee.half_width)
@@ -556,7 +598,8 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
           s.kv_hit.has_interval ? JsonNumber(s.kv_hit.half_width) : "null",
           JsonNumber(s.imbalance.mean),
           s.imbalance.has_interval ? JsonNumber(s.imbalance.half_width) : "null",
-          by_load(s.p99_ttft_s), by_load(s.kv_hit_by_load), by_load(s.failure_rate));
+          by_load(s.p99_ttft_s), by_load(s.kv_hit_by_load), by_load(s.failure_rate),
+          JsonNumber(s.ceiling_hit), JsonNumber(s.ceiling_qps), JsonNumber(s.ceiling_fraction));
       first_policy = false;
     }
     out += "\n      }";

@@ -2,7 +2,8 @@
 //   runs.csv      every run: study, policy, load, seed and all its metrics
 //   report.md     per study, a table like the paper's Table 1 (KV hit, SLO capacity at 3.5/2/5 s
 //                 with censoring marks, p99 TTFT and imbalance at a common load), p99 TTFT per
-//                 load, and for the drift study the churn and the stale plan's loss
+//                 load, each policy's analytic ceiling at its own KV hit and its capacity as a
+//                 fraction of it, and for the drift study the churn and the stale plan's loss
 //   summary.json  per study and policy: capacity_qps, capacity_ci, kv_hit (0–1), imbalance and
 //                 p99_ttft_s keyed by load, for tooling
 //   <study>-p99.svg, <study>-capacity.svg, <study>-kv-hit.svg   hand-written SVG plots
@@ -39,6 +40,12 @@ struct PolicySummary {
   std::map<double, double> p99_ttft_s;
   std::map<double, double> kv_hit_by_load;
   std::map<double, double> failure_rate;
+  // The analytic ceiling at the policy's own KV hit (its hit at the ladder load nearest its
+  // capacity; the lowest load when every seed failed there) and its capacity as a share of it.
+  // NaN when the study's ceiling inputs were not measured.
+  double ceiling_hit = 0;
+  double ceiling_qps = 0;
+  double ceiling_fraction = 0;
 };
 
 // The load closest to config.common_load_qps among the loads that were run (the smaller of two

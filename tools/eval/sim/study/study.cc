@@ -41,8 +41,10 @@ std::string Num(double v) { return absl::StrFormat("%g", v); }
 
 const std::set<std::string>& KnownPolicyLabels() {
   static const auto* labels = new std::set<std::string>{
-      // The six fleet policies (tools/eval/sim/fleet.h), "flatlb" also accepted for "flat-lb".
-      "flat-lb", "flatlb", "sticky", "chwbl", "dualmap", "preble", "cacheroute",
+      // The fleet policies (tools/eval/sim/fleet.h), "flatlb" also accepted for "flat-lb": the
+      // paper's six and the two modern baselines.
+      "flat-lb", "flatlb", "sticky", "chwbl", "dualmap", "preble", "cacheroute", "dynamo-kv",
+      "llm-d",
       // CacheRoute as the paper's Algorithm 1 publishes it (fleet_runner.h).
       "cacheroute-paper",
       // CacheRoute with byte-aware planning (PlanConfig::kv_budget_tokens).
@@ -97,6 +99,8 @@ StudyConfig Primary() {
                 "chwbl",
                 "dualmap",
                 "preble",
+                "dynamo-kv",
+                "llm-d",
                 "cacheroute",
                 "cacheroute-paper",
                 "cacheroute-replan-10s",
@@ -120,7 +124,7 @@ StudyConfig Ablation() {
       "Table 13), so that the whales exceed q_cap at the upper loads and replication has work. "
       "The steps run the paper's dispatch; `cacheroute` is the shipped variant (docs/dispatch.md).";
   // The paper's steps, then CacheRoute as shipped (load-adaptive k_b, spills, its dispatch).
-  c.policies = {"flat", "affinity", "replication", "lpt", "cacheroute"};
+  c.policies = {"flat", "affinity", "replication", "lpt", "dynamo-kv", "llm-d", "cacheroute"};
   c.loads = Ladder8B();
   c.common_load_qps = 240;
   c.whales = {.count = 4, .share = 0.4};
@@ -138,7 +142,12 @@ StudyConfig Negative() {
       "(≈ 1,400 tokens), over a wide top-K 2000 active set. Only the per-key context (≈ 9% of a "
       "prompt) is recoverable, and only by affinity. 70B profile, R = 30, Flat-LB against "
       "CacheRoute.";
-  c.policies = {"flat-lb", "cacheroute", "cacheroute-paper", "cacheroute-gated",
+  c.policies = {"flat-lb",
+                "dynamo-kv",
+                "llm-d",
+                "cacheroute",
+                "cacheroute-paper",
+                "cacheroute-gated",
                 "cacheroute-paper-gated"};
   c.loads = Ladder70B();
   c.common_load_qps = 60;
@@ -189,8 +198,8 @@ StudyConfig Drift() {
       "is computed with the planner core on the exact walked rates, and in the fleet per replan. "
       "The five baselines run on the same drifting workload.";
   // CacheRoute's plan timings, then the baselines on the same drifting workload.
-  c.policies = {"fresh", "stale", "held", "fresh-sticky", "flat-lb", "sticky", "chwbl", "dualmap",
-                "preble"};
+  c.policies = {"fresh", "stale",   "held",   "fresh-sticky", "flat-lb", "sticky",
+                "chwbl", "dualmap", "preble", "dynamo-kv",    "llm-d"};
   c.loads = {160};
   c.common_load_qps = 160;
   c.drift = {.enabled = true, .intervals = 6, .sigma = 0.3};
@@ -199,9 +208,11 @@ StudyConfig Drift() {
   return c;
 }
 
-// The six fleet policies and CacheRoute as the paper publishes it.
-std::vector<std::string> SixPoliciesAndPaper() {
-  return {"flat-lb", "sticky", "chwbl", "dualmap", "preble", "cacheroute", "cacheroute-paper"};
+// Every baseline (the paper's five and the two modern routers), CacheRoute, and CacheRoute as the
+// paper publishes it.
+std::vector<std::string> BaselinesAndCacheRoute() {
+  return {"flat-lb",   "sticky", "chwbl",      "dualmap",         "preble",
+          "dynamo-kv", "llm-d",  "cacheroute", "cacheroute-paper"};
 }
 
 // The paper's Table 9 (Appendix C.2): the primary setup with a top-K 256 active set. The paper's
@@ -216,7 +227,7 @@ StudyConfig TopK256() {
       "set, the offered load spread over twice as many keys. The paper's ladder stops at 300 "
       "QPS, which every policy but Sticky passes with this calibration; the ladder here goes on "
       "to 720 QPS, past every knee.";
-  c.policies = SixPoliciesAndPaper();
+  c.policies = BaselinesAndCacheRoute();
   c.loads = {120, 180, 240, 300, 360, 420, 480, 560, 640, 720};
   c.common_load_qps = 300;
   c.workload.top_k = 256;
@@ -239,7 +250,7 @@ StudyConfig HeteroPrefix() {
       "the largest prefix but not two of them, and the active set's prefixes (about 660K tokens) "
       "fit the fleet's 1.92M only where they are spread. `cacheroute-bytes` is CacheRoute with "
       "byte-aware planning (half of each destination's KV reserved for planned prefixes).";
-  c.policies = SixPoliciesAndPaper();
+  c.policies = BaselinesAndCacheRoute();
   c.policies.push_back("cacheroute-bytes");
   c.loads = {30, 60, 90, 120, 150, 180, 210, 240};
   c.common_load_qps = 120;
@@ -273,7 +284,7 @@ StudyConfig Trace() {
       "turn is placed away from the destination that cached it).";
   c.profile = "llama-70b-fp8-tp2-h100";
   c.destinations = 8;
-  c.policies = SixPoliciesAndPaper();
+  c.policies = BaselinesAndCacheRoute();
   c.loads = {3, 4, 5, 5.5, 6, 6.5, 7, 8};
   c.seeds = {2, 3, 4};
   c.duration_s = 86400;  // longer than the Mooncake trace at any load here: never cut
@@ -312,8 +323,8 @@ absl::Status ValidateStudy(const StudyConfig& c) {
   for (const std::string& p : c.policies) {
     if (!KnownPolicyLabels().contains(p)) {
       return Invalid("policies",
-                     "flat-lb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper, "
-                     "cacheroute-bytes, "
+                     "flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute, "
+                     "cacheroute-paper, cacheroute-bytes, "
                      "cacheroute-replan-10s, cacheroute-sticky-lpt, flat, affinity, replication, "
                      "lpt, fresh, stale, held or fresh-sticky",
                      "\"" + p + "\"");
@@ -397,6 +408,12 @@ absl::Status ValidateStudy(const StudyConfig& c) {
   if (!(f.timeout_s > 0)) return Invalid("fleet.timeout_s", "> 0", Num(f.timeout_s));
   if (!(f.stickiness >= 0 && std::isfinite(f.stickiness))) {
     return Invalid("fleet.stickiness", "finite and >= 0", Num(f.stickiness));
+  }
+  if (!(f.decode_stall >= 0 && std::isfinite(f.decode_stall))) {
+    return Invalid("fleet.decode_stall", "finite and >= 0", Num(f.decode_stall));
+  }
+  if (!(f.queue_stall >= 0 && std::isfinite(f.queue_stall))) {
+    return Invalid("fleet.queue_stall", "finite and >= 0", Num(f.queue_stall));
   }
   if (!(f.kv_budget_share >= 0 && f.kv_budget_share <= 1)) {
     return Invalid("fleet.kv_budget_share", "in [0, 1]", Num(f.kv_budget_share));
@@ -581,6 +598,12 @@ absl::Status ApplyYaml(const YAML::Node& root, StudyConfig& c) {
         k.Read("stickiness", f.stickiness);
         k.Read("kv_blocks", f.kv_blocks);
         k.Read("kv_budget_share", f.kv_budget_share);
+        k.Read("decode_stall", f.decode_stall);
+        k.Read("queue_stall", f.queue_stall);
+        k.Read("all_candidates_up_to", f.all_candidates_up_to);
+        k.Read("prefix_memory_log2", f.prefix_memory_log2);
+        k.Read("measure_turnover", f.measure_turnover);
+        k.Read("plan_follows_cache", f.plan_follows_cache);
       }));
     }
   });
@@ -725,6 +748,17 @@ absl::StatusOr<StudyResult> RunStudy(const StudyConfig& config, const RunFunctio
     result.has_drift = true;
     result.drift = *std::move(drift);
   }
+  {
+    absl::StatusOr<workload::Workload> w = BuildRunWorkload(
+        config, config.common_load_qps > 0 ? config.common_load_qps : config.loads.back(),
+        config.seeds.front());
+    // Without it the report shows no ceilings; the runs themselves stand.
+    const WorkloadReuse reuse = w.ok() ? MeasureReuse(*w) : WorkloadReuse{};
+    result.ceiling = {.measured = w.ok(),
+                      .mean_prompt_tokens = reuse.mean_prompt_tokens,
+                      .mean_output_tokens = reuse.mean_output_tokens,
+                      .reuse = reuse.reuse};
+  }
   if (options.progress != nullptr) {
     *options.progress << absl::StrFormat(
         "study %s: %d runs, %d simulated requests in %.1f s wall (%.0f simulated requests/s, "
@@ -733,6 +767,16 @@ absl::StatusOr<StudyResult> RunStudy(const StudyConfig& config, const RunFunctio
         result.wall_s > 0 ? simulated / result.wall_s : 0.0, threads);
   }
   return result;
+}
+
+absl::StatusOr<double> CeilingQps(const StudyConfig& config, const CeilingInputs& ceiling,
+                                  double hit) {
+  if (!ceiling.measured) return absl::FailedPreconditionError("the ceiling was not measured");
+  CACHEROUTE_ASSIGN_OR_RETURN(EngineProfile profile, FindEngineProfile(config.profile));
+  const double h = std::clamp(hit, 0.0, 1.0);
+  return config.destinations * SaturationQps(profile, ceiling.mean_prompt_tokens,
+                                             (1 - h) * ceiling.mean_prompt_tokens,
+                                             ceiling.mean_output_tokens);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cacheroute/dataplane/router.h"
 #include "tools/eval/sim/study/run_record.h"
 #include "tools/eval/workload/mooncake.h"
 #include "tools/eval/workload/workload.h"
@@ -80,6 +81,17 @@ struct FleetKnobs {
   // plan_kv_budget_share): the share of each destination's KV reserved for planned prefixes;
   // 0: the slot model. `cacheroute-bytes` is `cacheroute` with kKvBudgetShare in any study.
   double kv_budget_share = 0;
+  // CacheRoute's token-work dispatch (dataplane::DispatchOptions; docs/dispatch.md): γ, and the
+  // fleet size up to which every destination is a candidate. Studies hold the shipped defaults;
+  // these exist to show how the defaults were chosen.
+  double decode_stall = dataplane::DispatchOptions{}.decode_stall;
+  double queue_stall = dataplane::DispatchOptions{}.queue_stall;
+  uint32_t all_candidates_up_to = dataplane::DispatchOptions{}.all_candidates_up_to;
+  uint32_t prefix_memory_log2 = dataplane::DispatchOptions{}.prefix_memory_log2;  // 0: none
+  // false: remembered destinations never expire (no cache-turnover measurement), for ablations.
+  bool measure_turnover = true;
+  // false: replans ignore where keys were last sent (FleetConfig::plan_follows_cache).
+  bool plan_follows_cache = true;
 };
 
 // A trace-driven study's requests: a Mooncake-format trace (tools/eval/workload/mooncake.h)
@@ -149,11 +161,22 @@ struct RunOptions {
   std::ostream* progress = nullptr;  // one line per finished run, and a total; null: silent
 };
 
+// What the analytic throughput ceiling needs (docs/simulator.md, "What limits capacity"): the
+// workload's mean lengths and its reuse ceiling, measured on the request stream of the common load
+// and the first seed.
+struct CeilingInputs {
+  bool measured = false;
+  double mean_prompt_tokens = 0;
+  double mean_output_tokens = 0;
+  double reuse = 0;  // the KV hit of one engine with an unbounded cache
+};
+
 struct StudyResult {
   StudyConfig config;
   std::vector<RunRecord> runs;  // ordered by (policy as listed, load, seed as listed)
   bool has_drift = false;
   DriftResult drift;
+  CeilingInputs ceiling;
   double wall_s = 0;
   uint64_t simulated_requests = 0;
 };
@@ -208,6 +231,11 @@ struct BudgetCeiling {
   uint64_t keys_in = 0;  // keys packed whole
 };
 BudgetCeiling MeasureBudgetCeiling(const workload::Workload& workload, double budget_tokens);
+
+// The fleet's analytic throughput ceiling at KV hit `hit`: R × one destination's SaturationQps at
+// the workload's mean lengths (ceiling.measured must be true).
+absl::StatusOr<double> CeilingQps(const StudyConfig& config, const CeilingInputs& ceiling,
+                                  double hit);
 
 // Parses "1,2,3" into numbers; InvalidArgument naming `flag` and the bad item.
 absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view text, absl::string_view flag);

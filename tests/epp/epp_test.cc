@@ -1,0 +1,364 @@
+// cacheroute-epp end to end: the Epp in-process (and the binary once) with a client playing
+// Envoy's ext_proc filter over real streams, members that answer /health like vLLM (EngineStub)
+// and the real planner in-process: routing by key from the header, `user` and the system prompt,
+// the planner's table followed and kept while the planner is away, rate reports, an immediate 503
+// when no member is up with readiness following, the response's signals (time to first token,
+// served KV hit), the subset hint, /metrics and /healthz, drain.
+#include "tools/epp/epp.h"
+
+#include <httplib.h>
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cacheroute/dataplane/key_id.h"
+#include "epp/envoy_stream.h"
+#include "epp/ext_proc_messages.h"
+#include "tests/support/engine_stub.h"
+#include "tests/support/eventually.h"
+#include "tests/support/grpc_health.h"
+#include "tests/support/planner_config.h"
+#include "tests/support/planner_fixture.h"
+#include "tests/support/require_ok.h"
+#include "tools/eval/child_process.h"
+#include "tools/gateway/openai_fields.h"
+
+namespace cacheroute::epp {
+namespace {
+
+using ::cacheroute::testing::EngineStub;
+using ::cacheroute::testing::Eventually;
+using ::cacheroute::testing::InProcessPlanner;
+
+struct Fleet {
+  explicit Fleet(int n) {
+    for (int i = 0; i < n; ++i) engines.push_back(std::make_unique<EngineStub>());
+  }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < engines.size(); ++i) names.push_back(absl::StrCat("u", i));
+    return names;
+  }
+  std::vector<gateway::Upstream> Upstreams() const {
+    std::vector<gateway::Upstream> upstreams;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      upstreams.push_back({absl::StrCat("u", i), engines[i]->url()});
+    }
+    return upstreams;
+  }
+  std::vector<std::unique_ptr<EngineStub>> engines;
+};
+
+EppConfig ConfigFor(const Fleet& fleet) {
+  EppConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.dataplane.upstreams = fleet.Upstreams();
+  config.dataplane.report_interval = absl::Milliseconds(50);
+  config.dataplane.probe_interval = absl::Milliseconds(20);
+  config.dataplane.connect_timeout = absl::Seconds(1);
+  return config;
+}
+
+EppConfig ConfigFor(const Fleet& fleet, const InProcessPlanner& planner) {
+  EppConfig config = ConfigFor(fleet);
+  config.dataplane.planner = {planner.target()};
+  config.dataplane.gateway_id = "epp-test";
+  return config;
+}
+
+struct Client {
+  explicit Client(const Epp& epp)
+      : channel(grpc::CreateChannel(absl::StrCat("127.0.0.1:", epp.port()),
+                                    grpc::InsecureChannelCredentials())),
+        stub(ext_proc::ExternalProcessor::NewStub(channel)) {}
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<ext_proc::ExternalProcessor::Stub> stub;
+};
+
+// What the EPP answered a request with.
+struct Answer {
+  std::string endpoint;     // x-gateway-destination-endpoint ("" when none)
+  std::string destination;  // the member's name, from the response headers' answer
+  std::string planned;
+  int immediate = 0;  // an immediate response's status
+  std::string immediate_body;
+};
+
+std::string Endpoint(const ext_proc::ProcessingResponse& r) {
+  for (const auto& h : r.request_headers().response().header_mutation().set_headers()) {
+    if (h.header().key() == "x-gateway-destination-endpoint") return h.header().raw_value();
+  }
+  return "";
+}
+
+// One request through the EPP as Envoy sends it in FULL_DUPLEX_STREAMED mode, the answer a
+// unary completion with `usage`.
+Answer Exchange(Client& client, const HeaderList& extra_headers, const std::string& body,
+                const std::string& answer_body =
+                    R"({"usage":{"prompt_tokens":10,)"
+                    R"("prompt_tokens_details":{"cached_tokens":4}}})") {
+  EnvoyStream s(*client.stub);
+  REQUIRE(s.Send(Headers(false, extra_headers)));
+  REQUIRE(s.Send(Body(body, true)));
+  Answer answer;
+  const ext_proc::ProcessingResponse first = s.Read();
+  if (first.has_immediate_response()) {
+    answer.immediate = first.immediate_response().status().code();
+    answer.immediate_body = first.immediate_response().body();
+    CHECK(s.Finish().ok());
+    return answer;
+  }
+  REQUIRE(first.has_request_headers());
+  answer.endpoint = Endpoint(first);
+  CHECK(first.dynamic_metadata()
+            .fields()
+            .at("envoy.lb")
+            .struct_value()
+            .fields()
+            .at("x-gateway-destination-endpoint")
+            .string_value() == answer.endpoint);
+  CHECK(s.Read().has_request_body());
+  ext_proc::ProcessingRequest headers = ResponseHeaders("200");
+  headers.mutable_response_headers()->mutable_headers()->mutable_headers(1)->set_raw_value(
+      "application/json");
+  REQUIRE(s.Send(headers));
+  REQUIRE(s.Send(ResponseBody(answer_body, true)));
+  const ext_proc::ProcessingResponse response_headers = s.Read();
+  for (const auto& h :
+       response_headers.response_headers().response().header_mutation().set_headers()) {
+    if (h.header().key() == "x-cacheroute-destination") answer.destination = h.header().raw_value();
+    if (h.header().key() == "x-cacheroute-planned") answer.planned = h.header().raw_value();
+  }
+  CHECK(s.Read().has_response_body());
+  CHECK(s.Finish().ok());
+  return answer;
+}
+
+std::string UserBody(const std::string& user) {
+  return absl::StrCat(R"({"model":"m","prompt":"Hello","user":")", user, "\"}");
+}
+
+// The name of the member the EPP answers `endpoint` for.
+std::string NameOf(const Epp& epp, const std::string& endpoint) {
+  const std::vector<std::string> endpoints = epp.DestinationEndpoints();
+  const std::vector<std::string> names = epp.DestinationNames();
+  for (size_t d = 0; d < endpoints.size(); ++d) {
+    if (endpoints[d] == endpoint) return names[d];
+  }
+  return "";
+}
+
+uint64_t TableNumber(const Epp& epp) {
+  auto table = epp.table();
+  return table ? table->version().number : 0;
+}
+
+TEST_CASE("every request gets a member's IP:PORT, the same in the header and the metadata") {
+  Fleet fleet(3);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(ConfigFor(fleet)));
+  Client client(*epp);
+  const std::vector<std::string> endpoints = epp->DestinationEndpoints();
+  REQUIRE(endpoints.size() == 3);
+  CHECK(endpoints[0] == fleet.engines[0]->url().substr(std::string("http://").size()));
+  std::set<std::string> seen;
+  for (int i = 0; i < 60; ++i) {
+    const Answer a = Exchange(client, {}, UserBody(absl::StrCat("tenant-", i)));
+    REQUIRE_FALSE(a.endpoint.empty());
+    CHECK(a.destination == NameOf(*epp, a.endpoint));
+    CHECK(a.planned == "0");
+    seen.insert(a.endpoint);
+  }
+  CHECK(seen.size() == 3);  // 60 keys over 3 members: every one gets some
+  // One key, however it comes (header, user), goes to one member: its hashed pair's first.
+  const Answer by_header = Exchange(client, {{"x-cacheroute-key", "tenant-x"}}, "{}");
+  for (int i = 0; i < 5; ++i) {
+    CHECK(Exchange(client, {}, UserBody("tenant-x")).endpoint == by_header.endpoint);
+  }
+  const std::string metrics = epp->RenderMetrics();
+  CHECK(absl::StrContains(
+      metrics, "cacheroute_epp_requests_total{endpoint=\"chat_completions\",code=\"2xx\"} 66\n"));
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_streams_total 66\n"));
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_messages_total{phase=\"response_body\"} 66\n"));
+}
+
+TEST_CASE("the planner's table: rates reported, planned keys routed by it, kept while it is away") {
+  Fleet fleet(4);
+  service::PlannerConfig planner_config = testing::LoopbackPlannerConfig(fleet.Names());
+  planner_config.q_cap = 1e9;                     // one destination per admitted key
+  planner_config.algorithm = "cacheroute-paper";  // Algorithm 1: the four hottest keys, no split
+  InProcessPlanner planner(planner_config);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(ConfigFor(fleet, planner)));
+  REQUIRE(Eventually([&] { return epp->SubscriberStats()->connected; }));
+  Client client(*epp);
+  const std::vector<std::string> hot = {"tenant-a", "tenant-b", "tenant-c", "tenant-d"};
+  for (int round = 0; round < 10; ++round) {
+    for (const std::string& key : hot) REQUIRE(Exchange(client, {}, UserBody(key)).immediate == 0);
+  }
+  // Every keyed request reaches the planner as the gateway's would.
+  REQUIRE(Eventually([&] {
+    return epp->ReporterStats()->requests_reported >= 40 && epp->ReporterStats()->pending == 0;
+  }));
+  const uint64_t number = planner.Replan().version().number();
+  REQUIRE(Eventually([&] { return TableNumber(*epp) >= number; }));
+  std::set<std::string> destinations;
+  for (const std::string& key : hot) {
+    const std::vector<uint32_t> set = epp->table()->Find(dataplane::KeyId(key)).ToVector();
+    REQUIRE(set.size() == 1);
+    const std::string expected = epp->DestinationNames()[set[0]];
+    destinations.insert(expected);
+    const Answer a = Exchange(client, {}, UserBody(key));
+    CHECK(a.destination == expected);
+    CHECK(a.planned == "1");
+    CHECK(NameOf(*epp, a.endpoint) == expected);
+  }
+  CHECK(destinations.size() == 4);  // one slot each: the four keys on four members
+
+  // The planner goes away: the last table keeps routing (table_ttl is a minute).
+  planner.Stop();
+  REQUIRE(Eventually([&] { return !epp->SubscriberStats()->connected; }));
+  for (const std::string& key : hot) CHECK(Exchange(client, {}, UserBody(key)).planned == "1");
+  CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_planner_connected 0\n"));
+}
+
+TEST_CASE("no member up: an immediate 503 in OpenAI's shape; readiness and /healthz follow") {
+  Fleet fleet(2);
+  EppConfig config = ConfigFor(fleet);
+  config.dataplane.health_check_interval = absl::Milliseconds(20);
+  config.dataplane.health_check_timeout = absl::Seconds(1);
+  config.dataplane.failure_threshold = 1;
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(config));
+  Client client(*epp);
+  httplib::Client metrics("127.0.0.1", epp->metrics_port());
+  REQUIRE(Eventually([&] { return epp->ready(); }));
+  CHECK(testing::CheckHealth(client.channel, "readiness").serving == testing::kServing);
+  CHECK(metrics.Get("/healthz")->status == 200);
+
+  for (auto& engine : fleet.engines) engine->set_health(500);
+  REQUIRE(Eventually([&] { return !epp->ready(); }));
+  const Answer refused = Exchange(client, {}, UserBody("tenant-a"));
+  CHECK(refused.immediate == 503);
+  CHECK(refused.immediate_body ==
+        gateway::ErrorBody("no upstream is up", "service_unavailable", 503));
+  REQUIRE(Eventually([&] {
+    return testing::CheckHealth(client.channel, "readiness").serving == testing::kNotServing;
+  }));
+  CHECK(testing::CheckHealth(client.channel, "liveness").serving == testing::kServing);
+  CHECK(metrics.Get("/healthz")->status == 503);
+
+  fleet.engines[1]->set_health(200);  // the prober brings it back
+  REQUIRE(Eventually([&] { return epp->ready(); }));
+  CHECK(NameOf(*epp, Exchange(client, {}, UserBody("tenant-a")).endpoint) == "u1");
+  CHECK(absl::StrContains(epp->RenderMetrics(),
+                          "cacheroute_epp_immediate_responses_total{status=\"503\"} 1\n"));
+}
+
+TEST_CASE("the response's signals: a stream's first token, the served KV hit, the in-flight end") {
+  Fleet fleet(2);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(ConfigFor(fleet)));
+  Client client(*epp);
+  CHECK_FALSE(epp->measured_hit().has_value());
+  Exchange(client, {}, UserBody("a"));  // unary: usage 4 of 10 prompt tokens cached
+  REQUIRE(epp->measured_hit().has_value());
+  CHECK(*epp->measured_hit() == Approx(0.4));
+
+  // A streamed answer: held open, it counts in flight; its first chunk is its first token.
+  EnvoyStream s(*client.stub);
+  REQUIRE(s.Send(Headers(false, {{"x-cacheroute-key", "streamer"}})));
+  const ext_proc::ProcessingResponse routed = s.Read();
+  const std::string name = NameOf(*epp, Endpoint(routed));
+  const uint32_t d = name == "u0" ? 0 : 1;
+  REQUIRE(s.Send(ResponseHeaders("200")));  // text/event-stream
+  CHECK(s.Read().has_response_headers());
+  REQUIRE(s.Send(ResponseBody("data: {\"choices\":[]}\n\n", false)));
+  CHECK(s.Read().has_response_body());
+  CHECK(epp->RouterStats().in_flight[d] == 1);
+  CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_open_streams 1\n"));
+  REQUIRE(
+      s.Send(ResponseBody("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,"
+                          "\"prompt_tokens_details\":{\"cached_tokens\":10}}}\n\n",
+                          true)));
+  CHECK(s.Read().has_response_body());
+  CHECK(s.Finish().ok());
+  CHECK(epp->RouterStats().in_flight[d] == 0);
+  const std::string metrics = epp->RenderMetrics();
+  CHECK(absl::StrContains(metrics, absl::StrCat("cacheroute_epp_time_to_first_token_seconds_count{"
+                                                "destination=\"",
+                                                name, "\"} 1\n")));
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_open_streams 0\n"));
+  CHECK(*epp->measured_hit() > 0.4);  // 14 of 20 over the window
+
+  // A stream cut before any response: released, counted as abandoned, never as answered.
+  {
+    EnvoyStream cut(*client.stub);
+    REQUIRE(cut.Send(Headers(true)));
+    CHECK(cut.Read().has_request_headers());
+    cut.Cancel();
+  }
+  REQUIRE(Eventually([&] { return epp->active_streams() == 0; }));
+  CHECK(epp->RouterStats().in_flight[0] + epp->RouterStats().in_flight[1] == 0);
+  CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_abandoned_total 1\n"));
+}
+
+TEST_CASE("GIE's subset hint: a pick outside it moves inside; none up inside is a 503") {
+  Fleet fleet(3);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(ConfigFor(fleet)));
+  Client client(*epp);
+  const std::vector<std::string> endpoints = epp->DestinationEndpoints();
+  for (int i = 0; i < 30; ++i) {
+    EnvoyStream s(*client.stub);
+    REQUIRE(s.Send(WithSubset(Headers(false, {{"x-cacheroute-key", absl::StrCat("k", i)}}),
+                              StringList({endpoints[2]}))));
+    CHECK(Endpoint(s.Read()) == endpoints[2]);
+    CHECK(s.Finish().ok());
+  }
+  EnvoyStream s(*client.stub);
+  REQUIRE(s.Send(WithSubset(Headers(true), StringList({"10.255.255.1:8000"}))));
+  const ext_proc::ProcessingResponse refused = s.Read();
+  REQUIRE(refused.has_immediate_response());
+  CHECK(refused.immediate_response().status().code() == 503);
+  CHECK(absl::StrContains(refused.immediate_response().body(), "subset hint"));
+  CHECK(s.Finish().ok());
+  CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_subset_refusals_total 1\n"));
+}
+
+TEST_CASE("the cacheroute-epp binary serves on the port it logs and drains on SIGTERM") {
+  Fleet fleet(2);
+  const std::string log = "epp_test_binary.log";
+  auto child = testing::RequireOk(eval::ChildProcess::Spawn(
+      {CACHEROUTE_EPP_PATH, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+       "--upstream", absl::StrCat("u0=", fleet.engines[0]->url()), "--upstream",
+       absl::StrCat("u1=", fleet.engines[1]->url())},
+      {.stderr_path = log, .truncate = true}));
+  const std::string started = testing::RequireOk(
+      eval::AwaitLogLine(*child, log, "started epp port=", std::chrono::seconds(30)));
+  const int port = eval::LogNumber(started, "port").value_or(0);
+  REQUIRE(port > 0);
+  CHECK(eval::LogNumber(started, "members") == 2);
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  auto stub = ext_proc::ExternalProcessor::NewStub(channel);
+  EnvoyStream open(*stub);
+  REQUIRE(open.Send(Headers(true)));
+  CHECK_FALSE(Endpoint(open.Read()).empty());
+  // SIGTERM with a stream open: it still finishes, then the process exits 0.
+  child->Signal(SIGTERM);
+  REQUIRE(Eventually(
+      [&] { return testing::CheckHealth(channel, "readiness").serving != testing::kServing; }));
+  REQUIRE(open.Send(ResponseHeaders("200", /*end_of_stream=*/true)));
+  CHECK(open.Read().has_response_headers());
+  CHECK(open.Finish().ok());
+  const int status = child->Stop(SIGTERM, std::chrono::seconds(30));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  std::remove(log.c_str());
+}
+
+}  // namespace
+}  // namespace cacheroute::epp

@@ -1,0 +1,97 @@
+// Test-only: the ProcessingRequests Envoy's ext_proc filter sends, built the way it builds them
+// (header values in raw_value, pseudo-headers included), for the tests of cacheroute-epp.
+//
+// Usage:
+//   Receive(Headers());  Receive(Body("{...}", true));  Receive(ResponseHeaders("200"));
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/epp/ext_proc_stream.h"
+
+namespace cacheroute::epp {
+
+// A chat completion's request headers (POST /v1/chat/completions, JSON), then `extra`.
+inline ext_proc::ProcessingRequest Headers(bool end_of_stream = false,
+                                           const HeaderList& extra = {}) {
+  ext_proc::ProcessingRequest r;
+  auto* map = r.mutable_request_headers()->mutable_headers();
+  for (const auto& [key, value] : HeaderList{{":method", "POST"},
+                                             {":path", "/v1/chat/completions"},
+                                             {"content-type", "application/json"}}) {
+    auto* h = map->add_headers();
+    h->set_key(key);
+    h->set_raw_value(value);
+  }
+  for (const auto& [key, value] : extra) {
+    auto* h = map->add_headers();
+    h->set_key(key);
+    h->set_raw_value(value);
+  }
+  r.mutable_request_headers()->set_end_of_stream(end_of_stream);
+  return r;
+}
+
+inline ext_proc::ProcessingRequest WithConfig(ext_proc::ProcessingRequest r,
+                                              BodySendMode request_mode,
+                                              BodySendMode response_mode) {
+  r.mutable_protocol_config()->set_request_body_mode(request_mode);
+  r.mutable_protocol_config()->set_response_body_mode(response_mode);
+  return r;
+}
+
+inline ext_proc::ProcessingRequest WithSubset(ext_proc::ProcessingRequest r,
+                                              const google::protobuf::Value& value) {
+  (*(*r.mutable_metadata_context()->mutable_filter_metadata())["envoy.lb.subset_hint"]
+        .mutable_fields())["x-gateway-destination-endpoint-subset"] = value;
+  return r;
+}
+
+inline google::protobuf::Value StringList(const std::vector<std::string>& items) {
+  google::protobuf::Value v;
+  auto* list = v.mutable_list_value();
+  for (const std::string& s : items) list->add_values()->set_string_value(s);
+  return v;
+}
+
+inline ext_proc::ProcessingRequest Body(const std::string& bytes, bool end_of_stream) {
+  ext_proc::ProcessingRequest r;
+  r.mutable_request_body()->set_body(bytes);
+  r.mutable_request_body()->set_end_of_stream(end_of_stream);
+  return r;
+}
+
+inline ext_proc::ProcessingRequest RequestTrailers() {
+  ext_proc::ProcessingRequest r;
+  r.mutable_request_trailers();
+  return r;
+}
+
+inline ext_proc::ProcessingRequest ResponseHeaders(const std::string& status,
+                                                   bool end_of_stream = false) {
+  ext_proc::ProcessingRequest r;
+  auto* h = r.mutable_response_headers()->mutable_headers()->add_headers();
+  h->set_key(":status");
+  h->set_raw_value(status);
+  auto* ct = r.mutable_response_headers()->mutable_headers()->add_headers();
+  ct->set_key("content-type");
+  ct->set_raw_value("text/event-stream");
+  r.mutable_response_headers()->set_end_of_stream(end_of_stream);
+  return r;
+}
+
+inline ext_proc::ProcessingRequest ResponseBody(const std::string& bytes, bool end_of_stream) {
+  ext_proc::ProcessingRequest r;
+  r.mutable_response_body()->set_body(bytes);
+  r.mutable_response_body()->set_end_of_stream(end_of_stream);
+  return r;
+}
+
+inline ext_proc::ProcessingRequest ResponseTrailers() {
+  ext_proc::ProcessingRequest r;
+  r.mutable_response_trailers();
+  return r;
+}
+
+}  // namespace cacheroute::epp

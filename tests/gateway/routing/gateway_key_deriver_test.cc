@@ -1,0 +1,53 @@
+// KeyDeriver (tools/gateway/routing/key_deriver.h): the key a request gets from its header and
+// body, and NeedsBody, which tells a front end that sees the headers first (an endpoint picker)
+// whether it must wait for the body: when it says no, the body changes nothing.
+#include <catch2/catch.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/gateway/routing/key_deriver.h"
+
+namespace cacheroute::gateway {
+namespace {
+
+KeyDeriver With(std::vector<std::string> key_from) {
+  GatewayConfig config;
+  config.key_from = std::move(key_from);
+  return KeyDeriver(config);
+}
+
+TEST_CASE("NeedsBody: only when a body source comes before a present key header") {
+  const std::optional<std::string> header("tenant-1");
+  const std::optional<std::string> none;
+  const std::optional<std::string> empty("");
+  CHECK_FALSE(With({"header", "user", "system"}).NeedsBody(header));
+  CHECK(With({"header", "user", "system"}).NeedsBody(none));
+  CHECK(With({"header", "user", "system"}).NeedsBody(empty));  // an empty header is no key
+  CHECK(With({"user", "header"}).NeedsBody(header));
+  CHECK(With({"system"}).NeedsBody(header));
+  CHECK_FALSE(With({"header"}).NeedsBody(none));  // no body source: the body cannot give one
+}
+
+TEST_CASE("when NeedsBody is false the key is the same with or without the body") {
+  const std::vector<std::string> bodies = {
+      "", R"({"user":"u"})",
+      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":"x"}]})"};
+  for (const auto& key_from : std::vector<std::vector<std::string>>{
+           {"header", "user", "system"}, {"header"}, {"header", "system"}}) {
+    const KeyDeriver keys = With(key_from);
+    for (const std::optional<std::string>& header :
+         {std::optional<std::string>("h"), std::optional<std::string>()}) {
+      if (keys.NeedsBody(header)) continue;
+      for (const std::string& body : bodies) {
+        INFO(body);
+        CHECK(keys.KeyOf(header, body) == keys.KeyOf(header, ""));
+      }
+    }
+  }
+  // And when it is true, the body can matter.
+  CHECK(With({"header", "user"}).KeyOf(std::nullopt, R"({"user":"u"})") == "u");
+}
+
+}  // namespace
+}  // namespace cacheroute::gateway

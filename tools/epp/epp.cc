@@ -1,0 +1,391 @@
+// See epp.h.
+#include "tools/epp/epp.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/exposition.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+#include "tools/epp/ext_proc_server.h"
+#include "tools/gateway/embedded_dataplane.h"
+#include "tools/gateway/metrics/request_metrics.h"
+#include "tools/gateway/openai_fields.h"
+#include "tools/http/server.h"
+
+namespace cacheroute::epp {
+namespace {
+
+namespace asio = boost::asio;
+
+// A non-streamed answer is kept up to this size for its `usage` (the gateway, which must hold the
+// whole answer anyway, reads up to 64 MiB); a larger one's usage is not read. Completions are
+// far smaller; this bounds what thousands of concurrent answers can hold here.
+constexpr size_t kMaxUnaryBody = 4u << 20;
+
+// Which of the gateway's endpoints (metrics label `endpoint`) a request path is; any other POST
+// path is routed as a completion is and counted as one.
+gateway::Endpoint EndpointOf(absl::string_view path) {
+  path = path.substr(0, path.find('?'));
+  if (path == "/v1/chat/completions") return gateway::Endpoint::kChatCompletions;
+  if (path == "/v1/models") return gateway::Endpoint::kModels;
+  return gateway::Endpoint::kCompletions;
+}
+
+// The address a member is answered as, IP:PORT ([IPv6]:PORT): its address as resolved when it
+// joined, which is what the gateway connects to.
+std::string AddressOf(const gateway::Member& member) {
+  if (member.endpoints.empty()) return "";
+  const auto& endpoint = member.endpoints.front();
+  const auto address = endpoint.address();
+  return address.is_v6() ? absl::StrCat("[", address.to_string(), "]:", endpoint.port())
+                         : absl::StrCat(address.to_string(), ":", endpoint.port());
+}
+
+// Distinguishes Epp instances in the per-thread membership caches (an address may be reused).
+std::atomic<uint64_t> next_instance{1};
+
+}  // namespace
+
+struct Epp::Counters {
+  gateway::RequestMetrics requests;
+  std::atomic<uint64_t> abandoned{0};         // streams that ended before their response
+  std::atomic<uint64_t> subset_redirects{0};  // picks moved into GIE's subset hint
+  std::atomic<uint64_t> subset_refusals{0};   // 503s for a subset with no up member
+  const uint64_t instance = next_instance.fetch_add(1);
+  std::string key_header;  // lower case, as Envoy sends header names
+};
+
+// The routing side of one stream: the gateway's HandleCompletion, split at the ext_proc phases.
+class Epp::RequestExchange : public Exchange {
+ public:
+  explicit RequestExchange(Epp& epp)
+      : epp_(epp), core_(epp.dataplane_->core()), start_(core_.clock().Now()) {}
+
+  bool NeedsBody(const HeaderList& headers) override {
+    return epp_.dataplane_->keys().NeedsBody(KeyHeader(headers));
+  }
+
+  Route RouteRequest(const RequestView& request) override {
+    kind_ = EndpointOf(FindHeader(request.headers, ":path").value_or(""));
+    std::shared_ptr<const gateway::Members> members = CurrentMembers(/*fresh=*/false);
+    if (kind_ == gateway::Endpoint::kModels) {
+      request_.emplace(core_.RouteAny(start_));
+    } else {
+      const std::optional<std::string> key =
+          epp_.dataplane_->keys().KeyOf(KeyHeader(request.headers), request.body);
+      request_.emplace(core_.Route(key, members->policy.get(), start_));
+    }
+    // Routed to an index this thread's snapshot does not have yet: the membership just changed.
+    if (request_->ok() && members->At(request_->destination()) == nullptr) {
+      members = CurrentMembers(/*fresh=*/true);
+    }
+    const gateway::Member* member = request_->ok() ? members->At(request_->destination()) : nullptr;
+    std::string address = member != nullptr ? AddressOf(*member) : "";
+    Route route;
+    if (member != nullptr && request.subset != nullptr &&
+        std::find(request.subset->begin(), request.subset->end(), address) ==
+            request.subset->end()) {
+      member = InSubset(*members, *request.subset, address);
+      if (member == nullptr) {
+        epp_.counters_->subset_refusals.fetch_add(1, std::memory_order_relaxed);
+        route.message = absl::StrCat("no up member is among the ", request.subset->size(),
+                                     " endpoints of the gateway's subset hint (", kSubsetNamespace,
+                                     ", ", kSubsetKey, ")");
+      }
+    }
+    if (member == nullptr) {
+      if (route.message.empty()) route.message = "no upstream is up";
+      epp_.counters_->requests.Answered(kind_, 503, core_.clock().Now() - start_);
+      request_->Finish(503);
+      request_.reset();
+      return route;
+    }
+    route.endpoint = std::move(address);
+    route.response_headers = {{"x-cacheroute-destination", member->name},
+                              {"x-cacheroute-planned", request_->planned() ? "1" : "0"}};
+    return route;
+  }
+
+  void ResponseHeaders(int status, const HeaderList& headers) override {
+    status_ = status;
+    responded_ = true;
+    const std::optional<absl::string_view> type = FindHeader(headers, "content-type");
+    streamed_ =
+        type.has_value() && absl::StrContains(absl::AsciiStrToLower(*type), "text/event-stream");
+    if (streamed_) epp_.counters_->requests.StreamOpened();
+  }
+
+  void ResponseBody(absl::string_view chunk) override {
+    if (chunk.empty() || !request_.has_value()) return;
+    if (streamed_) {
+      request_->FirstToken(/*streamed=*/true);
+      usage_.Feed(chunk);
+    } else if (!unary_too_big_) {
+      if (unary_.size() + chunk.size() > kMaxUnaryBody) {
+        unary_too_big_ = true;
+        unary_.clear();
+      } else {
+        unary_.append(chunk.data(), chunk.size());
+      }
+    }
+  }
+
+  void Finished(bool complete) override {
+    if (!request_.has_value()) return;
+    std::optional<gateway::Usage> usage;
+    if (streamed_) {
+      usage = usage_.usage();
+      epp_.counters_->requests.StreamClosed();
+    } else if (responded_) {
+      if (absl::StrContains(unary_, "\"usage\"")) usage = gateway::ReadUsage(unary_);
+      request_->FirstToken(/*streamed=*/false);  // a unary answer's client sees it whole
+    }
+    if (usage.has_value()) request_->Usage(*usage);
+    request_->UpstreamDone();
+    if (responded_) {
+      request_->Finish(status_);
+      epp_.counters_->requests.Answered(kind_, status_, core_.clock().Now() - start_);
+    } else {
+      // Ended before any response: most likely the client went away. No status to count.
+      epp_.counters_->abandoned.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  // The value of the key header (key_header, compared in lower case), if the request has it.
+  std::optional<std::string> KeyHeader(const HeaderList& headers) const {
+    std::optional<absl::string_view> value = FindHeader(headers, epp_.counters_->key_header);
+    if (!value.has_value()) return std::nullopt;
+    return std::string(*value);
+  }
+
+  // This thread's copy of the membership snapshot (refreshed when the generation moved).
+  std::shared_ptr<const gateway::Members> CurrentMembers(bool fresh) const {
+    struct Cached {
+      uint64_t instance = 0;
+      std::shared_ptr<const gateway::Members> members;
+    };
+    thread_local Cached cached;
+    const gateway::Membership& membership = epp_.dataplane_->membership();
+    if (fresh || cached.instance != epp_.counters_->instance || cached.members == nullptr ||
+        cached.members->generation != membership.generation()) {
+      cached = {epp_.counters_->instance, membership.Current()};
+    }
+    return cached.members;
+  }
+
+  // GIE's subset hint: the least-loaded up member whose address is in `subset`, the request
+  // moved there; null when none is.
+  const gateway::Member* InSubset(const gateway::Members& members,
+                                  const std::vector<std::string>& subset, std::string& address) {
+    const dataplane::Router& router = core_.router();
+    uint32_t best = dataplane::kNoDestination;
+    double best_load = 0;
+    for (uint32_t d = 0; d < members.count; ++d) {
+      if (!router.loads().Up(d)) continue;
+      const std::string a = AddressOf(*members.At(d));
+      if (std::find(subset.begin(), subset.end(), a) == subset.end()) continue;
+      const double load = router.loads().Load(d);
+      if (best == dataplane::kNoDestination || load < best_load) {
+        best = d;
+        best_load = load;
+      }
+    }
+    if (best == dataplane::kNoDestination) return nullptr;
+    request_.emplace(core_.Redirect(*std::move(request_), best));
+    epp_.counters_->subset_redirects.fetch_add(1, std::memory_order_relaxed);
+    address = AddressOf(*members.At(best));
+    return members.At(best);
+  }
+
+  Epp& epp_;
+  gateway::RoutingCore& core_;
+  const dataplane::Time start_;
+  std::optional<gateway::RequestLifecycle> request_;
+  gateway::Endpoint kind_ = gateway::Endpoint::kCompletions;
+  int status_ = 0;
+  bool responded_ = false;
+  bool streamed_ = false;
+  gateway::UsageScanner usage_;  // a streamed answer's
+  std::string unary_;            // a non-streamed answer, for its usage
+  bool unary_too_big_ = false;
+};
+
+Epp::Epp(const EppConfig& config) : config_(config), counters_(std::make_unique<Counters>()) {
+  counters_->key_header = absl::AsciiStrToLower(config.dataplane.key_header);
+}
+
+absl::StatusOr<std::unique_ptr<Epp>> Epp::Start(const EppConfig& config) {
+  if (absl::Status s = ValidateEppConfig(config); !s.ok()) return s;
+  std::unique_ptr<Epp> epp(new Epp(config));
+  epp->dataplane_ = std::make_unique<gateway::EmbeddedDataplane>(config.dataplane, epp->stop_);
+  ExtProcServerOptions options;
+  options.listen = config.listen;
+  options.stream = {.request_body_mode = config.request_body_mode,
+                    .response_body_mode = config.response_body_mode,
+                    .max_request_body = config.max_request_body};
+  options.tls_cert_file = config.tls_cert_file;
+  options.tls_key_file = config.tls_key_file;
+  options.tls_client_ca_file = config.tls_client_ca_file;
+  Epp* raw = epp.get();
+  CACHEROUTE_ASSIGN_OR_RETURN(epp->server_, ExtProcServer::Start(options, [raw] {
+                                return std::make_unique<RequestExchange>(*raw);
+                              }));
+  if (absl::Status s = epp->StartMetrics(); !s.ok()) return s;
+  if (absl::Status s = epp->dataplane_->Start(); !s.ok()) return s;
+  epp->server_->SetReady(epp->dataplane_->core().AnyUp());
+  epp->readiness_thread_ = std::thread([raw] { raw->RunReadiness(); });
+  return epp;
+}
+
+absl::Status Epp::StartMetrics() {
+  CACHEROUTE_ASSIGN_OR_RETURN(
+      base::yaml::HostPort address,
+      base::yaml::SplitHostPort("metrics_listen", config_.metrics_listen, "[::]:9090"));
+  http::ServerOptions options;
+  options.host = address.host == "localhost" ? "127.0.0.1" : address.host;
+  options.port = address.port;
+  options.threads = 1;
+  absl::StatusOr<std::unique_ptr<http::Server>> server =
+      http::Server::Start(options, [this](http::Exchange& x) -> asio::awaitable<void> {
+        const http::Request& request = x.request();
+        const absl::string_view target(request.target().data(), request.target().size());
+        const absl::string_view path = target.substr(0, target.find('?'));
+        if (path == "/metrics") {
+          co_await x.Send(http::TextResponse(
+              request, 200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics()));
+        } else if (path == "/healthz") {
+          const bool up = dataplane_->core().AnyUp();
+          const bool ok = up && !server_->draining();
+          co_await x.Send(http::TextResponse(request, ok ? 200 : 503, "text/plain",
+                                             ok   ? "ok\n"
+                                             : up ? "draining\n"
+                                                  : "no upstream is up\n"));
+        } else {
+          co_await x.Send(http::TextResponse(request, 404, "text/plain",
+                                             "not found: /metrics and /healthz are served\n"));
+        }
+      });
+  if (!server.ok()) {
+    if (absl::IsInvalidArgument(server.status())) return server.status();
+    return absl::UnavailableError(absl::StrCat("metrics_listen: cannot bind \"",
+                                               config_.metrics_listen,
+                                               "\": ", server.status().message()));
+  }
+  metrics_server_ = *std::move(server);
+  return absl::OkStatus();
+}
+
+void Epp::RunReadiness() {
+  // Members come and go, and go down and up, on the dataplane's own threads; a second is soon
+  // enough for the readiness probe (the data plane itself keeps sending while ready).
+  while (!stop_.WaitFor(absl::Seconds(1))) server_->SetReady(dataplane_->core().AnyUp());
+}
+
+Epp::~Epp() { Stop(); }
+
+size_t Epp::Drain() {
+  if (server_ == nullptr) return 0;
+  base::LogEvent("info", "draining",
+                 {{"active_streams", absl::StrCat(server_->active_streams())},
+                  {"drain_delay", absl::FormatDuration(config_.drain_delay)},
+                  {"drain_timeout", absl::FormatDuration(config_.drain_timeout)}});
+  const size_t cut = server_->Drain(config_.drain_delay, config_.drain_timeout);
+  base::LogEvent(cut == 0 ? "info" : "warning", "drained", {{"streams_cut", absl::StrCat(cut)}});
+  return cut;
+}
+
+void Epp::Stop() {
+  if (!stop_.Trigger()) return;
+  if (server_ != nullptr) server_->Stop();  // every stream's request finishes first
+  if (readiness_thread_.joinable()) readiness_thread_.join();
+  if (metrics_server_ != nullptr) metrics_server_->Stop();
+  if (dataplane_ != nullptr) dataplane_->Stop();
+}
+
+int Epp::port() const { return server_ != nullptr ? server_->port() : 0; }
+int Epp::metrics_port() const { return metrics_server_ != nullptr ? metrics_server_->port() : 0; }
+
+std::vector<std::string> Epp::DestinationNames() const { return dataplane_->membership().Names(); }
+
+std::vector<std::string> Epp::DestinationEndpoints() const {
+  const std::shared_ptr<const gateway::Members> members = dataplane_->membership().Current();
+  std::vector<std::string> endpoints;
+  for (uint32_t d = 0; d < members->count; ++d) endpoints.push_back(AddressOf(*members->At(d)));
+  return endpoints;
+}
+
+size_t Epp::active_streams() const { return server_ != nullptr ? server_->active_streams() : 0; }
+
+bool Epp::ready() const {
+  return server_ != nullptr && !server_->draining() && dataplane_->core().AnyUp();
+}
+
+dataplane::RouterStats Epp::RouterStats() const { return dataplane_->core().Stats(); }
+
+std::shared_ptr<const dataplane::RoutingTable> Epp::table() const {
+  return dataplane_->core().router().table();
+}
+
+std::optional<dataplane::TableSubscriberStats> Epp::SubscriberStats() const {
+  return dataplane_->SubscriberStats();
+}
+
+std::optional<dataplane::RateReporterStats> Epp::ReporterStats() const {
+  return dataplane_->ReporterStats();
+}
+
+std::optional<double> Epp::measured_hit() const {
+  return dataplane_->core().served_hit().measured();
+}
+
+std::string Epp::RenderMetrics() const {
+  base::Exposition page("cacheroute_epp_");
+  const gateway::RoutingCore& core = dataplane_->core();
+  const gateway::DestinationHealth& health = dataplane_->health();
+  const dataplane::RouterStats stats = core.Stats();
+  const std::vector<std::string> labels =
+      gateway::EmbeddedDataplane::DestinationLabels(*dataplane_->membership().Current(), stats);
+  const auto relaxed = [](const std::atomic<uint64_t>& a) {
+    return static_cast<double>(a.load(std::memory_order_relaxed));
+  };
+  // The gateway's families, measured the same way (docs/gateway.md, "Metrics").
+  counters_->requests.RenderRequests(page);
+  core.RenderPicks(page, stats);
+  core.RenderLoads(page, stats, labels);
+  health.RenderCounters(page, labels);
+  dataplane_->scraper().Render(page, labels);
+  counters_->requests.RenderLatency(page);
+  core.RenderLatency(page, labels);
+  core.served_hit().Render(page, labels);
+  dataplane_->membership().Render(page);
+  gateway::RenderPlannerLink(page, dataplane_->planner());
+  page.Gauge("open_streams", "Streamed answers (text/event-stream) in progress.",
+             static_cast<double>(counters_->requests.open_streams()));
+  page.Gauge("draining", "1 after SIGTERM, while streams in progress finish.",
+             server_ != nullptr && server_->draining() ? 1 : 0);
+  page.Gauge("ready", "1 while readiness is SERVING: a member is up and not draining.",
+             ready() ? 1 : 0);
+  // The endpoint picker's own.
+  if (server_ != nullptr) server_->RenderMetrics(page);
+  page.Counter("abandoned_total",
+               "Requests routed whose stream ended before any response (the client went away, "
+               "or the gateway did): in flight until then, never counted as answered.",
+               relaxed(counters_->abandoned));
+  page.Counter("subset_redirects_total",
+               "Picks moved to the least-loaded member of the gateway's subset hint "
+               "(x-gateway-destination-endpoint-subset) because the policy chose outside it.",
+               relaxed(counters_->subset_redirects));
+  page.Counter("subset_refusals_total",
+               "Requests answered 503 because no member of the subset hint was up.",
+               relaxed(counters_->subset_refusals));
+  return page.Take();
+}
+
+}  // namespace cacheroute::epp
