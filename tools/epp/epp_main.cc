@@ -2,8 +2,9 @@
 // docs/epp.md and deploy/epp.yaml.
 //
 //   cacheroute-epp --config deploy/epp.yaml
-//   cacheroute-epp --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --policy cacheroute \
+//   cacheroute-epp --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --policy cacheroute
 //       --upstream engine-0=http://10.0.0.1:8000 --upstream engine-1=http://10.0.0.2:8000
+//   (one command line)
 //
 // Logs "started epp port=N metrics_port=M …" once serving. SIGTERM or SIGINT drains (Epp::Drain:
 // readiness NOT_SERVING, then no new streams, streams in progress finish within drain_timeout),

@@ -163,8 +163,10 @@ int main(int argc, char** argv) {
   if (epp->port == 0) return give_up(epp_binary, epp->error);
   std::unique_ptr<cacheroute::epp::ExtProcServer> floor;
   if (with_floor) {
+    cacheroute::epp::ExtProcServerOptions options;
+    options.listen = "127.0.0.1:0";
     auto started = cacheroute::epp::ExtProcServer::Start(
-        {.listen = "127.0.0.1:0"}, [] { return std::make_unique<FixedExchange>(); });
+        options, [] { return std::make_unique<FixedExchange>(); });
     if (!started.ok()) return give_up("the floor's ext_proc server", started.status().ToString());
     floor = *std::move(started);
   }
