@@ -27,8 +27,9 @@ absl::StatusOr<planner::Algorithm> AlgorithmOf(const FleetConfig& config) {
   }
   return absl::InvalidArgumentError(absl::StrFormat(
       "fleet config plan_spill and plan_balance_share must be one algorithm's (cacheroute: true, "
-      "%g; cacheroute-paper: false, 0), got %v, %g",
-      planner::kCacheRouteBalanceShare, config.plan_spill, config.plan_balance_share));
+      "%g; cacheroute-paper: false, 0), got %s, %g",
+      planner::kCacheRouteBalanceShare, config.plan_spill ? "true" : "false",
+      config.plan_balance_share));
 }
 
 // Share of the keys in both tables whose destination set differs.
