@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/authorization.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
@@ -311,9 +313,11 @@ class PlannerServices final : public v1::RateService::CallbackService,
     }
     const auto& metadata = context->client_metadata();
     const auto it = metadata.find("authorization");
-    const std::string expected = absl::StrCat("Bearer ", config_.token);
-    if (it == metadata.end() ||
-        !ConstantTimeEquals(absl::string_view(it->second.data(), it->second.size()), expected)) {
+    const std::optional<absl::string_view> token =
+        it == metadata.end()
+            ? std::nullopt
+            : base::BearerToken(absl::string_view(it->second.data(), it->second.size()));
+    if (!token.has_value() || !ConstantTimeEquals(*token, config_.token)) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "authorization: a valid bearer token is required");
     }

@@ -465,6 +465,19 @@ TEST_CASE("with a token configured, mutating calls without it are refused") {
           grpc::StatusCode::UNAUTHENTICATED);
   }
   f.Replan("s3cret");
+  // The scheme's name is case-insensitive (RFC 9110, section 11.1); the token is not.
+  const std::vector<std::pair<std::string, bool>> cases = {
+      {"bearer s3cret", true}, {"BEARER s3cret", true}, {"bearer S3CRET", false}};
+  uint64_t sequence = 2;
+  for (const auto& [authorization, accepted] : cases) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", authorization);
+    v1::ReportRatesResponse response;
+    const grpc::Status status = f.rates_->ReportRates(
+        &context, testing::MakeRateReport("gw", sequence++, f.clock_.Now(), {{"a", 1}}), &response);
+    INFO(authorization << ": " << status.error_message());
+    CHECK(status.ok() == accepted);
+  }
   // Reads are open unless token_required_for_reads.
   f.Status();
 }

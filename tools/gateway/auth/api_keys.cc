@@ -6,16 +6,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "base/authorization.h"
 #include "base/status_macros.h"
 #include "tools/gateway/gateway_config.h"
 
 namespace cacheroute::gateway {
-
-std::optional<absl::string_view> BearerToken(absl::string_view authorization) {
-  if (!absl::ConsumePrefix(&authorization, "Bearer ")) return std::nullopt;
-  return absl::StripAsciiWhitespace(authorization);
-}
 
 absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
   ApiKeys keys;
@@ -37,7 +32,7 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
 bool ApiKeys::Authorized(std::optional<absl::string_view> authorization) const {
   if (keys_.empty()) return true;
   if (!authorization.has_value()) return false;
-  const std::optional<absl::string_view> token = BearerToken(*authorization);
+  const std::optional<absl::string_view> token = base::BearerToken(*authorization);
   return token.has_value() && std::binary_search(keys_.begin(), keys_.end(), *token);
 }
 

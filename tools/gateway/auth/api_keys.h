@@ -1,7 +1,7 @@
 // ApiKeys: client authentication of the gateway's /v1/ endpoints. With the keys of api_key_file
-// loaded, a request passes only with `Authorization: Bearer <key>` naming one of them; without
-// keys every request passes. What the proxy does with the header (it is not passed upstream) and
-// how a refusal is answered (401) are the front end's.
+// loaded, a request passes only with `Authorization: Bearer <key>` naming one of them (the scheme
+// in any case, base/authorization.h); without keys every request passes. What the proxy does with
+// the header (it is not passed upstream) and how a refusal is answered (401) are the front end's.
 //
 // Usage:
 //   absl::StatusOr<ApiKeys> keys = ApiKeys::Load(config.api_key_file);   // at start
@@ -19,10 +19,6 @@
 #include "absl/strings/string_view.h"
 
 namespace cacheroute::gateway {
-
-// The credentials of an `Authorization: Bearer <token>` value, whitespace around them removed;
-// none when the value is of another scheme.
-std::optional<absl::string_view> BearerToken(absl::string_view authorization);
 
 class ApiKeys {
  public:
