@@ -30,7 +30,7 @@ TEST_CASE(
   f.hit.Record(0, true, {.prompt_tokens = 0, .cached_tokens = 0});  // no prompt tokens
   CHECK_FALSE(f.hit.measured().has_value());
   CHECK(f.router.measured_hit() == 0.0);
-  CHECK(absl::StrContains(f.Page(), "g_measured_kv_hit 0\n"));
+  CHECK(absl::StrContains(f.Page(), "g_measured_kv_hit_ratio 0\n"));
   CHECK(absl::StrContains(f.Page(), "g_prompt_tokens_total{destination=\"e0\",planned=\"1\"} 0\n"));
 }
 

@@ -53,7 +53,7 @@ void ServedHit::Render(base::Exposition& page, std::span<const std::string> labe
       }
     }
   }
-  page.Gauge("measured_kv_hit",
+  page.Gauge("measured_kv_hit_ratio",
              "The served KV hit given to the router (cached / prompt tokens over ~1,000 answers).",
              measured().value_or(0));
 }

@@ -42,7 +42,7 @@ class ServedHit {
   // Zeroes d's counters (a new member at that index); the window is the fleet's and stays.
   void Reset(uint32_t d);
 
-  // prompt_tokens_total, cached_tokens_total for [0, labels.size()), and measured_kv_hit.
+  // prompt_tokens_total, cached_tokens_total for [0, labels.size()), and measured_kv_hit_ratio.
   void Render(base::Exposition& page, std::span<const std::string> labels) const;
 
  private:
