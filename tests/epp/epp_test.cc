@@ -245,7 +245,8 @@ TEST_CASE("no member up: an immediate 503 in OpenAI's shape; readiness and /heal
   const Answer refused = Exchange(client, {}, UserBody("tenant-a"));
   CHECK(refused.immediate == 503);
   CHECK(refused.immediate_body ==
-        gateway::ErrorBody("no upstream is up", "service_unavailable", 503));
+        R"({"error":{"code":"no_upstream","message":"no upstream is up","param":null,)"
+        R"("type":"service_unavailable"}})");
   REQUIRE(Eventually([&] {
     return testing::CheckHealth(client.channel, "readiness").serving == testing::kNotServing;
   }));

@@ -218,7 +218,7 @@ TEST_CASE("a large body is echoed in chunks of at most kMaxStreamedChunk bytes")
 }
 
 // The OpenAI error of an immediate response, checked whole.
-void CheckImmediate(const Step& step, int status, const std::string& type,
+void CheckImmediate(const Step& step, int status, const std::string& type, const std::string& code,
                     const std::string& message_part) {
   REQUIRE(step.responses.size() == 1);
   REQUIRE(step.responses[0].has_immediate_response());
@@ -226,7 +226,7 @@ void CheckImmediate(const Step& step, int status, const std::string& type,
   CHECK(immediate.status().code() == status);
   CHECK(SetHeaders(immediate.headers()) == HeaderList{{"content-type", "application/json"}});
   const nlohmann::json body = nlohmann::json::parse(immediate.body());
-  CHECK(body["error"]["code"] == status);
+  CHECK(body["error"]["code"] == code);  // a string, as OpenAI's codes are
   CHECK(body["error"]["type"] == type);
   CHECK(body["error"]["param"].is_null());
   INFO(body.dump());
@@ -241,7 +241,8 @@ TEST_CASE("no endpoint: an immediate 503 with an OpenAI error body, and the stre
   exchange.endpoint.clear();
   ExtProcStream stream({}, exchange);
   stream.Receive(Headers());
-  CheckImmediate(stream.Receive(Body("{}", true)), 503, "service_unavailable", "no upstream is up");
+  CheckImmediate(stream.Receive(Body("{}", true)), 503, "service_unavailable", "no_upstream",
+                 "no upstream is up");
   CHECK(stream.done());
   CHECK_FALSE(stream.routed());
   // What Envoy still had in flight is ignored; nothing was routed, so nothing finishes.
@@ -255,7 +256,7 @@ TEST_CASE("a body held for routing beyond max_request_body gets an immediate 413
   ExtProcStream stream({.max_request_body = 10}, exchange);
   stream.Receive(Headers());
   CHECK(stream.Receive(Body("0123456789", false)).responses.empty());  // 10: at the limit
-  CheckImmediate(stream.Receive(Body("x", true)), 413, "invalid_request_error",
+  CheckImmediate(stream.Receive(Body("x", true)), 413, "invalid_request_error", "body_too_large",
                  "max_request_body (10 bytes)");
   CHECK(exchange.routes.empty());
   // Once routed on the headers, the body is only passed through: no limit.

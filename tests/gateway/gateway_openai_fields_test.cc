@@ -80,11 +80,11 @@ TEST_CASE("RoutingKey: the first source the request has, in key_from's order") {
 }
 
 TEST_CASE("ErrorBody: OpenAI's error shape, the message escaped and made valid UTF-8") {
-  CHECK(ErrorBody("no upstream is up", "service_unavailable", 503) ==
-        R"({"error":{"code":503,"message":"no upstream is up","param":null,)"
+  CHECK(ErrorBody("no upstream is up", "service_unavailable", "no_upstream") ==
+        R"({"error":{"code":"no_upstream","message":"no upstream is up","param":null,)"
         R"("type":"service_unavailable"}})");
-  CHECK(ErrorBody("a \"quoted\"\nline \xff", "invalid_request_error", 400) ==
-        R"({"error":{"code":400,"message":"a \"quoted\"\nline )"
+  CHECK(ErrorBody("a \"quoted\"\nline \xff", "invalid_request_error", "") ==
+        R"({"error":{"code":null,"message":"a \"quoted\"\nline )"
         "\xef\xbf\xbd"
         R"(","param":null,)"
         R"("type":"invalid_request_error"}})");

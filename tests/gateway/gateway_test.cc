@@ -30,6 +30,7 @@
 #include "support/free_port.h"
 #include "support/planner_fixture.h"
 #include "tests/support/planner_config.h"
+#include "tests/support/raw_exchange.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
@@ -708,6 +709,8 @@ TEST_CASE("/v1/models, /healthz and /metrics") {
            "cacheroute_gateway_request_duration_seconds_bucket{le=\"+Inf\"} 2",
            "cacheroute_gateway_request_duration_seconds_count 2",
            "cacheroute_gateway_table_version{epoch=\"0\"} 0",
+           "cacheroute_gateway_measured_kv_hit_ratio 0",
+           "cacheroute_gateway_refusals_total{status=\"401\",reason=\"unauthorized\"} 0",
        }) {
     INFO(line);
     CHECK(metrics->body.find(line) != std::string::npos);
@@ -975,12 +978,19 @@ TEST_CASE("api_key_file: /v1/ needs a listed bearer key, which is not passed ups
   CHECK(refused.status == 401);
   CHECK(refused.body.find("\"error\"") != std::string::npos);
   CHECK(refused.body.find("API key") != std::string::npos);
+  CHECK(refused.body.find(R"("code":"invalid_api_key")") != std::string::npos);
   CHECK(fleet.upstreams[0]->requests() == 0);
   client.set_default_headers({{"Authorization", "Bearer sk-wrong"}});
   CHECK(Send(client, "t").status == 401);
   client.set_default_headers({{"Authorization", "Bearer sk-beta"}});
   CHECK(Send(client, "t").status == 200);
   CHECK(fleet.upstreams[0]->last_authorization().empty());
+  // The scheme's name in any case (RFC 9110, section 11.1), as some clients send it.
+  for (const char* scheme : {"bearer", "BEARER"}) {
+    client.set_default_headers({{"Authorization", absl::StrCat(scheme, " sk-alpha")}});
+    INFO(scheme);
+    CHECK(Send(client, "t").status == 200);
+  }
   CHECK(client.Get("/v1/models")->status == 200);
   httplib::Client anonymous = ClientFor(*gateway);
   CHECK(anonymous.Get("/healthz")->status == 200);  // health and metrics stay open
@@ -990,6 +1000,110 @@ TEST_CASE("api_key_file: /v1/ needs a listed bearer key, which is not passed ups
   absl::StatusOr<std::unique_ptr<Gateway>> bad = Gateway::Start(config);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("api_key_file") != std::string::npos);
+}
+
+// The value of the sample `line` ("name{labels}") on a /metrics page; -1 when absent.
+double SampleValue(const std::string& page, const std::string& line) {
+  const size_t at = page.find("\n" + line + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + line.size() + 2));
+}
+
+TEST_CASE("every refusal is counted by status and reason, in OpenAI's shape; 405 says Allow") {
+  Fleet fleet(1);
+  testing::TempDir dir("gateway_refusals");
+  GatewayConfig config = ConfigFor(fleet, "flatlb");
+  config.api_key_file = dir.Write("keys", "sk-alpha\n");
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  const int port = gateway->port();
+  const std::string key = "Authorization: Bearer sk-alpha\r\n";
+  struct Case {
+    int status;
+    std::string reason;
+    std::string request;
+    std::string allow;  // the Allow header a 405 must carry
+    std::string code;   // the error body's code ("": the HTTP layer's answer, no JSON body)
+  };
+  const std::vector<Case> cases = {
+      {401, "unauthorized",
+       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+       "Connection: close\r\n\r\n{}",
+       "", "\"code\":\"invalid_api_key\""},
+      {404, "no_route",
+       "GET /v1/embeddings HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + key + "\r\n", "",
+       "\"code\":\"unknown_url\""},
+      {405, "method_not_allowed",
+       "DELETE /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + key + "\r\n",
+       "POST", "\"code\":\"method_not_allowed\""},
+      {405, "method_not_allowed",
+       "POST /v1/models/fake HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n" +
+           key + "\r\n",
+       "GET", "\"code\":\"method_not_allowed\""},
+      {400, "malformed", "GARBAGE\r\n\r\n", "", ""},
+      {413, "body_too_large",
+       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 40000000\r\n\r\n", "", ""},
+      {431, "header_too_large",
+       absl::StrCat("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ", std::string(70000, 'x'),
+                    "\r\n\r\n"),
+       "", ""},
+  };
+  httplib::Client client = ClientFor(*gateway);
+  std::map<std::string, double> expected;
+  for (const Case& c : cases) {
+    const std::string answer = testing::RawExchange(port, c.request);
+    INFO(c.status << " " << c.reason << ": " << answer.substr(0, 400));
+    CHECK(absl::StartsWith(answer, absl::StrCat("HTTP/1.1 ", c.status, " ")));
+    if (!c.allow.empty()) CHECK(absl::StrContains(answer, "\r\nAllow: " + c.allow + "\r\n"));
+    if (!c.code.empty()) CHECK(absl::StrContains(answer, c.code));  // a string, as OpenAI's are
+    const std::string sample = absl::StrCat("cacheroute_gateway_refusals_total{status=\"", c.status,
+                                            "\",reason=\"", c.reason, "\"}");
+    expected[sample] += 1;
+    httplib::Result metrics = client.Get("/metrics");
+    REQUIRE(metrics);
+    CHECK(SampleValue(metrics->body, sample) == expected[sample]);
+  }
+  // None of them reached the upstream or counted as an answered request.
+  CHECK(fleet.upstreams[0]->requests() == 0);
+  httplib::Result metrics = client.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(SampleValue(metrics->body,
+                    "cacheroute_gateway_requests_total{endpoint=\"completions\",code=\"4xx\"}") ==
+        0);
+}
+
+TEST_CASE("GET /v1/models/{id}: the upstream list's entry, or 404 model_not_found") {
+  Fleet fleet(2);
+  testing::TempDir dir("gateway_model_retrieve");
+  GatewayConfig config = ConfigFor(fleet, "flatlb");
+  config.api_key_file = dir.Write("keys", "sk-alpha\n");
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  httplib::Client client = ClientFor(*gateway);
+  client.set_default_headers({{"Authorization", "Bearer sk-alpha"}});
+  httplib::Result model = client.Get("/v1/models/fake");
+  REQUIRE(model);
+  CHECK(model->status == 200);
+  const std::string destination = model->get_header_value("X-CacheRoute-Destination");
+  CHECK(model->body == absl::StrCat(R"({"id":"fake","owned_by":")", destination, R"("})"));
+  CHECK(model->get_header_value("Content-Type") == "application/json");
+  httplib::Result unknown = client.Get("/v1/models/no-such-model");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  CHECK(absl::StrContains(unknown->body, R"("code":"model_not_found")"));
+  CHECK(absl::StrContains(unknown->body, "no-such-model"));
+  CHECK(absl::StrContains(unknown->body, R"("type":"invalid_request_error")"));
+  // The SDKs percent-encode the id: "%66ake" is "fake".
+  httplib::Result encoded = client.Get("/v1/models/%66ake");
+  REQUIRE(encoded);
+  CHECK(encoded->status == 200);
+  httplib::Result anonymous = ClientFor(*gateway).Get("/v1/models/fake");
+  REQUIRE(anonymous);
+  CHECK(anonymous->status == 401);
+  httplib::Result metrics = client.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(SampleValue(metrics->body,
+                    "cacheroute_gateway_requests_total{endpoint=\"models\",code=\"2xx\"}") == 2);
+  CHECK(SampleValue(metrics->body,
+                    "cacheroute_gateway_requests_total{endpoint=\"models\",code=\"4xx\"}") == 1);
 }
 
 TEST_CASE("drain: /healthz turns 503, the listener closes, an open stream still finishes") {

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/raw_exchange.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 #include "tools/http/server.h"
@@ -38,25 +39,7 @@ bool Eventually(const std::function<bool()>& done) {
   return done();
 }
 
-// Sends `bytes` on a fresh connection and returns what comes back until the server closes (or,
-// so that a test fails instead of hanging, until nothing came for 20 s).
-std::string RawExchange(int port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  const timeval give_up{.tv_sec = 20, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &give_up, sizeof give_up);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-      ::send(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size())) {
-    char buffer[4096];
-    for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) out.append(buffer, n);
-  }
-  ::close(fd);
-  return out;
-}
+using testing::RawExchange;
 
 // Answers /hello whole, /stream as `n` chunks (query n=…, default 3) with a pause between them
 // until `release` is set, /silent without answering, /echo with the body.

@@ -123,12 +123,13 @@ ExtProcStream::Step ExtProcStream::Receive(const ext_proc::ProcessingRequest& re
 }
 
 void ExtProcStream::Immediate(Step& step, int status, absl::string_view message,
-                              absl::string_view type, absl::string_view details) {
+                              absl::string_view type, absl::string_view code,
+                              absl::string_view details) {
   ext_proc::ImmediateResponse* immediate =
       step.responses.emplace_back().mutable_immediate_response();
   immediate->mutable_status()->set_code(static_cast<::envoy::type::v3::StatusCode>(status));
   SetHeader(*immediate->mutable_headers(), "content-type", "application/json");
-  immediate->set_body(gateway::ErrorBody(message, type, status));
+  immediate->set_body(gateway::ErrorBody(message, type, code));
   immediate->set_details(std::string(details));
   done_ = true;
   step.finish = true;
@@ -141,7 +142,7 @@ void ExtProcStream::RouteNow(Step& step, bool as_body_answer) {
                    .subset = subset_.has_value() ? &*subset_ : nullptr};
   Route route = exchange_.RouteRequest(view);
   if (route.endpoint.empty()) {
-    Immediate(step, route.status, route.message, route.type, "cacheroute_no_endpoint");
+    Immediate(step, route.status, route.message, route.type, route.code, "cacheroute_no_endpoint");
     return;
   }
   routed_ = true;
@@ -248,7 +249,7 @@ ExtProcStream::Step ExtProcStream::RequestBody(const ext_proc::HttpBody& body) {
       Immediate(step, 413,
                 absl::StrCat("the request body exceeds the endpoint picker's max_request_body (",
                              options_.max_request_body, " bytes)"),
-                "invalid_request_error", "cacheroute_body_too_large");
+                "invalid_request_error", "body_too_large", "cacheroute_body_too_large");
       return step;
     }
     body_ += body.body();

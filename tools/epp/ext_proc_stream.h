@@ -82,10 +82,12 @@ struct RequestView {
 // The routing side's answer.
 struct Route {
   std::string endpoint;  // IP:PORT; empty: no endpoint can serve
-  // Without an endpoint: the immediate response's status and the OpenAI error's message and type.
+  // Without an endpoint: the immediate response's status and the OpenAI error's message, type and
+  // code (a string, as OpenAI's are).
   int status = 503;
   std::string message;
   std::string type = "service_unavailable";
+  std::string code = "no_upstream";
   // Headers added to the HTTP response (response_headers answer), e.g. X-CacheRoute-Destination.
   HeaderList response_headers;
 };
@@ -152,7 +154,7 @@ class ExtProcStream {
   // FULL_DUPLEX_STREAMED, holding: routes on the body read, then echoes it.
   void Release(Step& step, bool end_of_stream);
   void Immediate(Step& step, int status, absl::string_view message, absl::string_view type,
-                 absl::string_view details);
+                 absl::string_view code, absl::string_view details);
   // Appends request_body (or response_body) answers echoing `bytes` as streamed_response chunks.
   static void Echo(Step& step, bool request, absl::string_view bytes, bool end_of_stream);
   Step RequestHeaders(const ext_proc::ProcessingRequest& request);

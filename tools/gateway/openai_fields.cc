@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -190,12 +191,50 @@ void UsageScanner::Feed(absl::string_view bytes) {
   }
 }
 
-std::string ErrorBody(absl::string_view message, absl::string_view type, int code) {
-  nlohmann::json body = {{"error",
-                          {{"message", std::string(message)},
-                           {"type", std::string(type)},
-                           {"param", nullptr},
-                           {"code", code}}}};
+std::optional<std::string> ModelIdOfPath(absl::string_view path) {
+  if (!absl::ConsumePrefix(&path, "/v1/models/") || path.empty()) return std::nullopt;
+  std::string id;
+  id.reserve(path.size());
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] != '%') {
+      id.push_back(path[i]);
+      continue;
+    }
+    int value = 0;
+    if (i + 2 >= path.size() || !absl::ascii_isxdigit(path[i + 1]) ||
+        !absl::ascii_isxdigit(path[i + 2])) {
+      return std::nullopt;
+    }
+    for (const char c : path.substr(i + 1, 2)) {
+      value = value * 16 + (absl::ascii_isdigit(c) ? c - '0' : absl::ascii_tolower(c) - 'a' + 10);
+    }
+    id.push_back(static_cast<char>(value));
+    i += 2;
+  }
+  return id;
+}
+
+absl::StatusOr<std::optional<std::string>> FindModel(absl::string_view list, absl::string_view id) {
+  const nlohmann::ordered_json json = nlohmann::ordered_json::parse(list, nullptr, false);
+  if (!json.is_object() || !json.contains("data") || !json["data"].is_array()) {
+    return absl::InvalidArgumentError("the /v1/models answer is not a model list (no data array)");
+  }
+  for (const nlohmann::ordered_json& model : json["data"]) {
+    const auto it = model.is_object() ? model.find("id") : model.end();
+    if (it != model.end() && it->is_string() && it->get_ref<const std::string&>() == id) {
+      return model.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+  }
+  return std::nullopt;
+}
+
+std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view code) {
+  nlohmann::json body = {
+      {"error",
+       {{"message", std::string(message)},
+        {"type", std::string(type)},
+        {"param", nullptr},
+        {"code", code.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(code))}}}};
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

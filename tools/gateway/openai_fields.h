@@ -10,6 +10,10 @@
 // yields nothing (the request is forwarded all the same; the upstream answers it); so does one
 // with an integer beyond 64 bits, which simdjson does not parse. Of a duplicated key, the first.
 //
+// Models: GET /v1/models/{id} (the SDKs' models.retrieve) is answered from the GET /v1/models
+// list, which every OpenAI-compatible engine serves (vLLM serves no /v1/models/{id}):
+// ModelIdOfPath reads the id, FindModel its entry in the list.
+//
 // Response: `usage.prompt_tokens` and `usage.prompt_tokens_details.cached_tokens` (vLLM reports
 // the latter with --enable-prompt-tokens-details; in a stream only with
 // stream_options.include_usage). UsageScanner finds them in an SSE byte stream fed as it arrives,
@@ -27,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace cacheroute::gateway {
@@ -56,10 +61,21 @@ struct Usage {
 // `usage` of one JSON response body (or one SSE event's data); none without a usage object.
 std::optional<Usage> ReadUsage(absl::string_view json);
 
-// An error answer in the shape the OpenAI API and vLLM use, so that clients' error handling works
-// unchanged: {"error":{"message":"…","type":"…","param":null,"code":502}}. Invalid UTF-8 in
-// `message` becomes U+FFFD. (proxy/error_body.h sends it; tools/epp answers it over ext_proc.)
-std::string ErrorBody(absl::string_view message, absl::string_view type, int code);
+// The model id of a path "/v1/models/{id}", percent-decoded (the SDKs send "org/name" as
+// "org%2Fname"; a raw '/' stays part of the id); none for any other path, an empty id, or a bad
+// percent-escape.
+std::optional<std::string> ModelIdOfPath(absl::string_view path);
+// The entry of model `id` in a GET /v1/models answer ({"object":"list","data":[{"id":"…",…},…]}),
+// as JSON with its fields in the list's order; none when the list has no such id.
+// InvalidArgument when `list` is not such a list.
+absl::StatusOr<std::optional<std::string>> FindModel(absl::string_view list, absl::string_view id);
+
+// An error answer in the shape the OpenAI API uses, so that clients' error handling works
+// unchanged: {"error":{"message":"…","type":"…","param":null,"code":"…"}}. `code` is a string,
+// as OpenAI's are ("invalid_api_key", "model_not_found"; the official SDKs expose it as a string
+// or null), "" giving null. Invalid UTF-8 in `message` becomes U+FFFD. (proxy/error_body.h sends
+// it; tools/epp answers it over ext_proc.)
+std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view code);
 
 class UsageScanner {
  public:

@@ -61,17 +61,33 @@ TEST_CASE("requests answered by endpoint and status class, with their duration")
 
 TEST_CASE("refusals, open streams and the server's gauges") {
   RequestMetrics m;
-  m.Refused(401);
-  m.Refused(401);
-  m.Refused(404);  // counted nowhere yet: only missing keys have a counter
+  m.Refused(Refusal::kUnauthorized);
+  m.Refused(Refusal::kUnauthorized);
+  m.Refused(Refusal::kNoRoute);
+  m.Refused(Refusal::kMethodNotAllowed);
+  CHECK(StatusOf(Refusal::kUnauthorized) == 401);
+  CHECK(StatusOf(Refusal::kNoRoute) == 404);
+  CHECK(StatusOf(Refusal::kMethodNotAllowed) == 405);
   m.StreamOpened();
   m.StreamOpened();
   m.StreamClosed();
   CHECK(m.open_streams() == 1);
   base::Exposition page("g_");
-  m.RenderServer(page, {.active_requests = 3, .client_connections = 4, .draining = true});
+  m.RenderServer(page, {.active_requests = 3,
+                        .client_connections = 4,
+                        .draining = true,
+                        .malformed = 5,
+                        .body_too_large = 6,
+                        .header_too_large = 7,
+                        .read_timeouts = 8});
   const std::string text = page.Take();
-  CHECK(Has(text, "g_unauthorized_total 2"));
+  CHECK(Has(text, "g_refusals_total{status=\"400\",reason=\"malformed\"} 5"));
+  CHECK(Has(text, "g_refusals_total{status=\"401\",reason=\"unauthorized\"} 2"));
+  CHECK(Has(text, "g_refusals_total{status=\"404\",reason=\"no_route\"} 1"));
+  CHECK(Has(text, "g_refusals_total{status=\"405\",reason=\"method_not_allowed\"} 1"));
+  CHECK(Has(text, "g_refusals_total{status=\"413\",reason=\"body_too_large\"} 6"));
+  CHECK(Has(text, "g_refusals_total{status=\"431\",reason=\"header_too_large\"} 7"));
+  CHECK(Has(text, "g_client_read_timeouts_total 8"));
   CHECK(Has(text, "g_open_streams 1"));
   CHECK(Has(text, "g_active_requests 3"));
   CHECK(Has(text, "g_client_connections 4"));

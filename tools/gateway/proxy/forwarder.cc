@@ -120,7 +120,7 @@ Forwarder::Forwarder(const GatewayConfig& config, bool strip_authorization, Upst
       metrics_(metrics) {}
 
 asio::awaitable<int> Forwarder::Forward(http::Exchange& x, const Member& member,
-                                        RequestLifecycle& request) {
+                                        RequestLifecycle& request, const Rewrite* rewrite) {
   // The upstream's part ends on every path, a destroyed coroutine's included.
   struct Done {
     RequestLifecycle& request;
@@ -130,6 +130,7 @@ asio::awaitable<int> Forwarder::Forward(http::Exchange& x, const Member& member,
   call.buffer.reserve(8192);  // headers and a small answer in one read
   bhttp::request<bhttp::string_body> upstream =
       UpstreamRequest(x.request(), member, strip_authorization_);
+  if (rewrite != nullptr) upstream.target(rewrite->target);
 
   if (std::optional<Failure> failure = co_await Open(call, upstream)) {
     health_.RecordError(call.d, member, failure->kind, failure->error);
@@ -137,6 +138,7 @@ asio::awaitable<int> Forwarder::Forward(http::Exchange& x, const Member& member,
     const bool timeout = failure->status == 504;
     co_await SendError(x, failure->status,
                        absl::StrCat(Who(member), timeout ? ": " : " failed: ", failure->error),
+                       timeout ? "upstream_timeout" : "upstream_error",
                        timeout ? "upstream_timeout" : "upstream_error", member.name);
     co_return failure->status;
   }
@@ -144,9 +146,9 @@ asio::awaitable<int> Forwarder::Forward(http::Exchange& x, const Member& member,
 
   const auto& answer = call.parser->get();
   bhttp::response_header<> header = ClientHeader(answer, member, request.planned());
-  const bool streamed = answer.chunked() || !answer.has_content_length();
+  const bool streamed = rewrite == nullptr && (answer.chunked() || !answer.has_content_length());
   const Relayed relayed = streamed ? co_await RelayStream(x, call, header, request)
-                                   : co_await RelayUnary(x, call, header, request);
+                                   : co_await RelayUnary(x, call, header, request, rewrite);
   Recycle(call, relayed.reusable);
   co_return relayed.status;
 }
@@ -293,8 +295,9 @@ asio::awaitable<Forwarder::Relayed> Forwarder::RelayStream(http::Exchange& x, Ca
 
 asio::awaitable<Forwarder::Relayed> Forwarder::RelayUnary(http::Exchange& x, Call& call,
                                                           bhttp::response_header<>& header,
-                                                          RequestLifecycle& request) {
-  const int status = static_cast<int>(header.result_int());
+                                                          RequestLifecycle& request,
+                                                          const Rewrite* rewrite) {
+  int status = static_cast<int>(header.result_int());
   std::string body;
   std::unique_ptr<char[]> chunk(new char[kChunk]);
   while (!call.parser->is_done()) {
@@ -312,7 +315,7 @@ asio::awaitable<Forwarder::Relayed> Forwarder::RelayUnary(http::Exchange& x, Cal
       request.UpstreamDone();
       co_await SendError(x, 502,
                          absl::StrCat(Who(call.member), " failed: the response body broke off"),
-                         "upstream_error", call.member.name);
+                         "upstream_error", "upstream_error", call.member.name);
       co_return Relayed{502, false};
     }
   }
@@ -320,6 +323,10 @@ asio::awaitable<Forwarder::Relayed> Forwarder::RelayUnary(http::Exchange& x, Cal
     if (std::optional<Usage> usage = ReadUsage(body)) request.Usage(*usage);
   }
   request.FirstToken(/*streamed=*/false);  // its client sees nothing earlier
+  if (rewrite != nullptr) {
+    rewrite->answer(status, body);
+    header.result(static_cast<unsigned>(status));
+  }
   http::Response response{header.result(), x.request().version()};
   response.base() = std::move(header);
   response.body() = std::move(body);

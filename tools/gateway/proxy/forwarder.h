@@ -18,6 +18,10 @@
 // The connection goes back to the thread's pool when the answer was read to its end and both
 // sides keep it open.
 //
+// With a Rewrite the gateway makes the answer from the upstream's: the request goes to another
+// target and the upstream's whole answer (a stream too) is read and turned into the client's
+// (GET /v1/models/{id} from GET /v1/models).
+//
 // Usage (in the handler coroutine, with `member` the one `request` was routed to):
 //   const int status = co_await forwarder.Forward(x, member, request);
 //
@@ -25,6 +29,7 @@
 // own thread's pools.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -44,9 +49,16 @@ class Forwarder {
   Forwarder(const GatewayConfig& config, bool strip_authorization, UpstreamPools& pools,
             DestinationHealth& health, RequestMetrics& metrics);
 
-  // The status the client was answered with.
+  struct Rewrite {
+    std::string target;  // what is asked of the upstream instead of the client's target
+    // Turns the upstream's status and whole body into the client's (the upstream's headers stay,
+    // Content-Length set from the new body).
+    std::function<void(int& status, std::string& body)> answer;
+  };
+
+  // The status the client was answered with. `rewrite`: see above (null: relayed as it comes).
   http::asio::awaitable<int> Forward(http::Exchange& x, const Member& member,
-                                     RequestLifecycle& request);
+                                     RequestLifecycle& request, const Rewrite* rewrite = nullptr);
 
  private:
   struct Call;     // the upstream side of one forwarded request
@@ -66,7 +78,7 @@ class Forwarder {
                                              RequestLifecycle& request);
   http::asio::awaitable<Relayed> RelayUnary(http::Exchange& x, Call& call,
                                             boost::beast::http::response_header<>& header,
-                                            RequestLifecycle& request);
+                                            RequestLifecycle& request, const Rewrite* rewrite);
   // Around one read of the body into `chunk`: arming its timeout, then collecting what it got
   // (need_buffer, a full chunk, is no error).
   void BeginBodyRead(Call& call, char* chunk) const;

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "tools/gateway/openai_fields.h"
 #include "tools/gateway/proxy/error_body.h"
 
 namespace cacheroute::gateway {
@@ -24,6 +25,24 @@ std::optional<std::string> Header(const http::Request& request, absl::string_vie
   const auto it = request.find(boost::beast::string_view(name.data(), name.size()));
   if (it == request.end()) return std::nullopt;
   return std::string(it->value().data(), it->value().size());
+}
+
+// GET /v1/models/{model}'s answer made from `member`'s answer to GET /v1/models (`status`,
+// `body`): the model's entry, 404 model_not_found, or the upstream's own error passed on.
+void AnswerModel(const std::string& model, const Member& member, int& status, std::string& body) {
+  if (status != 200) return;
+  absl::StatusOr<std::optional<std::string>> entry = FindModel(body, model);
+  if (!entry.ok()) {
+    status = 502;
+    body = ErrorBody(absl::StrCat("upstream ", member.name, ": ", entry.status().message()),
+                     "upstream_error", "upstream_error");
+  } else if (!entry->has_value()) {
+    status = 404;
+    body = ErrorBody(absl::StrCat("The model `", model, "` does not exist."),
+                     "invalid_request_error", "model_not_found");
+  } else {
+    body = **std::move(entry);
+  }
 }
 
 }  // namespace
@@ -88,16 +107,30 @@ void ProxyServer::Stop() {
 }
 
 void ProxyServer::RenderServer(base::Exposition& page) const {
+  const http::RefusalCounts http = server_ != nullptr ? server_->refusals() : http::RefusalCounts{};
   metrics_.RenderServer(page,
                         {.active_requests = server_ != nullptr ? server_->active() : 0,
                          .client_connections = server_ != nullptr ? server_->connections() : 0,
-                         .draining = draining_.load()});
+                         .draining = draining_.load(),
+                         .malformed = http.malformed,
+                         .body_too_large = http.body_too_large,
+                         .header_too_large = http.header_too_large,
+                         .read_timeouts = http.read_timeouts});
 }
 
-asio::awaitable<void> ProxyServer::Refuse(http::Exchange& x, int status,
-                                          absl::string_view message) {
-  metrics_.Refused(status);
-  co_await SendError(x, status, message, "invalid_request_error");
+asio::awaitable<void> ProxyServer::Refuse(http::Exchange& x, Refusal refusal,
+                                          absl::string_view message, absl::string_view allow) {
+  metrics_.Refused(refusal);
+  // OpenAI's codes where it has one (invalid_api_key); otherwise a name of the same kind.
+  const absl::string_view code = refusal == Refusal::kUnauthorized ? "invalid_api_key"
+                                 : refusal == Refusal::kNoRoute    ? "unknown_url"
+                                                                   : "method_not_allowed";
+  http::Response response = http::TextResponse(x.request(), StatusOf(refusal), "application/json",
+                                               ErrorBody(message, "invalid_request_error", code));
+  if (!allow.empty()) {
+    response.set(bhttp::field::allow, std::string_view(allow.data(), allow.size()));
+  }
+  co_await x.Send(std::move(response));
 }
 
 asio::awaitable<void> ProxyServer::Handle(http::Exchange& x) {
@@ -116,26 +149,30 @@ asio::awaitable<void> ProxyServer::Handle(http::Exchange& x) {
     co_return;
   }
   const bool completion = path == "/v1/completions" || path == "/v1/chat/completions";
-  const bool models = path == "/v1/models";
+  const std::optional<std::string> model = ModelIdOfPath(path);
+  const bool models = path == "/v1/models" || model.has_value();
   if ((completion && !post) || (models && !get)) {
     co_await Refuse(
-        x, 405,
-        absl::StrCat("method ", View(request.method_string()), " is not allowed on ", path));
+        x, Refusal::kMethodNotAllowed,
+        absl::StrCat("method ", View(request.method_string()), " is not allowed on ", path),
+        completion ? "POST" : "GET");
     co_return;
   }
   if (!completion && !models) {
-    co_await Refuse(x, 404, absl::StrCat("no route for ", path));
+    co_await Refuse(x, Refusal::kNoRoute, absl::StrCat("no route for ", path));
     co_return;
   }
   if (keys_.enabled() && !Authorized(request)) {
-    co_await Refuse(x, 401,
+    co_await Refuse(x, Refusal::kUnauthorized,
                     "missing or unknown API key: send Authorization: Bearer <key> with a key of "
                     "the gateway's api_key_file");
     co_return;
   }
-  co_await HandleRouted(x, models                      ? Endpoint::kModels
-                           : path == "/v1/completions" ? Endpoint::kCompletions
-                                                       : Endpoint::kChatCompletions);
+  co_await HandleRouted(x,
+                        models                      ? Endpoint::kModels
+                        : path == "/v1/completions" ? Endpoint::kCompletions
+                                                    : Endpoint::kChatCompletions,
+                        model);
 }
 
 asio::awaitable<void> ProxyServer::HandleHealthz(http::Exchange& x) {
@@ -163,7 +200,8 @@ RequestLifecycle ProxyServer::Route(const http::Exchange& x, Endpoint endpoint,
   return request;
 }
 
-asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, Endpoint endpoint) {
+asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, Endpoint endpoint,
+                                                const std::optional<std::string>& model) {
   const dataplane::Clock& clock = dataplane_.core().clock();
   const dataplane::Time start = clock.Now();
   std::shared_ptr<const Members> members;
@@ -171,7 +209,12 @@ asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, Endpoint endp
   const Member* member = request.ok() ? members->At(request.destination()) : nullptr;
   int status = 503;
   if (member == nullptr) {
-    co_await SendError(x, 503, "no upstream is up", "service_unavailable");
+    co_await SendError(x, 503, "no upstream is up", "service_unavailable", "no_upstream");
+  } else if (model.has_value()) {
+    const Forwarder::Rewrite rewrite{
+        .target = "/v1/models",
+        .answer = [&](int& s, std::string& body) { AnswerModel(*model, *member, s, body); }};
+    status = co_await forwarder_.Forward(x, *member, request, &rewrite);
   } else {
     status = co_await forwarder_.Forward(x, *member, request);
   }

@@ -4,13 +4,19 @@
 //   POST /v1/completions, /v1/chat/completions  routed by the EmbeddedDataplane (key, policy),
 //                                               forwarded by the Forwarder; 503 with no member up
 //   GET  /v1/models                             forwarded to any up member
+//   GET  /v1/models/{id}                        routed the same way; answered from the member's
+//                                               GET /v1/models: the entry of `id`, or 404
+//                                               model_not_found (engines such as vLLM have no
+//                                               /v1/models/{id} of their own)
 //   GET  /metrics                               the page `render_metrics` returns
 //   GET  /healthz                               200 "ok", or 503 while draining or with no
 //                                               member up
 //
-// and refuses the rest before routing (404 unknown path, 405 wrong method, 401 without a listed
-// API key), every refusal through one place (Refuse) that counts it. The request's routing key
-// header is looked up here; everything about routing is the dataplane's.
+// and refuses the rest before routing (404 unknown path, 405 wrong method with Allow naming the
+// right one, 401 without a listed API key), every refusal through one place (Refuse) that counts
+// it; /metrics also counts what the HTTP layer refused itself (400, 413, 431). Errors are in
+// OpenAI's shape with a string `code` (error_body.h). The request's routing key header is looked
+// up here; everything about routing is the dataplane's.
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<ProxyServer>> proxy =
@@ -25,6 +31,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -72,15 +79,19 @@ class ProxyServer {
 
   http::asio::awaitable<void> Handle(http::Exchange& x);
   http::asio::awaitable<void> HandleHealthz(http::Exchange& x);
-  // A request the dataplane routes: picked, forwarded (or 503), counted, finished.
-  http::asio::awaitable<void> HandleRouted(http::Exchange& x, Endpoint endpoint);
+  // A request the dataplane routes: picked, forwarded (or 503), counted, finished. With `model`,
+  // GET /v1/models/{model}, answered from the member's GET /v1/models.
+  http::asio::awaitable<void> HandleRouted(http::Exchange& x, Endpoint endpoint,
+                                           const std::optional<std::string>& model = std::nullopt);
   // The pick: completions by their key and the snapshot's policy, /v1/models to any up member.
   // `members` is set to this thread's snapshot, one that knows the picked index.
   RequestLifecycle Route(const http::Exchange& x, Endpoint endpoint, dataplane::Time start,
                          std::shared_ptr<const Members>& members);
   bool Authorized(const http::Request& request) const;
-  // Turns the request away with `status` before routing, counted in RequestMetrics::Refused.
-  http::asio::awaitable<void> Refuse(http::Exchange& x, int status, absl::string_view message);
+  // Turns the request away before routing, counted in RequestMetrics::Refused; `allow` (405):
+  // the method the path takes, sent as Allow.
+  http::asio::awaitable<void> Refuse(http::Exchange& x, Refusal refusal, absl::string_view message,
+                                     absl::string_view allow = "");
 
   EmbeddedDataplane& dataplane_;
   const GatewayConfig& config_;
