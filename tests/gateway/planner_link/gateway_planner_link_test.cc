@@ -1,7 +1,13 @@
 // PlannerLink (tools/gateway/planner_link/planner_link.h) against the real planner in-process:
-// the table stream, rate reports with their last one at Stop, SetDestinations reports, and the
-// files it reads at start.
+// the table stream and its log lines, rate reports with their last one at Stop, SetDestinations
+// reports, and the files it reads at start.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -41,6 +47,35 @@ struct Fixture {
   dataplane::EvidenceRecorder evidence;
 };
 
+// What the process writes to stderr (base::LogEvent's lines) while it lives, in a file.
+class StderrCapture {
+ public:
+  explicit StderrCapture(std::string path) : path_(std::move(path)) {
+    std::fflush(stderr);
+    saved_ = dup(2);
+    const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+  }
+  ~StderrCapture() {
+    std::fflush(stderr);
+    dup2(saved_, 2);
+    close(saved_);
+  }
+  // Lines so far that name `event`.
+  int Count(const std::string& event) const {
+    std::ifstream in(path_);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += absl::StrContains(line, event) ? 1 : 0;
+    return n;
+  }
+
+ private:
+  std::string path_;
+  int saved_ = -1;
+};
+
 std::string Page(const PlannerLink* link) {
   base::Exposition page("g_");
   RenderPlannerLink(page, link);
@@ -65,6 +100,25 @@ TEST_CASE("the link opens the table stream and reports rates, the last one at St
   link->Stop();
   CHECK(link->ReporterStats().requests_reported == 2);
   CHECK(f.planner.LastSequence("gw-link") > 0);
+}
+
+TEST_CASE("the table stream's loss and its recovery are logged once each") {
+  Fixture f;
+  testing::TempDir dir("planner_link_log");
+  StderrCapture log(dir.File("stderr"));
+  std::unique_ptr<PlannerLink> link = testing::RequireOk(f.Start());
+  REQUIRE(testing::Eventually([&] { return log.Count("table_stream_open") == 1; }));
+  CHECK(link->SubscriberStats().connected);
+  f.planner.Stop();
+  REQUIRE(testing::Eventually([&] { return log.Count("table_stream_lost") == 1; }));
+  // Reconnect attempts fail while the planner is away; they log nothing more.
+  REQUIRE(testing::Eventually([&] { return link->SubscriberStats().disconnects >= 2; }));
+  f.planner.Start();  // the same port
+  REQUIRE(testing::Eventually([&] { return log.Count("table_stream_back") == 1; }));
+  link->Stop();
+  CHECK(log.Count("table_stream_open") == 1);
+  CHECK(log.Count("table_stream_lost") == 1);
+  CHECK(log.Count("table_stream_back") == 1);
 }
 
 TEST_CASE("ReportDestinations gives the planner the names; Remap re-maps the Router") {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "cacheroute/v1/admin.grpc.pb.h"
@@ -29,6 +30,26 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PlannerCredentials(
   return grpc::SslCredentials(ssl);
 }
 
+namespace {
+
+// One line per change of the table stream (the subscriber reports each change once). The
+// recovery line says how long the stream was away, not "down", so that a search for the loss
+// finds one line per outage.
+void LogStreamChange(const dataplane::TableStreamChange& change) {
+  if (!change.connected) {
+    base::LogEvent("warning", "table_stream_lost", {{"error", change.detail}});
+  } else if (change.first) {
+    base::LogEvent("info", "table_stream_open");
+  } else {
+    base::LogEvent(
+        "info", "table_stream_back",
+        {{"away_s",
+          absl::StrFormat("%.1f", std::chrono::duration<double>(change.down_for).count())}});
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
     const GatewayConfig& config, dataplane::Router& router, dataplane::RateRecorder& recorder,
     dataplane::EvidenceRecorder& evidence, std::vector<std::string> destinations,
@@ -50,6 +71,9 @@ absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
   table_options.cache_path = config.table_cache;
   table_options.bearer_token = link->token_;
   table_options.ignore_unknown_destinations = dynamic_membership;
+  table_options.on_stream_change = [](const dataplane::TableStreamChange& change) {
+    LogStreamChange(change);
+  };
   link->subscriber_ = std::make_unique<dataplane::TableSubscriber>(link->channels_, router,
                                                                    std::move(table_options));
   if (dataplane::Status s = link->subscriber_->Start(); !s.ok) {

@@ -3,7 +3,10 @@
 // the RateRecorder's per-key rates (and the EvidenceRecorder's rollout evidence) every
 // report_interval, and SetDestinations reports of a changing membership. One channel serves them
 // all, failing over between the planner replicas (planner_channels.h); the RPCs carry the
-// planner_token_file's bearer token and use TLS when planner_tls_ca_file is set.
+// planner_token_file's bearer token and use TLS when planner_tls_ca_file is set. The table stream's
+// state changes are logged once each (base::LogEvent): table_stream_open at the first connect,
+// table_stream_lost when an open stream ends (with the gRPC error), table_stream_back when one is
+// open again (with the seconds it was away); reconnect attempts in between log nothing.
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<PlannerLink>> link = PlannerLink::Start(
