@@ -1,9 +1,11 @@
 // openai_fields.h: the routing key's sources in OpenAI request bodies and the served KV hit in
 // responses and SSE streams, parsed with nlohmann::json.
-#include "tools/gateway/openai_fields.h"
-
 #include <catch2/catch.hpp>
+#include <optional>
 #include <string>
+
+#include "absl/status/status.h"
+#include "tools/gateway/openai_fields.h"
 
 namespace cacheroute::gateway {
 namespace {
@@ -88,6 +90,34 @@ TEST_CASE("ErrorBody: OpenAI's error shape, the message escaped and made valid U
         "\xef\xbf\xbd"
         R"(","param":null,)"
         R"("type":"invalid_request_error"}})");
+}
+
+TEST_CASE("ModelIdOfPath: the id of /v1/models/{id}, percent-decoded") {
+  CHECK(ModelIdOfPath("/v1/models/cacheroute-emu") == "cacheroute-emu");
+  CHECK(ModelIdOfPath("/v1/models/meta-llama%2FLlama-3.1-8B") == "meta-llama/Llama-3.1-8B");
+  CHECK(ModelIdOfPath("/v1/models/meta-llama%2fx") == "meta-llama/x");
+  CHECK(ModelIdOfPath("/v1/models/org/name") == "org/name");  // a raw '/' stays in the id
+  CHECK_FALSE(ModelIdOfPath("/v1/models/").has_value());
+  CHECK_FALSE(ModelIdOfPath("/v1/models").has_value());
+  CHECK_FALSE(ModelIdOfPath("/v1/modelsx/a").has_value());
+  CHECK_FALSE(ModelIdOfPath("/v1/models/a%2").has_value());
+  CHECK_FALSE(ModelIdOfPath("/v1/models/a%zz").has_value());
+}
+
+TEST_CASE("FindModel: the entry of an id in a /v1/models list, fields in the list's order") {
+  const std::string list =
+      R"({"object":"list","data":[{"id":"a","object":"model","owned_by":"vllm"},)"
+      R"({"id":"b/c","root":"b/c","object":"model"}]})";
+  CHECK(*FindModel(list, "b/c") ==
+        std::optional<std::string>(R"({"id":"b/c","root":"b/c","object":"model"})"));
+  CHECK(*FindModel(list, "a") ==
+        std::optional<std::string>(R"({"id":"a","object":"model","owned_by":"vllm"})"));
+  CHECK_FALSE(FindModel(list, "x")->has_value());
+  CHECK_FALSE(FindModel(R"({"object":"list","data":[{"name":"a"},3]})", "a")->has_value());
+  for (const char* bad : {"", "[]", R"({"data":{}})", "not json"}) {
+    INFO(bad);
+    CHECK(absl::IsInvalidArgument(FindModel(bad, "a").status()));
+  }
 }
 
 TEST_CASE("usage: prompt and cached tokens from a body, absent or bad fields give nothing") {
