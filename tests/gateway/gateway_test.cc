@@ -1009,12 +1009,17 @@ double SampleValue(const std::string& page, const std::string& line) {
   return std::stod(page.substr(at + line.size() + 2));
 }
 
+// A flatlb gateway in front of `fleet` that needs the API key sk-alpha (its file in `dir`).
+std::unique_ptr<Gateway> StartKeyedGateway(const Fleet& fleet, const testing::TempDir& dir) {
+  GatewayConfig config = ConfigFor(fleet, "flatlb");
+  config.api_key_file = dir.Write("keys", "sk-alpha\n");
+  return StartGateway(config);
+}
+
 TEST_CASE("every refusal is counted by status and reason, in OpenAI's shape; 405 says Allow") {
   Fleet fleet(1);
   testing::TempDir dir("gateway_refusals");
-  GatewayConfig config = ConfigFor(fleet, "flatlb");
-  config.api_key_file = dir.Write("keys", "sk-alpha\n");
-  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  std::unique_ptr<Gateway> gateway = StartKeyedGateway(fleet, dir);
   const int port = gateway->port();
   const std::string key = "Authorization: Bearer sk-alpha\r\n";
   struct Case {
@@ -1074,9 +1079,7 @@ TEST_CASE("every refusal is counted by status and reason, in OpenAI's shape; 405
 TEST_CASE("GET /v1/models/{id}: the upstream list's entry, or 404 model_not_found") {
   Fleet fleet(2);
   testing::TempDir dir("gateway_model_retrieve");
-  GatewayConfig config = ConfigFor(fleet, "flatlb");
-  config.api_key_file = dir.Write("keys", "sk-alpha\n");
-  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  std::unique_ptr<Gateway> gateway = StartKeyedGateway(fleet, dir);
   httplib::Client client = ClientFor(*gateway);
   client.set_default_headers({{"Authorization", "Bearer sk-alpha"}});
   httplib::Result model = client.Get("/v1/models/fake");
