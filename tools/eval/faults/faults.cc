@@ -21,15 +21,15 @@
 //   stream_back_s ≤ 6 (after each outage), slow-clients.header_cut_s ≤ 70,
 //   drain.streams_cut = 0, and the checks gateway_stream_log (the gateway logs the stream's loss
 //   and recovery once each), refusals_counted and allow_header.
-// --allow-fail NAME[,NAME] reports a check but keeps it out of the exit status (for checks whose
-// fix has not landed yet; the table says "allowed"). --quick scales the durations down (about 65 s
+// --allow-fail NAME[,NAME] reports a check but keeps it out of the exit status (for a run against
+// older binaries; the table says "allowed"). --quick scales the durations down (about 65 s
 // in all, the slow clients setting the pace; one 15 s outage) for CI; the full form takes about
 // 4 minutes. Exit 2: bad arguments; 1: a bound missed or the fleet did not start. Logs of every
 // process are in --dir (a fresh temporary directory by default, removed after a passing run
 // unless --keep). Results and how to read them: docs/faults.md.
 //
 //   cacheroute-faults [--quick] [--json] [--outage 40,45,50] [--only SCENARIO,…] [--dir DIR]
-//       [--keep] [--allow-fail gateway_stream_log,refusals_counted,allow_header]
+//       [--keep] [--allow-fail CHECK,…]
 //       [--planner-binary P] [--gateway-binary G] [--engine-binary E]
 #include <httplib.h>
 #include <netinet/in.h>

@@ -59,6 +59,8 @@ const cases = [
       return `${e.status ?? ''} ${e.message}`;
     }
   }],
+  ['models.retrieve, unknown id: 404 with its message', () => expectError(
+    () => client.models.retrieve('no-such-model'), 404, 'no-such-model', true)],
   ['unknown model: 404 with its message', () => expectError(
     () => client.chat.completions.create({ model: 'no-such-model', messages, max_tokens: 5 }),
     404, 'no-such-model')],
