@@ -272,7 +272,10 @@ TEST_CASE("the response's signals: a stream's first token, the served KV hit, th
   // A streamed answer: held open, it counts in flight; its first chunk is its first token.
   EnvoyStream s(*client.stub);
   REQUIRE(s.Send(Headers(false, {{"x-cacheroute-key", "streamer"}})));
+  // Routed once the body is in, though the key is in the header: the prompt is counted too.
+  REQUIRE(s.Send(Body(R"({"prompt":"stream me"})", true)));
   const ext_proc::ProcessingResponse routed = s.Read();
+  CHECK(s.Read().has_request_body());
   const std::string name = NameOf(*epp, Endpoint(routed));
   const uint32_t d = name == "u0" ? 0 : 1;
   REQUIRE(s.Send(ResponseHeaders("200")));  // text/event-stream
@@ -316,7 +319,9 @@ TEST_CASE("GIE's subset hint: a pick outside it moves inside; none up inside is 
     EnvoyStream s(*client.stub);
     REQUIRE(s.Send(WithSubset(Headers(false, {{"x-cacheroute-key", absl::StrCat("k", i)}}),
                               StringList({endpoints[2]}))));
+    REQUIRE(s.Send(Body(R"({"prompt":"p"})", true)));
     CHECK(Endpoint(s.Read()) == endpoints[2]);
+    CHECK(s.Read().has_request_body());
     CHECK(s.Finish().ok());
   }
   EnvoyStream s(*client.stub);

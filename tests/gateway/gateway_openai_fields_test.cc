@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "tools/gateway/openai_fields.h"
 
 #include "absl/status/status.h"
 #include "tools/gateway/openai_fields.h"
@@ -65,6 +68,52 @@ TEST_CASE("prompt key: completions sharing their first prefix_bytes share a key"
   CHECK(ScanRequestFields(R"({"prompt":[1,2,3,4,5]})", 20).system !=
         ScanRequestFields(R"({"prompt":[1,2,3,4,9]})", 20).system);
   CHECK_FALSE(ScanRequestFields(R"({"prompt":""})").system.has_value());
+}
+
+TEST_CASE("prompt: chat counts each message's role and text, completions their prompt") {
+  RequestFields f = ScanRequestFields(
+      R"({"messages":[{"role":"system","content":"be brief"},)"
+      R"({"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url"}]}]})");
+  // "system" + "be brief" + NUL, "user" + "hi" + NUL
+  CHECK(f.prompt.text_bytes == 6 + 8 + 1 + 4 + 2 + 1);
+  CHECK(f.prompt.token_ids == 0);
+  CHECK(ScanRequestFields(R"({"prompt":"hello"})").prompt.text_bytes == 5);
+  f = ScanRequestFields(R"({"prompt":["abc","de"]})");  // a batch: every prompt counts
+  CHECK(f.prompt.text_bytes == 5);
+  f = ScanRequestFields(R"({"prompt":[1,2,3]})");
+  CHECK(f.prompt.token_ids == 3);
+  CHECK(f.prompt.text_bytes == 0);
+  CHECK(ScanRequestFields(R"({"prompt":[[1,2],[3,4,5]]})").prompt.token_ids == 5);
+  CHECK(ScanRequestFields("not json").prompt.text_bytes == 0);
+  CHECK(ScanRequestFields(R"({"model":"m"})").prompt.text_bytes == 0);
+}
+
+TEST_CASE("prompt blocks: whole blocks only, each hash naming its whole prefix") {
+  const auto blocks = [](const std::string& prompt) {
+    return ScanRequestFields(R"({"prompt":")" + prompt + R"("})").block_hashes;
+  };
+  const std::string a(kPromptBlockBytes, 'a'), b(kPromptBlockBytes, 'b');
+  CHECK(blocks(a.substr(1)).empty());  // a partial block has no hash
+  const std::vector<uint64_t> ab = blocks(a + b + "tail");
+  REQUIRE(ab.size() == 2);
+  CHECK(blocks(a + b) == ab);                      // the tail does not change whole blocks
+  CHECK(blocks(a + b + a).front() == ab.front());  // a shared first block, the same hash
+  const std::vector<uint64_t> bb = blocks(b + b);
+  REQUIRE(bb.size() == 2);
+  CHECK(bb[1] != ab[1]);  // the same block after another prefix: another hash
+  // Chat: the rendered messages, so the same conversation so far gives the same blocks.
+  const std::string turn = R"({"role":"user","content":")" + a + R"("})";
+  const std::vector<uint64_t> one =
+      ScanRequestFields(R"({"messages":[)" + turn + "]}").block_hashes;
+  const std::vector<uint64_t> two =
+      ScanRequestFields(R"({"messages":[)" + turn + "," + turn + "]}").block_hashes;
+  REQUIRE(one.size() == 1);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0] == one[0]);
+  // Token ids: blocks of kPromptBlockIds ids.
+  std::string ids;
+  for (size_t i = 0; i < 2 * kPromptBlockIds + 3; ++i) ids += (i ? "," : "") + std::to_string(i);
+  CHECK(ScanRequestFields(R"({"prompt":[)" + ids + "]}").block_hashes.size() == 2);
 }
 
 TEST_CASE("RoutingKey: the first source the request has, in key_from's order") {

@@ -12,6 +12,7 @@
 #include "base/exposition.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "cacheroute/dataplane/policy_registry.h"
 #include "tools/epp/ext_proc_server.h"
 #include "tools/gateway/embedded_dataplane.h"
 #include "tools/gateway/metrics/request_metrics.h"
@@ -59,6 +60,9 @@ struct Epp::Counters {
   std::atomic<uint64_t> subset_refusals{0};   // 503s for a subset with no up member
   const uint64_t instance = next_instance.fetch_add(1);
   std::string key_header;  // lower case, as Envoy sends header names
+  // The dispatch counts each request's prompt tokens (every policy but cacheroute-paper), so the
+  // EPP routes once it has the body, as the gateway does, whatever the key comes from.
+  bool reads_prompt = false;
 };
 
 // The routing side of one stream: the gateway's HandleCompletion, split at the ext_proc phases.
@@ -68,7 +72,7 @@ class Epp::RequestExchange : public Exchange {
       : epp_(epp), core_(epp.dataplane_->core()), start_(core_.clock().Now()) {}
 
   bool NeedsBody(const HeaderList& headers) override {
-    return epp_.dataplane_->keys().NeedsBody(KeyHeader(headers));
+    return epp_.counters_->reads_prompt || epp_.dataplane_->keys().NeedsBody(KeyHeader(headers));
   }
 
   Route RouteRequest(const RequestView& request) override {
@@ -77,9 +81,9 @@ class Epp::RequestExchange : public Exchange {
     if (kind_ == gateway::Endpoint::kModels) {
       request_.emplace(core_.RouteAny(start_));
     } else {
-      const std::optional<std::string> key =
-          epp_.dataplane_->keys().KeyOf(KeyHeader(request.headers), request.body);
-      request_.emplace(core_.Route(key, members->policy.get(), start_));
+      request_.emplace(
+          core_.Route(epp_.dataplane_->keys().Derive(KeyHeader(request.headers), request.body),
+                      members->policy.get(), start_));
     }
     // Routed to an index this thread's snapshot does not have yet: the membership just changed.
     if (request_->ok() && members->At(request_->destination()) == nullptr) {
@@ -219,6 +223,8 @@ class Epp::RequestExchange : public Exchange {
 
 Epp::Epp(const EppConfig& config) : config_(config), counters_(std::make_unique<Counters>()) {
   counters_->key_header = absl::AsciiStrToLower(config.dataplane.key_header);
+  counters_->reads_prompt =
+      dataplane::DispatchFor(config.dataplane.policy).rule == dataplane::DispatchRule::kTokenWork;
 }
 
 absl::StatusOr<std::unique_ptr<Epp>> Epp::Start(const EppConfig& config) {

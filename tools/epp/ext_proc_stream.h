@@ -11,7 +11,7 @@
 //     dynamic_metadata {"envoy.lb": {"x-gateway-destination-endpoint": "IP:PORT"}}, on the
 //     request_headers answer, or in BUFFERED request mode on the request_body answer (Envoy picks
 //     the upstream only after the body answer there);
-//   - when the key needs the body (Exchange::NeedsBody) in FULL_DUPLEX_STREAMED mode, it holds the
+//   - when routing needs the body (Exchange::NeedsBody) in FULL_DUPLEX_STREAMED mode, it holds the
 //     request_headers answer until the body's end (or the request trailers), then sends it, with
 //     content-length set to the body's size, followed by the body echoed in streamed_response
 //     chunks of at most kMaxStreamedChunk bytes; once routed, every body chunk is echoed at once;

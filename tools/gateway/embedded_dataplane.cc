@@ -36,7 +36,9 @@ EmbeddedDataplane::EmbeddedDataplane(const GatewayConfig& config, StopSignal& st
           {.capacity = capacity_,
            .dynamic = Dynamic(config),
            .make_policy =
-               [this](uint32_t n) { return MakePolicy(config_.policy, n, core_.random()); },
+               [this](uint32_t n) {
+                 return MakePolicy(config_.policy, n, core_.random(), core_.clock());
+               },
            .policy_per_count = PolicyPerCount(config.policy),
            .new_occupant = [this](uint32_t d, uint32_t from) { NewOccupant(d, from); },
            .install = [this](const std::vector<std::string>& names) { return Install(names); }}),

@@ -10,8 +10,8 @@
 //   StopSignal stop;
 //   EmbeddedDataplane dataplane(config, stop);     // config passed ValidateGatewayConfig
 //   absl::Status s = dataplane.Start();            // membership, planner link, threads
-//   std::optional<std::string> key = dataplane.keys().KeyOf(header, body);
-//   RequestLifecycle r = dataplane.core().Route(key, members->policy.get(), clock.Now());
+//   RoutingInput input = dataplane.keys().Derive(header, body);   // key and prompt
+//   RequestLifecycle r = dataplane.core().Route(input, members->policy.get(), clock.Now());
 //   dataplane.Stop();                              // stops the threads; last rate report
 //
 // Wiring: a membership change resets the counters of every index with a new member (health

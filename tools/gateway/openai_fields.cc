@@ -4,6 +4,9 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
@@ -118,6 +121,121 @@ std::optional<std::string> SystemKey(const object& body, size_t prefix_bytes) {
   return std::nullopt;
 }
 
+// Chained hashes of the fixed blocks of a byte stream (a trailing partial block has none): each
+// block's hash starts from its parent's, so equal hashes name equal prefixes. xxHash64's rounds
+// over the block's words, then the splitmix64 finaliser.
+class BlockHasher {
+ public:
+  static constexpr size_t kMaxBlock = 128;
+  BlockHasher(size_t block_bytes, std::vector<uint64_t>& out)
+      : block_bytes_(block_bytes), out_(out) {}
+
+  void Add(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const size_t take = std::min(block_bytes_ - fill_, bytes.size());
+      std::memcpy(buffer_.data() + fill_, bytes.data(), take);
+      fill_ += take;
+      bytes.remove_prefix(take);
+      if (fill_ == block_bytes_) Flush();
+    }
+  }
+  void AddId(int64_t id) {
+    char bytes[sizeof id];
+    std::memcpy(bytes, &id, sizeof id);
+    Add(std::string_view(bytes, sizeof bytes));
+  }
+
+ private:
+  void Flush() {
+    constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ULL, kPrime2 = 0xC2B2AE3D27D4EB4FULL,
+                       kPrime5 = 0x27D4EB2F165667C5ULL;
+    uint64_t h = parent_ + kPrime5;
+    for (size_t i = 0; i < block_bytes_; i += sizeof(uint64_t)) {
+      uint64_t word;
+      std::memcpy(&word, buffer_.data() + i, sizeof word);
+      h = std::rotl(h + word * kPrime2, 31) * kPrime1;
+    }
+    parent_ = dataplane::Mix64(h);
+    out_.push_back(parent_);
+    fill_ = 0;
+  }
+
+  const size_t block_bytes_;  // a multiple of 8, at most kMaxBlock
+  std::vector<uint64_t>& out_;
+  std::array<char, kMaxBlock> buffer_;
+  size_t fill_ = 0;
+  uint64_t parent_ = 0;
+};
+
+// Calls `text` with each text piece of a message's content: a string, or its parts' `text`.
+template <typename Text>
+void ForEachText(const element& content, Text&& text) {
+  std::string_view s;
+  if (content.get_string().get(s) == simdjson::SUCCESS) {
+    text(s);
+    return;
+  }
+  array parts;
+  if (content.get_array().get(parts) != simdjson::SUCCESS) return;
+  for (const element part : parts) {
+    object o;
+    if (part.get_object().get(o) != simdjson::SUCCESS) continue;
+    if (const auto t = Member<std::string_view>(o, "text")) text(*t);
+  }
+}
+
+// The prompt's size and block hashes (openai_fields.h).
+void ScanPrompt(const object& body, RequestFields& fields) {
+  PromptSize& size = fields.prompt;
+  BlockHasher text_blocks(kPromptBlockBytes, fields.block_hashes);
+  const auto text = [&](std::string_view s, bool hashed) {
+    size.text_bytes += s.size();
+    if (hashed) text_blocks.Add(s);
+  };
+  if (const auto messages = Member<array>(body, "messages")) {
+    for (const element m : *messages) {
+      object message;
+      if (m.get_object().get(message) != simdjson::SUCCESS) continue;
+      if (const auto role = Member<std::string_view>(message, "role")) text(*role, true);
+      if (const auto content = Member<element>(message, "content")) {
+        ForEachText(*content, [&](std::string_view s) { text(s, true); });
+      }
+      text(std::string_view("\0", 1), true);
+    }
+    return;
+  }
+  const auto prompt = Member<element>(body, "prompt");
+  if (!prompt.has_value()) return;
+  std::string_view s;
+  if (prompt->get_string().get(s) == simdjson::SUCCESS) {
+    text(s, true);
+    return;
+  }
+  array list;
+  if (prompt->get_array().get(list) != simdjson::SUCCESS) return;
+  // Token ids (one prompt), strings (a batch) or lists of token ids (a batch).
+  BlockHasher id_blocks(kPromptBlockIds * sizeof(int64_t), fields.block_hashes);
+  bool first = true;
+  for (const element e : list) {
+    array ids;
+    if (e.get_string().get(s) == simdjson::SUCCESS) {
+      text(s, first);
+      first = false;
+    } else if (e.get_array().get(ids) == simdjson::SUCCESS) {
+      size.token_ids += ids.size();
+      if (first) {
+        for (const element id : ids) {
+          if (const std::optional<int64_t> value = Integer(id)) id_blocks.AddId(*value);
+        }
+      }
+      first = false;
+    } else if (const std::optional<int64_t> value = Integer(e)) {
+      ++size.token_ids;
+      id_blocks.AddId(*value);
+    }
+  }
+}
+
 }  // namespace
 
 RequestFields ScanRequestFields(absl::string_view body, size_t prefix_bytes) {
@@ -127,6 +245,7 @@ RequestFields ScanRequestFields(absl::string_view body, size_t prefix_bytes) {
   if (const auto user = Member<std::string_view>(*json, "user")) fields.user.emplace(*user);
   fields.stream = Member<bool>(*json, "stream").value_or(false);
   fields.system = SystemKey(*json, prefix_bytes);
+  ScanPrompt(*json, fields);
   return fields;
 }
 

@@ -14,13 +14,21 @@
 // list, which every OpenAI-compatible engine serves (vLLM serves no /v1/models/{id}):
 // ModelIdOfPath reads the id, FindModel its entry in the list.
 //
+// The prompt, for the token-work signals (docs/dispatch.md, "What the gateway measures"): its size
+// (bytes of text, or token ids) and the chained hashes of its fixed blocks. The prompt text is what
+// the gateway can see of what the engine tokenizes: for chat, each message's role and its text
+// content (a string or text parts), each followed by a NUL; for completions, the prompt strings, or
+// the token ids of a prompt given as ids. Blocks: kPromptBlockBytes bytes of that text, or
+// kPromptBlockIds ids (a trailing partial block has no hash), each hash naming its whole prefix.
+// A batch of prompts counts every prompt's size, and only the first one's blocks.
+//
 // Response: `usage.prompt_tokens` and `usage.prompt_tokens_details.cached_tokens` (vLLM reports
 // the latter with --enable-prompt-tokens-details; in a stream only with
 // stream_options.include_usage). UsageScanner finds them in an SSE byte stream fed as it arrives,
 // keeping at most one partial event line.
 //
 // Usage:
-//   RequestFields f = ScanRequestFields(body, 1024);
+//   RequestFields f = ScanRequestFields(body, 1024);   // f.prompt, f.block_hashes: its prompt
 //   std::optional<std::string> key = RoutingKey({"header", "user", "system"}, header, f);
 //   UsageScanner u; u.Feed(chunk); … if (u.usage()) Count(u.usage()->cached_tokens);
 #pragma once
@@ -36,12 +44,25 @@
 
 namespace cacheroute::gateway {
 
+// What a request's prompt measures: bytes of text and token ids (both 0: unknown).
+struct PromptSize {
+  uint64_t text_bytes = 0;
+  uint64_t token_ids = 0;
+};
+
+// 64 bytes of text, about 16 tokens of English at 4 bytes a token (the 16-token blocks of vLLM and
+// of the Router's prefix memory); 16 ids.
+inline constexpr size_t kPromptBlockBytes = 64;
+inline constexpr size_t kPromptBlockIds = 16;
+
 struct RequestFields {
   std::optional<std::string> user;  // a top-level string "user"
   bool stream = false;              // a top-level "stream": true
   // "system:<16 hex digits>" (chat) or "prompt:<16 hex digits>" (completions); none when the
   // request has no system message or no prompt.
   std::optional<std::string> system;
+  PromptSize prompt;
+  std::vector<uint64_t> block_hashes;  // the prompt's chained block hashes
 };
 RequestFields ScanRequestFields(absl::string_view body, size_t prefix_bytes = 1024);
 

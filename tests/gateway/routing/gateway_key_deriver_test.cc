@@ -49,5 +49,22 @@ TEST_CASE("when NeedsBody is false the key is the same with or without the body"
   CHECK(With({"header", "user"}).KeyOf(std::nullopt, R"({"user":"u"})") == "u");
 }
 
+TEST_CASE("Derive: the key KeyOf gives, and the prompt from the same body") {
+  const KeyDeriver keys = With({"header", "user", "system"});
+  const std::string body =
+      R"({"user":"u","prompt":")" + std::string(2 * kPromptBlockBytes + 5, 'p') + R"("})";
+  const RoutingInput input = keys.Derive(std::nullopt, body);
+  CHECK(input.key == keys.KeyOf(std::nullopt, body));
+  CHECK(input.key == "u");
+  CHECK(input.prompt.text_bytes == 2 * kPromptBlockBytes + 5);
+  CHECK(input.block_hashes.size() == 2);
+  const RoutingInput headed = keys.Derive(std::optional<std::string>("h"), body);
+  CHECK(headed.key == "h");  // the header decides the key; the body still gives the prompt
+  CHECK(headed.prompt.text_bytes == 2 * kPromptBlockBytes + 5);
+  const RoutingInput empty = keys.Derive(std::optional<std::string>("h"), "");
+  CHECK(empty.prompt.text_bytes == 0);
+  CHECK(empty.block_hashes.empty());
+}
+
 }  // namespace
 }  // namespace cacheroute::gateway

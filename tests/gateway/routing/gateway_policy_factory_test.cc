@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
 #include "tools/gateway/routing/policy_factory.h"
@@ -13,9 +14,10 @@ namespace {
 
 TEST_CASE("table policies route by Router::Pick: no Policy object") {
   dataplane::SeededRandom random(1);
+  dataplane::ManualClock clock;
   for (const char* name : {"cacheroute", "cacheroute-paper"}) {
     INFO(name);
-    CHECK(MakePolicy(name, 4, random) == nullptr);
+    CHECK(MakePolicy(name, 4, random, clock) == nullptr);
     CHECK(RoutesByTable(name));
     CHECK_FALSE(PolicyPerCount(name));
   }
@@ -23,10 +25,12 @@ TEST_CASE("table policies route by Router::Pick: no Policy object") {
 
 TEST_CASE("the other policies pick among the members; the hashed ones are built per count") {
   dataplane::SeededRandom random(1);
+  dataplane::ManualClock clock;
   dataplane::Router router({.destination_count = 4}, random);
-  for (const char* name : {"flat-lb", "flatlb", "sticky", "chwbl", "dualmap", "preble"}) {
+  for (const char* name :
+       {"flat-lb", "flatlb", "sticky", "chwbl", "dualmap", "preble", "dynamo-kv", "llm-d"}) {
     INFO(name);
-    const std::unique_ptr<dataplane::Policy> policy = MakePolicy(name, 4, random);
+    const std::unique_ptr<dataplane::Policy> policy = MakePolicy(name, 4, random, clock);
     REQUIRE(policy != nullptr);
     CHECK_FALSE(RoutesByTable(name));
     std::set<uint32_t> picked;
@@ -34,13 +38,16 @@ TEST_CASE("the other policies pick among the members; the hashed ones are built 
       picked.insert(policy->Pick(key, router.loads()).destination);
     CHECK(*picked.rbegin() < 4);
   }
-  for (const char* name : {"sticky", "chwbl", "dualmap"}) CHECK(PolicyPerCount(name));
+  for (const char* name : {"sticky", "chwbl", "dualmap", "dynamo-kv", "llm-d"}) {
+    CHECK(PolicyPerCount(name));
+  }
   for (const char* name : {"flat-lb", "flatlb", "preble"}) CHECK_FALSE(PolicyPerCount(name));
 }
 
 TEST_CASE("a name the registry does not know makes no policy") {
   dataplane::SeededRandom random(1);
-  CHECK(MakePolicy("round-robin", 4, random) == nullptr);
+  dataplane::ManualClock clock;
+  CHECK(MakePolicy("round-robin", 4, random, clock) == nullptr);
   CHECK_FALSE(RoutesByTable("round-robin"));
   CHECK_FALSE(PolicyPerCount("round-robin"));
 }

@@ -155,6 +155,92 @@ TEST_CASE("Usage feeds the served hit of the request's destination, planned or n
                           "g_cached_tokens_total{destination=\"e1\",planned=\"1\"} 80\n"));
 }
 
+// A routing input with `bytes` bytes of prompt text (and no blocks).
+RoutingInput Prompted(const std::string& key, uint64_t bytes) {
+  return {.key = key, .prompt = {.text_bytes = bytes}};
+}
+
+TEST_CASE("a pick queues its estimated prompt; FirstToken moves it to decoding") {
+  Fixture f;
+  dataplane::StickyPolicy sticky(2);
+  int key = 0;  // a new key each time: a returning one is expected warm where it went
+  for (const bool streamed : {true, false}) {
+    for (dataplane::Policy* policy :
+         {static_cast<dataplane::Policy*>(nullptr), static_cast<dataplane::Policy*>(&sticky)}) {
+      INFO("streamed " << streamed << ", policy " << (policy != nullptr ? "sticky" : "router"));
+      RequestLifecycle request =
+          f.core.Route(Prompted(absl::StrCat("tenant-", ++key), 4000), policy, f.clock.Now());
+      REQUIRE(request.ok());
+      CHECK(request.prompt_tokens() == 1000);  // 4 bytes a token before any usage
+      const uint32_t d = request.destination();
+      const dataplane::LoadView& loads = f.core.router().loads();
+      CHECK(loads.Work(d).queued_prefill_tokens == 1000);
+      CHECK(loads.Work(d).prefilling == 1);
+      CHECK(loads.Work(d).decoding == 0);
+      request.FirstToken(streamed);
+      CHECK(loads.Work(d).queued_prefill_tokens == 0);
+      CHECK(loads.Work(d).prefilling == 0);
+      CHECK(loads.Work(d).decoding == 1);
+      request.FirstToken(streamed);  // once
+      CHECK(loads.Work(d).decoding == 1);
+      request.UpstreamDone();
+      CHECK(loads.Work(d).decoding == 0);
+    }
+  }
+}
+
+TEST_CASE("a request without a key, or redirected, is queued with its prompt too") {
+  Fixture f;
+  const dataplane::LoadView& loads = f.core.router().loads();
+  RequestLifecycle none =
+      f.core.Route(RoutingInput{.prompt = {.text_bytes = 800}}, nullptr, f.clock.Now());
+  CHECK_FALSE(none.keyed());
+  CHECK(loads.Work(none.destination()).queued_prefill_tokens == 200);
+  none.UpstreamDone();
+  RequestLifecycle moved =
+      f.core.Redirect(f.core.Route(Prompted("tenant-2", 1200), nullptr, f.clock.Now()), 0);
+  CHECK(moved.prompt_tokens() == 300);
+  CHECK(loads.Work(0).queued_prefill_tokens == 300);
+  CHECK(loads.Work(1).queued_prefill_tokens == 0);
+}
+
+TEST_CASE("Usage calibrates the prompt estimate and tells the Router what was served") {
+  Fixture f;
+  RequestLifecycle first = f.core.Route(Prompted("tenant-1", 4000), nullptr, f.clock.Now());
+  CHECK(first.prompt_tokens() == 1000);
+  first.FirstToken(/*streamed=*/false);
+  first.Usage({.prompt_tokens = 500, .cached_tokens = 200});  // 8 bytes a token
+  first.UpstreamDone();
+  CHECK(f.core.prompt_estimate().bytes_per_token() == Approx(8.0));
+  // The decision expected only the template (a new key): the Router measures the template from it.
+  CHECK(f.core.router().template_tokens() == Approx(200));
+  RequestLifecycle second = f.core.Route(Prompted("tenant-9", 4000), nullptr, f.clock.Now());
+  CHECK(second.prompt_tokens() == 500);
+  // The Router expects the template cached: 500 − 200 queued.
+  CHECK(f.core.router().loads().Work(second.destination()).queued_prefill_tokens == 300);
+  // Without cached tokens the Router is told nothing; the estimate still learns.
+  second.Usage({.prompt_tokens = 1000, .cached_tokens = std::nullopt});
+  CHECK(f.core.router().template_tokens() == Approx(200));
+  CHECK(f.core.prompt_estimate().bytes_per_token() < 8.0);
+}
+
+TEST_CASE("block hashes reach the Router: new keys with a known prefix go where it went") {
+  Fixture f;
+  const RoutingInput first{.key = "tenant-0",
+                           .prompt = {.text_bytes = 64 * 64},
+                           .block_hashes = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
+  RequestLifecycle seed = f.core.Route(first, nullptr, f.clock.Now());
+  const uint32_t d = seed.destination();
+  seed.UpstreamDone();
+  for (int i = 1; i <= 12; ++i) {
+    RoutingInput input = first;
+    input.key = absl::StrCat("tenant-", i);
+    RequestLifecycle request = f.core.Route(input, nullptr, f.clock.Now());
+    CHECK(request.destination() == d);
+    request.UpstreamDone();
+  }
+}
+
 TEST_CASE("Finish: a keyed request's evidence while the table has a rollout, once") {
   Fixture f;
   SECTION("no rollout: no evidence") {

@@ -191,8 +191,8 @@ RequestLifecycle ProxyServer::Route(const http::Exchange& x, Endpoint endpoint,
   members = pools_.ThreadMembers(dataplane_.membership());
   if (endpoint == Endpoint::kModels) return core.RouteAny(start);
   const std::optional<std::string> header = Header(x.request(), dataplane_.keys().header_name());
-  const std::optional<std::string> key = dataplane_.keys().KeyOf(header, x.request().body());
-  RequestLifecycle request = core.Route(key, members->policy.get(), start);
+  RequestLifecycle request = core.Route(dataplane_.keys().Derive(header, x.request().body()),
+                                        members->policy.get(), start);
   // Routed to an index this thread's snapshot does not have yet: the membership just changed.
   if (request.ok() && members->At(request.destination()) == nullptr) {
     members = pools_.ThreadMembers(dataplane_.membership());

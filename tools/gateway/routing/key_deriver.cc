@@ -1,6 +1,8 @@
 // See key_deriver.h.
 #include "tools/gateway/routing/key_deriver.h"
 
+#include <utility>
+
 #include "tools/gateway/openai_fields.h"
 
 namespace cacheroute::gateway {
@@ -8,6 +10,14 @@ namespace cacheroute::gateway {
 std::optional<std::string> KeyDeriver::KeyOf(const std::optional<std::string>& header,
                                              absl::string_view body) const {
   return RoutingKey(key_from_, header, ScanRequestFields(body, prefix_bytes_));
+}
+
+RoutingInput KeyDeriver::Derive(const std::optional<std::string>& header,
+                                absl::string_view body) const {
+  RequestFields fields = ScanRequestFields(body, prefix_bytes_);
+  return {.key = RoutingKey(key_from_, header, fields),
+          .prompt = fields.prompt,
+          .block_hashes = std::move(fields.block_hashes)};
 }
 
 bool KeyDeriver::NeedsBody(const std::optional<std::string>& header) const {

@@ -4,11 +4,13 @@
 //
 //   cacheroute, cacheroute-paper  table policies: Router::Pick against the planner's table (no
 //                                 Policy object), the Router built with the entry's dispatch
-//   flat-lb, sticky, chwbl, dualmap, preble   a Policy object, picked through Router::Track
+//   flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d
+//                                 a Policy object, routed by its Route (the key, the prompt's
+//                                 tokens and block hashes) and counted through Router::Track
 //
 // Usage:
 //   RoutingCoreOptions o{.dispatch = dataplane::DispatchFor(config.policy), …};
-//   std::unique_ptr<dataplane::Policy> p = MakePolicy(config.policy, members, random);
+//   std::unique_ptr<dataplane::Policy> p = MakePolicy(config.policy, members, random, clock);
 //   if (PolicyPerCount(config.policy)) … rebuild it when the member count changes …
 #pragma once
 
@@ -16,15 +18,18 @@
 #include <memory>
 #include <string>
 
+#include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/random.h"
 
 namespace cacheroute::gateway {
 
 // The Policy for `n` members; null for the table policies (Router::Pick) and for a name the
-// registry does not know (ValidateGatewayConfig refuses those). `random` must outlive it.
+// registry does not know (ValidateGatewayConfig refuses those). `random` and `clock` (the time of
+// the policies whose prefix index expires) must outlive it.
 std::unique_ptr<dataplane::Policy> MakePolicy(const std::string& policy, uint32_t n,
-                                              dataplane::Random& random);
+                                              dataplane::Random& random,
+                                              const dataplane::Clock& clock);
 // Whether the policy hashes over the member count (rings over [0, n)): rebuilt when the count
 // changes, where the others keep their memory.
 bool PolicyPerCount(const std::string& policy);

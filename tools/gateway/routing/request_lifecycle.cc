@@ -1,7 +1,9 @@
 // See request_lifecycle.h.
 #include "tools/gateway/routing/request_lifecycle.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "tools/gateway/routing/routing_core.h"
 
@@ -9,6 +11,7 @@ namespace cacheroute::gateway {
 
 void RequestLifecycle::FirstToken(bool streamed) {
   if (ttft_seconds_.has_value()) return;
+  in_flight_.FirstToken();
   const auto ttft = core_->clock_.Now() - start_;
   if (streamed) core_->latency_[destination()].ttft.Observe(ttft);
   ttft_seconds_ = std::chrono::duration<double>(ttft).count();
@@ -16,6 +19,13 @@ void RequestLifecycle::FirstToken(bool streamed) {
 
 void RequestLifecycle::Usage(const gateway::Usage& usage) {
   core_->served_hit_.Record(destination(), planned(), usage);
+  core_->prompt_estimate_.Observe(prompt_size_, usage.prompt_tokens);
+  if (usage.cached_tokens.has_value()) {
+    core_->router_.ObserveServed(
+        in_flight_.decision(),
+        static_cast<uint32_t>(std::min<uint64_t>(usage.prompt_tokens, UINT32_MAX)),
+        static_cast<uint32_t>(std::min<uint64_t>(*usage.cached_tokens, UINT32_MAX)));
+  }
   usage_ = usage;
 }
 

@@ -4,8 +4,11 @@
 //
 //   FirstToken(streamed)  the first body byte of a stream (time_to_first_token_seconds), or a
 //                         whole unary answer (its client sees nothing earlier); the TTFT the
-//                         rollout evidence gets
-//   Usage(usage)          the answer's usage: served KV hit (ServedHit), evidence tokens
+//                         rollout evidence gets; the Router's ledger moves the request from
+//                         queued prefill to decoding (InFlight::FirstToken)
+//   Usage(usage)          the answer's usage: served KV hit (ServedHit), evidence tokens, the
+//                         prompt-token estimate's calibration (PromptEstimate::Observe) and,
+//                         with cached tokens, Router::ObserveServed for the request's decision
 //   UpstreamDone()        the destination's part is over: releases the in-flight count and
 //                         observes destination_request_duration_seconds (idempotent); call it
 //                         before the last bytes go to the client, who may send the next request
@@ -42,6 +45,8 @@ class RequestLifecycle {
   // Whether the request had a routing key (only keyed requests count as rates and evidence).
   bool keyed() const { return keyed_; }
   dataplane::Time start() const { return start_; }
+  // The prompt tokens the request was routed with (estimated; 0: unknown).
+  uint32_t prompt_tokens() const { return in_flight_.prompt_tokens(); }
 
   void FirstToken(bool streamed);
   void Usage(const gateway::Usage& usage);
@@ -51,13 +56,18 @@ class RequestLifecycle {
  private:
   friend class RoutingCore;
   RequestLifecycle(RoutingCore& core, dataplane::InFlight in_flight, dataplane::Time start,
-                   bool keyed)
-      : core_(&core), in_flight_(std::move(in_flight)), start_(start), keyed_(keyed) {}
+                   bool keyed, PromptSize prompt_size)
+      : core_(&core),
+        in_flight_(std::move(in_flight)),
+        start_(start),
+        keyed_(keyed),
+        prompt_size_(prompt_size) {}
 
   RoutingCore* core_;
   dataplane::InFlight in_flight_;
   dataplane::Time start_;
   bool keyed_ = false;
+  PromptSize prompt_size_;  // what the body showed of the prompt (for the estimate's calibration)
   bool upstream_done_ = false;
   bool finished_ = false;
   std::optional<double> ttft_seconds_;

@@ -20,34 +20,40 @@ RoutingCore::RoutingCore(const RoutingCoreOptions& options, dataplane::Clock& cl
       served_hit_(options.capacity, router_),
       latency_(new DestinationLatency[options.capacity]) {}
 
-RequestLifecycle RoutingCore::Route(const std::optional<std::string>& key,
-                                    dataplane::Policy* policy, dataplane::Time start) {
-  if (!key.has_value()) {
+RequestLifecycle RoutingCore::Route(const RoutingInput& input, dataplane::Policy* policy,
+                                    dataplane::Time start) {
+  const uint32_t prompt_tokens = prompt_estimate_.Tokens(input.prompt);
+  if (!input.key.has_value()) {
     picks_[kNoKeyPick].fetch_add(1, std::memory_order_relaxed);
     return RequestLifecycle(*this,
                             router_.Track({dataplane::PowerOfTwoChoices(router_.loads(), random_),
-                                           false, dataplane::Reason::kPolicy}),
-                            start, /*keyed=*/false);
+                                           false, dataplane::Reason::kPolicy},
+                                          prompt_tokens),
+                            start, /*keyed=*/false, input.prompt);
   }
-  const uint64_t key_id = dataplane::KeyId(*key);
-  recorder_.Record(key_id);
-  dataplane::InFlight in_flight = policy == nullptr
-                                      ? router_.Pick(key_id, clock_.Now())
-                                      : router_.Track(policy->Pick(key_id, router_.loads()));
+  const dataplane::PickRequest pick{.key_id = dataplane::KeyId(*input.key),
+                                    .prompt_tokens = prompt_tokens,
+                                    .block_hashes = input.block_hashes};
+  recorder_.Record(pick.key_id);
+  dataplane::InFlight in_flight =
+      policy == nullptr ? router_.Pick(pick, clock_.Now())
+                        : router_.Track(policy->Route(pick, router_.loads()), prompt_tokens);
   picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
-  return RequestLifecycle(*this, std::move(in_flight), start, /*keyed=*/true);
+  return RequestLifecycle(*this, std::move(in_flight), start, /*keyed=*/true, input.prompt);
 }
 
 RequestLifecycle RoutingCore::RouteAny(dataplane::Time start) {
   return RequestLifecycle(*this,
                           router_.Track({dataplane::RandomUpDestination(router_.loads(), random_),
                                          false, dataplane::Reason::kPolicy}),
-                          start, /*keyed=*/false);
+                          start, /*keyed=*/false, {});
 }
 
 RequestLifecycle RoutingCore::Redirect(RequestLifecycle routed, uint32_t d) {
   const dataplane::Reason reason = routed.ok() ? routed.reason() : dataplane::Reason::kPolicy;
-  return RequestLifecycle(*this, router_.Track({d, false, reason}), routed.start(), routed.keyed());
+  return RequestLifecycle(*this,
+                          router_.Track({d, false, reason}, routed.in_flight_.prompt_tokens()),
+                          routed.start(), routed.keyed(), routed.prompt_size_);
 }
 
 bool RoutingCore::AnyUp() const {

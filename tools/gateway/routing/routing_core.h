@@ -1,17 +1,22 @@
 // RoutingCore: the dataplane as a front end embeds it, without any HTTP: the Router, the
 // RateRecorder its keyed requests are counted in (drained by PlannerLink's reporter), the rollout
-// EvidenceRecorder, the served-hit estimate, and per destination the request durations and
-// time to first token. Route picks a destination for a request and returns its
-// RequestLifecycle, through which the front end reports what happens to it.
+// EvidenceRecorder, the served-hit estimate, the prompt-token estimate, and per destination the
+// request durations and time to first token. Route picks a destination for a request and returns
+// its RequestLifecycle, through which the front end reports what happens to it.
 //
 //   key present:  recorded under KeyId(key); `policy` picks (null: Router::Pick, CacheRoute's
 //                 table dispatch), counted in picks_total by the decision's reason
 //   no key:       power of two choices, not recorded (keyless traffic is not one hot tenant),
 //                 counted as picks_total{reason="no_key"}
 //
+// Every pick carries the request's estimated prompt tokens (PromptEstimate over the input's
+// prompt size; 0 when unknown) and its block hashes (to the Router or the policy's Route), and
+// the Router's ledger counts it with them (docs/dispatch.md, "What the gateway measures").
+//
 // Usage:
 //   RoutingCore core({.capacity = 256, .dispatch = …, .table_ttl = 60s}, clock);
-//   RequestLifecycle r = core.Route(key, members->policy.get(), clock.Now());
+//   RoutingInput input = keys.Derive(header, body);
+//   RequestLifecycle r = core.Route(input, members->policy.get(), clock.Now());
 //   if (!r.ok()) … 503 …;  Send(r.destination()); r.FirstToken(true); … r.UpstreamDone();
 //   r.Finish(status);
 //
@@ -37,6 +42,8 @@
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router.h"
 #include "tools/gateway/metrics/latency_histogram.h"
+#include "tools/gateway/routing/key_deriver.h"
+#include "tools/gateway/routing/prompt_estimate.h"
 #include "tools/gateway/routing/request_lifecycle.h"
 #include "tools/gateway/routing/served_hit.h"
 
@@ -56,10 +63,15 @@ class RoutingCore {
   RoutingCore(const RoutingCore&) = delete;
   RoutingCore& operator=(const RoutingCore&) = delete;
 
-  // A routed request with `key` (none: power of two choices), picked by `policy` (null:
-  // Router::Pick), received at `start`.
-  RequestLifecycle Route(const std::optional<std::string>& key, dataplane::Policy* policy,
+  // A routed request with `input.key` (none: power of two choices) and its prompt, picked by
+  // `policy` (null: Router::Pick), received at `start`.
+  RequestLifecycle Route(const RoutingInput& input, dataplane::Policy* policy,
                          dataplane::Time start);
+  // The same with a key and nothing known of the prompt.
+  RequestLifecycle Route(const std::optional<std::string>& key, dataplane::Policy* policy,
+                         dataplane::Time start) {
+    return Route(RoutingInput{.key = key}, policy, start);
+  }
   // A request any up destination can answer (GET /v1/models): a random one, not counted in
   // picks_total.
   RequestLifecycle RouteAny(dataplane::Time start);
@@ -74,6 +86,8 @@ class RoutingCore {
   dataplane::EvidenceRecorder& evidence() { return evidence_; }
   dataplane::Random& random() { return random_; }
   dataplane::Clock& clock() const { return clock_; }
+  PromptEstimate& prompt_estimate() { return prompt_estimate_; }
+  const PromptEstimate& prompt_estimate() const { return prompt_estimate_; }
   ServedHit& served_hit() { return served_hit_; }
   const ServedHit& served_hit() const { return served_hit_; }
   dataplane::RouterStats Stats() const { return router_.Stats(clock_.Now()); }
@@ -107,6 +121,7 @@ class RoutingCore {
   dataplane::RateRecorder recorder_;
   dataplane::EvidenceRecorder evidence_;
   ServedHit served_hit_;
+  PromptEstimate prompt_estimate_;
   std::unique_ptr<DestinationLatency[]> latency_;
   std::array<std::atomic<uint64_t>, dataplane::kReasonCount + 1> picks_{};
 };

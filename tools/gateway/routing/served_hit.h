@@ -1,9 +1,10 @@
 // ServedHit: the served KV hit, measured from the answers' `usage`. Each answer that reports
 // cached tokens adds its prompt and cached tokens to per-destination counters (split planned /
 // not planned: routed by the table or not) and to an exponential window of about the last 1,000
-// such answers, whose cached / prompt ratio is given to Router::SetMeasuredHit (it scales
-// CacheRoute's dispatch margins, docs/dispatch.md). Answers without cached tokens, or with no
-// prompt tokens, are not counted; before the first, measured() is none and the Router keeps m = 1.
+// such answers, whose cached / prompt ratio is given to Router::SetMeasuredHit (which records it;
+// the dispatch learns from each answer through RequestLifecycle::Usage instead, docs/dispatch.md).
+// Answers without cached tokens, or with no prompt tokens, are not counted; before the first,
+// measured() is none.
 //
 // Usage:
 //   ServedHit hit(capacity, router);
