@@ -795,6 +795,73 @@ TEST_CASE("In-flight counts are per thread: exact in Stats, bounded-stale in loa
   CHECK(in_flight() == std::vector<int64_t>{0, 0, 0, 0});
 }
 
+// The token-work ledger is kept per thread like the in-flight counts: what other threads added
+// or removed shows within kViewTicks view reads (or at once after a Pick kMaxViewAge later), and a
+// release seen before its pick reads as nothing, never as a negative or garbled count.
+TEST_CASE("Token work: the ledger counts requests started and ended on other threads",
+          "[router][concurrency]") {
+  SeededRandom random(24);
+  ManualClock clock;
+  Router router({.destination_count = 4}, random);
+  REQUIRE(router.loads().HasWork());
+  auto work = [&](uint32_t d) { return router.loads().Work(d); };
+  // Reads until `done` holds, at most kViewTicks + 1 times; whether it held.
+  auto within_view_ticks = [&](auto done) {
+    for (uint32_t calls = 0; calls <= Router::kViewTicks; ++calls) {
+      if (done()) return true;
+    }
+    return false;
+  };
+
+  // Picked by another thread: this thread's first reads see them (nothing cached yet).
+  std::vector<InFlight> handed;
+  std::thread([&] {
+    handed.push_back(router.Track({2, false, Reason::kPolicy}, 1000));
+    handed.push_back(router.Track({2, false, Reason::kPolicy}, 1000));
+  }).join();
+  CHECK(work(2).queued_prefill_tokens == 2000);
+  CHECK(work(2).prefilling == 2);
+  CHECK(router.loads().FleetWork().prefilling == 2);
+
+  // The first token, seen by a third thread.
+  std::thread([&] { handed[0].FirstToken(); }).join();
+  CHECK(within_view_ticks([&] { return work(2).decoding == 1; }));
+  CHECK(work(2).queued_prefill_tokens == 1000);
+  CHECK(work(2).prefilling == 1);
+  CHECK(within_view_ticks([&] { return router.loads().FleetWork().prefilling == 1; }));
+
+  // Released here: this thread's own share is read live.
+  handed[1].Release();
+  CHECK(work(2).queued_prefill_tokens == 0);
+  CHECK(work(2).prefilling == 0);
+  CHECK(work(2).decoding == 1);
+
+  // Released by another thread: seen after a Pick kMaxViewAge later.
+  std::thread([&] { handed.clear(); }).join();
+  clock.Advance(Router::kMaxViewAge + std::chrono::microseconds(1));
+  (void)router.Pick(PickRequest{.key_id = KeyId("cold"), .prompt_tokens = 10}, clock.Now());
+  CHECK(work(2).decoding == 0);
+  CHECK(router.loads().FleetWork().prefilling == 0);
+
+  // A request another thread picked after this thread's view was read, released here: this
+  // thread's share is negative until its view catches up, and reads as nothing meanwhile.
+  CHECK(work(1).queued_prefill_tokens == 0);  // the view of destination 1 is fresh now
+  InFlight late;
+  std::thread([&] {
+    late = router.Track({1, false, Reason::kPolicy}, 700);
+    late.FirstToken();
+  }).join();
+  late.Release();
+  const DestinationWork seen = work(1);
+  CHECK(seen.queued_prefill_tokens == 0);
+  CHECK(seen.prefilling == 0);
+  CHECK(seen.decoding == 0);
+  CHECK(within_view_ticks([&] {
+    const DestinationWork w = work(1);
+    return w.queued_prefill_tokens == 0 && w.prefilling == 0 && w.decoding == 0;
+  }));
+}
+
 // Tokens picked on some threads and released on others while Stats is read: no snapshot is
 // negative, and at rest Stats and loads() are exact.
 TEST_CASE("Tokens released on other threads keep Stats exact", "[router][concurrency]") {
@@ -846,7 +913,16 @@ TEST_CASE("Tokens released on other threads keep Stats exact", "[router][concurr
     uint32_t calls = 1;
     while (router.loads().Load(d) != 0.0 && calls <= Router::kViewTicks) ++calls;
     CHECK(calls <= Router::kViewTicks);
+    // The token-work ledger too (the picks counted their prompts as queued prefill).
+    calls = 1;
+    auto idle = [&] {
+      const DestinationWork w = router.loads().Work(d);
+      return w.queued_prefill_tokens == 0 && w.prefilling == 0 && w.decoding == 0;
+    };
+    while (!idle() && calls <= Router::kViewTicks) ++calls;
+    CHECK(calls <= Router::kViewTicks);
   }
+  CHECK(router.loads().FleetWork().prefilling == 0);
 }
 
 TEST_CASE("ThreadLocalRandom: one sequence per thread and instance", "[random][concurrency]") {

@@ -157,7 +157,7 @@ TEST_CASE("Usage feeds the served hit of the request's destination, planned or n
 
 // A routing input with `bytes` bytes of prompt text (and no blocks).
 RoutingInput Prompted(const std::string& key, uint64_t bytes) {
-  return {.key = key, .prompt = {.text_bytes = bytes}};
+  return {.key = key, .prompt = {.text_bytes = bytes}, .block_hashes = {}};
 }
 
 TEST_CASE("a pick queues its estimated prompt; FirstToken moves it to decoding") {
@@ -193,7 +193,7 @@ TEST_CASE("a request without a key, or redirected, is queued with its prompt too
   Fixture f;
   const dataplane::LoadView& loads = f.core.router().loads();
   RequestLifecycle none =
-      f.core.Route(RoutingInput{.prompt = {.text_bytes = 800}}, nullptr, f.clock.Now());
+      f.core.Route(RoutingInput{.key = std::nullopt, .prompt = {.text_bytes = 800}, .block_hashes = {}}, nullptr, f.clock.Now());
   CHECK_FALSE(none.keyed());
   CHECK(loads.Work(none.destination()).queued_prefill_tokens == 200);
   none.UpstreamDone();

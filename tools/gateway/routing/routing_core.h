@@ -70,7 +70,9 @@ class RoutingCore {
   // The same with a key and nothing known of the prompt.
   RequestLifecycle Route(const std::optional<std::string>& key, dataplane::Policy* policy,
                          dataplane::Time start) {
-    return Route(RoutingInput{.key = key}, policy, start);
+    RoutingInput input;
+    input.key = key;
+    return Route(input, policy, start);
   }
   // A request any up destination can answer (GET /v1/models): a random one, not counted in
   // picks_total.

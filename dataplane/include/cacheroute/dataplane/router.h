@@ -52,6 +52,13 @@
 #include "cacheroute/dataplane/routing_table.h"
 #include "cacheroute/dataplane/status.h"
 
+// The request path's small helpers are inlined where the compiler allows forcing it.
+#if defined(__GNUC__) || defined(__clang__)
+#define CACHEROUTE_HOT_INLINE __attribute__((always_inline)) inline
+#else
+#define CACHEROUTE_HOT_INLINE inline
+#endif
+
 namespace cacheroute::dataplane {
 
 namespace router_internal {
@@ -254,11 +261,10 @@ class Router {
         capacity_(std::max(options.capacity, options.destination_count)),
         count_(options.destination_count),
         groups_((capacity_ + kGroupSize - 1) / kGroupSize),
-        region_bytes_(RegionBytes(groups_)),
+        region_bytes_(RegionBytes(groups_, token_work())),
         regions_(static_cast<std::byte*>(::operator new[](router_internal::kShards* region_bytes_,
                                                           std::align_val_t{kPageBytes}))),
         health_(new Health[capacity_]),
-        work_(token_work() ? new WorkCounters[capacity_] : nullptr),
         memory_(token_work() ? std::make_unique<KeyMemory>(options.dispatch.key_memory_log2)
                              : nullptr),
         prefixes_(token_work() && options.dispatch.prefix_memory_log2 > 0
@@ -272,12 +278,15 @@ class Router {
     for (uint32_t s = 0; s < router_internal::kShards; ++s) {
       std::byte* region = Region(s);
       new (region) Shard;
-      for (uint32_t g = 0; g < 2 * groups_; ++g) {
+      const uint32_t blocks = (token_work() ? 4 : 2) * groups_;
+      for (uint32_t g = 0; g < blocks; ++g) {
         std::byte* block = region + sizeof(Shard) + g * sizeof(CountsBlock);
         if (g < groups_) {
           new (block) CountsBlock;
-        } else {
+        } else if (g < 2 * groups_) {
           new (block) ViewBlock;
+        } else {
+          new (block) WorkBlock;
         }
       }
     }
@@ -570,14 +579,17 @@ class Router {
     std::atomic<Duration::rep> turnover{0};
     std::atomic<bool> up{true};
   };
-  // The token-work ledger of one destination (InFlight): one word, changed with one atomic add per
-  // event, on a line of its own so destinations do not share one. Fields, low to high: queued
-  // prefill tokens (32 bits), prefilling requests (16), decoding requests (16). Every subtraction
-  // follows its request's addition, so no field ever goes below zero and none borrows from the
-  // next.
-  struct alignas(kFalseSharingBytes) WorkCounters {
-    std::atomic<uint64_t> packed{0};
+  // The token-work ledger (InFlight), kept like the in-flight counts: per shard and destination
+  // one word of what this shard's thread(s) added and removed, read as the thread's own word live
+  // plus cached sums of the other shards' words (refreshed with the in-flight view). Fields, low to
+  // high: queued prefill tokens (32 bits), prefilling requests (16), decoding requests (16), each a
+  // two's-complement count that may be negative in one shard (a release by a thread that did not
+  // pick). Words add field by field in modular arithmetic (carries and borrows included), so a sum
+  // of words decodes exactly (DecodeWork) while each field's true total is within its signed range.
+  struct alignas(kFalseSharingBytes) WorkBlock {
+    std::array<std::atomic<uint64_t>, kGroupSize> words{};
   };
+  static_assert(sizeof(WorkBlock) == sizeof(CountsBlock));
   static constexpr uint64_t kPrefillOne = uint64_t{1} << 32;
   static constexpr uint64_t kDecodeOne = uint64_t{1} << 48;
 
@@ -594,13 +606,17 @@ class Router {
     alignas(64) std::atomic<uint32_t> view_tick{kViewTicks};  // every cached sum starts stale
     std::atomic<Duration::rep> view_time{0};
     std::atomic<bool> used{false};  // this shard holds in-flight counts of this Router
-    std::atomic<int32_t> prefilling{0};  // the token-work ledger's fleet-wide prefilling count
+    std::atomic<int32_t> prefilling{0};  // the token-work ledger's prefilling count, this shard's
+    // The other shards' prefilling counts summed, and the view tick they were read at.
+    std::atomic<int32_t> others_prefilling{0};
+    std::atomic<uint32_t> prefilling_tick{0};
   };
 
-  // A shard's region: the Shard, then groups_ CountsBlocks, then groups_ ViewBlocks, rounded up
-  // to whole pages.
-  static size_t RegionBytes(uint32_t groups) {
-    const size_t bytes = sizeof(Shard) + 2 * size_t{groups} * sizeof(CountsBlock);
+  // A shard's region: the Shard, then groups_ CountsBlocks, then groups_ ViewBlocks, and with
+  // the ledger groups_ WorkBlocks of its own words and groups_ of the others' cached sums, rounded
+  // up to whole pages.
+  static size_t RegionBytes(uint32_t groups, bool ledger) {
+    const size_t bytes = sizeof(Shard) + (ledger ? 4 : 2) * size_t{groups} * sizeof(CountsBlock);
     return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
   }
   struct RegionsDelete {
@@ -618,6 +634,11 @@ class Router {
     return *std::launder(reinterpret_cast<ViewBlock*>(Region(shard) + sizeof(Shard) +
                                                       (groups_ + group) * sizeof(CountsBlock)));
   }
+  // This shard's ledger words (which = 0) or its cached sums of the other shards' (which = 1).
+  WorkBlock& WorkAt(uint32_t shard, uint32_t group, int which) const {
+    return *std::launder(reinterpret_cast<WorkBlock*>(
+        Region(shard) + sizeof(Shard) + ((2 + which) * groups_ + group) * sizeof(CountsBlock)));
+  }
 
   class Loads final : public LoadView {
    public:
@@ -629,9 +650,13 @@ class Router {
     bool Up(uint32_t d) const override {
       return router_.health_[d].up.load(std::memory_order_relaxed);
     }
-    bool HasWork() const override { return router_.work_ != nullptr; }
-    DestinationWork Work(uint32_t d) const override { return router_.WorkAt(d); }
-    DestinationWork FleetWork() const override { return router_.FleetWorkTotal(); }
+    bool HasWork() const override { return router_.token_work(); }
+    DestinationWork Work(uint32_t d) const override {
+      return router_.WorkSeen(router_internal::CurrentThreadShard(), d);
+    }
+    DestinationWork FleetWork() const override {
+      return router_.FleetWorkSeen(router_internal::CurrentThreadShard());
+    }
     EngineMetrics Scraped(uint32_t d) const override {
       return {router_.health_[d].external.load(std::memory_order_relaxed),
               router_.health_[d].kv_usage.load(std::memory_order_relaxed)};
@@ -641,24 +666,56 @@ class Router {
     Router& router_;
   };
 
-  // The ledger of `d` (without active tokens, which the Router does not keep).
-  DestinationWork WorkAt(uint32_t d) const {
-    if (work_ == nullptr) return {};
-    const uint64_t w = work_[d].packed.load(std::memory_order_relaxed);
-    return {.queued_prefill_tokens = static_cast<double>(w & 0xFFFFFFFFu),
-            .prefilling = static_cast<double>((w >> 32) & 0xFFFFu),
-            .decoding = static_cast<double>(w >> 48)};
+  // A sum of ledger words, field by field from the low end (each field signed), negative fields
+  // read as 0 (a release seen before its pick: another thread's, not yet in the cached sums).
+  CACHEROUTE_HOT_INLINE static DestinationWork DecodeWork(uint64_t word) {
+    const auto queued = static_cast<int32_t>(static_cast<uint32_t>(word));
+    word = (word - static_cast<uint64_t>(int64_t{queued})) >> 32;
+    const auto prefilling = static_cast<int16_t>(static_cast<uint16_t>(word));
+    word = (word - static_cast<uint64_t>(int64_t{prefilling})) >> 16;
+    const auto decoding = static_cast<int16_t>(static_cast<uint16_t>(word));
+    return {.queued_prefill_tokens = static_cast<double>(std::max<int32_t>(0, queued)),
+            .prefilling = static_cast<double>(std::max<int16_t>(0, prefilling)),
+            .decoding = static_cast<double>(std::max<int16_t>(0, decoding))};
   }
 
-  // Requests prefilling over the whole fleet: each shard counts what its thread added and
-  // removed (Σ over the used shards; one shard's share may be negative).
-  DestinationWork FleetWorkTotal() const {
-    if (work_ == nullptr) return {};
-    int64_t prefilling = 0;
-    for (uint64_t m = used_shards_.load(std::memory_order_acquire); m != 0; m &= m - 1) {
-      prefilling += ShardAt(std::countr_zero(m)).prefilling.load(std::memory_order_relaxed);
+  // The ledger of `d` as the thread owning `thread_shard` sees it (without active tokens, which
+  // the Router does not keep): its own shard live, the others' cached, as InFlightSeen. A read
+  // counts in the view tick unless `count` is false (a Pick counts its reads once).
+  CACHEROUTE_HOT_INLINE DestinationWork WorkSeen(const router_internal::ThreadShard& thread_shard, uint32_t d,
+                           bool count = true) {
+    if (!token_work()) return {};
+    const uint32_t s = thread_shard.index();
+    const uint32_t group = d / kGroupSize;
+    CurrentView(thread_shard, group, count);
+    const uint32_t i = d % kGroupSize;
+    return DecodeWork(WorkAt(s, group, 0).words[i].load(std::memory_order_relaxed) +
+                      WorkAt(s, group, 1).words[i].load(std::memory_order_relaxed));
+  }
+
+  // Requests prefilling over the whole fleet as this thread sees it: its own shard's count live,
+  // the other shards' cached for kViewTicks view reads (or until a Pick's `now` drops the view).
+  // (In the shared shard two threads may refresh at once: each stores a valid sum.)
+  DestinationWork FleetWorkSeen(const router_internal::ThreadShard& thread_shard,
+                                bool count = true) {
+    if (!token_work()) return {};
+    const uint32_t s = thread_shard.index();
+    Shard& shard = ShardAt(s);
+    const uint32_t now_tick = count ? CountViewRead(thread_shard)
+                                    : shard.view_tick.load(std::memory_order_relaxed);
+    if (now_tick - shard.prefilling_tick.load(std::memory_order_relaxed) >= kViewTicks) {
+      int32_t others = 0;
+      const uint64_t exclude = uint64_t{1} << s;
+      for (uint64_t m = used_shards_.load(std::memory_order_acquire) & ~exclude; m != 0;
+           m &= m - 1) {
+        others += ShardAt(std::countr_zero(m)).prefilling.load(std::memory_order_relaxed);
+      }
+      shard.others_prefilling.store(others, std::memory_order_relaxed);
+      shard.prefilling_tick.store(now_tick, std::memory_order_relaxed);
     }
-    return {.prefilling = static_cast<double>(std::max<int64_t>(0, prefilling))};
+    const int32_t seen = shard.prefilling.load(std::memory_order_relaxed) +
+                         shard.others_prefilling.load(std::memory_order_relaxed);
+    return {.prefilling = static_cast<double>(std::max(0, seen))};
   }
 
   // The ledger's share of a request (InFlight): its expected uncached tokens as queued prefill.
@@ -673,23 +730,28 @@ class Router {
     router_internal::ShardAdd<int32_t>(ShardAt(thread_shard.index()).prefilling, delta,
                                        thread_shard.owned(), std::memory_order_relaxed);
   }
+  // Adds `delta` (mod 2^64) to `d`'s ledger word in the calling thread's shard.
+  void LedgerAddWord(uint32_t d, uint64_t delta) {
+    const router_internal::ThreadShard& thread_shard = router_internal::CurrentThreadShard();
+    UseShard(thread_shard.index());
+    router_internal::ShardAdd<uint64_t>(
+        WorkAt(thread_shard.index(), d / kGroupSize, 0).words[d % kGroupSize], delta,
+        thread_shard.owned(), std::memory_order_relaxed);
+  }
   void LedgerAdd(const Decision& decision, uint32_t prompt_tokens) {
-    work_[decision.destination].packed.fetch_add(
-        QueuedTokens(decision, prompt_tokens) + kPrefillOne, std::memory_order_relaxed);
+    LedgerAddWord(decision.destination, QueuedTokens(decision, prompt_tokens) + kPrefillOne);
     CountPrefilling(1);
   }
   void LedgerFirstToken(const Decision& decision, uint32_t prompt_tokens) {
-    work_[decision.destination].packed.fetch_add(
-        kDecodeOne - kPrefillOne - QueuedTokens(decision, prompt_tokens),
-        std::memory_order_relaxed);
+    LedgerAddWord(decision.destination,
+                  kDecodeOne - kPrefillOne - QueuedTokens(decision, prompt_tokens));
     CountPrefilling(-1);
   }
   void LedgerRelease(const Decision& decision, uint32_t prompt_tokens, bool decoding) {
     if (decoding) {
-      work_[decision.destination].packed.fetch_sub(kDecodeOne, std::memory_order_relaxed);
+      LedgerAddWord(decision.destination, -kDecodeOne);
     } else {
-      work_[decision.destination].packed.fetch_sub(
-          QueuedTokens(decision, prompt_tokens) + kPrefillOne, std::memory_order_relaxed);
+      LedgerAddWord(decision.destination, -(QueuedTokens(decision, prompt_tokens) + kPrefillOne));
       CountPrefilling(-1);
     }
   }
@@ -704,7 +766,7 @@ class Router {
     UseShard(thread_shard.index());
     router_internal::ShardAdd<uint32_t>(Counts(thread_shard.index(), decision.destination).picked,
                                         1, thread_shard.owned(), std::memory_order_relaxed);
-    if (work_ == nullptr) return InFlight(this, decision, prompt_tokens, InFlight::Ledger::kNone);
+    if (!token_work()) return InFlight(this, decision, prompt_tokens, InFlight::Ledger::kNone);
     LedgerAdd(decision, prompt_tokens);
     return InFlight(this, decision, prompt_tokens, InFlight::Ledger::kPrefill);
   }
@@ -773,14 +835,7 @@ class Router {
   // (docs/dataplane.md, "Router").
   int64_t InFlightSeen(const router_internal::ThreadShard& thread_shard, uint32_t d) {
     const uint32_t s = thread_shard.index();
-    std::atomic<uint32_t>& tick = ShardAt(s).view_tick;
-    const uint32_t now_tick = tick.load(std::memory_order_relaxed);
-    router_internal::ShardAdd<uint32_t>(tick, 1, thread_shard.owned(), std::memory_order_relaxed);
-    const uint32_t group = d / kGroupSize;
-    ViewBlock& view = ViewAt(s, group);
-    if (now_tick - view.tick.load(std::memory_order_relaxed) >= kViewTicks) {
-      RefreshView(s, group, now_tick);
-    }
+    const ViewBlock& view = CurrentView(thread_shard, d / kGroupSize);
     const DestinationCounts& mine = Counts(s, d);
     const uint32_t own =
         mine.picked.load(std::memory_order_relaxed) - mine.released.load(std::memory_order_relaxed);
@@ -788,8 +843,30 @@ class Router {
     return std::max<int32_t>(0, static_cast<int32_t>(seen));
   }
 
+  // Counts one view read in this thread's tick (unless `count` is false) and returns its view of
+  // `group`, re-read first when kViewTicks reads have passed since it was.
+  CACHEROUTE_HOT_INLINE const ViewBlock& CurrentView(const router_internal::ThreadShard& thread_shard, uint32_t group,
+                               bool count = true) {
+    const uint32_t s = thread_shard.index();
+    const uint32_t now_tick = count ? CountViewRead(thread_shard)
+                                    : ShardAt(s).view_tick.load(std::memory_order_relaxed);
+    const ViewBlock& view = ViewAt(s, group);
+    if (now_tick - view.tick.load(std::memory_order_relaxed) >= kViewTicks) {
+      RefreshView(s, group, now_tick);
+    }
+    return view;
+  }
+
+  // Counts one view read in this thread's tick; returns the tick before it.
+  CACHEROUTE_HOT_INLINE uint32_t CountViewRead(const router_internal::ThreadShard& thread_shard) {
+    std::atomic<uint32_t>& tick = ShardAt(thread_shard.index()).view_tick;
+    const uint32_t now_tick = tick.load(std::memory_order_relaxed);
+    router_internal::ShardAdd<uint32_t>(tick, 1, thread_shard.owned(), std::memory_order_relaxed);
+    return now_tick;
+  }
+
   // Re-reads shard `s`'s view of one group of destinations from the other used shards, releases
-  // before picks as in SumInFlight. (In the shared shard two threads may refresh at once: each
+  // before picks as in SumInFlight, and with the ledger the sums of their ledger words. (In the shared shard two threads may refresh at once: each
   // stores a valid sum, so the view holds one of them per destination.)
   void RefreshView(uint32_t s, uint32_t group, uint32_t now_tick) {
     const uint32_t first = group * kGroupSize;
@@ -810,6 +887,16 @@ class Router {
     }
     ViewBlock& view = ViewAt(s, group);
     for (uint32_t i = 0; i < n; ++i) view.others[i].store(sums[i], std::memory_order_relaxed);
+    if (token_work()) {
+      std::array<uint64_t, kGroupSize> words{};
+      for (uint64_t m = used_shards_.load(std::memory_order_acquire) & ~exclude; m != 0;
+           m &= m - 1) {
+        const WorkBlock& block = WorkAt(std::countr_zero(m), group, 0);
+        for (uint32_t i = 0; i < n; ++i) words[i] += block.words[i].load(std::memory_order_relaxed);
+      }
+      WorkBlock& cached = WorkAt(s, group, 1);
+      for (uint32_t i = 0; i < n; ++i) cached.words[i].store(words[i], std::memory_order_relaxed);
+    }
     view.tick.store(now_tick, std::memory_order_relaxed);
   }
 
@@ -945,7 +1032,7 @@ class Router {
     if (lookup.reason == Reason::kControlArm) {
       return {PowerOfTwoChoices(loads, random_), false, Reason::kControlArm};
     }
-    if (token_work()) return DecideTokenWork(request, loads, now, lookup);
+    if (token_work()) return DecideTokenWork(request, loads, now, lookup, thread_shard);
     if (lookup.set.empty()) return Fallback(loads, lookup.reason, thread_shard);
     // The paper's rule: the least-loaded up member; ties go to the lowest index, which keeps a
     // lightly loaded key on one warm destination. Loads are read only when two members compete
@@ -976,7 +1063,18 @@ class Router {
   // The token-work rule (DispatchRule::kTokenWork; docs/dispatch.md, "One cost per candidate").
   template <typename View>
   Decision DecideTokenWork(const PickRequest& request, const View& loads, Time now,
-                           const TableLookup& lookup) {
+                           const TableLookup& lookup,
+                           const router_internal::ThreadShard& thread_shard) {
+    // Through the Router's own view, the ledger is read directly, as one view read per decision.
+    constexpr bool kOwnView = std::is_same_v<View, Loads>;
+    if constexpr (kOwnView) CountViewRead(thread_shard);
+    auto work_of = [&](uint32_t d) {
+      if constexpr (kOwnView) {
+        return WorkSeen(thread_shard, d, /*count=*/false);
+      } else {
+        return loads.Work(d);
+      }
+    };
     const uint32_t n = loads.size();
     const double mean_prompt = mean_prompt_tokens_.load(std::memory_order_relaxed);
     const double prompt =
@@ -1014,7 +1112,13 @@ class Router {
     const double request_tokens = std::max(1.0, mean_prompt);  // a view without the ledger
     // Every uncached token also delays the requests waiting for their first token, wherever it
     // is added: the fleet's mean count of them per destination.
-    const double waiting = has_work ? loads.FleetWork().prefilling / std::max(1u, n) : 0;
+    double fleet_prefilling = 0;
+    if constexpr (kOwnView) {
+      fleet_prefilling = FleetWorkSeen(thread_shard, /*count=*/false).prefilling;
+    } else {
+      if (has_work) fleet_prefilling = loads.FleetWork().prefilling;
+    }
+    const double waiting = has_work ? fleet_prefilling / std::max(1u, n) : 0;
     const double base = 1 + options_.dispatch.queue_stall * waiting;
     const double gamma = options_.dispatch.decode_stall;
 
@@ -1038,7 +1142,7 @@ class Router {
       }
       double queued, decoding;
       if (has_work) {
-        const DestinationWork w = loads.Work(d);
+        const DestinationWork w = work_of(d);
         queued = w.queued_prefill_tokens;
         decoding = w.decoding;
       } else {
@@ -1132,7 +1236,6 @@ class Router {
   std::unique_ptr<std::byte[], RegionsDelete> regions_;  // kShards regions (see Region)
   std::atomic<uint64_t> used_shards_{0};  // bit s: shard s has counted in flight here
   std::unique_ptr<Health[]> health_;
-  std::unique_ptr<WorkCounters[]> work_;      // the token-work ledger; null under the paper's rule
   std::unique_ptr<KeyMemory> memory_;         // the per-key memory; null under the paper's rule
   std::unique_ptr<PrefixMemory> prefixes_;    // the prefix memory; null without one
   std::atomic<double> measured_hit_{0.0};     // SetMeasuredHit
