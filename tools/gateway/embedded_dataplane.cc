@@ -68,7 +68,8 @@ absl::Status EmbeddedDataplane::Start() {
   if (!config_.planner.empty()) {
     CACHEROUTE_ASSIGN_OR_RETURN(
         planner_, PlannerLink::Start(config_, core_.router(), core_.recorder(), core_.evidence(),
-                                     membership_.Names(), membership_.dynamic()));
+                                     membership_.Names(), membership_.dynamic(),
+                                     &core_.key_sizes()));
   } else if (RoutesByTable(config_.policy)) {
     base::LogEvent("warning", "no_planner",
                    {{"detail",

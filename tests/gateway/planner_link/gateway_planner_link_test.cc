@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "cacheroute/v1/admin.grpc.pb.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/key_sizes.h"
 #include "cacheroute/dataplane/random.h"
 #include "support/planner_fixture.h"
 #include "tests/support/eventually.h"
@@ -100,6 +102,85 @@ TEST_CASE("the link opens the table stream and reports rates, the last one at St
   link->Stop();
   CHECK(link->ReporterStats().requests_reported == 2);
   CHECK(f.planner.LastSequence("gw-link") > 0);
+}
+
+// What the gateway knows of a key reaches the planner with its rate: its mean prompt and cached
+// tokens (KeySizes), which a byte-aware plan uses, and where the Router last sent it, where the
+// plan then keeps it (follow_served).
+// A key the Router sends to destination 1 of two (the second), so that a plan that follows where
+// it was sent is told apart from one that fills the first destination first.
+std::string KeySentToSecond(dataplane::Router& router) {
+  dataplane::ManualClock clock;
+  for (int i = 0; i < 64; ++i) {
+    const std::string key = "tenant-" + std::to_string(i);
+    const dataplane::InFlight sent = router.Pick(
+        dataplane::PickRequest{.key_id = dataplane::KeyId(key), .prompt_tokens = 1000},
+        clock.Now());
+    if (sent.destination() == 1) return key;
+  }
+  FAIL("no key went to destination 1");
+  return "";
+}
+
+// The planner's explanation of `key_id`, which must be known.
+v1::ExplainResponse Explain(testing::InProcessPlanner& planner, uint64_t key_id) {
+  auto admin = v1::AdminService::NewStub(planner.NewChannel());
+  grpc::ClientContext context;
+  v1::ExplainRequest request;
+  request.set_key_id(key_id);
+  v1::ExplainResponse explained;
+  const grpc::Status status = admin->Explain(&context, request, &explained);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  REQUIRE(explained.known());
+  return explained;
+}
+
+// What the gateway knows of a key reaches the planner with its rate: where the Router last sent it,
+// where the plan then keeps it (follow_served), and its mean prompt and cached tokens (KeySizes),
+// which a byte-aware plan uses.
+TEST_CASE("reports carry where each key was last sent, and its sizes") {
+  Fixture f;
+  const uint64_t key_id = dataplane::KeyId(KeySentToSecond(f.router));
+  dataplane::KeySizes sizes;
+  for (int i = 0; i < 4; ++i) sizes.Add(key_id, 1000, 600);
+
+  SECTION("served_at: the plan keeps the key where it was sent") {
+    // Algorithm 1 (one destination per key below q_cap; the default spreads a key that carries
+    // the whole fleet's load), with a stickiness that lets the one key stay where it is warm
+    // (without one, a warm destination is kept only while it stays at or under the mean load).
+    service::PlannerConfig config = testing::LoopbackPlannerConfig({"a", "b"});
+    config.algorithm = "cacheroute-paper";
+    config.placement_stickiness = 1;
+    testing::InProcessPlanner planner(config);
+    f.config.planner = {planner.target()};
+    f.recorder.Record(key_id);
+    std::unique_ptr<PlannerLink> link = testing::RequireOk(PlannerLink::Start(
+        f.config, f.router, f.recorder, f.evidence, {"a", "b"}, true, &sizes));
+    REQUIRE(testing::Eventually([&] { return link->ReporterStats().requests_reported == 1; }));
+    planner.Replan();
+    const v1::ExplainResponse explained = Explain(planner, key_id);
+    REQUIRE(explained.admitted());
+    CHECK(std::vector<uint32_t>(explained.destinations().begin(),
+                                explained.destinations().end()) == std::vector<uint32_t>{1});
+    CHECK_FALSE(explained.byte_aware());
+  }
+  SECTION("sizes: a byte-aware plan measures the key") {
+    service::PlannerConfig config = testing::LoopbackPlannerConfig({"a", "b"});
+    config.kv_tokens_per_destination = 100000;
+    testing::InProcessPlanner planner(config);
+    f.config.planner = {planner.target()};
+    for (int i = 0; i < 10; ++i) f.recorder.Record(key_id);
+    std::unique_ptr<PlannerLink> link = testing::RequireOk(PlannerLink::Start(
+        f.config, f.router, f.recorder, f.evidence, {"a", "b"}, true, &sizes));
+    REQUIRE(testing::Eventually([&] { return link->ReporterStats().requests_reported == 10; }));
+    planner.Replan();
+    const v1::ExplainResponse explained = Explain(planner, key_id);
+    CHECK(explained.byte_aware());
+    CHECK(explained.reusable_measured());
+    CHECK(explained.prompt_tokens() == Approx(1000));
+    CHECK(explained.reusable_tokens() == Approx(600));
+  }
 }
 
 TEST_CASE("the table stream's loss and its recovery are logged once each") {

@@ -53,7 +53,7 @@ void LogStreamChange(const dataplane::TableStreamChange& change) {
 absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
     const GatewayConfig& config, dataplane::Router& router, dataplane::RateRecorder& recorder,
     dataplane::EvidenceRecorder& evidence, std::vector<std::string> destinations,
-    bool dynamic_membership) {
+    bool dynamic_membership, const dataplane::KeySizes* sizes) {
   CACHEROUTE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                               PlannerCredentials(config));
   std::unique_ptr<PlannerLink> link(new PlannerLink());
@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
 
   dataplane::TableSubscriberOptions table_options;
   table_options.gateway_id = config.gateway_id;
+  link->names_ = destinations;
   table_options.destinations = std::move(destinations);
   table_options.cache_path = config.table_cache;
   table_options.bearer_token = link->token_;
@@ -84,6 +85,10 @@ absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
   report_options.interval = absl::ToChronoMilliseconds(config.report_interval);
   report_options.bearer_token = link->token_;
   report_options.evidence = &evidence;
+  report_options.annotate = [link = link.get(), &router, sizes](v1::KeyCount& count) {
+    std::lock_guard<std::mutex> lock(link->names_mu_);
+    dataplane::AnnotateKeyCount(count, sizes, &router, link->names_);
+  };
   link->reporter_ = std::make_unique<dataplane::RateReporter>(link->channels_, recorder,
                                                               std::move(report_options));
   if (dataplane::Status s = link->reporter_->Start(); !s.ok) {
@@ -99,6 +104,10 @@ void PlannerLink::Stop() {
 
 absl::Status PlannerLink::Remap(const std::vector<std::string>& names) {
   const dataplane::Status s = subscriber_->SetDestinations(names);
+  if (s.ok) {
+    std::lock_guard<std::mutex> lock(names_mu_);
+    names_ = names;
+  }
   return s.ok ? absl::OkStatus() : absl::InternalError(s.message);
 }
 

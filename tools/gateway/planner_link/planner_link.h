@@ -1,6 +1,7 @@
 // PlannerLink: a front end's connection to cacheroute-planner, as every CacheRoute gateway has
 // it: the TableSubscriber that keeps the Router's table installed, the RateReporter that sends
-// the RateRecorder's per-key rates (and the EvidenceRecorder's rollout evidence) every
+// the RateRecorder's per-key rates (with each key's sizes and where it was last sent, and the
+// EvidenceRecorder's rollout evidence) every
 // report_interval, and SetDestinations reports of a changing membership. One channel serves them
 // all, failing over between the planner replicas (planner_channels.h); the RPCs carry the
 // planner_token_file's bearer token and use TLS when planner_tls_ca_file is set. The table stream's
@@ -21,6 +22,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,7 @@
 #include "cacheroute/dataplane/grpc/planner_channels.h"
 #include "cacheroute/dataplane/grpc/rate_reporter.h"
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
+#include "cacheroute/dataplane/key_sizes.h"
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router.h"
 #include "tools/gateway/gateway_config.h"
@@ -43,12 +46,12 @@ class PlannerLink {
   // Router's destinations named `destinations`; with `dynamic_membership` a table naming a member
   // this gateway lacks is taken without it) and the reporter. InvalidArgument naming the key for
   // a file that cannot be read or is blank, or options the subscriber or reporter refuse.
-  static absl::StatusOr<std::unique_ptr<PlannerLink>> Start(const GatewayConfig& config,
-                                                            dataplane::Router& router,
-                                                            dataplane::RateRecorder& recorder,
-                                                            dataplane::EvidenceRecorder& evidence,
-                                                            std::vector<std::string> destinations,
-                                                            bool dynamic_membership);
+  // Each reported key carries where the Router last sent it (served_at) and, with `sizes`, its
+  // mean prompt and cached tokens (prompt_tokens, reusable_tokens): AnnotateKeyCount.
+  static absl::StatusOr<std::unique_ptr<PlannerLink>> Start(
+      const GatewayConfig& config, dataplane::Router& router, dataplane::RateRecorder& recorder,
+      dataplane::EvidenceRecorder& evidence, std::vector<std::string> destinations,
+      bool dynamic_membership, const dataplane::KeySizes* sizes = nullptr);
   ~PlannerLink() { Stop(); }
   PlannerLink(const PlannerLink&) = delete;
   PlannerLink& operator=(const PlannerLink&) = delete;
@@ -71,6 +74,8 @@ class PlannerLink {
 
   std::shared_ptr<dataplane::PlannerChannels> channels_;
   std::string token_;
+  mutable std::mutex names_mu_;
+  std::vector<std::string> names_;  // the Router's destinations by index, for served_at
   std::unique_ptr<dataplane::TableSubscriber> subscriber_;
   std::unique_ptr<dataplane::RateReporter> reporter_;
 };

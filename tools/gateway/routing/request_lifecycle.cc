@@ -20,6 +20,9 @@ void RequestLifecycle::FirstToken(bool streamed) {
 void RequestLifecycle::Usage(const gateway::Usage& usage) {
   core_->served_hit_.Record(destination(), planned(), usage);
   core_->prompt_estimate_.Observe(prompt_size_, usage.prompt_tokens);
+  if (keyed_ && usage.prompt_tokens > 0) {
+    core_->key_sizes_.Add(key_id_, usage.prompt_tokens, usage.cached_tokens);
+  }
   if (usage.cached_tokens.has_value()) {
     core_->router_.ObserveServed(
         in_flight_.decision(),

@@ -8,7 +8,9 @@
 //                         queued prefill to decoding (InFlight::FirstToken)
 //   Usage(usage)          the answer's usage: served KV hit (ServedHit), evidence tokens, the
 //                         prompt-token estimate's calibration (PromptEstimate::Observe) and,
-//                         with cached tokens, Router::ObserveServed for the request's decision
+//                         with cached tokens, Router::ObserveServed for the request's decision;
+//                         a keyed request's prompt and cached tokens in its key's sizes
+//                         (KeySizes, for the rate reports)
 //   UpstreamDone()        the destination's part is over: releases the in-flight count and
 //                         observes destination_request_duration_seconds (idempotent); call it
 //                         before the last bytes go to the client, who may send the next request
@@ -67,6 +69,7 @@ class RequestLifecycle {
   dataplane::InFlight in_flight_;
   dataplane::Time start_;
   bool keyed_ = false;
+  uint64_t key_id_ = 0;     // the key's id when keyed_
   PromptSize prompt_size_;  // what the body showed of the prompt (for the estimate's calibration)
   bool upstream_done_ = false;
   bool finished_ = false;

@@ -39,7 +39,9 @@ RequestLifecycle RoutingCore::Route(const RoutingInput& input, dataplane::Policy
       policy == nullptr ? router_.Pick(pick, clock_.Now())
                         : router_.Track(policy->Route(pick, router_.loads()), prompt_tokens);
   picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
-  return RequestLifecycle(*this, std::move(in_flight), start, /*keyed=*/true, input.prompt);
+  RequestLifecycle routed(*this, std::move(in_flight), start, /*keyed=*/true, input.prompt);
+  routed.key_id_ = pick.key_id;
+  return routed;
 }
 
 RequestLifecycle RoutingCore::RouteAny(dataplane::Time start) {
@@ -51,9 +53,11 @@ RequestLifecycle RoutingCore::RouteAny(dataplane::Time start) {
 
 RequestLifecycle RoutingCore::Redirect(RequestLifecycle routed, uint32_t d) {
   const dataplane::Reason reason = routed.ok() ? routed.reason() : dataplane::Reason::kPolicy;
-  return RequestLifecycle(*this,
-                          router_.Track({d, false, reason}, routed.in_flight_.prompt_tokens()),
-                          routed.start(), routed.keyed(), routed.prompt_size_);
+  RequestLifecycle redirected(
+      *this, router_.Track({d, false, reason}, routed.in_flight_.prompt_tokens()), routed.start(),
+      routed.keyed(), routed.prompt_size_);
+  redirected.key_id_ = routed.key_id_;
+  return redirected;
 }
 
 bool RoutingCore::AnyUp() const {

@@ -37,6 +37,7 @@
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/evidence_recorder.h"
+#include "cacheroute/dataplane/key_sizes.h"
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/rate_recorder.h"
@@ -86,6 +87,8 @@ class RoutingCore {
   const dataplane::Router& router() const { return router_; }
   dataplane::RateRecorder& recorder() { return recorder_; }
   dataplane::EvidenceRecorder& evidence() { return evidence_; }
+  // Keyed requests' answered prompt and cached tokens (for the rate reports' sizes).
+  const dataplane::KeySizes& key_sizes() const { return key_sizes_; }
   dataplane::Random& random() { return random_; }
   dataplane::Clock& clock() const { return clock_; }
   PromptEstimate& prompt_estimate() { return prompt_estimate_; }
@@ -122,6 +125,7 @@ class RoutingCore {
   dataplane::Router router_;
   dataplane::RateRecorder recorder_;
   dataplane::EvidenceRecorder evidence_;
+  dataplane::KeySizes key_sizes_;
   ServedHit served_hit_;
   PromptEstimate prompt_estimate_;
   std::unique_ptr<DestinationLatency[]> latency_;

@@ -35,13 +35,16 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/grpc/planner_channels.h"
+#include "cacheroute/dataplane/key_sizes.h"
 #include "cacheroute/dataplane/rate_recorder.h"
+#include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/status.h"
 #include "cacheroute/v1/rates.grpc.pb.h"
 
@@ -57,10 +60,38 @@ struct RateReporterOptions {
   std::string bearer_token;
   // When set, each report carries the rollout evidence drained from it (evidence_recorder.h).
   EvidenceRecorder* evidence = nullptr;
+  // When set, called on the reporter thread for each key a report lists (key_id and count set),
+  // to add what the gateway knows of the key: prompt_tokens and reusable_tokens (KeySizes),
+  // served_at (Router::Remembered). What it sets must pass the planner's checks (rates.proto).
+  std::function<void(v1::KeyCount&)> annotate;
   // Wall-clock milliseconds since the Unix epoch, for window times and the first sequence.
   // Injected for tests; the default reads std::chrono::system_clock.
   std::function<int64_t()> now_unix_ms;
 };
+
+// What a gateway that embeds the Router knows of a key a report lists (count set), for
+// RateReporterOptions::annotate: with `sizes`, the key's mean prompt and cached tokens scaled to the
+// count (prompt_tokens, reusable_tokens: cached tokens, a lower bound of the reusable prefix); with
+// `router`, the destination its per-key memory says the key was last sent to, by `names`
+// (served_at). Leaves a field unset when nothing is known.
+inline void AnnotateKeyCount(v1::KeyCount& count, const KeySizes* sizes, const Router* router,
+                             std::span<const std::string> names) {
+  if (sizes != nullptr) {
+    if (const std::optional<KeySize> size = sizes->Get(count.key_id())) {
+      count.set_prompt_tokens(count.count() * size->prompt_tokens);
+      if (size->cached_tokens.has_value()) {
+        count.set_reusable_tokens(
+            std::min(count.prompt_tokens(), count.count() * *size->cached_tokens));
+      }
+    }
+  }
+  if (router != nullptr) {
+    const KeyRecall served = router->Remembered(count.key_id());
+    if (served.known() && served.destination < names.size()) {
+      count.set_served_at(names[served.destination]);
+    }
+  }
+}
 
 struct RateReporterStats {
   uint64_t reports_sent = 0;       // accepted by the planner (duplicates included)
@@ -209,6 +240,7 @@ class RateReporter {
       v1::KeyCount* out = request.add_counts();
       out->set_key_id(k.key_id);
       out->set_count(static_cast<double>(k.count));
+      if (options_.annotate) options_.annotate(*out);
     }
     request.set_other_count(static_cast<double>(snapshot.other_count));
     if (evidence.has_value()) {
