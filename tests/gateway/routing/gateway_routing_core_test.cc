@@ -241,6 +241,36 @@ TEST_CASE("block hashes reach the Router: new keys with a known prefix go where 
   }
 }
 
+// The rate reports' sizes: a keyed request's prompt is compared with its key's previous one by
+// block hashes (reusable tokens) and its answer gives the prompt and cached tokens (KeySizes).
+TEST_CASE("keyed requests measure their key's sizes for the rate reports") {
+  Fixture f;
+  const uint64_t key_id = dataplane::KeyId("tenant-s");
+  // 40 blocks of 16 tokens (640 tokens); the next turn shares the first 25.
+  std::vector<uint64_t> hashes(40);
+  for (size_t b = 0; b < hashes.size(); ++b) hashes[b] = 1000 + b;
+  RoutingInput input{.key = "tenant-s", .prompt = {.text_bytes = 40 * 64}, .block_hashes = hashes};
+  RequestLifecycle first = f.core.Route(input, nullptr, f.clock.Now());
+  CHECK_FALSE(f.core.key_sizes().Get(key_id).has_value());  // nothing compared or answered yet
+  first.Usage({.prompt_tokens = 640, .cached_tokens = 0});
+  first.UpstreamDone();
+  for (size_t b = 25; b < hashes.size(); ++b) input.block_hashes[b] = 5000 + b;
+  RequestLifecycle second = f.core.Route(input, nullptr, f.clock.Now());
+  second.Usage({.prompt_tokens = 640, .cached_tokens = 384});
+  second.UpstreamDone();
+  const std::optional<dataplane::KeySize> size = f.core.key_sizes().Get(key_id);
+  REQUIRE(size.has_value());
+  CHECK(size->prompt_tokens == 640);
+  REQUIRE(size->reusable_tokens.has_value());
+  CHECK(*size->reusable_tokens == 25 * 16);  // block 24 is a grid position: exact here
+  // A request without a key measures nothing.
+  RequestLifecycle none = f.core.Route(RoutingInput{.key = std::nullopt, .prompt = {},
+                                                    .block_hashes = hashes},
+                                       nullptr, f.clock.Now());
+  none.UpstreamDone();
+  CHECK(f.core.key_sizes().Get(key_id)->answers == 2);
+}
+
 TEST_CASE("Finish: a keyed request's evidence while the table has a rollout, once") {
   Fixture f;
   SECTION("no rollout: no evidence") {

@@ -35,6 +35,7 @@ RequestLifecycle RoutingCore::Route(const RoutingInput& input, dataplane::Policy
                                     .prompt_tokens = prompt_tokens,
                                     .block_hashes = input.block_hashes};
   recorder_.Record(pick.key_id);
+  key_sizes_.ObservePrompt(pick.key_id, input.block_hashes, prompt_tokens);
   dataplane::InFlight in_flight =
       policy == nullptr ? router_.Pick(pick, clock_.Now())
                         : router_.Track(policy->Route(pick, router_.loads()), prompt_tokens);

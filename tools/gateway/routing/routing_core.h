@@ -87,7 +87,8 @@ class RoutingCore {
   const dataplane::Router& router() const { return router_; }
   dataplane::RateRecorder& recorder() { return recorder_; }
   dataplane::EvidenceRecorder& evidence() { return evidence_; }
-  // Keyed requests' answered prompt and cached tokens (for the rate reports' sizes).
+  // Keyed requests' prompts (block hashes) and answered prompt and cached tokens, for the rate
+  // reports' sizes.
   const dataplane::KeySizes& key_sizes() const { return key_sizes_; }
   dataplane::Random& random() { return random_; }
   dataplane::Clock& clock() const { return clock_; }

@@ -70,18 +70,22 @@ struct RateReporterOptions {
 };
 
 // What a gateway that embeds the Router knows of a key a report lists (count set), for
-// RateReporterOptions::annotate: with `sizes`, the key's mean prompt and cached tokens scaled to the
-// count (prompt_tokens, reusable_tokens: cached tokens, a lower bound of the reusable prefix); with
+// RateReporterOptions::annotate: with `sizes`, the key's means scaled to the count: prompt_tokens,
+// and reusable_tokens from the prompts' block hashes (KeySizes::ObservePrompt) or, where none were
+// compared, from the cached tokens (a lower bound of the reusable prefix); with
 // `router`, the destination its per-key memory says the key was last sent to, by `names`
 // (served_at). Leaves a field unset when nothing is known.
 inline void AnnotateKeyCount(v1::KeyCount& count, const KeySizes* sizes, const Router* router,
                              std::span<const std::string> names) {
   if (sizes != nullptr) {
     if (const std::optional<KeySize> size = sizes->Get(count.key_id())) {
-      count.set_prompt_tokens(count.count() * size->prompt_tokens);
-      if (size->cached_tokens.has_value()) {
-        count.set_reusable_tokens(
-            std::min(count.prompt_tokens(), count.count() * *size->cached_tokens));
+      const std::optional<double> reusable =
+          size->reusable_tokens.has_value() ? size->reusable_tokens : size->cached_tokens;
+      if (size->answers > 0) {
+        count.set_prompt_tokens(count.count() * size->prompt_tokens);
+        if (reusable.has_value()) {
+          count.set_reusable_tokens(std::min(count.prompt_tokens(), count.count() * *reusable));
+        }
       }
     }
   }
