@@ -67,9 +67,9 @@ absl::Status EmbeddedDataplane::Start() {
   if (absl::Status s = membership_.Apply(initial); !s.ok()) return s;
   if (!config_.planner.empty()) {
     CACHEROUTE_ASSIGN_OR_RETURN(
-        planner_, PlannerLink::Start(config_, core_.router(), core_.recorder(), core_.evidence(),
-                                     membership_.Names(), membership_.dynamic(),
-                                     &core_.key_sizes()));
+        planner_,
+        PlannerLink::Start(config_, core_.router(), core_.recorder(), core_.evidence(),
+                           membership_.Names(), membership_.dynamic(), &core_.key_sizes()));
   } else if (RoutesByTable(config_.policy)) {
     base::LogEvent("warning", "no_planner",
                    {{"detail",

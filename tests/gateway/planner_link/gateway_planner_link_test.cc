@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "cacheroute/v1/admin.grpc.pb.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/key_sizes.h"
 #include "cacheroute/dataplane/random.h"
+#include "cacheroute/v1/admin.grpc.pb.h"
 #include "support/planner_fixture.h"
 #include "tests/support/eventually.h"
 #include "tests/support/planner_config.h"
@@ -113,9 +113,9 @@ std::string KeySentToSecond(dataplane::Router& router) {
   dataplane::ManualClock clock;
   for (int i = 0; i < 64; ++i) {
     const std::string key = "tenant-" + std::to_string(i);
-    const dataplane::InFlight sent = router.Pick(
-        dataplane::PickRequest{.key_id = dataplane::KeyId(key), .prompt_tokens = 1000},
-        clock.Now());
+    const dataplane::InFlight sent =
+        router.Pick(dataplane::PickRequest{.key_id = dataplane::KeyId(key), .prompt_tokens = 1000},
+                    clock.Now());
     if (sent.destination() == 1) return key;
   }
   FAIL("no key went to destination 1");
@@ -155,14 +155,14 @@ TEST_CASE("reports carry where each key was last sent, and its sizes") {
     testing::InProcessPlanner planner(config);
     f.config.planner = {planner.target()};
     f.recorder.Record(key_id);
-    std::unique_ptr<PlannerLink> link = testing::RequireOk(PlannerLink::Start(
-        f.config, f.router, f.recorder, f.evidence, {"a", "b"}, true, &sizes));
+    std::unique_ptr<PlannerLink> link = testing::RequireOk(
+        PlannerLink::Start(f.config, f.router, f.recorder, f.evidence, {"a", "b"}, true, &sizes));
     REQUIRE(testing::Eventually([&] { return link->ReporterStats().requests_reported == 1; }));
     planner.Replan();
     const v1::ExplainResponse explained = Explain(planner, key_id);
     REQUIRE(explained.admitted());
-    CHECK(std::vector<uint32_t>(explained.destinations().begin(),
-                                explained.destinations().end()) == std::vector<uint32_t>{1});
+    CHECK(std::vector<uint32_t>(explained.destinations().begin(), explained.destinations().end()) ==
+          std::vector<uint32_t>{1});
     CHECK_FALSE(explained.byte_aware());
   }
   SECTION("sizes: a byte-aware plan measures the key") {
@@ -171,8 +171,8 @@ TEST_CASE("reports carry where each key was last sent, and its sizes") {
     testing::InProcessPlanner planner(config);
     f.config.planner = {planner.target()};
     for (int i = 0; i < 10; ++i) f.recorder.Record(key_id);
-    std::unique_ptr<PlannerLink> link = testing::RequireOk(PlannerLink::Start(
-        f.config, f.router, f.recorder, f.evidence, {"a", "b"}, true, &sizes));
+    std::unique_ptr<PlannerLink> link = testing::RequireOk(
+        PlannerLink::Start(f.config, f.router, f.recorder, f.evidence, {"a", "b"}, true, &sizes));
     REQUIRE(testing::Eventually([&] { return link->ReporterStats().requests_reported == 10; }));
     planner.Replan();
     const v1::ExplainResponse explained = Explain(planner, key_id);

@@ -192,8 +192,9 @@ TEST_CASE("a pick queues its estimated prompt; FirstToken moves it to decoding")
 TEST_CASE("a request without a key, or redirected, is queued with its prompt too") {
   Fixture f;
   const dataplane::LoadView& loads = f.core.router().loads();
-  RequestLifecycle none =
-      f.core.Route(RoutingInput{.key = std::nullopt, .prompt = {.text_bytes = 800}, .block_hashes = {}}, nullptr, f.clock.Now());
+  RequestLifecycle none = f.core.Route(
+      RoutingInput{.key = std::nullopt, .prompt = {.text_bytes = 800}, .block_hashes = {}}, nullptr,
+      f.clock.Now());
   CHECK_FALSE(none.keyed());
   CHECK(loads.Work(none.destination()).queued_prefill_tokens == 200);
   none.UpstreamDone();
@@ -264,9 +265,9 @@ TEST_CASE("keyed requests measure their key's sizes for the rate reports") {
   REQUIRE(size->reusable_tokens.has_value());
   CHECK(*size->reusable_tokens == 25 * 16);  // block 24 is a grid position: exact here
   // A request without a key measures nothing.
-  RequestLifecycle none = f.core.Route(RoutingInput{.key = std::nullopt, .prompt = {},
-                                                    .block_hashes = hashes},
-                                       nullptr, f.clock.Now());
+  RequestLifecycle none =
+      f.core.Route(RoutingInput{.key = std::nullopt, .prompt = {}, .block_hashes = hashes}, nullptr,
+                   f.clock.Now());
   none.UpstreamDone();
   CHECK(f.core.key_sizes().Get(key_id)->answers == 2);
 }

@@ -20,8 +20,8 @@ void RequestLifecycle::FirstToken(bool streamed) {
 void RequestLifecycle::Usage(const gateway::Usage& usage) {
   core_->served_hit_.Record(destination(), planned(), usage);
   core_->prompt_estimate_.Observe(prompt_size_, usage.prompt_tokens);
-  if (keyed_ && usage.prompt_tokens > 0) {
-    core_->key_sizes_.Add(key_id_, usage.prompt_tokens, usage.cached_tokens);
+  if (key_id_.has_value() && usage.prompt_tokens > 0) {
+    core_->key_sizes_.Add(*key_id_, usage.prompt_tokens, usage.cached_tokens);
   }
   if (usage.cached_tokens.has_value()) {
     core_->router_.ObserveServed(
@@ -40,7 +40,7 @@ void RequestLifecycle::UpstreamDone() {
 }
 
 void RequestLifecycle::Finish(int status) {
-  if (finished_ || !keyed_) return;
+  if (finished_ || !keyed()) return;
   finished_ = true;
   const double table_fraction = core_->router_.table_fraction();
   if (table_fraction >= 1) return;  // no rollout: no evidence to gather

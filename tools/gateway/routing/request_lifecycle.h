@@ -45,7 +45,7 @@ class RequestLifecycle {
   bool planned() const { return in_flight_.planned(); }
   dataplane::Reason reason() const { return in_flight_.reason(); }
   // Whether the request had a routing key (only keyed requests count as rates and evidence).
-  bool keyed() const { return keyed_; }
+  bool keyed() const { return key_id_.has_value(); }
   dataplane::Time start() const { return start_; }
   // The prompt tokens the request was routed with (estimated; 0: unknown).
   uint32_t prompt_tokens() const { return in_flight_.prompt_tokens(); }
@@ -58,18 +58,17 @@ class RequestLifecycle {
  private:
   friend class RoutingCore;
   RequestLifecycle(RoutingCore& core, dataplane::InFlight in_flight, dataplane::Time start,
-                   bool keyed, PromptSize prompt_size)
+                   std::optional<uint64_t> key_id, PromptSize prompt_size)
       : core_(&core),
         in_flight_(std::move(in_flight)),
         start_(start),
-        keyed_(keyed),
+        key_id_(key_id),
         prompt_size_(prompt_size) {}
 
   RoutingCore* core_;
   dataplane::InFlight in_flight_;
   dataplane::Time start_;
-  bool keyed_ = false;
-  uint64_t key_id_ = 0;     // the key's id when keyed_
+  std::optional<uint64_t> key_id_;  // the routing key's id; none for a request without a key
   PromptSize prompt_size_;  // what the body showed of the prompt (for the estimate's calibration)
   bool upstream_done_ = false;
   bool finished_ = false;

@@ -29,7 +29,7 @@ RequestLifecycle RoutingCore::Route(const RoutingInput& input, dataplane::Policy
                             router_.Track({dataplane::PowerOfTwoChoices(router_.loads(), random_),
                                            false, dataplane::Reason::kPolicy},
                                           prompt_tokens),
-                            start, /*keyed=*/false, input.prompt);
+                            start, /*key_id=*/std::nullopt, input.prompt);
   }
   const dataplane::PickRequest pick{.key_id = dataplane::KeyId(*input.key),
                                     .prompt_tokens = prompt_tokens,
@@ -40,25 +40,21 @@ RequestLifecycle RoutingCore::Route(const RoutingInput& input, dataplane::Policy
       policy == nullptr ? router_.Pick(pick, clock_.Now())
                         : router_.Track(policy->Route(pick, router_.loads()), prompt_tokens);
   picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
-  RequestLifecycle routed(*this, std::move(in_flight), start, /*keyed=*/true, input.prompt);
-  routed.key_id_ = pick.key_id;
-  return routed;
+  return RequestLifecycle(*this, std::move(in_flight), start, pick.key_id, input.prompt);
 }
 
 RequestLifecycle RoutingCore::RouteAny(dataplane::Time start) {
   return RequestLifecycle(*this,
                           router_.Track({dataplane::RandomUpDestination(router_.loads(), random_),
                                          false, dataplane::Reason::kPolicy}),
-                          start, /*keyed=*/false, {});
+                          start, /*key_id=*/std::nullopt, {});
 }
 
 RequestLifecycle RoutingCore::Redirect(RequestLifecycle routed, uint32_t d) {
   const dataplane::Reason reason = routed.ok() ? routed.reason() : dataplane::Reason::kPolicy;
-  RequestLifecycle redirected(
-      *this, router_.Track({d, false, reason}, routed.in_flight_.prompt_tokens()), routed.start(),
-      routed.keyed(), routed.prompt_size_);
-  redirected.key_id_ = routed.key_id_;
-  return redirected;
+  return RequestLifecycle(*this,
+                          router_.Track({d, false, reason}, routed.in_flight_.prompt_tokens()),
+                          routed.start(), routed.key_id_, routed.prompt_size_);
 }
 
 bool RoutingCore::AnyUp() const {

@@ -17,7 +17,7 @@
 //   KeySizes sizes(/*capacity_log2=*/13);                          // 8,192 keys, 4 MiB
 //   sizes.ObservePrompt(key_id, block_hashes, prompt_tokens);      // each routed request
 //   sizes.Add(key_id, usage.prompt_tokens, usage.cached_tokens);   // each answered request
-//   if (std::optional<KeySize> s = sizes.Get(key_id)) { /* s->prompt_tokens, s->reusable_tokens */ }
+//   std::optional<KeySize> s = sizes.Get(key_id);                  // its means, if any
 #pragma once
 
 #include <algorithm>
@@ -34,10 +34,10 @@
 namespace cacheroute::dataplane {
 
 struct KeySize {
-  double prompt_tokens = 0;             // mean over the key's answers
-  std::optional<double> cached_tokens;  // mean over its answers that reported them
+  double prompt_tokens = 0;               // mean over the key's answers
+  std::optional<double> cached_tokens;    // mean over its answers that reported them
   std::optional<double> reusable_tokens;  // mean shared with the previous prompt (ObservePrompt)
-  uint64_t answers = 0;                 // answers counted since the key took its entry
+  uint64_t answers = 0;                   // answers counted since the key took its entry
 };
 
 class KeySizes {
@@ -99,8 +99,8 @@ class KeySizes {
       const uint64_t shared_tokens =
           lo == 0 ? 0 : (PrefixMemory::GridBlock(lo - 1) + 1) * PrefixMemory::kBlockTokens;
       const auto reusable = static_cast<double>(std::min(shared_tokens, prompt_tokens));
-      e.reusable = e.reusable_observed == 0 ? reusable
-                                            : e.reusable + kWeight * (reusable - e.reusable);
+      e.reusable =
+          e.reusable_observed == 0 ? reusable : e.reusable + kWeight * (reusable - e.reusable);
       ++e.reusable_observed;
     }
     for (uint32_t i = 0; i < n; ++i) e.grid[i] = block_hashes[PrefixMemory::GridBlock(i)];

@@ -682,8 +682,8 @@ class Router {
   // The ledger of `d` as the thread owning `thread_shard` sees it (without active tokens, which
   // the Router does not keep): its own shard live, the others' cached, as InFlightSeen. A read
   // counts in the view tick unless `count` is false (a Pick counts its reads once).
-  CACHEROUTE_HOT_INLINE DestinationWork WorkSeen(const router_internal::ThreadShard& thread_shard, uint32_t d,
-                           bool count = true) {
+  CACHEROUTE_HOT_INLINE DestinationWork WorkSeen(const router_internal::ThreadShard& thread_shard,
+                                                 uint32_t d, bool count = true) {
     if (!token_work()) return {};
     const uint32_t s = thread_shard.index();
     const uint32_t group = d / kGroupSize;
@@ -701,8 +701,8 @@ class Router {
     if (!token_work()) return {};
     const uint32_t s = thread_shard.index();
     Shard& shard = ShardAt(s);
-    const uint32_t now_tick = count ? CountViewRead(thread_shard)
-                                    : shard.view_tick.load(std::memory_order_relaxed);
+    const uint32_t now_tick =
+        count ? CountViewRead(thread_shard) : shard.view_tick.load(std::memory_order_relaxed);
     if (now_tick - shard.prefilling_tick.load(std::memory_order_relaxed) >= kViewTicks) {
       int32_t others = 0;
       const uint64_t exclude = uint64_t{1} << s;
@@ -845,11 +845,11 @@ class Router {
 
   // Counts one view read in this thread's tick (unless `count` is false) and returns its view of
   // `group`, re-read first when kViewTicks reads have passed since it was.
-  CACHEROUTE_HOT_INLINE const ViewBlock& CurrentView(const router_internal::ThreadShard& thread_shard, uint32_t group,
-                               bool count = true) {
+  CACHEROUTE_HOT_INLINE const ViewBlock& CurrentView(
+      const router_internal::ThreadShard& thread_shard, uint32_t group, bool count = true) {
     const uint32_t s = thread_shard.index();
-    const uint32_t now_tick = count ? CountViewRead(thread_shard)
-                                    : ShardAt(s).view_tick.load(std::memory_order_relaxed);
+    const uint32_t now_tick =
+        count ? CountViewRead(thread_shard) : ShardAt(s).view_tick.load(std::memory_order_relaxed);
     const ViewBlock& view = ViewAt(s, group);
     if (now_tick - view.tick.load(std::memory_order_relaxed) >= kViewTicks) {
       RefreshView(s, group, now_tick);
@@ -866,8 +866,9 @@ class Router {
   }
 
   // Re-reads shard `s`'s view of one group of destinations from the other used shards, releases
-  // before picks as in SumInFlight, and with the ledger the sums of their ledger words. (In the shared shard two threads may refresh at once: each
-  // stores a valid sum, so the view holds one of them per destination.)
+  // before picks as in SumInFlight, and with the ledger the sums of their ledger words. (In the
+  // shared shard two threads may refresh at once: each stores a valid sum, so the view holds one of
+  // them per destination.)
   void RefreshView(uint32_t s, uint32_t group, uint32_t now_tick) {
     const uint32_t first = group * kGroupSize;
     const uint32_t n = std::min(kGroupSize, capacity_ - first);
@@ -1113,12 +1114,11 @@ class Router {
     // Every uncached token also delays the requests waiting for their first token, wherever it
     // is added: the fleet's mean count of them per destination.
     double fleet_prefilling = 0;
-    if constexpr (kOwnView) {
-      fleet_prefilling = FleetWorkSeen(thread_shard, /*count=*/false).prefilling;
-    } else {
-      if (has_work) fleet_prefilling = loads.FleetWork().prefilling;
+    if (has_work) {
+      fleet_prefilling = kOwnView ? FleetWorkSeen(thread_shard, /*count=*/false).prefilling
+                                  : loads.FleetWork().prefilling;
     }
-    const double waiting = has_work ? fleet_prefilling / std::max(1u, n) : 0;
+    const double waiting = fleet_prefilling / std::max(1u, n);
     const double base = 1 + options_.dispatch.queue_stall * waiting;
     const double gamma = options_.dispatch.decode_stall;
 
