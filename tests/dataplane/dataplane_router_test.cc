@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <cmath>
-#include <set>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <memory>
+#include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -300,6 +301,95 @@ TEST_CASE("Token work: a waiting fleet makes a warm destination worth more", "[r
     plain_held.push_back(plain.Track({plain_warm, false, Reason::kPolicy, false, 500}, 500));
   }
   CHECK(plain.Pick(request, clock.Now()).destination() != plain_warm);
+}
+
+// A LoadView set by hand, with the token-work signals.
+class WorkView final : public LoadView {
+ public:
+  explicit WorkView(uint32_t n) : work(n), up(n, true) {}
+  uint32_t size() const override { return static_cast<uint32_t>(work.size()); }
+  double Load(uint32_t d) const override { return work[d].prefilling + work[d].decoding; }
+  bool Up(uint32_t d) const override { return up[d]; }
+  bool HasWork() const override { return true; }
+  DestinationWork Work(uint32_t d) const override { return work[d]; }
+  std::vector<DestinationWork> work;
+  std::vector<bool> up;
+};
+
+TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet is loaded",
+          "[router]") {
+  // Eight destinations, so that every one is a candidate and the cheapest is known here: planned
+  // members and the remembered destination expect the key's previous prompt cached, the others
+  // nothing (no template measured). Idle destinations tie at the cold cost, so the check is on
+  // the cost, and the trials mix idle and loaded destinations, warm ones cheaper or dearer than
+  // any cold one (the cases where the rule may skip costing a candidate and where it may not).
+  SeededRandom random(21);
+  ManualClock clock;
+  DispatchOptions options;  // γ and β as shipped
+  constexpr uint32_t kN = 8;
+  Router router({.destination_count = kN, .dispatch = options}, random);
+  std::vector<TableEntry> entries;
+  for (int k = 0; k < 100; ++k) {
+    entries.push_back({KeyId("planned-" + std::to_string(k)),
+                       {static_cast<uint32_t>(k % kN), static_cast<uint32_t>((k + 3) % kN)}});
+  }
+  REQUIRE(router.Install(MakeTable({1, 1}, kN, entries), clock.Now()).ok);
+  std::mt19937_64 rng(5);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  int skipped_cases = 0, moved = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const bool planned = trial % 3 == 0;
+    const uint64_t key =
+        planned ? entries[trial % entries.size()].key_id : KeyId("tail-" + std::to_string(trial));
+    const uint32_t previous = 200 + static_cast<uint32_t>(uniform(0, 4000));
+    WorkView idle(kN);
+    const uint32_t remembered =
+        router.Decide({.key_id = key, .prompt_tokens = previous}, idle, clock.Now()).destination;
+    REQUIRE(remembered < kN);
+    WorkView view(kN);
+    double prefilling = 0;
+    for (uint32_t d = 0; d < kN; ++d) {
+      if (uniform(0, 1) < 0.4) continue;  // idle
+      view.work[d].queued_prefill_tokens = std::floor(uniform(0, 6000));
+      view.work[d].prefilling = std::floor(uniform(0, 4));
+      view.work[d].decoding = std::floor(uniform(0, 40));
+      prefilling += view.work[d].prefilling;
+    }
+    if (uniform(0, 1) < 0.1) view.up[static_cast<uint32_t>(uniform(0, kN))] = false;
+    const uint32_t prompt = 100 + static_cast<uint32_t>(uniform(0, 5000));
+    const Decision decision =
+        router.Decide({.key_id = key, .prompt_tokens = prompt}, view, clock.Now());
+    REQUIRE(decision.destination < kN);
+    REQUIRE(view.up[decision.destination]);
+
+    const DestinationSet set = router.table()->Find(key);
+    const double base = 1 + options.queue_stall * prefilling / kN;
+    const double warm_cached = std::min(prompt, previous);
+    auto cost = [&](uint32_t d) {
+      const bool warm = d == remembered || std::find(set.begin(), set.end(), d) != set.end();
+      const double cached = warm ? warm_cached : 0.0;
+      return view.work[d].queued_prefill_tokens +
+             (base + options.decode_stall * view.work[d].decoding) * (prompt - cached);
+    };
+    double cheapest = std::numeric_limits<double>::infinity();
+    double cheapest_cold = std::numeric_limits<double>::infinity();
+    for (uint32_t d = 0; d < kN; ++d) {
+      if (!view.up[d]) continue;
+      cheapest = std::min(cheapest, cost(d));
+      const bool warm = d == remembered || std::find(set.begin(), set.end(), d) != set.end();
+      if (!warm) cheapest_cold = std::min(cheapest_cold, cost(d));
+    }
+    INFO("trial " << trial << ", chosen " << decision.destination << ", remembered " << remembered);
+    CHECK(cost(decision.destination) == Approx(cheapest).epsilon(1e-12));
+    if (view.up[remembered] && cost(remembered) <= base * prompt) ++skipped_cases;
+    if (cheapest_cold < cost(remembered)) ++moved;
+  }
+  // Both kinds of case occurred: a warm destination no cold one could undercut, and one that a
+  // cold destination did.
+  CHECK(skipped_cases > 100);
+  CHECK(moved > 100);
 }
 
 TEST_CASE("Token work: a remembered destination is cold after its turnover", "[router]") {

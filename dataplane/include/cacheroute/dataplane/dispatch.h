@@ -40,7 +40,8 @@ struct PickRequest {
 };
 
 // The work waiting at one destination, in the currency of prefill: what a gateway sees of its own
-// requests there (docs/dispatch.md, "Signals").
+// requests there (docs/dispatch.md, "Signals"). Every field is ≥ 0 (the token-work rule relies on
+// it to skip candidates that cannot win).
 struct DestinationWork {
   // Σ of the expected uncached prompt tokens of requests sent whose first token has not arrived.
   double queued_prefill_tokens = 0;

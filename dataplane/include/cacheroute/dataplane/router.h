@@ -30,6 +30,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -1128,11 +1129,31 @@ class Router {
       double cached = 0;
       CacheExpectation expected = CacheExpectation::kTemplate;
     } best;
+    // A candidate with no warm credit (not planned, remembered or the prefix's) expects only the
+    // template cached, so with nothing queued or decoding there it costs `cold_floor`, and more
+    // otherwise. Once the best so far costs no more than that, such a candidate cannot win (ties
+    // keep the first) and is not costed: the decision is the one costing every candidate gives,
+    // for a fraction of the work whenever a warm candidate is not overloaded.
+    // (It needs the signals ≥ 0, as DestinationWork's are, and γ ≥ 0.)
+    const double cold_floor = base * (prompt - shared);
+    const bool may_skip = has_work && gamma >= 0;
+    // Each destination is costed once (of the first 64; a second costing could not win either).
+    uint64_t costed = 0;
     auto consider = [&](uint32_t d) {
+      if (d < 64) {
+        if ((costed >> d & 1) != 0) return;
+        costed |= uint64_t{1} << d;
+      }
+      const bool key_warm = d == remembered || in_set(d);
+      const bool skip = may_skip && best.destination != kNoDestination && best.cost <= cold_floor &&
+                        !key_warm && d != prefix.destination;
+#ifdef NDEBUG
+      if (skip) return;
+#endif
       if (!Usable(loads, d)) return;
       double cached = shared;
       CacheExpectation expected = CacheExpectation::kTemplate;
-      if ((d == remembered || in_set(d)) && key_cached > cached) {
+      if (key_warm && key_cached > cached) {
         cached = key_cached;
         expected = CacheExpectation::kKey;
       }
@@ -1150,6 +1171,9 @@ class Router {
         decoding = 0;
       }
       const double cost = queued + (base + gamma * decoding) * (prompt - cached);
+      // Builds with assertions cost a skipped candidate anyway and check that it could not win.
+      assert(!skip || !(cost < best.cost));
+      if (skip) return;
       if (best.destination == kNoDestination || cost < best.cost) {
         best = {d, cost, cached, expected};
       }
