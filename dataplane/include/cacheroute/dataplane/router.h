@@ -1139,27 +1139,16 @@ class Router {
     const bool may_skip = has_work && gamma >= 0;
     // Each destination is costed once (of the first 64; a second costing could not win either).
     uint64_t costed = 0;
-    auto consider = [&](uint32_t d) {
-      if (d < 64) {
-        if ((costed >> d & 1) != 0) return;
-        costed |= uint64_t{1} << d;
+    // Candidate d's expected cached tokens and cost.
+    auto cost_of = [&](uint32_t d, bool key_warm) {
+      Best c{d, 0, shared, CacheExpectation::kTemplate};
+      if (key_warm && key_cached > c.cached) {
+        c.cached = key_cached;
+        c.expected = CacheExpectation::kKey;
       }
-      const bool key_warm = d == remembered || in_set(d);
-      const bool skip = may_skip && best.destination != kNoDestination && best.cost <= cold_floor &&
-                        !key_warm && d != prefix.destination;
-#ifdef NDEBUG
-      if (skip) return;
-#endif
-      if (!Usable(loads, d)) return;
-      double cached = shared;
-      CacheExpectation expected = CacheExpectation::kTemplate;
-      if (key_warm && key_cached > cached) {
-        cached = key_cached;
-        expected = CacheExpectation::kKey;
-      }
-      if (d == prefix.destination && prefix_cached > cached) {
-        cached = prefix_cached;
-        expected = CacheExpectation::kPrefix;
+      if (d == prefix.destination && prefix_cached > c.cached) {
+        c.cached = prefix_cached;
+        c.expected = CacheExpectation::kPrefix;
       }
       double queued, decoding;
       if (has_work) {
@@ -1170,13 +1159,24 @@ class Router {
         queued = loads.Load(d) * request_tokens;
         decoding = 0;
       }
-      const double cost = queued + (base + gamma * decoding) * (prompt - cached);
-      // Builds with assertions cost a skipped candidate anyway and check that it could not win.
-      assert(!skip || !(cost < best.cost));
-      if (skip) return;
-      if (best.destination == kNoDestination || cost < best.cost) {
-        best = {d, cost, cached, expected};
+      c.cost = queued + (base + gamma * decoding) * (prompt - c.cached);
+      return c;
+    };
+    auto consider = [&](uint32_t d) {
+      if (d < 64) {
+        if ((costed >> d & 1) != 0) return;
+        costed |= uint64_t{1} << d;
       }
+      const bool key_warm = d == remembered || in_set(d);
+      if (may_skip && best.destination != kNoDestination && best.cost <= cold_floor && !key_warm &&
+          d != prefix.destination) {
+        // Builds with assertions cost it anyway and check that it could not have won.
+        assert(!Usable(loads, d) || !(cost_of(d, key_warm).cost < best.cost));
+        return;
+      }
+      if (!Usable(loads, d)) return;
+      const Best c = cost_of(d, key_warm);
+      if (best.destination == kNoDestination || c.cost < best.cost) best = c;
     };
     // Warm candidates first, so that they win ties: the plan is the prior.
     bool set_up = false;
