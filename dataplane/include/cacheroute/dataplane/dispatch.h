@@ -173,14 +173,13 @@ bool Usable(const View& loads, uint32_t d) {
   return d < loads.size() && loads.Up(d);
 }
 
-// A uniformly random up destination other than `exclude`, or kNoDestination. Rejection sampling
-// first (cheap when most of the fleet is up), then a scan from a random start so a mostly-down
-// fleet still terminates.
-template <typename View = LoadView>
-uint32_t RandomUpDestination(const View& loads, Random& random, uint32_t exclude = kNoDestination) {
+namespace dispatch_internal {
+// RandomUpDestination after its first draw missed: seven more draws, then a scan from a random
+// start so a mostly-down fleet still terminates.
+template <typename View>
+uint32_t RandomUpAfterMiss(const View& loads, Random& random, uint32_t exclude) {
   const uint32_t n = loads.size();
-  if (n == 0) return kNoDestination;
-  for (int attempt = 0; attempt < 8; ++attempt) {
+  for (int attempt = 1; attempt < 8; ++attempt) {
     uint32_t d = UniformIndex(random, n);
     if (d != exclude && loads.Up(d)) return d;
   }
@@ -190,6 +189,20 @@ uint32_t RandomUpDestination(const View& loads, Random& random, uint32_t exclude
     if (d != exclude && loads.Up(d)) return d;
   }
   return kNoDestination;
+}
+}  // namespace dispatch_internal
+
+// A uniformly random up destination other than `exclude`, or kNoDestination. Rejection sampling
+// first (eight draws; cheap when most of the fleet is up), then a scan from a random start so a
+// mostly-down fleet still terminates. The first draw is inline: it is the request path's case.
+template <typename View = LoadView>
+inline uint32_t RandomUpDestination(const View& loads, Random& random,
+                                    uint32_t exclude = kNoDestination) {
+  const uint32_t n = loads.size();
+  if (n == 0) return kNoDestination;
+  const uint32_t d = UniformIndex(random, n);
+  if (d != exclude && loads.Up(d)) return d;
+  return dispatch_internal::RandomUpAfterMiss(loads, random, exclude);
 }
 
 // Power of two choices: two distinct random up destinations, the lighter one wins (the first on a

@@ -56,8 +56,10 @@
 // The request path's small helpers are inlined where the compiler allows forcing it.
 #if defined(__GNUC__) || defined(__clang__)
 #define CACHEROUTE_HOT_INLINE __attribute__((always_inline)) inline
+#define CACHEROUTE_HOT_LAMBDA __attribute__((always_inline))
 #else
 #define CACHEROUTE_HOT_INLINE inline
+#define CACHEROUTE_HOT_LAMBDA
 #endif
 
 namespace cacheroute::dataplane {
@@ -1070,7 +1072,7 @@ class Router {
     // Through the Router's own view, the ledger is read directly, as one view read per decision.
     constexpr bool kOwnView = std::is_same_v<View, Loads>;
     if constexpr (kOwnView) CountViewRead(thread_shard);
-    auto work_of = [&](uint32_t d) {
+    auto work_of = [&](uint32_t d) CACHEROUTE_HOT_LAMBDA {
       if constexpr (kOwnView) {
         return WorkSeen(thread_shard, d, /*count=*/false);
       } else {
@@ -1140,7 +1142,7 @@ class Router {
     // Each destination is costed once (of the first 64; a second costing could not win either).
     uint64_t costed = 0;
     // Candidate d's expected cached tokens and cost.
-    auto cost_of = [&](uint32_t d, bool key_warm) {
+    auto cost_of = [&](uint32_t d, bool key_warm) CACHEROUTE_HOT_LAMBDA {
       Best c{d, 0, shared, CacheExpectation::kTemplate};
       if (key_warm && key_cached > c.cached) {
         c.cached = key_cached;
@@ -1162,7 +1164,7 @@ class Router {
       c.cost = queued + (base + gamma * decoding) * (prompt - c.cached);
       return c;
     };
-    auto consider = [&](uint32_t d) {
+    auto consider = [&](uint32_t d) CACHEROUTE_HOT_LAMBDA {
       if (d < 64) {
         if ((costed >> d & 1) != 0) return;
         costed |= uint64_t{1} << d;
