@@ -303,6 +303,36 @@ TEST_CASE("Token work: a waiting fleet makes a warm destination worth more", "[r
   CHECK(plain.Pick(request, clock.Now()).destination() != plain_warm);
 }
 
+TEST_CASE("Token work: with queue_wait, requests waiting at a destination count against it",
+          "[router]") {
+  // κ = 0.5: each request waiting for its first token at d adds half the mean prompt to d's cost,
+  // however few uncached tokens it carries (it needs a scheduling slot and KV memory first).
+  SeededRandom random(8);
+  ManualClock clock;
+  DispatchOptions options = PlainTokenWork();
+  options.queue_wait = 0.5;
+  auto warm_after_waiters = [&](const DispatchOptions& dispatch, int waiters) {
+    Router router({.destination_count = 4, .dispatch = dispatch}, random);
+    // A mean prompt of 1,000 tokens, nothing cached.
+    router.ObserveServed({0, false, Reason::kPolicy, false, 1000}, 1000, 0);
+    const PickRequest request{.key_id = kCold, .prompt_tokens = 1000};
+    InFlight home = router.Pick(request, clock.Now());
+    const uint32_t warm = home.destination();
+    home.Release();
+    // Requests waiting at the warm destination, one uncached token each.
+    std::vector<InFlight> held;
+    for (int i = 0; i < waiters; ++i) {
+      held.push_back(router.Track({warm, false, Reason::kPolicy, false, 1}, 1));
+    }
+    return router.Pick(request, clock.Now()).destination() == warm;
+  };
+  // Without κ the warm destination costs 2 queued + ~0 against 1,000 cold: it stays.
+  CHECK(warm_after_waiters(PlainTokenWork(), 2));
+  // With κ: one waiter costs 1 + 500 < 1,000, it stays; two cost 2 + 1,000 > 1,000, it moves.
+  CHECK(warm_after_waiters(options, 1));
+  CHECK_FALSE(warm_after_waiters(options, 2));
+}
+
 // A LoadView set by hand, with the token-work signals.
 class WorkView final : public LoadView {
  public:
@@ -325,9 +355,12 @@ TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet
   // any cold one (the cases where the rule may skip costing a candidate and where it may not).
   SeededRandom random(21);
   ManualClock clock;
-  DispatchOptions options;  // γ and β as shipped
+  DispatchOptions options;  // γ and β as shipped; κ off (as shipped) and on
+  options.queue_wait = GENERATE(0.0, 0.5);
   constexpr uint32_t kN = 8;
   Router router({.destination_count = kN, .dispatch = options}, random);
+  constexpr double kMeanPrompt = 1000;  // nothing cached: no template
+  router.ObserveServed({0, false, Reason::kPolicy, false, 1000}, kMeanPrompt, 0);
   std::vector<TableEntry> entries;
   for (int k = 0; k < 100; ++k) {
     entries.push_back({KeyId("planned-" + std::to_string(k)),
@@ -371,6 +404,7 @@ TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet
       const bool warm = d == remembered || std::find(set.begin(), set.end(), d) != set.end();
       const double cached = warm ? warm_cached : 0.0;
       return view.work[d].queued_prefill_tokens +
+             options.queue_wait * kMeanPrompt * view.work[d].prefilling +
              (base + options.decode_stall * view.work[d].decoding) * (prompt - cached);
     };
     double cheapest = std::numeric_limits<double>::infinity();

@@ -149,6 +149,11 @@ struct DispatchOptions {
   // β: how much one uncached prompt token costs each request waiting for its first token, per
   // destination across the fleet (work added anywhere takes capacity the fleet's queue needs).
   double queue_stall = 4.0;
+  // κ: what each request waiting for its first token at the destination adds to its cost, in the
+  // fleet's mean prompt tokens, however much of that request is cached: it needs a scheduling slot
+  // and KV memory before this one (llm-d's queue scorer, in the rule's currency). Off as shipped
+  // (docs/dispatch.md, "A queue term per destination").
+  double queue_wait = 0.0;
   // The per-key memory: 2^key_memory_log2 entries of 16 bytes (KeyMemory).
   uint32_t key_memory_log2 = 18;
   // The prefix memory (PrefixMemory, used when a request comes with its block hashes):
@@ -1124,6 +1129,7 @@ class Router {
     const double waiting = fleet_prefilling / std::max(1u, n);
     const double base = 1 + options_.dispatch.queue_stall * waiting;
     const double gamma = options_.dispatch.decode_stall;
+    const double wait_tokens = options_.dispatch.queue_wait * request_tokens;
 
     struct Best {
       uint32_t destination = kNoDestination;
@@ -1155,7 +1161,7 @@ class Router {
       double queued, decoding;
       if (has_work) {
         const DestinationWork w = work_of(d);
-        queued = w.queued_prefill_tokens;
+        queued = w.queued_prefill_tokens + wait_tokens * w.prefilling;
         decoding = w.decoding;
       } else {
         queued = loads.Load(d) * request_tokens;
