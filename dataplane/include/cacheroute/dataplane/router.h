@@ -1142,9 +1142,9 @@ class Router {
     // otherwise. Once the best so far costs no more than that, such a candidate cannot win (ties
     // keep the first) and is not costed: the decision is the one costing every candidate gives,
     // for a fraction of the work whenever a warm candidate is not overloaded.
-    // (It needs the signals ≥ 0, as DestinationWork's are, and γ ≥ 0.)
+    // (It needs the signals ≥ 0, as DestinationWork's are, and γ, κ ≥ 0.)
     const double cold_floor = base * (prompt - shared);
-    const bool may_skip = has_work && gamma >= 0;
+    const bool may_skip = has_work && gamma >= 0 && wait_tokens >= 0;
     // Each destination is costed once (of the first 64; a second costing could not win either).
     uint64_t costed = 0;
     // Candidate d's expected cached tokens and cost.
