@@ -359,7 +359,7 @@ TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet
   options.queue_wait = GENERATE(0.0, 0.5);
   constexpr uint32_t kN = 8;
   Router router({.destination_count = kN, .dispatch = options}, random);
-  constexpr double kMeanPrompt = 1000;  // nothing cached: no template
+  constexpr uint32_t kMeanPrompt = 1000;  // nothing cached: no template
   router.ObserveServed({0, false, Reason::kPolicy, false, 1000}, kMeanPrompt, 0);
   std::vector<TableEntry> entries;
   for (int k = 0; k < 100; ++k) {

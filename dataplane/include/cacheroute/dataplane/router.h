@@ -137,7 +137,9 @@ enum class DispatchRule : uint8_t {
   kPaper,
   // CacheRoute's: one cost per candidate in prefill tokens, cost(d) = queued prefill tokens at d
   // + (1 + decode_stall · decoding requests at d + queue_stall · the fleet's mean requests waiting
-  // for a first token) · the request's expected uncached tokens at d, the lowest wins. Expected
+  // for a first token) · the request's expected uncached tokens at d (+ queue_wait · the mean
+  // prompt
+  // · requests waiting for a first token at d, off as shipped), the lowest wins. Expected
   // cached tokens: the key's previous prompt (at most this one) where d
   // is the key's planned member or its remembered destination while that is warm, the shared
   // template elsewhere. Candidates: the planned set and spill, the remembered destination, the
