@@ -164,7 +164,7 @@ TEST_CASE("The paper's rule: a planned key goes to the least-loaded member of it
 // The token-work rule with its stall terms off: cost(d) = queued prefill tokens at d + the
 // request's expected uncached tokens at d; every destination of a small fleet is a candidate.
 DispatchOptions PlainTokenWork() {
-  return {.decode_stall = 0, .queue_stall = 0, .all_candidates_up_to = 16};
+  return {.decode_stall = 0, .queue_stall = 0, .queue_wait = 0, .all_candidates_up_to = 16};
 }
 
 TEST_CASE(
@@ -355,8 +355,8 @@ TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet
   // any cold one (the cases where the rule may skip costing a candidate and where it may not).
   SeededRandom random(21);
   ManualClock clock;
-  DispatchOptions options;  // γ and β as shipped; κ off (as shipped) and on
-  options.queue_wait = GENERATE(0.0, 0.5);
+  DispatchOptions options;  // γ and β as shipped; κ off, as shipped and large
+  options.queue_wait = GENERATE(0.0, DispatchOptions{}.queue_wait, 0.5);
   constexpr uint32_t kN = 8;
   Router router({.destination_count = kN, .dispatch = options}, random);
   constexpr uint32_t kMeanPrompt = 1000;  // nothing cached: no template

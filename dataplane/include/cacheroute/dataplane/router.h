@@ -137,13 +137,12 @@ enum class DispatchRule : uint8_t {
   kPaper,
   // CacheRoute's: one cost per candidate in prefill tokens, cost(d) = queued prefill tokens at d
   // + (1 + decode_stall · decoding requests at d + queue_stall · the fleet's mean requests waiting
-  // for a first token) · the request's expected uncached tokens at d (+ queue_wait · the mean
-  // prompt
-  // · requests waiting for a first token at d, off as shipped), the lowest wins. Expected
-  // cached tokens: the key's previous prompt (at most this one) where d
-  // is the key's planned member or its remembered destination while that is warm, the shared
-  // template elsewhere. Candidates: the planned set and spill, the remembered destination, the
-  // key's hashed pair, one random destination (every destination when R ≤ all_candidates_up_to).
+  // for a first token) · the request's expected uncached tokens at d + queue_wait · the mean
+  // prompt · requests waiting for a first token at d; the lowest wins. Expected cached tokens: the
+  // key's previous prompt (at most this one) where d is the key's planned member or its remembered
+  // destination while that is warm, the shared template elsewhere. Candidates: the planned set and
+  // spill, the remembered destination, the key's hashed pair, one random destination (every
+  // destination when R ≤ all_candidates_up_to).
   kTokenWork,
 };
 
@@ -159,9 +158,9 @@ struct DispatchOptions {
   double queue_stall = 4.0;
   // κ: what each request waiting for its first token at the destination adds to its cost, in the
   // fleet's mean prompt tokens, however much of that request is cached: it needs a scheduling slot
-  // and KV memory before this one (llm-d's queue scorer, in the rule's currency). Off as shipped
-  // (docs/dispatch.md, "A queue term per destination").
-  double queue_wait = 0.0;
+  // and KV memory before this one (llm-d's queue scorer, in the rule's currency; docs/dispatch.md,
+  // "A queue term per destination").
+  double queue_wait = 0.05;
   // The per-key memory: 2^key_memory_log2 entries of 16 bytes (KeyMemory).
   uint32_t key_memory_log2 = 18;
   // The prefix memory (PrefixMemory, used when a request comes with its block hashes):
