@@ -307,7 +307,7 @@ void Rename(workload::Request& r, absl::string_view prefix, uint64_t salt) {
 
 }  // namespace
 
-absl::Status ValidateStudy(const StudyConfig& c) {
+absl::Status ValidateStudy(const StudyConfig& c, TracePath trace_path) {
   if (c.name.empty() || !std::all_of(c.name.begin(), c.name.end(), [](char ch) {
         return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_';
       })) {
@@ -360,7 +360,7 @@ absl::Status ValidateStudy(const StudyConfig& c) {
     return Invalid("whales.share", "> 0 when whales.count > 0", "0");
   }
   if (c.trace.enabled) {
-    if (c.trace.path.empty()) {
+    if (c.trace.path.empty() && trace_path == TracePath::kRequired) {
       return Invalid("trace.path",
                      "a Mooncake-format trace file (--trace FILE, or trace: {path: FILE} in a "
                      "study file)",
@@ -643,11 +643,7 @@ absl::StatusOr<StudyConfig> ParseStudyYaml(absl::string_view text, absl::string_
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what()));
   }
-  // A trace-driven study's trace may come from the command line (--trace FILE), so an empty
-  // trace.path is checked where the study is run (ValidateStudy), not here.
-  StudyConfig checked = c;
-  if (checked.trace.enabled && checked.trace.path.empty()) checked.trace.path = "(--trace)";
-  if (absl::Status s = ValidateStudy(checked); !s.ok()) return with_source(s);
+  if (absl::Status s = ValidateStudy(c, TracePath::kMayComeLater); !s.ok()) return with_source(s);
   return c;
 }
 

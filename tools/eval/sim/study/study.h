@@ -132,8 +132,12 @@ struct StudyConfig {
   FleetKnobs fleet;
 };
 
+// Whether a trace-driven study must already name its trace: a study file may leave it to the
+// command line (--trace), which is applied before the study is validated to run.
+enum class TracePath : uint8_t { kRequired, kMayComeLater };
+
 // InvalidArgument naming the field and the value. Does not read the trace (ReadStudyTrace does).
-absl::Status ValidateStudy(const StudyConfig& config);
+absl::Status ValidateStudy(const StudyConfig& config, TracePath trace_path = TracePath::kRequired);
 
 // The built-in studies by name: primary, ablation, negative, drift, turn-bad, topk256, trace. `trace` has
 // no trace.path: set it (the CLI's --trace) before validating or running it.
