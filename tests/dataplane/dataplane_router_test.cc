@@ -164,7 +164,11 @@ TEST_CASE("The paper's rule: a planned key goes to the least-loaded member of it
 // The token-work rule with its stall terms off: cost(d) = queued prefill tokens at d + the
 // request's expected uncached tokens at d; every destination of a small fleet is a candidate.
 DispatchOptions PlainTokenWork() {
-  return {.decode_stall = 0, .queue_stall = 0, .queue_wait = 0, .all_candidates_up_to = 16};
+  return {.decode_stall = 0,
+          .queue_stall = 0,
+          .queue_wait = 0,
+          .memory_short = 0,
+          .all_candidates_up_to = 16};
 }
 
 TEST_CASE(
@@ -333,18 +337,59 @@ TEST_CASE("Token work: with queue_wait, requests waiting at a destination count 
   CHECK_FALSE(warm_after_waiters(options, 2));
 }
 
-// A LoadView set by hand, with the token-work signals.
+// A LoadView set by hand, with the token-work signals and the engines' KV usage.
 class WorkView final : public LoadView {
  public:
-  explicit WorkView(uint32_t n) : work(n), up(n, true) {}
+  explicit WorkView(uint32_t n) : work(n), up(n, true), kv_usage(n, 0.0) {}
   uint32_t size() const override { return static_cast<uint32_t>(work.size()); }
   double Load(uint32_t d) const override { return work[d].prefilling + work[d].decoding; }
   bool Up(uint32_t d) const override { return up[d]; }
   bool HasWork() const override { return true; }
   DestinationWork Work(uint32_t d) const override { return work[d]; }
+  EngineMetrics Scraped(uint32_t d) const override { return {Load(d), kv_usage[d]}; }
   std::vector<DestinationWork> work;
   std::vector<bool> up;
+  std::vector<double> kv_usage;
 };
+
+TEST_CASE(
+    "Token work: with memory_short, a destination whose KV cannot hold the request costs more",
+    "[router]") {
+  // μ = 1: every token by which d's KV (the scraped usage of its capacity, the queued prefill
+  // ahead, the request's uncached tokens) overflows its capacity costs as one uncached token.
+  SeededRandom random(9);
+  ManualClock clock;
+  auto stays_warm = [&](double memory_short, double capacity, double usage) {
+    DispatchOptions options = PlainTokenWork();
+    options.memory_short = memory_short;
+    Router router({.destination_count = 4, .dispatch = options}, random);
+    for (uint32_t d = 0; d < 4; ++d) REQUIRE(router.SetKvCapacity(d, capacity).ok);
+    WorkView view(4);
+    const PickRequest request{.key_id = kCold, .prompt_tokens = 10000};
+    const uint32_t warm = router.Decide(request, view, clock.Now()).destination;
+    // 9,000 tokens queued at the warm destination: it costs 9,000 + 0 uncached against 10,000
+    // anywhere else, so without the memory term it stays.
+    view.work[warm].queued_prefill_tokens = 9000;
+    view.work[warm].prefilling = 1;
+    view.kv_usage[warm] = usage;
+    return router.Decide(request, view, clock.Now()).destination == warm;
+  };
+  CHECK(stays_warm(0, 0, 0));
+  CHECK(stays_warm(1, 0, 1.0));  // no capacity known: no term
+  // 20,000 tokens of KV, 10% used: 2,000 + 9,000 queued + 0 uncached fit.
+  CHECK(stays_warm(1, 20000, 0.1));
+  // 30% used: 6,000 + 9,000 = 15,000 fit as well; 25,000 of a 20,000 capacity (usage 0.8) do
+  // not: 9,000 + 5,000 > 10,000.
+  CHECK(stays_warm(1, 20000, 0.3));
+  CHECK_FALSE(stays_warm(1, 20000, 0.8));
+  CHECK(stays_warm(0, 20000, 0.8));
+
+  Router router({.destination_count = 2}, random);
+  CHECK_FALSE(router.SetKvCapacity(2, 1000).ok);
+  CHECK_FALSE(router.SetKvCapacity(0, -1).ok);
+  CHECK_FALSE(router.SetKvCapacity(0, std::numeric_limits<double>::infinity()).ok);
+  CHECK(router.SetKvCapacity(0, 0).ok);
+}
 
 TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet is loaded",
           "[router]") {
@@ -355,10 +400,16 @@ TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet
   // any cold one (the cases where the rule may skip costing a candidate and where it may not).
   SeededRandom random(21);
   ManualClock clock;
-  DispatchOptions options;  // γ and β as shipped; κ off, as shipped and large
+  DispatchOptions options;  // γ, β and μ as shipped; κ off, as shipped and large
   options.queue_wait = GENERATE(0.0, DispatchOptions{}.queue_wait, 0.5);
   constexpr uint32_t kN = 8;
   Router router({.destination_count = kN, .dispatch = options}, random);
+  // KV capacities: unknown at destination 0, 4,000 to 32,000 tokens elsewhere.
+  std::vector<double> capacity(kN, 0.0);
+  for (uint32_t d = 1; d < kN; ++d) {
+    capacity[d] = 4000.0 * d;
+    REQUIRE(router.SetKvCapacity(d, capacity[d]).ok);
+  }
   constexpr uint32_t kMeanPrompt = 1000;  // nothing cached: no template
   router.ObserveServed({0, false, Reason::kPolicy, false, 1000}, kMeanPrompt, 0);
   std::vector<TableEntry> entries;
@@ -388,6 +439,7 @@ TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet
       view.work[d].queued_prefill_tokens = std::floor(uniform(0, 6000));
       view.work[d].prefilling = std::floor(uniform(0, 4));
       view.work[d].decoding = std::floor(uniform(0, 40));
+      view.kv_usage[d] = uniform(0, 1);
       prefilling += view.work[d].prefilling;
     }
     if (uniform(0, 1) < 0.1) view.up[static_cast<uint32_t>(uniform(0, kN))] = false;
@@ -403,9 +455,12 @@ TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet
     auto cost = [&](uint32_t d) {
       const bool warm = d == remembered || std::find(set.begin(), set.end(), d) != set.end();
       const double cached = warm ? warm_cached : 0.0;
+      const double short_by = view.kv_usage[d] * capacity[d] + view.work[d].queued_prefill_tokens +
+                              (prompt - cached) - capacity[d];
       return view.work[d].queued_prefill_tokens +
              options.queue_wait * kMeanPrompt * view.work[d].prefilling +
-             (base + options.decode_stall * view.work[d].decoding) * (prompt - cached);
+             (base + options.decode_stall * view.work[d].decoding) * (prompt - cached) +
+             (capacity[d] > 0 ? options.memory_short * std::max(0.0, short_by) : 0.0);
     };
     double cheapest = std::numeric_limits<double>::infinity();
     double cheapest_cold = std::numeric_limits<double>::infinity();

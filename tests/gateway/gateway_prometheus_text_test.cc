@@ -1,5 +1,5 @@
-// SumSamples: one metric out of a Prometheus text exposition, as the gateway's load scraper reads
-// vLLM's /metrics.
+// SumSamples and LabelNumber: one metric, or one label of an info metric, out of a Prometheus text
+// exposition, as the gateway's load scraper reads vLLM's /metrics.
 #include <catch2/catch.hpp>
 #include <optional>
 #include <string>
@@ -48,6 +48,24 @@ TEST_CASE("SumSamples: nullopt when the metric is absent or a value is not a fin
   CHECK_FALSE(SumSamples("q{a=\"1\"} seven\n", "q").has_value());
   CHECK_FALSE(SumSamples("q{a=\"unterminated} 3\n", "q").has_value());
   CHECK_FALSE(SumSamples("q 1\n", "").has_value());
+}
+
+TEST_CASE("LabelNumber reads a number from the first sample's labels") {
+  const std::string text =
+      "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+      "vllm:cache_config_info_extra{num_gpu_blocks=\"1\"} 1\n"
+      "vllm:cache_config_info{block_size=\"16\", cache_dtype=\"fp8\",note=\"a\\\"b\","
+      "num_gpu_blocks=\"40071\"} 1.0\n"
+      "vllm:cache_config_info{block_size=\"32\",num_gpu_blocks=\"5\"} 1.0\n";
+  CHECK(LabelNumber(text, "vllm:cache_config_info", "num_gpu_blocks") ==
+        std::optional<double>(40071));
+  CHECK(LabelNumber(text, "vllm:cache_config_info", "block_size") == std::optional<double>(16));
+  CHECK_FALSE(LabelNumber(text, "vllm:cache_config_info", "cache_dtype").has_value());  // "fp8"
+  CHECK_FALSE(LabelNumber(text, "vllm:cache_config_info", "swap_space").has_value());
+  CHECK_FALSE(LabelNumber(text, "vllm:model_config_info", "num_gpu_blocks").has_value());
+  CHECK_FALSE(LabelNumber("q 1\n", "q", "a").has_value());
+  CHECK_FALSE(LabelNumber("q{a=\"1\" 1\n", "q", "a").has_value());
+  CHECK_FALSE(LabelNumber(text, "vllm:cache_config_info", "").has_value());
 }
 
 }  // namespace

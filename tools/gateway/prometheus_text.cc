@@ -32,7 +32,50 @@ size_t SkipLabels(absl::string_view line) {
   return absl::string_view::npos;
 }
 
+// The label set of the first sample of `metric` (between its braces), or nullopt.
+std::optional<absl::string_view> FirstLabels(absl::string_view text, absl::string_view metric) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#' || !absl::StartsWith(line, metric)) continue;
+    absl::string_view rest = line.substr(metric.size());
+    if (rest.empty() || rest.front() != '{') continue;
+    const size_t end = SkipLabels(rest);
+    if (end == absl::string_view::npos) return std::nullopt;
+    return rest.substr(1, end - 2);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<double> LabelNumber(absl::string_view text, absl::string_view metric,
+                                  absl::string_view label) {
+  if (metric.empty() || label.empty()) return std::nullopt;
+  const std::optional<absl::string_view> labels = FirstLabels(text, metric);
+  if (!labels.has_value()) return std::nullopt;
+  // name="value" pairs separated by commas; numbers need no escapes, so a value with a backslash
+  // is not one.
+  absl::string_view rest = *labels;
+  while (!rest.empty()) {
+    rest = absl::StripLeadingAsciiWhitespace(rest);
+    const size_t eq = rest.find('=');
+    if (eq == absl::string_view::npos || eq + 1 >= rest.size() || rest[eq + 1] != '"') break;
+    const absl::string_view name = absl::StripAsciiWhitespace(rest.substr(0, eq));
+    size_t close = eq + 2;
+    while (close < rest.size() && rest[close] != '"') close += rest[close] == '\\' ? 2 : 1;
+    if (close >= rest.size()) break;
+    const absl::string_view value = rest.substr(eq + 2, close - eq - 2);
+    if (name == label) {
+      double v;
+      if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) return std::nullopt;
+      return v;
+    }
+    rest.remove_prefix(close + 1);
+    rest = absl::StripLeadingAsciiWhitespace(rest);
+    if (!rest.empty() && rest.front() == ',') rest.remove_prefix(1);
+  }
+  return std::nullopt;
+}
 
 std::optional<double> SumSamples(absl::string_view text, absl::string_view metric) {
   if (metric.empty()) return std::nullopt;

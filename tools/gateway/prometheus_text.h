@@ -7,6 +7,10 @@
 // label values may hold escaped quotes and braces; an optional timestamp after the value is
 // ignored. A sample whose value is not a finite number (NaN, +Inf, garbage) makes the result
 // nullopt too: a load signal must be a number. Pure; no allocation beyond the result.
+//
+// LabelNumber(text, "vllm:cache_config_info", "num_gpu_blocks") reads a number from the first
+// sample's labels (vLLM publishes its cache configuration as label values of an info metric);
+// nullopt when there is no such sample or label, or its value is not a finite number.
 #pragma once
 
 #include <optional>
@@ -16,5 +20,7 @@
 namespace cacheroute::gateway {
 
 std::optional<double> SumSamples(absl::string_view text, absl::string_view metric);
+std::optional<double> LabelNumber(absl::string_view text, absl::string_view metric,
+                                  absl::string_view label);
 
 }  // namespace cacheroute::gateway

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tools/eval/engine_emu/server.h"
@@ -317,6 +318,10 @@ TEST_CASE("/metrics counters agree with the usage the responses reported") {
   CHECK(s.at(Series("vllm:num_requests_running")) == 0);
   CHECK(s.at(Series("vllm:num_requests_waiting")) == 0);
   CHECK(s.at(Series("vllm:kv_cache_usage_perc")) == 0);
+  // The cache configuration, as vLLM publishes it: label values of an info metric.
+  CHECK(absl::StrContains(res->body,
+                          "vllm:cache_config_info{model_name=\"emu-model\",engine=\"7\","
+                          "block_size=\"16\",num_gpu_blocks=\""));
   CHECK(s.at(Series("vllm:time_to_first_token_seconds_count")) == 12);
   CHECK(s.at("vllm:time_to_first_token_seconds_bucket{model_name=\"emu-model\",engine=\"7\","
              "le=\"+Inf\"}") == 12);

@@ -80,7 +80,7 @@ loads: [30, 60]
 seeds: [7]
 duration_s: 20
 workload: {top_k: 64, arrival: poisson}
-fleet: {control_interval_s: 5, queue_cap: 100}
+fleet: {control_interval_s: 5, queue_cap: 100, memory_short: 0.5}
 )",
                                                  "small.yaml");
   REQUIRE(c.ok());
@@ -94,6 +94,13 @@ fleet: {control_interval_s: 5, queue_cap: 100}
   CHECK(c->workload.arrivals.process == workload::ArrivalProcess::kPoisson);
   CHECK(c->fleet.control_interval_s == 5);
   CHECK(c->fleet.queue_cap == 100);
+  CHECK(c->fleet.memory_short == 0.5);
+  CHECK(MakeFleetConfig(*c, "cacheroute", 30, 7)->dispatch.memory_short == 0.5);
+  absl::StatusOr<StudyConfig> negative =
+      ParseStudyYaml("base: primary\nfleet: {memory_short: -1}\n", "f.yaml");
+  REQUIRE_FALSE(negative.ok());
+  CHECK(negative.status().message() ==
+        "f.yaml: fleet.memory_short must be finite and >= 0, got -1");
 
   absl::StatusOr<StudyConfig> unknown =
       ParseStudyYaml("base: primary\nfleet: {qcap: 3}\n", "f.yaml");

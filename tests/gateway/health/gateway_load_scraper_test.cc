@@ -72,6 +72,32 @@ TEST_CASE("a page without the metric, or no page, is load 0 and a counted failur
   CHECK(absl::StrContains(page, "g_load_scrape_failures_total{destination=\"e1\"} 3\n"));  // 404
 }
 
+TEST_CASE(
+    "ScrapeOnce: the KV usage and vLLM's cache configuration give the memory term's signals") {
+  Fixture f;
+  f.engines[0].set_metrics(
+      "vllm:num_requests_waiting 1\n"
+      "vllm:kv_cache_usage_perc{model_name=\"a\"} 0.25\n"
+      "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"4000\"} 1\n");
+  // An older vLLM's name for the usage, and no cache configuration: no capacity, so no term.
+  f.engines[1].set_metrics("vllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.5\n");
+  LoadScraper scraper(f.config, 2, f.membership, f.router, f.stop);
+  scraper.ScrapeOnce();
+  CHECK(f.router.kv_capacity(0) == 64000);
+  CHECK(f.router.loads().Scraped(0).kv_usage == 0.25);
+  CHECK(f.router.kv_capacity(1) == 0);
+  CHECK(f.router.loads().Scraped(1).kv_usage == 0.5);
+  const std::string page = f.Page(scraper);
+  CHECK(absl::StrContains(page, "g_reported_kv_usage{destination=\"e0\"} 0.25\n"));
+  CHECK(absl::StrContains(page, "g_reported_kv_capacity_tokens{destination=\"e0\"} 64000\n"));
+  CHECK(absl::StrContains(page, "g_reported_kv_capacity_tokens{destination=\"e1\"} 0\n"));
+  // A later page without them sets both to 0 rather than keep stale ones.
+  f.engines[0].set_metrics("vllm:num_requests_waiting 1\n");
+  scraper.ScrapeOnce();
+  CHECK(f.router.kv_capacity(0) == 0);
+  CHECK(f.router.loads().Scraped(0).kv_usage == 0);
+}
+
 TEST_CASE("a down member is not scraped; Reset clears a new member's load and counters") {
   Fixture f;
   f.engines[0].set_metrics("vllm:num_requests_waiting 2\n");

@@ -253,6 +253,7 @@ void EngineRunner::PublishGaugesLocked() {
   metrics_.running = engine_.running();
   metrics_.waiting = engine_.waiting();
   metrics_.kv_usage = engine_.cache().usage();
+  metrics_.kv_blocks = engine_.cache().capacity_blocks();
 }
 
 }  // namespace cacheroute::engine_emu

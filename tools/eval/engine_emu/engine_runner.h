@@ -117,6 +117,7 @@ struct EngineMetrics {
   uint32_t running = 0;
   uint32_t waiting = 0;
   double kv_usage = 0;  // 0..1
+  uint32_t kv_blocks = 0;  // the cache's capacity, in blocks of sim::kBlockTokens
   // Modelled time to first token, in seconds: per-bucket (non-cumulative) counts, the last one
   // for +Inf, their sum and count.
   std::array<uint64_t, kTtftBuckets.size() + 1> ttft_buckets{};

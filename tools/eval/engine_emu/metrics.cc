@@ -36,6 +36,11 @@ std::string RenderMetrics(const EngineMetrics& m, std::string_view model_name,
   gauge("vllm:num_requests_running", "Number of requests in model execution batches.", m.running);
   gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", m.waiting);
   gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", m.kv_usage);
+  // vLLM's cache configuration, as label values of an info metric.
+  page.Family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+  page.Sample(
+      "vllm:cache_config_info", 1,
+      absl::StrFormat("block_size=\"%d\",num_gpu_blocks=\"%d\"", sim::kBlockTokens, m.kv_blocks));
 
   constexpr absl::string_view kTtft = "vllm:time_to_first_token_seconds";
   page.Family(kTtft, "histogram", "Histogram of time to first token in seconds.");

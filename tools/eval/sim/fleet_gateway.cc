@@ -57,6 +57,10 @@ absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig
     g->router_ = std::make_unique<dataplane::Router>(
         dataplane::RouterOptions{.destination_count = config.engines, .dispatch = config.dispatch},
         g->random_);
+    // Every engine's KV capacity, as a gateway configures it or scrapes it from vLLM's
+    // cache_config_info; its usage the view reads at each pick.
+    const double kv_tokens = static_cast<double>(config.profile.kv_blocks) * kBlockTokens;
+    for (uint32_t d = 0; d < config.engines; ++d) (void)g->router_->SetKvCapacity(d, kv_tokens);
     g->recorder_ = std::make_unique<dataplane::RateRecorder>(dataplane::RateRecorderOptions{
         .shards = 1, .max_keys = config.recorder_max_keys, .max_report_keys = 100000});
   }

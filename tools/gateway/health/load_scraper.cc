@@ -1,6 +1,7 @@
 // See load_scraper.h.
 #include "tools/gateway/health/load_scraper.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -55,13 +56,35 @@ void LoadScraper::ScrapeOnce() {
     }
     state_[d].reported_load.store(*value, std::memory_order_relaxed);
     (void)router_.SetLoad(d, *value);
+    // The memory term's signals; absent (or a failed scrape) means no term, not a stale one.
+    std::optional<double> usage, blocks, block_size;
+    if (result && result->status == 200) {
+      usage = SumSamples(result->body, "vllm:kv_cache_usage_perc");
+      if (!usage.has_value()) usage = SumSamples(result->body, "vllm:gpu_cache_usage_perc");
+      blocks = LabelNumber(result->body, "vllm:cache_config_info", "num_gpu_blocks");
+      block_size = LabelNumber(result->body, "vllm:cache_config_info", "block_size");
+    }
+    const double kv_usage = usage.has_value() ? std::clamp(*usage, 0.0, 1.0) : 0.0;
+    const double kv_capacity = blocks.has_value() && block_size.has_value() && *blocks > 0 &&
+                                       *block_size > 0 && usage.has_value()
+                                   ? *blocks * *block_size
+                                   : 0.0;
+    SetKv(d, kv_usage, kv_capacity);
   }
+}
+
+void LoadScraper::SetKv(uint32_t d, double usage, double capacity_tokens) {
+  state_[d].kv_usage.store(usage, std::memory_order_relaxed);
+  state_[d].kv_capacity.store(capacity_tokens, std::memory_order_relaxed);
+  (void)router_.SetKvUsage(d, usage);
+  (void)router_.SetKvCapacity(d, capacity_tokens);
 }
 
 void LoadScraper::Reset(uint32_t d) {
   state_[d].reported_load.store(0, std::memory_order_relaxed);
   state_[d].failures.store(0, std::memory_order_relaxed);
   (void)router_.SetLoad(d, 0);
+  SetKv(d, 0, 0);
 }
 
 void LoadScraper::Render(base::Exposition& page, std::span<const std::string> labels) const {
@@ -71,6 +94,18 @@ void LoadScraper::Render(base::Exposition& page, std::span<const std::string> la
   for (uint32_t d = 0; d < labels.size(); ++d) {
     page.Sample("reported_load", state_[d].reported_load.load(std::memory_order_relaxed),
                 labels[d]);
+  }
+  page.Family("reported_kv_usage", "gauge",
+              "The KV-cache usage each destination last reported (0 when absent or failed).");
+  for (uint32_t d = 0; d < labels.size(); ++d) {
+    page.Sample("reported_kv_usage", state_[d].kv_usage.load(std::memory_order_relaxed), labels[d]);
+  }
+  page.Family("reported_kv_capacity_tokens", "gauge",
+              "The KV capacity each destination last reported, num_gpu_blocks x block_size of "
+              "vllm:cache_config_info (0 when absent or failed: no memory term).");
+  for (uint32_t d = 0; d < labels.size(); ++d) {
+    page.Sample("reported_kv_capacity_tokens",
+                state_[d].kv_capacity.load(std::memory_order_relaxed), labels[d]);
   }
   page.Family("load_scrape_failures_total", "counter",
               "Scrapes of a destination's /metrics that failed or lacked load_metric.");

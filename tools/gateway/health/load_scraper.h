@@ -4,6 +4,11 @@
 // in_flight + external_load_weight · queue. A failed scrape, a non-200 answer or a page without a
 // finite sample of the metric sets the load to 0 (a stale queue would keep traffic away from an
 // engine that may have drained) and is counted; the first failure of a member is logged.
+// The same page gives the token-work rule's memory term (router.h, DispatchOptions::memory_short)
+// its signals: the KV in use (vllm:kv_cache_usage_perc, or vllm:gpu_cache_usage_perc of older
+// vLLM) to Router::SetKvUsage, and the KV capacity in tokens (the num_gpu_blocks and block_size
+// labels of vllm:cache_config_info) to Router::SetKvCapacity. A page without them, or a failed
+// scrape, sets both to 0: no memory term for that destination.
 //
 // Usage:
 //   LoadScraper scraper(config, capacity, membership, router, stop);
@@ -44,14 +49,18 @@ class LoadScraper {
   void ScrapeOnce();
   void Reset(uint32_t d);
 
-  // reported_load, load_scrape_failures_total for [0, labels.size()).
+  // reported_load, reported_kv_usage, reported_kv_capacity_tokens, load_scrape_failures_total for
+  // [0, labels.size()).
   void Render(base::Exposition& page, std::span<const std::string> labels) const;
 
  private:
   struct State {
     std::atomic<double> reported_load{0};  // the last scraped value (0 when it failed)
     std::atomic<uint64_t> failures{0};
+    std::atomic<double> kv_usage{0};     // the last scraped KV usage, in [0, 1]
+    std::atomic<double> kv_capacity{0};  // tokens; 0 when unknown
   };
+  void SetKv(uint32_t d, double usage, double capacity_tokens);
 
   const GatewayConfig& config_;
   const Membership& membership_;

@@ -138,7 +138,9 @@ enum class DispatchRule : uint8_t {
   // CacheRoute's: one cost per candidate in prefill tokens, cost(d) = queued prefill tokens at d
   // + (1 + decode_stall · decoding requests at d + queue_stall · the fleet's mean requests waiting
   // for a first token) · the request's expected uncached tokens at d + queue_wait · the mean
-  // prompt · requests waiting for a first token at d; the lowest wins. Expected cached tokens: the
+  // prompt · requests waiting for a first token at d + memory_short · the tokens d's KV cache is
+  // short of holding the request (where its capacity is known); the lowest wins. Expected cached
+  // tokens: the
   // key's previous prompt (at most this one) where d is the key's planned member or its remembered
   // destination while that is warm, the shared template elsewhere. Candidates: the planned set and
   // spill, the remembered destination, the key's hashed pair, one random destination (every
@@ -161,6 +163,13 @@ struct DispatchOptions {
   // and KV memory before this one (llm-d's queue scorer, in the rule's currency; docs/dispatch.md,
   // "A queue term per destination").
   double queue_wait = 0.05;
+  // μ: what each token the destination's KV cache is short of holding the request adds to its
+  // cost: the KV its running requests hold (SetKvUsage × SetKvCapacity) + the queued prefill ahead
+  // of it + its own uncached tokens, beyond the capacity. Such a request waits at the head of the
+  // engine's queue until running requests free blocks, and everything behind it waits too (vLLM
+  // admits first come, first served). Nothing where no capacity was set (docs/dispatch.md, "A
+  // memory term per destination").
+  double memory_short = 1.0;
   // The per-key memory: 2^key_memory_log2 entries of 16 bytes (KeyMemory).
   uint32_t key_memory_log2 = 18;
   // The prefix memory (PrefixMemory, used when a request comes with its block hashes):
@@ -486,6 +495,25 @@ class Router {
     return Status::Ok();
   }
 
+  // The engine's KV capacity in tokens (configured, or scraped as vLLM's num_gpu_blocks × block
+  // size), for the token-work rule's memory term; 0: unknown (no term). Control path.
+  Status SetKvCapacity(uint32_t destination, double tokens) {
+    if (destination >= capacity_) return UnknownDestination(destination);
+    if (!(tokens >= 0) || tokens == std::numeric_limits<double>::infinity()) {
+      return Status::Error("KV capacity " + std::to_string(tokens) + " tokens for destination " +
+                           std::to_string(destination) + " is not a finite number >= 0");
+    }
+    health_[destination].kv_capacity.store(tokens, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+
+  // What SetKvCapacity last set for `destination` (0: unknown). Any thread.
+  double kv_capacity(uint32_t destination) const {
+    return destination < capacity_
+               ? health_[destination].kv_capacity.load(std::memory_order_relaxed)
+               : 0.0;
+  }
+
   Status MarkDown(uint32_t destination) { return SetUp(destination, false); }
   Status MarkUp(uint32_t destination) { return SetUp(destination, true); }
 
@@ -591,6 +619,7 @@ class Router {
   struct Health {
     std::atomic<double> external{0.0};
     std::atomic<double> kv_usage{0.0};
+    std::atomic<double> kv_capacity{0.0};  // tokens; 0: unknown
     std::atomic<Duration::rep> turnover{0};
     std::atomic<bool> up{true};
   };
@@ -1137,6 +1166,7 @@ class Router {
     const double base = 1 + options_.dispatch.queue_stall * waiting;
     const double gamma = options_.dispatch.decode_stall;
     const double wait_tokens = options_.dispatch.queue_wait * request_tokens;
+    const double memory_short = options_.dispatch.memory_short;
 
     struct Best {
       uint32_t destination = kNoDestination;
@@ -1149,9 +1179,9 @@ class Router {
     // otherwise. Once the best so far costs no more than that, such a candidate cannot win (ties
     // keep the first) and is not costed: the decision is the one costing every candidate gives,
     // for a fraction of the work whenever a warm candidate is not overloaded.
-    // (It needs the signals ≥ 0, as DestinationWork's are, and γ, κ ≥ 0.)
+    // (It needs the signals ≥ 0, as DestinationWork's are, and γ, κ, μ ≥ 0.)
     const double cold_floor = base * (prompt - shared);
-    const bool may_skip = has_work && gamma >= 0 && wait_tokens >= 0;
+    const bool may_skip = has_work && gamma >= 0 && wait_tokens >= 0 && memory_short >= 0;
     // Each destination is costed once (of the first 64; a second costing could not win either).
     uint64_t costed = 0;
     // Candidate d's expected cached tokens and cost.
@@ -1165,16 +1195,25 @@ class Router {
         c.cached = prefix_cached;
         c.expected = CacheExpectation::kPrefix;
       }
-      double queued, decoding;
+      double queued, decoding, queued_prefill = 0;
       if (has_work) {
         const DestinationWork w = work_of(d);
-        queued = w.queued_prefill_tokens + wait_tokens * w.prefilling;
+        queued_prefill = w.queued_prefill_tokens;
+        queued = queued_prefill + wait_tokens * w.prefilling;
         decoding = w.decoding;
       } else {
         queued = loads.Load(d) * request_tokens;
         decoding = 0;
       }
-      c.cost = queued + (base + gamma * decoding) * (prompt - c.cached);
+      const double uncached = prompt - c.cached;
+      c.cost = queued + (base + gamma * decoding) * uncached;
+      // The memory term: what d's KV is short of holding this request behind its queue.
+      const double kv = health_[d].kv_capacity.load(std::memory_order_relaxed);
+      if (kv > 0 && memory_short != 0) {
+        const double short_by =
+            std::clamp(loads.Scraped(d).kv_usage, 0.0, 1.0) * kv + queued_prefill + uncached - kv;
+        if (short_by > 0) c.cost += memory_short * short_by;
+      }
       return c;
     };
     auto consider = [&](uint32_t d) CACHEROUTE_HOT_LAMBDA {

@@ -37,6 +37,7 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   c.dispatch.decode_stall = study.fleet.decode_stall;
   c.dispatch.queue_stall = study.fleet.queue_stall;
   c.dispatch.queue_wait = study.fleet.queue_wait;
+  c.dispatch.memory_short = study.fleet.memory_short;
   c.dispatch.all_candidates_up_to = study.fleet.all_candidates_up_to;
   c.dispatch.prefix_memory_log2 = study.fleet.prefix_memory_log2;
   c.measure_turnover = study.fleet.measure_turnover;

@@ -418,6 +418,9 @@ absl::Status ValidateStudy(const StudyConfig& c, TracePath trace_path) {
   if (!(f.queue_wait >= 0 && std::isfinite(f.queue_wait))) {
     return Invalid("fleet.queue_wait", "finite and >= 0", Num(f.queue_wait));
   }
+  if (!(f.memory_short >= 0 && std::isfinite(f.memory_short))) {
+    return Invalid("fleet.memory_short", "finite and >= 0", Num(f.memory_short));
+  }
   if (!(f.kv_budget_share >= 0 && f.kv_budget_share <= 1)) {
     return Invalid("fleet.kv_budget_share", "in [0, 1]", Num(f.kv_budget_share));
   }
@@ -604,6 +607,7 @@ absl::Status ApplyYaml(const YAML::Node& root, StudyConfig& c) {
         k.Read("decode_stall", f.decode_stall);
         k.Read("queue_stall", f.queue_stall);
         k.Read("queue_wait", f.queue_wait);
+        k.Read("memory_short", f.memory_short);
         k.Read("all_candidates_up_to", f.all_candidates_up_to);
         k.Read("prefix_memory_log2", f.prefix_memory_log2);
         k.Read("measure_turnover", f.measure_turnover);

@@ -87,6 +87,7 @@ struct FleetKnobs {
   double decode_stall = dataplane::DispatchOptions{}.decode_stall;
   double queue_stall = dataplane::DispatchOptions{}.queue_stall;
   double queue_wait = dataplane::DispatchOptions{}.queue_wait;
+  double memory_short = dataplane::DispatchOptions{}.memory_short;
   uint32_t all_candidates_up_to = dataplane::DispatchOptions{}.all_candidates_up_to;
   uint32_t prefix_memory_log2 = dataplane::DispatchOptions{}.prefix_memory_log2;  // 0: none
   // false: remembered destinations never expire (no cache-turnover measurement), for ablations.
