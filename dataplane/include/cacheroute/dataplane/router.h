@@ -140,11 +140,10 @@ enum class DispatchRule : uint8_t {
   // for a first token) · the request's expected uncached tokens at d + queue_wait · the mean
   // prompt · requests waiting for a first token at d + memory_short · the tokens d's KV cache is
   // short of holding the request (where its capacity is known); the lowest wins. Expected cached
-  // tokens: the
-  // key's previous prompt (at most this one) where d is the key's planned member or its remembered
-  // destination while that is warm, the shared template elsewhere. Candidates: the planned set and
-  // spill, the remembered destination, the key's hashed pair, one random destination (every
-  // destination when R ≤ all_candidates_up_to).
+  // tokens: the key's previous prompt (at most this one) where d is the key's planned member or its
+  // remembered destination while that is warm, the shared template elsewhere. Candidates: the
+  // planned set and spill, the remembered destination, the key's hashed pair, one random
+  // destination (every destination when R ≤ all_candidates_up_to).
   kTokenWork,
 };
 
