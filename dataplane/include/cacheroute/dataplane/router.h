@@ -502,7 +502,15 @@ class Router {
       return Status::Error("KV capacity " + std::to_string(tokens) + " tokens for destination " +
                            std::to_string(destination) + " is not a finite number >= 0");
     }
-    health_[destination].kv_capacity.store(tokens, std::memory_order_relaxed);
+    const double old = health_[destination].kv_capacity.exchange(tokens, std::memory_order_relaxed);
+    if ((old > 0) != (tokens > 0)) {
+      // Each exchange sees the value before it, so the count follows every transition.
+      if (tokens > 0) {
+        kv_known_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        kv_known_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
     return Status::Ok();
   }
 
@@ -1166,6 +1174,8 @@ class Router {
     const double gamma = options_.dispatch.decode_stall;
     const double wait_tokens = options_.dispatch.queue_wait * request_tokens;
     const double memory_short = options_.dispatch.memory_short;
+    // No destination's capacity known: no memory term, and no per-candidate read of it.
+    const bool memory_term = memory_short != 0 && kv_known_.load(std::memory_order_relaxed) != 0;
 
     struct Best {
       uint32_t destination = kNoDestination;
@@ -1207,8 +1217,8 @@ class Router {
       const double uncached = prompt - c.cached;
       c.cost = queued + (base + gamma * decoding) * uncached;
       // The memory term: what d's KV is short of holding this request behind its queue.
-      const double kv = health_[d].kv_capacity.load(std::memory_order_relaxed);
-      if (kv > 0 && memory_short != 0) {
+      const double kv = memory_term ? health_[d].kv_capacity.load(std::memory_order_relaxed) : 0;
+      if (kv > 0) {
         const double short_by =
             std::clamp(loads.Scraped(d).kv_usage, 0.0, 1.0) * kv + queued_prefill + uncached - kv;
         if (short_by > 0) c.cost += memory_short * short_by;
@@ -1318,6 +1328,7 @@ class Router {
   std::atomic<double> measured_hit_{0.0};     // SetMeasuredHit
   std::atomic<double> template_tokens_{0.0};  // ObserveServed
   std::atomic<double> mean_prompt_tokens_{0.0};  // ObserveServed
+  std::atomic<uint32_t> kv_known_{0};  // destinations with a KV capacity > 0 (SetKvCapacity)
   std::atomic<double> warm_yield_{1.0};          // ObserveServed
   std::atomic<double> warm_found_{0.0};          // ObserveServed
   std::atomic<double> warm_credited_{0.0};       // ObserveServed
