@@ -359,7 +359,9 @@ TEST_CASE(
   // ahead, the request's uncached tokens) overflows its capacity costs as one uncached token.
   SeededRandom random(9);
   ManualClock clock;
-  auto stays_warm = [&](double memory_short, double capacity, double usage) {
+  // `cleared`: every capacity set back to 0 before the second pick (an engine that stopped
+  // publishing it).
+  auto stays_warm = [&](double memory_short, double capacity, double usage, bool cleared = false) {
     DispatchOptions options = PlainTokenWork();
     options.memory_short = memory_short;
     Router router({.destination_count = 4, .dispatch = options}, random);
@@ -372,6 +374,9 @@ TEST_CASE(
     view.work[warm].queued_prefill_tokens = 9000;
     view.work[warm].prefilling = 1;
     view.kv_usage[warm] = usage;
+    if (cleared) {
+      for (uint32_t d = 0; d < 4; ++d) REQUIRE(router.SetKvCapacity(d, 0).ok);
+    }
     return router.Decide(request, view, clock.Now()).destination == warm;
   };
   CHECK(stays_warm(0, 0, 0));
@@ -383,6 +388,7 @@ TEST_CASE(
   CHECK(stays_warm(1, 20000, 0.3));
   CHECK_FALSE(stays_warm(1, 20000, 0.8));
   CHECK(stays_warm(0, 20000, 0.8));
+  CHECK(stays_warm(1, 20000, 0.8, /*cleared=*/true));
 
   Router router({.destination_count = 2}, random);
   CHECK_FALSE(router.SetKvCapacity(2, 1000).ok);
