@@ -74,8 +74,6 @@ void LoadScraper::ScrapeOnce() {
 }
 
 void LoadScraper::SetKv(uint32_t d, double usage, double capacity_tokens) {
-  state_[d].kv_usage.store(usage, std::memory_order_relaxed);
-  state_[d].kv_capacity.store(capacity_tokens, std::memory_order_relaxed);
   (void)router_.SetKvUsage(d, usage);
   (void)router_.SetKvCapacity(d, capacity_tokens);
 }
@@ -98,14 +96,13 @@ void LoadScraper::Render(base::Exposition& page, std::span<const std::string> la
   page.Family("reported_kv_usage", "gauge",
               "The KV-cache usage each destination last reported (0 when absent or failed).");
   for (uint32_t d = 0; d < labels.size(); ++d) {
-    page.Sample("reported_kv_usage", state_[d].kv_usage.load(std::memory_order_relaxed), labels[d]);
+    page.Sample("reported_kv_usage", router_.loads().Scraped(d).kv_usage, labels[d]);
   }
   page.Family("reported_kv_capacity_tokens", "gauge",
               "The KV capacity each destination last reported, num_gpu_blocks x block_size of "
               "vllm:cache_config_info (0 when absent or failed: no memory term).");
   for (uint32_t d = 0; d < labels.size(); ++d) {
-    page.Sample("reported_kv_capacity_tokens",
-                state_[d].kv_capacity.load(std::memory_order_relaxed), labels[d]);
+    page.Sample("reported_kv_capacity_tokens", router_.kv_capacity(d), labels[d]);
   }
   page.Family("load_scrape_failures_total", "counter",
               "Scrapes of a destination's /metrics that failed or lacked load_metric.");

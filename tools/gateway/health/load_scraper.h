@@ -57,9 +57,8 @@ class LoadScraper {
   struct State {
     std::atomic<double> reported_load{0};  // the last scraped value (0 when it failed)
     std::atomic<uint64_t> failures{0};
-    std::atomic<double> kv_usage{0};     // the last scraped KV usage, in [0, 1]
-    std::atomic<double> kv_capacity{0};  // tokens; 0 when unknown
   };
+  // The memory term's signals, kept by the Router (Render reads them back from it).
   void SetKv(uint32_t d, double usage, double capacity_tokens);
 
   const GatewayConfig& config_;
