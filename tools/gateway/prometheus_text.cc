@@ -2,6 +2,7 @@
 #include "tools/gateway/prometheus_text.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -32,16 +33,45 @@ size_t SkipLabels(absl::string_view line) {
   return absl::string_view::npos;
 }
 
-// The label set of the first sample of `metric` (between its braces), or nullopt.
+// A line as a sample of `metric`: kOther when it is not one (a comment, another metric, one whose
+// name only starts with this one's), kBroken when its label set does not close; otherwise its
+// label set (between the braces, `labelled` when it has braces) and what follows it.
+struct SampleLine {
+  enum Kind : uint8_t { kOther, kBroken, kSample } kind = kOther;
+  bool labelled = false;
+  absl::string_view labels;
+  absl::string_view rest;
+};
+
+SampleLine ParseSampleLine(absl::string_view line, absl::string_view metric) {
+  line = absl::StripAsciiWhitespace(line);
+  if (line.empty() || line.front() == '#' || !absl::StartsWith(line, metric)) return {};
+  absl::string_view rest = line.substr(metric.size());
+  if (rest.empty()) return {};
+  SampleLine sample;
+  sample.kind = SampleLine::kSample;
+  if (rest.front() == '{') {
+    const size_t end = SkipLabels(rest);
+    if (end == absl::string_view::npos) {
+      sample.kind = SampleLine::kBroken;
+      return sample;
+    }
+    sample.labelled = true;
+    sample.labels = rest.substr(1, end - 2);
+    rest.remove_prefix(end);
+  } else if (rest.front() != ' ' && rest.front() != '\t') {
+    return {};  // another metric whose name starts with this one (e.g. …_total, …_bucket)
+  }
+  sample.rest = rest;
+  return sample;
+}
+
+// The label set of the first labelled sample of `metric`, or nullopt.
 std::optional<absl::string_view> FirstLabels(absl::string_view text, absl::string_view metric) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line.front() == '#' || !absl::StartsWith(line, metric)) continue;
-    absl::string_view rest = line.substr(metric.size());
-    if (rest.empty() || rest.front() != '{') continue;
-    const size_t end = SkipLabels(rest);
-    if (end == absl::string_view::npos) return std::nullopt;
-    return rest.substr(1, end - 2);
+    const SampleLine sample = ParseSampleLine(line, metric);
+    if (sample.kind == SampleLine::kBroken) return std::nullopt;
+    if (sample.kind == SampleLine::kSample && sample.labelled) return sample.labels;
   }
   return std::nullopt;
 }
@@ -82,18 +112,10 @@ std::optional<double> SumSamples(absl::string_view text, absl::string_view metri
   double sum = 0;
   bool found = false;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line.front() == '#' || !absl::StartsWith(line, metric)) continue;
-    absl::string_view rest = line.substr(metric.size());
-    if (rest.empty()) continue;
-    if (rest.front() == '{') {
-      const size_t end = SkipLabels(rest);
-      if (end == absl::string_view::npos) return std::nullopt;
-      rest.remove_prefix(end);
-    } else if (rest.front() != ' ' && rest.front() != '\t') {
-      continue;  // another metric whose name starts with this one (e.g. …_total, …_bucket)
-    }
-    rest = absl::StripLeadingAsciiWhitespace(rest);
+    const SampleLine sample = ParseSampleLine(line, metric);
+    if (sample.kind == SampleLine::kBroken) return std::nullopt;
+    if (sample.kind == SampleLine::kOther) continue;
+    const absl::string_view rest = absl::StripLeadingAsciiWhitespace(sample.rest);
     const absl::string_view value = rest.substr(0, rest.find_first_of(" \t"));
     double v;
     if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) return std::nullopt;
