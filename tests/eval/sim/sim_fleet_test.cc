@@ -280,6 +280,14 @@ TEST_CASE("ablations: affinity-only plans one destination per key, replication m
   CHECK(full.policy == "cacheroute");
   CHECK(full.plan_records.back().entries[0].destinations.size() >= 2);
   CHECK(full.q_cap == 4);
+
+  config.ablation = PlanAblation::kNone;
+  const RunResult none = MustRun(config, requests);
+  CHECK(none.policy == "cacheroute+none");
+  CHECK(none.plans == 0);
+  CHECK(none.plan_records.empty());
+  CHECK(none.completed == full.completed);  // the dispatch alone still serves every request
+  CHECK(none.kv_hit > 0);                   // and finds warm destinations without a plan
 }
 
 TEST_CASE("q_cap is calibrated from the profile when not given") {

@@ -66,6 +66,8 @@ TEST_CASE("validation names the field and the value", "[study]") {
   c = *FindStudy("primary");
   c.policies = {"flat-lb", "roundrobin"};
   CHECK(std::string(ValidateStudy(c).message()).find("\"roundrobin\"") != std::string::npos);
+  c.policies = {"cacheroute", "cacheroute-no-plan"};  // every label the runner maps is accepted
+  CHECK(ValidateStudy(c).ok());
   c = *FindStudy("primary");
   c.seeds = {2, 2};
   CHECK(std::string(ValidateStudy(c).message()).find("seeds must be distinct") == 0);
@@ -285,6 +287,10 @@ TEST_CASE("policy labels map onto the fleet", "[study]") {
   CHECK(MakeFleetConfig(c, "affinity", 60, 2)->ablation == PlanAblation::kAffinityOnly);
   CHECK(MakeFleetConfig(c, "replication", 60, 2)->ablation == PlanAblation::kReplication);
   CHECK(MakeFleetConfig(c, "lpt", 60, 2)->ablation == PlanAblation::kFull);
+  const absl::StatusOr<FleetConfig> no_plan = MakeFleetConfig(c, "cacheroute-no-plan", 60, 2);
+  REQUIRE(no_plan.ok());
+  CHECK(no_plan->policy == PolicyKind::kCacheRoute);
+  CHECK(no_plan->ablation == PlanAblation::kNone);
   CHECK(MakeFleetConfig(c, "preble", 60, 2)->policy == PolicyKind::kPreble);
   CHECK_FALSE(MakeFleetConfig(c, "stale", 60, 2).ok());  // not a drift study
   const StudyConfig d = *FindStudy("drift");

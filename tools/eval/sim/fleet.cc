@@ -403,8 +403,9 @@ constexpr dataplane::EnumName<PlanAblation> kPlanAblationNames[] = {
     {PlanAblation::kFull, "full"},
     {PlanAblation::kAffinityOnly, "affinity"},
     {PlanAblation::kReplication, "replication"},
+    {PlanAblation::kNone, "none"},
 };
-static_assert(dataplane::IsEnumTable(kPlanAblationNames, PlanAblation::kReplication));
+static_assert(dataplane::IsEnumTable(kPlanAblationNames, PlanAblation::kNone));
 
 std::string_view PlanAblationName(PlanAblation ablation) {
   return dataplane::NameOf(kPlanAblationNames, ablation);

@@ -57,8 +57,11 @@ std::string_view PolicyName(PolicyKind policy);
 absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name);
 std::vector<PolicyKind> AllPolicies();
 
-enum class PlanAblation : uint8_t { kFull, kAffinityOnly, kReplication };
-std::string_view PlanAblationName(PlanAblation ablation);  // "full", "affinity", "replication"
+// kNone: no plan is made and the gateways never get a table, so CacheRoute's dispatch routes every
+// key alone (its prefix memory, hashed pair, random and remembered candidates): what the plan adds.
+enum class PlanAblation : uint8_t { kFull, kAffinityOnly, kReplication, kNone };
+// "full", "affinity", "replication", "none"
+std::string_view PlanAblationName(PlanAblation ablation);
 
 enum class GatewayAssignment : uint8_t { kRoundRobin, kRandom };
 

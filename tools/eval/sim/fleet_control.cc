@@ -100,6 +100,10 @@ double SimControlPlane::next_step_s() const {
 
 absl::Status SimControlPlane::Step(std::span<const std::unique_ptr<SimGateway>> gateways,
                                    RunResult& result) {
+  if (config_.ablation == PlanAblation::kNone) {  // no plan: the gateways never get a table
+    over_ = true;
+    return absl::OkStatus();
+  }
   const bool plan = schedule_.Take() == service::ControlSchedule::Step::kPlan;
   if (absl::Status s = ReportRound(gateways, /*with_counts=*/plan); !s.ok()) return s;
   CACHEROUTE_ASSIGN_OR_RETURN(service::PlanOutcome outcome,

@@ -73,6 +73,9 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   } else if (policy == "lpt" || policy == "fresh") {
     c.policy = PolicyKind::kCacheRoute;
     if (policy == "lpt") paper();
+  } else if (policy == "cacheroute-no-plan") {
+    c.policy = PolicyKind::kCacheRoute;
+    c.ablation = PlanAblation::kNone;
   } else if (policy == "affinity") {
     c.policy = PolicyKind::kCacheRoute;
     c.ablation = PlanAblation::kAffinityOnly;

@@ -9,7 +9,8 @@
 // plan at the end of the warm-up, kept for the whole run) and "fresh-sticky" (below); in any
 // study, "cacheroute-replan-10s" (CacheRoute replanning every 10 s from rates smoothed over 10 s,
 // LPT from scratch) and "cacheroute-sticky-lpt" (the same with the planner service's placement
-// hysteresis, stickiness 0.1; "fresh-sticky" is its name in the drift study).
+// hysteresis, stickiness 0.1; "fresh-sticky" is its name in the drift study); "cacheroute-no-plan"
+// (CacheRoute's dispatch with no plan, PlanAblation::kNone: what the plan adds).
 //
 // The runner generates each (load, seed) workload once and shares it between the policies that
 // use it (paired runs: every policy sees the same requests), dropping it after its last use.

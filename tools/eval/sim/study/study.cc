@@ -57,7 +57,9 @@ const std::set<std::string>& KnownPolicyLabels() {
       // (held), or every 10 s with placement hysteresis.
       "fresh", "stale", "held", "fresh-sticky",
       // CacheRoute replanning every 10 s, from scratch or with placement hysteresis.
-      "cacheroute-replan-10s", "cacheroute-sticky-lpt"};
+      "cacheroute-replan-10s", "cacheroute-sticky-lpt",
+      // CacheRoute's dispatch with no plan (PlanAblation::kNone).
+      "cacheroute-no-plan"};
   return *labels;
 }
 
@@ -325,8 +327,8 @@ absl::Status ValidateStudy(const StudyConfig& c, TracePath trace_path) {
       return Invalid("policies",
                      "flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute, "
                      "cacheroute-paper, cacheroute-bytes, "
-                     "cacheroute-replan-10s, cacheroute-sticky-lpt, flat, affinity, replication, "
-                     "lpt, fresh, stale, held or fresh-sticky",
+                     "cacheroute-replan-10s, cacheroute-sticky-lpt, cacheroute-no-plan, flat, "
+                     "affinity, replication, lpt, fresh, stale, held or fresh-sticky",
                      "\"" + p + "\"");
     }
     if (!seen.insert(p).second) return Invalid("policies", "distinct", "\"" + p + "\" twice");
