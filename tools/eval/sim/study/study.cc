@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
@@ -39,28 +40,32 @@ absl::Status Invalid(absl::string_view field, absl::string_view requirement,
 }
 std::string Num(double v) { return absl::StrFormat("%g", v); }
 
-const std::set<std::string>& KnownPolicyLabels() {
-  static const auto* labels = new std::set<std::string>{
-      // The fleet policies (tools/eval/sim/fleet.h), "flatlb" also accepted for "flat-lb": the
-      // paper's six and the two modern baselines.
-      "flat-lb", "flatlb", "sticky", "chwbl", "dualmap", "preble", "cacheroute", "dynamo-kv",
-      "llm-d",
-      // CacheRoute as the paper's Algorithm 1 publishes it (fleet_runner.h).
-      "cacheroute-paper",
-      // CacheRoute with byte-aware planning (PlanConfig::kv_budget_tokens).
-      "cacheroute-bytes",
-      // Either behind the rollout gate (docs/gate.md).
-      "cacheroute-gated", "cacheroute-paper-gated",
-      // Ablation steps (Table 4).
-      "flat", "affinity", "replication", "lpt",
-      // Drift study: CacheRoute replanning every control interval, once per drift interval, once
-      // (held), or every 10 s with placement hysteresis.
-      "fresh", "stale", "held", "fresh-sticky",
-      // CacheRoute replanning every 10 s, from scratch or with placement hysteresis.
-      "cacheroute-replan-10s", "cacheroute-sticky-lpt",
-      // CacheRoute's dispatch with no plan (PlanAblation::kNone).
-      "cacheroute-no-plan"};
-  return *labels;
+// Every policy label a study may name, in the order the validation error lists them.
+constexpr absl::string_view kPolicyLabels[] = {
+    // The fleet policies (tools/eval/sim/fleet.h), "flatlb" also accepted for "flat-lb": the
+    // paper's six and the two modern baselines.
+    "flat-lb", "flatlb", "sticky", "chwbl", "dualmap", "preble", "cacheroute", "dynamo-kv", "llm-d",
+    // CacheRoute as the paper's Algorithm 1 publishes it (fleet_runner.h).
+    "cacheroute-paper",
+    // CacheRoute with byte-aware planning (PlanConfig::kv_budget_tokens).
+    "cacheroute-bytes",
+    // Either behind the rollout gate (docs/gate.md).
+    "cacheroute-gated", "cacheroute-paper-gated",
+    // Ablation steps (Table 4).
+    "flat", "affinity", "replication", "lpt",
+    // Drift study: CacheRoute replanning every control interval, once per drift interval, once
+    // (held), or every 10 s with placement hysteresis.
+    "fresh", "stale", "held", "fresh-sticky",
+    // CacheRoute replanning every 10 s, from scratch or with placement hysteresis.
+    "cacheroute-replan-10s", "cacheroute-sticky-lpt",
+    // CacheRoute's dispatch with no plan (PlanAblation::kNone).
+    "cacheroute-no-plan"};
+
+// "a, b, … or z": the labels as the validation error names them.
+std::string PolicyLabelList() {
+  constexpr size_t n = std::size(kPolicyLabels);
+  return absl::StrCat(absl::StrJoin(absl::MakeConstSpan(kPolicyLabels, n - 1), ", "), " or ",
+                      kPolicyLabels[n - 1]);
 }
 
 // The paper's tables come from runs in which "the table remains fixed for a control interval"
@@ -323,13 +328,8 @@ absl::Status ValidateStudy(const StudyConfig& c, TracePath trace_path) {
   if (c.policies.empty()) return Invalid("policies", "non-empty", "[]");
   std::set<std::string> seen;
   for (const std::string& p : c.policies) {
-    if (!KnownPolicyLabels().contains(p)) {
-      return Invalid("policies",
-                     "flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute, "
-                     "cacheroute-paper, cacheroute-bytes, "
-                     "cacheroute-replan-10s, cacheroute-sticky-lpt, cacheroute-no-plan, flat, "
-                     "affinity, replication, lpt, fresh, stale, held or fresh-sticky",
-                     "\"" + p + "\"");
+    if (!absl::c_linear_search(kPolicyLabels, p)) {
+      return Invalid("policies", PolicyLabelList(), "\"" + p + "\"");
     }
     if (!seen.insert(p).second) return Invalid("policies", "distinct", "\"" + p + "\" twice");
   }
