@@ -78,7 +78,11 @@ absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& confi
 
 SimControlPlane::SimControlPlane(const FleetConfig& config, SimClock& clock,
                                  service::ControlSchedule schedule)
-    : config_(config), clock_(clock), schedule_(schedule) {}
+    : config_(config),
+      clock_(clock),
+      schedule_(schedule),
+      // No plan: the loop never steps, so the gateways never get a table.
+      over_(config.ablation == PlanAblation::kNone) {}
 
 absl::StatusOr<std::unique_ptr<SimControlPlane>> SimControlPlane::Create(const FleetConfig& config,
                                                                          double q_cap,
@@ -100,10 +104,6 @@ double SimControlPlane::next_step_s() const {
 
 absl::Status SimControlPlane::Step(std::span<const std::unique_ptr<SimGateway>> gateways,
                                    RunResult& result) {
-  if (config_.ablation == PlanAblation::kNone) {  // no plan: the gateways never get a table
-    over_ = true;
-    return absl::OkStatus();
-  }
   const bool plan = schedule_.Take() == service::ControlSchedule::Step::kPlan;
   if (absl::Status s = ReportRound(gateways, /*with_counts=*/plan); !s.ok()) return s;
   CACHEROUTE_ASSIGN_OR_RETURN(service::PlanOutcome outcome,

@@ -9,8 +9,8 @@
 // The FleetConfig maps onto PlannerConfig as docs/simulator.md, "Fleet internals", describes
 // (q_cap, W, stickiness, algorithm, ablation → replicate/placement, max_plans, gate and its
 // interval, rate smoothing). Once max_plans plans are made without the gate, the loop stops:
-// the core would only hold the plan. With PlanAblation::kNone it stops at its first step, having
-// planned nothing.
+// the core would only hold the plan. With PlanAblation::kNone it never steps: no plan, no
+// table.
 #pragma once
 
 #include <cstdint>
