@@ -66,14 +66,14 @@ TEST_CASE("defaults: GIE's body modes and port; the dataplane keys keep the gate
   CHECK(config->response_body_mode == Mode::FULL_DUPLEX_STREAMED);
   CHECK(config->max_request_body == 32u << 20);
   CHECK(config->drain_timeout == absl::Seconds(30));
-  const gateway::GatewayConfig gateway_defaults;
+  const frontend::FrontendConfig gateway_defaults;
   CHECK(config->dataplane.policy == gateway_defaults.policy);
   CHECK(config->dataplane.key_from == gateway_defaults.key_from);
   CHECK(config->dataplane.health_check_interval == gateway_defaults.health_check_interval);
   CHECK(config->dataplane.upstreams.size() == 1);
 }
 
-TEST_CASE("every key is read, the dataplane's into the gateway's configuration") {
+TEST_CASE("every key is read, the front-end core's into its configuration") {
   absl::StatusOr<EppConfig> config = ParseEppConfigYaml(R"(
 listen: "[::1]:0"
 metrics_listen: 127.0.0.1:0

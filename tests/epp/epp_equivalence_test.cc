@@ -28,8 +28,8 @@
 #include "tests/support/planner_fixture.h"
 #include "tests/support/require_ok.h"
 #include "tools/epp/epp.h"
+#include "tools/frontend/openai_fields.h"
 #include "tools/gateway/gateway.h"
-#include "tools/gateway/openai_fields.h"
 
 namespace cacheroute::epp {
 namespace {
@@ -138,7 +138,7 @@ Http HttpOf(const Request& r) {
 // The routing key the request carries (what the planner is told about).
 std::string KeyOf(const Request& r) {
   if (r.source != Source::kSystem) return r.key;
-  return *gateway::ScanRequestFields(HttpOf(r).body).system;
+  return *frontend::ScanRequestFields(HttpOf(r).body).system;
 }
 
 // 240 requests from a fixed seed: hot keys (admitted, split over members), warm ones (admitted,
@@ -290,7 +290,7 @@ class EppSide {
 
 TEST_CASE("the EPP and cacheroute-gateway choose the same endpoints for one sequence and table") {
   std::vector<std::unique_ptr<HoldingEngine>> engines;
-  std::vector<gateway::Upstream> upstreams;
+  std::vector<frontend::Upstream> upstreams;
   std::vector<std::string> names;
   for (int i = 0; i < 4; ++i) {
     names.push_back(absl::StrCat("u", i));

@@ -27,7 +27,7 @@
 #include "tests/support/planner_fixture.h"
 #include "tests/support/require_ok.h"
 #include "tools/eval/child_process.h"
-#include "tools/gateway/openai_fields.h"
+#include "tools/frontend/openai_fields.h"
 
 namespace cacheroute::epp {
 namespace {
@@ -45,8 +45,8 @@ struct Fleet {
     for (size_t i = 0; i < engines.size(); ++i) names.push_back(absl::StrCat("u", i));
     return names;
   }
-  std::vector<gateway::Upstream> Upstreams() const {
-    std::vector<gateway::Upstream> upstreams;
+  std::vector<frontend::Upstream> Upstreams() const {
+    std::vector<frontend::Upstream> upstreams;
     for (size_t i = 0; i < engines.size(); ++i) {
       upstreams.push_back({absl::StrCat("u", i), engines[i]->url()});
     }

@@ -11,7 +11,6 @@
 #include <string_view>
 
 #include "absl/strings/string_view.h"
-
 #include "tests/fuzz/fuzz_check.h"
 #include "tools/gateway/gateway_config.h"
 
@@ -36,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace cacheroute::gateway;
   const absl::string_view yaml(reinterpret_cast<const char*>(data), size);
 
-  absl::StatusOr<std::vector<Upstream>> list = ParseUpstreamListYaml(yaml);
+  absl::StatusOr<std::vector<frontend::Upstream>> list = frontend::ParseUpstreamListYaml(yaml);
   if (list.ok()) {
     FUZZ_CHECK(!list->empty(), "an empty upstream list was accepted");
     CheckUpstreams(*list);

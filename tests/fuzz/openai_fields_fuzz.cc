@@ -1,21 +1,20 @@
-// Fuzz target: what the gateway reads from OpenAI-compatible bodies (tools/gateway/openai_fields.h):
-// a request body (ScanRequestFields, then RoutingKey) and a response body or SSE stream
-// (ReadUsage, UsageScanner::Feed). The first input byte picks prefix_bytes and how the stream is
-// cut into chunks; the rest is the body.
-// Invariants: a system key is "system:" or "prompt:" and 16 hex digits; RoutingKey takes the first
-// source the request has; cached_tokens <= prompt_tokens; UsageScanner finds the same usage
-// however the stream is cut (lines here are far below kMaxLine).
+// Fuzz target: what the gateway reads from OpenAI-compatible bodies
+// (tools/frontend/openai_fields.h): a request body (ScanRequestFields, then RoutingKey) and a
+// response body or SSE stream (ReadUsage, UsageScanner::Feed). The first input byte picks
+// prefix_bytes and how the stream is cut into chunks; the rest is the body. Invariants: a system
+// key is "system:" or "prompt:" and 16 hex digits; RoutingKey takes the first source the request
+// has; cached_tokens <= prompt_tokens; UsageScanner finds the same usage however the stream is cut
+// (lines here are far below kMaxLine).
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "tools/gateway/openai_fields.h"
+#include "tools/frontend/openai_fields.h"
 
 namespace {
 
@@ -41,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   const size_t prefix_bytes = size_t{1} << (control & 0x0f);  // 1 … 32768
 
-  const RequestFields fields = ScanRequestFields(body, prefix_bytes);
+  const frontend::RequestFields fields = frontend::ScanRequestFields(body, prefix_bytes);
   if (fields.system.has_value()) {
     const std::string& s = *fields.system;
     const size_t colon = s.find(':');
@@ -64,15 +63,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(RoutingKey({}, header, fields) == std::nullopt);
 
   // A response body, and the same bytes as an SSE stream fed whole, in chunks, byte by byte.
-  CheckUsage(ReadUsage(body));
-  UsageScanner whole;
+  CheckUsage(frontend::ReadUsage(body));
+  frontend::UsageScanner whole;
   whole.Feed(body);
   CheckUsage(whole.usage());
-  UsageScanner chunked;
+  frontend::UsageScanner chunked;
   const size_t chunk = 1 + (control >> 4);  // 1 … 16
   for (size_t at = 0; at < body.size(); at += chunk) chunked.Feed(body.substr(at, chunk));
   FUZZ_CHECK(SameUsage(whole.usage(), chunked.usage()), "usage depends on how the stream is cut");
-  UsageScanner split;
+  frontend::UsageScanner split;
   const size_t half = body.size() / 2;
   split.Feed(body.substr(0, half));
   split.Feed(absl::string_view());

@@ -133,15 +133,15 @@ TEST_CASE("text on which yaml-cpp's LoadAll never ends is read at once (found by
     absl::StatusOr<GatewayConfig> config = ParseGatewayConfigYaml(yaml);
     REQUIRE(config.ok());
     CHECK(config->upstreams.empty());
-    absl::StatusOr<std::vector<Upstream>> list = ParseUpstreamListYaml(yaml);
+    absl::StatusOr<std::vector<frontend::Upstream>> list = frontend::ParseUpstreamListYaml(yaml);
     REQUIRE_FALSE(list.ok());
     CHECK_THAT(std::string(list.status().message()),
                Catch::Contains("upstreams: must list at least one upstream"));
   }
   CHECK(ErrorOf(std::string(kMinimal) + "---\n,\n") ==
         "expected one YAML document, got 2 (separated by ---)");
-  absl::StatusOr<std::vector<Upstream>> two =
-      ParseUpstreamListYaml("- {name: a, url: \"http://h:1\"}\n---\n,");
+  absl::StatusOr<std::vector<frontend::Upstream>> two =
+      frontend::ParseUpstreamListYaml("- {name: a, url: \"http://h:1\"}\n---\n,");
   REQUIRE_FALSE(two.ok());
   CHECK_THAT(std::string(two.status().message()), Catch::Contains("got 2"));
 }
@@ -261,31 +261,6 @@ TEST_CASE("a dynamic membership source replaces the static list") {
   CHECK(ValidateGatewayConfig(*file).ok());
   CHECK(file->membership_interval == absl::Seconds(5));
   CHECK(file->max_upstreams == 256);
-}
-
-TEST_CASE("DataplaneConfigFields: every key but the HTTP front end's, parsed the same way") {
-  std::set<std::string> keys;
-  for (const auto& field : DataplaneConfigFields()) keys.insert(std::string(field.key));
-  for (const char* front_end :
-       {"listen", "header_timeout", "read_timeout", "write_timeout", "io_threads", "drain_delay",
-        "drain_timeout", "tls_cert_file", "tls_key_file", "api_key_file"}) {
-    INFO(front_end);
-    CHECK(keys.count(front_end) == 0);
-  }
-  for (const char* dataplane : {"upstreams", "upstreams_dns", "policy", "key_from", "planner",
-                                "gateway_id", "health_check_interval", "load_scrape_interval"}) {
-    INFO(dataplane);
-    CHECK(keys.count(dataplane) == 1);
-  }
-  CHECK(keys.size() == 27);
-  // A dataplane key means the same through either table.
-  GatewayConfig via_fields;
-  const YAML::Node node = YAML::Load("[user, header]");
-  for (const auto& field : DataplaneConfigFields()) {
-    if (field.key == "key_from") REQUIRE(field.apply("key_from", node, via_fields).ok());
-  }
-  CHECK(via_fields.key_from ==
-        ParseGatewayConfigYaml(std::string(kMinimal) + "key_from: [user, header]\n")->key_from);
 }
 
 TEST_CASE("flags override the file") {

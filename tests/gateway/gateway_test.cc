@@ -35,7 +35,7 @@
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 #include "tools/eval/child_process.h"
-#include "tools/gateway/openai_fields.h"
+#include "tools/frontend/openai_fields.h"
 
 namespace cacheroute::gateway {
 namespace {
@@ -71,7 +71,7 @@ class FakeUpstream {
         cached = cached_tokens_;
       }
       std::this_thread::sleep_for(delay);
-      if (ScanRequestFields(req.body).stream) {
+      if (frontend::ScanRequestFields(req.body).stream) {
         res.set_chunked_content_provider(
             "text/event-stream", [this](size_t, httplib::DataSink& sink) {
               for (size_t i = 0; i < SseEvents().size(); ++i) {
@@ -207,14 +207,14 @@ class FakeUpstream {
   std::atomic<int> requests_{0};
   std::mutex mu_;
   std::condition_variable first_event_seen_cv_;
-  bool first_event_seen_ = false;      // guarded by mu_
-  bool held_back_until_seen_ = false;  // guarded by mu_
-  std::string last_body_;              // guarded by mu_
-  std::string last_authorization_;     // guarded by mu_
-  std::string metrics_;                // guarded by mu_
-  int metrics_requests_ = 0;           // guarded by mu_
-  int health_status_ = 200;            // guarded by mu_
-  int health_requests_ = 0;            // guarded by mu_
+  bool first_event_seen_ = false;              // guarded by mu_
+  bool held_back_until_seen_ = false;          // guarded by mu_
+  std::string last_body_;                      // guarded by mu_
+  std::string last_authorization_;             // guarded by mu_
+  std::string metrics_;                        // guarded by mu_
+  int metrics_requests_ = 0;                   // guarded by mu_
+  int health_status_ = 200;                    // guarded by mu_
+  int health_requests_ = 0;                    // guarded by mu_
   std::chrono::milliseconds header_delay_{0};  // guarded by mu_
   int cached_tokens_ = 0;                      // guarded by mu_
 };
@@ -229,8 +229,8 @@ struct Fleet {
     for (const auto& u : upstreams) names.push_back(u->name());
     return names;
   }
-  std::vector<Upstream> Config() const {
-    std::vector<Upstream> config;
+  std::vector<frontend::Upstream> Config() const {
+    std::vector<frontend::Upstream> config;
     for (const auto& u : upstreams) config.push_back({u->name(), u->url()});
     return config;
   }
@@ -433,8 +433,9 @@ TEST_CASE("several planner addresses: the gateway reports to and follows the one
   }
 }
 
-TEST_CASE("rollout gate end to end: the gateway splits keys by the table's rollout, reports "
-          "each arm, and the planner promotes an equal canary") {
+TEST_CASE(
+    "rollout gate end to end: the gateway splits keys by the table's rollout, reports "
+    "each arm, and the planner promotes an equal canary") {
   Fleet fleet(4);
   service::PlannerConfig planner_config = PlannerFor(fleet.Names());
   planner_config.gate_enabled = true;
@@ -955,14 +956,17 @@ TEST_CASE("served KV hit: usage.cached_tokens is counted per destination and mea
   httplib::Client client = ClientFor(*gateway);
   for (int i = 0; i < 4; ++i) REQUIRE(Send(client, "t").status == 200);
   const std::string metrics = gateway->RenderMetrics();
-  CHECK(metrics.find("cacheroute_gateway_prompt_tokens_total{destination=\"u0\",planned=\"0\"} 20") !=
-        std::string::npos);
-  CHECK(metrics.find("cacheroute_gateway_cached_tokens_total{destination=\"u0\",planned=\"0\"} 12") !=
-        std::string::npos);
+  CHECK(
+      metrics.find("cacheroute_gateway_prompt_tokens_total{destination=\"u0\",planned=\"0\"} 20") !=
+      std::string::npos);
+  CHECK(
+      metrics.find("cacheroute_gateway_cached_tokens_total{destination=\"u0\",planned=\"0\"} 12") !=
+      std::string::npos);
   REQUIRE(gateway->measured_hit().has_value());
   CHECK(*gateway->measured_hit() == Approx(0.6));
-  CHECK(metrics.find("cacheroute_gateway_time_to_first_token_seconds_count{destination=\"u0\"} 0") !=
-        std::string::npos);  // no stream yet
+  CHECK(
+      metrics.find("cacheroute_gateway_time_to_first_token_seconds_count{destination=\"u0\"} 0") !=
+      std::string::npos);  // no stream yet
 }
 
 TEST_CASE("api_key_file: /v1/ needs a listed bearer key, which is not passed upstream") {
@@ -1173,7 +1177,7 @@ TEST_CASE("the cacheroute-gateway binary serves on the port it logs") {
   const std::string log = dir.File("gateway.log");
   std::vector<std::string> args = {CACHEROUTE_GATEWAY_PATH, "--listen", "127.0.0.1:0", "--policy",
                                    "cacheroute"};
-  for (const Upstream& u : fleet.Config()) {
+  for (const frontend::Upstream& u : fleet.Config()) {
     args.push_back("--upstream");
     args.push_back(u.name + "=" + u.url);
   }
@@ -1203,9 +1207,10 @@ std::vector<std::string> PlannerDestinations(InProcessPlanner& planner) {
 
 // Writes `upstreams` as an upstreams_file, atomically (a temporary file, then rename), as a
 // ConfigMap update or a configuration tool would.
-void WriteUpstreamsFile(const std::string& path, const std::vector<Upstream>& upstreams) {
+void WriteUpstreamsFile(const std::string& path, const std::vector<frontend::Upstream>& upstreams) {
   std::string text = "upstreams:\n";
-  for (const Upstream& u : upstreams) absl::StrAppend(&text, "  - {name: ", u.name, ", url: \"", u.url, "\"}\n");
+  for (const frontend::Upstream& u : upstreams)
+    absl::StrAppend(&text, "  - {name: ", u.name, ", url: \"", u.url, "\"}\n");
   {
     std::ofstream out(path + ".tmp");
     out << text;
@@ -1229,7 +1234,7 @@ TEST_CASE("upstreams_file: members added and removed reach the gateway and the p
   Fleet fleet(3);
   testing::TempDir dir("gateway-members-file");
   const std::string path = dir.File("upstreams.yaml");
-  const std::vector<Upstream> all = fleet.Config();
+  const std::vector<frontend::Upstream> all = fleet.Config();
   WriteUpstreamsFile(path, {all[0], all[1]});
   service::PlannerConfig planner_config = PlannerFor({"u0", "u1"});
   planner_config.slots_per_destination = 4;  // every hot key admitted, with 2 members or 3
@@ -1263,9 +1268,8 @@ TEST_CASE("upstreams_file: members added and removed reach the gateway and the p
   const std::map<std::string, int> spread = SpreadOf(*gateway, 40, "after-");
   CHECK(spread.count("u0") == 0);
   CHECK(fleet.upstreams[0]->requests() == u0_requests);
-  REQUIRE(Eventually([&] {
-    return gateway->table() != nullptr && gateway->table()->destination_count() == 2;
-  }));
+  REQUIRE(Eventually(
+      [&] { return gateway->table() != nullptr && gateway->table()->destination_count() == 2; }));
   // (Hysteresis keeps a key in place unless that would leave its destination more than 10%
   // above the mean, so with four keys on two members one may move for balance: planner_core_test
   // measures the rule on 60 keys.)
@@ -1308,7 +1312,8 @@ TEST_CASE("upstreams_dns: addresses that come and go reach the gateway and the p
   config.report_interval = absl::Milliseconds(50);
   std::unique_ptr<Gateway> gateway = StartGateway(config);
   CHECK(gateway->DestinationNames() == std::vector<std::string>{name_a});
-  REQUIRE(Eventually([&] { return PlannerDestinations(planner) == std::vector<std::string>{name_a}; }));
+  REQUIRE(
+      Eventually([&] { return PlannerDestinations(planner) == std::vector<std::string>{name_a}; }));
   CHECK(SpreadOf(*gateway, 10, "one-") == std::map<std::string, int>{{name_a, 10}});
 
   dns.SetA("engines.serving.test", {"127.0.0.3", "127.0.0.2"});
@@ -1320,8 +1325,10 @@ TEST_CASE("upstreams_dns: addresses that come and go reach the gateway and the p
   CHECK(gateway->SubscriberStats()->nacks == 0);
 
   dns.SetA("engines.serving.test", {"127.0.0.3"});
-  REQUIRE(Eventually([&] { return gateway->DestinationNames() == std::vector<std::string>{name_b}; }));
-  REQUIRE(Eventually([&] { return PlannerDestinations(planner) == std::vector<std::string>{name_b}; }));
+  REQUIRE(
+      Eventually([&] { return gateway->DestinationNames() == std::vector<std::string>{name_b}; }));
+  REQUIRE(
+      Eventually([&] { return PlannerDestinations(planner) == std::vector<std::string>{name_b}; }));
   CHECK(SpreadOf(*gateway, 20, "b-") == std::map<std::string, int>{{name_b, 20}});
 
   // The name gone from DNS (NXDOMAIN) or the server silent: the members are kept.
@@ -1330,7 +1337,8 @@ TEST_CASE("upstreams_dns: addresses that come and go reach the gateway and the p
   CHECK(gateway->DestinationNames() == std::vector<std::string>{name_b});
 }
 
-TEST_CASE("active health checks: a failing /health marks an up upstream down, a slow one does not") {
+TEST_CASE(
+    "active health checks: a failing /health marks an up upstream down, a slow one does not") {
   Fleet fleet(2);
   GatewayConfig config = ConfigFor(fleet, "flatlb");
   config.health_check_interval = absl::Milliseconds(30);
@@ -1340,8 +1348,9 @@ TEST_CASE("active health checks: a failing /health marks an up upstream down, a 
   // A queue at u1: its completions take 300 ms, its /health answers at once.
   fleet.upstreams[1]->set_header_delay(std::chrono::milliseconds(300));
   REQUIRE(Eventually([&] { return !gateway->RouterStats().up[0]; }));
-  CHECK(absl::StrContains(gateway->RenderMetrics(),
-                          "cacheroute_gateway_health_check_failures_total{destination=\"u0\"} 2\n"));
+  CHECK(
+      absl::StrContains(gateway->RenderMetrics(),
+                        "cacheroute_gateway_health_check_failures_total{destination=\"u0\"} 2\n"));
   {
     httplib::Client client = ClientFor(*gateway);
     for (int i = 0; i < 3; ++i) CHECK(Send(client, absl::StrCat("k", i)).destination == "u1");

@@ -14,9 +14,9 @@
 #include "base/status_macros.h"
 #include "cacheroute/dataplane/policy_registry.h"
 #include "tools/epp/ext_proc_server.h"
-#include "tools/gateway/embedded_dataplane.h"
-#include "tools/gateway/metrics/request_metrics.h"
-#include "tools/gateway/openai_fields.h"
+#include "tools/frontend/frontend_core.h"
+#include "tools/frontend/metrics/request_metrics.h"
+#include "tools/frontend/openai_fields.h"
 #include "tools/http/server.h"
 
 namespace cacheroute::epp {
@@ -31,16 +31,16 @@ constexpr size_t kMaxUnaryBody = 4u << 20;
 
 // Which of the gateway's endpoints (metrics label `endpoint`) a request path is; any other POST
 // path is routed as a completion is and counted as one.
-gateway::Endpoint EndpointOf(absl::string_view path) {
+frontend::Endpoint EndpointOf(absl::string_view path) {
   path = path.substr(0, path.find('?'));
-  if (path == "/v1/chat/completions") return gateway::Endpoint::kChatCompletions;
-  if (path == "/v1/models") return gateway::Endpoint::kModels;
-  return gateway::Endpoint::kCompletions;
+  if (path == "/v1/chat/completions") return frontend::Endpoint::kChatCompletions;
+  if (path == "/v1/models") return frontend::Endpoint::kModels;
+  return frontend::Endpoint::kCompletions;
 }
 
 // The address a member is answered as, IP:PORT ([IPv6]:PORT): its address as resolved when it
 // joined, which is what the gateway connects to.
-std::string AddressOf(const gateway::Member& member) {
+std::string AddressOf(const frontend::Member& member) {
   if (member.endpoints.empty()) return "";
   const auto& endpoint = member.endpoints.front();
   const auto address = endpoint.address();
@@ -48,54 +48,41 @@ std::string AddressOf(const gateway::Member& member) {
                          : absl::StrCat(address.to_string(), ":", endpoint.port());
 }
 
-// Distinguishes Epp instances in the per-thread membership caches (an address may be reused).
-std::atomic<uint64_t> next_instance{1};
-
 }  // namespace
 
 struct Epp::Counters {
-  gateway::RequestMetrics requests;
+  frontend::RequestMetrics requests;
   std::atomic<uint64_t> abandoned{0};         // streams that ended before their response
   std::atomic<uint64_t> subset_redirects{0};  // picks moved into GIE's subset hint
   std::atomic<uint64_t> subset_refusals{0};   // 503s for a subset with no up member
-  const uint64_t instance = next_instance.fetch_add(1);
-  std::string key_header;  // lower case, as Envoy sends header names
-  // The dispatch counts each request's prompt tokens (every policy but cacheroute-paper), so the
-  // EPP routes once it has the body, as the gateway does, whatever the key comes from.
-  bool reads_prompt = false;
 };
 
 // The routing side of one stream: the gateway's HandleCompletion, split at the ext_proc phases.
 class Epp::RequestExchange : public Exchange {
  public:
   explicit RequestExchange(Epp& epp)
-      : epp_(epp), core_(epp.dataplane_->core()), start_(core_.clock().Now()) {}
+      : epp_(epp), core_(*epp.core_), start_(core_.routing().clock().Now()) {}
 
   bool NeedsBody(const HeaderList& headers) override {
-    return epp_.counters_->reads_prompt || epp_.dataplane_->keys().NeedsBody(KeyHeader(headers));
+    return core_.NeedsBody(
+        [&headers](absl::string_view name) { return FindHeader(headers, name); });
   }
 
   Route RouteRequest(const RequestView& request) override {
     kind_ = EndpointOf(FindHeader(request.headers, ":path").value_or(""));
-    std::shared_ptr<const gateway::Members> members = CurrentMembers(/*fresh=*/false);
-    if (kind_ == gateway::Endpoint::kModels) {
-      request_.emplace(core_.RouteAny(start_));
-    } else {
-      request_.emplace(
-          core_.Route(epp_.dataplane_->keys().Derive(KeyHeader(request.headers), request.body),
-                      members->policy.get(), start_));
-    }
-    // Routed to an index this thread's snapshot does not have yet: the membership just changed.
-    if (request_->ok() && members->At(request_->destination()) == nullptr) {
-      members = CurrentMembers(/*fresh=*/true);
-    }
-    const gateway::Member* member = request_->ok() ? members->At(request_->destination()) : nullptr;
+    routed_.emplace(
+        kind_ == frontend::Endpoint::kModels
+            ? core_.RouteAny(start_)
+            : core_.Route(
+                  [&request](absl::string_view name) { return FindHeader(request.headers, name); },
+                  request.body, start_));
+    const frontend::Member* member = routed_->member();
     std::string address = member != nullptr ? AddressOf(*member) : "";
     Route route;
     if (member != nullptr && request.subset != nullptr &&
         std::find(request.subset->begin(), request.subset->end(), address) ==
             request.subset->end()) {
-      member = InSubset(*members, *request.subset, address);
+      member = InSubset(*request.subset, address);
       if (member == nullptr) {
         epp_.counters_->subset_refusals.fetch_add(1, std::memory_order_relaxed);
         route.message = absl::StrCat("no up member is among the ", request.subset->size(),
@@ -105,14 +92,14 @@ class Epp::RequestExchange : public Exchange {
     }
     if (member == nullptr) {
       if (route.message.empty()) route.message = "no upstream is up";
-      epp_.counters_->requests.Answered(kind_, 503, core_.clock().Now() - start_);
-      request_->Finish(503);
-      request_.reset();
+      epp_.counters_->requests.Answered(kind_, 503, core_.routing().clock().Now() - start_);
+      routed_->lifecycle.Finish(503);
+      routed_.reset();
       return route;
     }
     route.endpoint = std::move(address);
     route.response_headers = {{"x-cacheroute-destination", member->name},
-                              {"x-cacheroute-planned", request_->planned() ? "1" : "0"}};
+                              {"x-cacheroute-planned", routed_->lifecycle.planned() ? "1" : "0"}};
     return route;
   }
 
@@ -126,9 +113,9 @@ class Epp::RequestExchange : public Exchange {
   }
 
   void ResponseBody(absl::string_view chunk) override {
-    if (chunk.empty() || !request_.has_value()) return;
+    if (chunk.empty() || !routed_.has_value()) return;
     if (streamed_) {
-      request_->FirstToken(/*streamed=*/true);
+      routed_->lifecycle.FirstToken(/*streamed=*/true);
       usage_.Feed(chunk);
     } else if (!unary_too_big_) {
       if (unary_.size() + chunk.size() > kMaxUnaryBody) {
@@ -141,20 +128,20 @@ class Epp::RequestExchange : public Exchange {
   }
 
   void Finished(bool complete) override {
-    if (!request_.has_value()) return;
-    std::optional<gateway::Usage> usage;
+    if (!routed_.has_value()) return;
+    std::optional<frontend::Usage> usage;
     if (streamed_) {
       usage = usage_.usage();
       epp_.counters_->requests.StreamClosed();
     } else if (responded_) {
-      if (absl::StrContains(unary_, "\"usage\"")) usage = gateway::ReadUsage(unary_);
-      request_->FirstToken(/*streamed=*/false);  // a unary answer's client sees it whole
+      if (absl::StrContains(unary_, "\"usage\"")) usage = frontend::ReadUsage(unary_);
+      routed_->lifecycle.FirstToken(/*streamed=*/false);  // a unary answer's client sees it whole
     }
-    if (usage.has_value()) request_->Usage(*usage);
-    request_->UpstreamDone();
+    if (usage.has_value()) routed_->lifecycle.Usage(*usage);
+    routed_->lifecycle.UpstreamDone();
     if (responded_) {
-      request_->Finish(status_);
-      epp_.counters_->requests.Answered(kind_, status_, core_.clock().Now() - start_);
+      routed_->lifecycle.Finish(status_);
+      epp_.counters_->requests.Answered(kind_, status_, core_.routing().clock().Now() - start_);
     } else {
       // Ended before any response: most likely the client went away. No status to count.
       epp_.counters_->abandoned.fetch_add(1, std::memory_order_relaxed);
@@ -162,33 +149,11 @@ class Epp::RequestExchange : public Exchange {
   }
 
  private:
-  // The value of the key header (key_header, compared in lower case), if the request has it.
-  std::optional<std::string> KeyHeader(const HeaderList& headers) const {
-    std::optional<absl::string_view> value = FindHeader(headers, epp_.counters_->key_header);
-    if (!value.has_value()) return std::nullopt;
-    return std::string(*value);
-  }
-
-  // This thread's copy of the membership snapshot (refreshed when the generation moved).
-  std::shared_ptr<const gateway::Members> CurrentMembers(bool fresh) const {
-    struct Cached {
-      uint64_t instance = 0;
-      std::shared_ptr<const gateway::Members> members;
-    };
-    thread_local Cached cached;
-    const gateway::Membership& membership = epp_.dataplane_->membership();
-    if (fresh || cached.instance != epp_.counters_->instance || cached.members == nullptr ||
-        cached.members->generation != membership.generation()) {
-      cached = {epp_.counters_->instance, membership.Current()};
-    }
-    return cached.members;
-  }
-
   // GIE's subset hint: the least-loaded up member whose address is in `subset`, the request
   // moved there; null when none is.
-  const gateway::Member* InSubset(const gateway::Members& members,
-                                  const std::vector<std::string>& subset, std::string& address) {
-    const dataplane::Router& router = core_.router();
+  const frontend::Member* InSubset(const std::vector<std::string>& subset, std::string& address) {
+    const frontend::Members& members = *routed_->members;
+    const dataplane::Router& router = core_.routing().router();
     uint32_t best = dataplane::kNoDestination;
     double best_load = 0;
     for (uint32_t d = 0; d < members.count; ++d) {
@@ -202,35 +167,31 @@ class Epp::RequestExchange : public Exchange {
       }
     }
     if (best == dataplane::kNoDestination) return nullptr;
-    request_.emplace(core_.Redirect(*std::move(request_), best));
+    routed_.emplace(core_.Redirect(*std::move(routed_), best));
     epp_.counters_->subset_redirects.fetch_add(1, std::memory_order_relaxed);
-    address = AddressOf(*members.At(best));
-    return members.At(best);
+    address = AddressOf(*routed_->members->At(best));
+    return routed_->members->At(best);
   }
 
   Epp& epp_;
-  gateway::RoutingCore& core_;
+  frontend::FrontendCore& core_;
   const dataplane::Time start_;
-  std::optional<gateway::RequestLifecycle> request_;
-  gateway::Endpoint kind_ = gateway::Endpoint::kCompletions;
+  std::optional<frontend::RoutedRequest> routed_;
+  frontend::Endpoint kind_ = frontend::Endpoint::kCompletions;
   int status_ = 0;
   bool responded_ = false;
   bool streamed_ = false;
-  gateway::UsageScanner usage_;  // a streamed answer's
-  std::string unary_;            // a non-streamed answer, for its usage
+  frontend::UsageScanner usage_;  // a streamed answer's
+  std::string unary_;             // a non-streamed answer, for its usage
   bool unary_too_big_ = false;
 };
 
-Epp::Epp(const EppConfig& config) : config_(config), counters_(std::make_unique<Counters>()) {
-  counters_->key_header = absl::AsciiStrToLower(config.dataplane.key_header);
-  counters_->reads_prompt =
-      dataplane::DispatchFor(config.dataplane.policy).rule == dataplane::DispatchRule::kTokenWork;
-}
+Epp::Epp(const EppConfig& config) : config_(config), counters_(std::make_unique<Counters>()) {}
 
 absl::StatusOr<std::unique_ptr<Epp>> Epp::Start(const EppConfig& config) {
   if (absl::Status s = ValidateEppConfig(config); !s.ok()) return s;
   std::unique_ptr<Epp> epp(new Epp(config));
-  epp->dataplane_ = std::make_unique<gateway::EmbeddedDataplane>(config.dataplane, epp->stop_);
+  epp->core_ = std::make_unique<frontend::FrontendCore>(config.dataplane, epp->stop_);
   ExtProcServerOptions options;
   options.listen = config.listen;
   options.stream = {.request_body_mode = config.request_body_mode,
@@ -244,8 +205,8 @@ absl::StatusOr<std::unique_ptr<Epp>> Epp::Start(const EppConfig& config) {
                                 return std::make_unique<RequestExchange>(*raw);
                               }));
   if (absl::Status s = epp->StartMetrics(); !s.ok()) return s;
-  if (absl::Status s = epp->dataplane_->Start(); !s.ok()) return s;
-  epp->server_->SetReady(epp->dataplane_->core().AnyUp());
+  if (absl::Status s = epp->core_->Start(); !s.ok()) return s;
+  epp->server_->SetReady(epp->core_->routing().AnyUp());
   epp->readiness_thread_ = std::thread([raw] { raw->RunReadiness(); });
   return epp;
 }
@@ -267,7 +228,7 @@ absl::Status Epp::StartMetrics() {
           co_await x.Send(http::TextResponse(
               request, 200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics()));
         } else if (path == "/healthz") {
-          const bool up = dataplane_->core().AnyUp();
+          const bool up = core_->routing().AnyUp();
           const bool ok = up && !server_->draining();
           co_await x.Send(http::TextResponse(request, ok ? 200 : 503, "text/plain",
                                              ok   ? "ok\n"
@@ -291,7 +252,7 @@ absl::Status Epp::StartMetrics() {
 void Epp::RunReadiness() {
   // Members come and go, and go down and up, on the dataplane's own threads; a second is soon
   // enough for the readiness probe (the data plane itself keeps sending while ready).
-  while (!stop_.WaitFor(absl::Seconds(1))) server_->SetReady(dataplane_->core().AnyUp());
+  while (!stop_.WaitFor(absl::Seconds(1))) server_->SetReady(core_->routing().AnyUp());
 }
 
 Epp::~Epp() { Stop(); }
@@ -312,16 +273,16 @@ void Epp::Stop() {
   if (server_ != nullptr) server_->Stop();  // every stream's request finishes first
   if (readiness_thread_.joinable()) readiness_thread_.join();
   if (metrics_server_ != nullptr) metrics_server_->Stop();
-  if (dataplane_ != nullptr) dataplane_->Stop();
+  if (core_ != nullptr) core_->Stop();
 }
 
 int Epp::port() const { return server_ != nullptr ? server_->port() : 0; }
 int Epp::metrics_port() const { return metrics_server_ != nullptr ? metrics_server_->port() : 0; }
 
-std::vector<std::string> Epp::DestinationNames() const { return dataplane_->membership().Names(); }
+std::vector<std::string> Epp::DestinationNames() const { return core_->membership().Names(); }
 
 std::vector<std::string> Epp::DestinationEndpoints() const {
-  const std::shared_ptr<const gateway::Members> members = dataplane_->membership().Current();
+  const std::shared_ptr<const frontend::Members> members = core_->membership().Current();
   std::vector<std::string> endpoints;
   for (uint32_t d = 0; d < members->count; ++d) endpoints.push_back(AddressOf(*members->At(d)));
   return endpoints;
@@ -330,48 +291,46 @@ std::vector<std::string> Epp::DestinationEndpoints() const {
 size_t Epp::active_streams() const { return server_ != nullptr ? server_->active_streams() : 0; }
 
 bool Epp::ready() const {
-  return server_ != nullptr && !server_->draining() && dataplane_->core().AnyUp();
+  return server_ != nullptr && !server_->draining() && core_->routing().AnyUp();
 }
 
-dataplane::RouterStats Epp::RouterStats() const { return dataplane_->core().Stats(); }
+dataplane::RouterStats Epp::RouterStats() const { return core_->routing().Stats(); }
 
 std::shared_ptr<const dataplane::RoutingTable> Epp::table() const {
-  return dataplane_->core().router().table();
+  return core_->routing().router().table();
 }
 
 std::optional<dataplane::TableSubscriberStats> Epp::SubscriberStats() const {
-  return dataplane_->SubscriberStats();
+  return core_->SubscriberStats();
 }
 
 std::optional<dataplane::RateReporterStats> Epp::ReporterStats() const {
-  return dataplane_->ReporterStats();
+  return core_->ReporterStats();
 }
 
-std::optional<double> Epp::measured_hit() const {
-  return dataplane_->core().served_hit().measured();
-}
+std::optional<double> Epp::measured_hit() const { return core_->routing().served_hit().measured(); }
 
 std::string Epp::RenderMetrics() const {
   base::Exposition page("cacheroute_epp_");
-  const gateway::RoutingCore& core = dataplane_->core();
-  const gateway::DestinationHealth& health = dataplane_->health();
-  const dataplane::RouterStats stats = core.Stats();
+  const frontend::RoutingCore& routing = core_->routing();
+  const frontend::DestinationHealth& health = core_->health();
+  const dataplane::RouterStats stats = routing.Stats();
   const std::vector<std::string> labels =
-      gateway::EmbeddedDataplane::DestinationLabels(*dataplane_->membership().Current(), stats);
+      frontend::FrontendCore::DestinationLabels(*core_->membership().Current(), stats);
   const auto relaxed = [](const std::atomic<uint64_t>& a) {
     return static_cast<double>(a.load(std::memory_order_relaxed));
   };
   // The gateway's families, measured the same way (docs/gateway.md, "Metrics").
   counters_->requests.RenderRequests(page);
-  core.RenderPicks(page, stats);
-  core.RenderLoads(page, stats, labels);
+  routing.RenderPicks(page, stats);
+  routing.RenderLoads(page, stats, labels);
   health.RenderCounters(page, labels);
-  dataplane_->scraper().Render(page, labels);
+  core_->scraper().Render(page, labels);
   counters_->requests.RenderLatency(page);
-  core.RenderLatency(page, labels);
-  core.served_hit().Render(page, labels);
-  dataplane_->membership().Render(page);
-  gateway::RenderPlannerLink(page, dataplane_->planner());
+  routing.RenderLatency(page, labels);
+  routing.served_hit().Render(page, labels);
+  core_->membership().Render(page);
+  frontend::RenderPlannerLink(page, core_->planner());
   page.Gauge("open_streams", "Streamed answers (text/event-stream) in progress.",
              static_cast<double>(counters_->requests.open_streams()));
   page.Gauge("draining", "1 after SIGTERM, while streams in progress finish.",

@@ -1,5 +1,5 @@
-// Epp: cacheroute-epp, an endpoint picker for the Gateway API Inference Extension. It embeds the
-// dataplane exactly as cacheroute-gateway does (gateway::EmbeddedDataplane: the same routing key
+// Epp: cacheroute-epp, an endpoint picker for the Gateway API Inference Extension: the second front
+// end of the core cacheroute-gateway runs (frontend::FrontendCore: the same routing key
 // from the key header, `user` or the system prompt, the same policies and table, rates and
 // rollout evidence reported to the planner, membership from the same sources, health, load) and
 // serves Envoy's ext_proc protocol (ExtProcServer) instead of proxying HTTP: for every request the
@@ -37,11 +37,11 @@
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
 #include "tools/epp/epp_config.h"
-#include "tools/gateway/stop_signal.h"
+#include "tools/frontend/stop_signal.h"
 
-namespace cacheroute::gateway {
-class EmbeddedDataplane;
-}  // namespace cacheroute::gateway
+namespace cacheroute::frontend {
+class FrontendCore;
+}  // namespace cacheroute::frontend
 
 namespace cacheroute::http {
 class Server;
@@ -95,10 +95,10 @@ class Epp {
   void RunReadiness();
 
   const EppConfig config_;
-  gateway::StopSignal stop_;
-  std::unique_ptr<gateway::EmbeddedDataplane> dataplane_;
+  frontend::StopSignal stop_;
+  std::unique_ptr<frontend::FrontendCore> core_;
   std::unique_ptr<Counters> counters_;
-  std::unique_ptr<ExtProcServer> server_;  // after dataplane_: goes first
+  std::unique_ptr<ExtProcServer> server_;  // after core_: goes first
   std::unique_ptr<http::Server> metrics_server_;
   std::thread readiness_thread_;
 };

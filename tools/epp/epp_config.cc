@@ -50,8 +50,8 @@ const std::vector<EppField>& Fields() {
         DurationField("drain_delay", &EppConfig::drain_delay, /*zero_is_off=*/true),
         DurationField("drain_timeout", &EppConfig::drain_timeout),
     };
-    // The dataplane's keys, parsed by the gateway's own table into `dataplane`.
-    for (const Field<gateway::GatewayConfig>& d : gateway::DataplaneConfigFields()) {
+    // The front-end core's keys, parsed by its own table into `dataplane`.
+    for (const Field<frontend::FrontendConfig>& d : frontend::FrontendConfigFields()) {
       f->push_back({d.key, [apply = d.apply](absl::string_view name, const YAML::Node& node,
                                              EppConfig& config) {
                       return apply(name, node, config.dataplane);
@@ -72,7 +72,7 @@ struct Flags {
   std::string config;
   std::string listen;
   std::string metrics_listen;
-  gateway::DataplaneFlags dataplane;
+  frontend::FrontendFlags dataplane;
 };
 
 absl::StatusOr<EppConfig> LoadOrThrow(int argc, const char* const* argv) {
@@ -87,7 +87,7 @@ absl::StatusOr<EppConfig> LoadOrThrow(int argc, const char* const* argv) {
       ->type_name("HOST:PORT");
   app.add_option("--metrics-listen", flags.metrics_listen, "HTTP address of /metrics, /healthz")
       ->type_name("HOST:PORT");
-  gateway::AddDataplaneFlags(app, flags.dataplane);
+  frontend::AddFrontendFlags(app, flags.dataplane);
   if (absl::Status s = base::ParseCommandLine(app, argc, argv); !s.ok()) return s;
   EppConfig config;
   if (app.count("--config") > 0) {
@@ -102,7 +102,7 @@ absl::StatusOr<EppConfig> LoadOrThrow(int argc, const char* const* argv) {
     if (absl::Status s = CheckListen("--metrics-listen", flags.metrics_listen); !s.ok()) return s;
     config.metrics_listen = flags.metrics_listen;
   }
-  if (absl::Status s = gateway::ApplyDataplaneFlags(app, flags.dataplane, config.dataplane);
+  if (absl::Status s = frontend::ApplyFrontendFlags(app, flags.dataplane, config.dataplane);
       !s.ok()) {
     return s;
   }
@@ -138,10 +138,7 @@ absl::StatusOr<EppConfig> LoadEppConfig(int argc, const char* const* argv) {
 absl::Status ValidateEppConfig(const EppConfig& config) {
   if (absl::Status s = CheckListen("listen", config.listen); !s.ok()) return s;
   if (absl::Status s = CheckListen("metrics_listen", config.metrics_listen); !s.ok()) return s;
-  // The dataplane's checks; its own listen is the gateway's and not used here.
-  gateway::GatewayConfig dataplane = config.dataplane;
-  dataplane.listen = "127.0.0.1:0";
-  if (absl::Status s = gateway::ValidateGatewayConfig(dataplane); !s.ok()) return s;
+  if (absl::Status s = frontend::ValidateFrontendConfig(config.dataplane); !s.ok()) return s;
   if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
     return Invalid(config.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
                    "tls_cert_file and tls_key_file go together: set both or neither");

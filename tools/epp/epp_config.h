@@ -1,8 +1,9 @@
 // EppConfig: everything `cacheroute-epp` is configured with, and how it is loaded: a YAML file
-// (deploy/epp.yaml documents every key) overridden by a few command-line flags. The dataplane's
-// keys (membership, policy, routing key, planner, health, load) are the gateway's, parsed by the
-// gateway's own field table into `dataplane`, so they mean the same in both; the HTTP front end's
-// keys (timeouts, io_threads, api_key_file) are not accepted here.
+// (deploy/epp.yaml documents every key) overridden by a few command-line flags. The front-end
+// core's keys (membership, policy, routing key, planner, health, load) are cacheroute-gateway's
+// too, parsed by the core's own field table (FrontendConfigFields) into `dataplane`, so they mean
+// the same in both; the HTTP proxy's keys (timeouts, io_threads, api_key_file) are not accepted
+// here.
 //
 // Usage:
 //   absl::StatusOr<EppConfig> config = LoadEppConfig(argc, argv);
@@ -19,7 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "tools/epp/ext_proc_stream.h"
-#include "tools/gateway/gateway_config.h"
+#include "tools/frontend/frontend_config.h"
 
 namespace cacheroute::epp {
 
@@ -43,8 +44,8 @@ struct EppConfig {
   // drain_timeout.
   absl::Duration drain_delay = absl::ZeroDuration();
   absl::Duration drain_timeout = absl::Seconds(30);
-  // The embedded dataplane's configuration (gateway_config.h), its dataplane keys only.
-  gateway::GatewayConfig dataplane;
+  // The front-end core's configuration (tools/frontend/frontend_config.h).
+  frontend::FrontendConfig dataplane;
 };
 
 // Parses YAML text (the format of deploy/epp.yaml) over `base`; unknown, repeated or ill-typed
@@ -57,7 +58,7 @@ absl::StatusOr<EppConfig> ParseEppConfigYaml(absl::string_view yaml, EppConfig b
 // `--help` is a NotFound status carrying the help text. The result is validated.
 absl::StatusOr<EppConfig> LoadEppConfig(int argc, const char* const* argv);
 
-// The dataplane's checks (ValidateGatewayConfig), and: listen and metrics_listen HOST:PORT;
+// The front-end core's checks (ValidateFrontendConfig), and: listen and metrics_listen HOST:PORT;
 // tls_cert_file and tls_key_file both or neither, tls_client_ca_file only with them; a positive
 // drain_timeout.
 absl::Status ValidateEppConfig(const EppConfig& config);

@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "tools/gateway/openai_fields.h"  // ErrorBody
+#include "tools/frontend/openai_fields.h"  // ErrorBody
 
 namespace cacheroute::epp {
 namespace {
@@ -129,7 +129,7 @@ void ExtProcStream::Immediate(Step& step, int status, absl::string_view message,
       step.responses.emplace_back().mutable_immediate_response();
   immediate->mutable_status()->set_code(static_cast<::envoy::type::v3::StatusCode>(status));
   SetHeader(*immediate->mutable_headers(), "content-type", "application/json");
-  immediate->set_body(gateway::ErrorBody(message, type, code));
+  immediate->set_body(frontend::ErrorBody(message, type, code));
   immediate->set_details(std::string(details));
   done_ = true;
   step.finish = true;

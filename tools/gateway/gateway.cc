@@ -9,13 +9,13 @@
 #include "base/exposition.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
-#include "tools/gateway/embedded_dataplane.h"
+#include "tools/frontend/frontend_core.h"
 #include "tools/gateway/proxy/proxy_server.h"
 
 namespace cacheroute::gateway {
 
 Gateway::Gateway(const GatewayConfig& config)
-    : config_(config), dataplane_(std::make_unique<EmbeddedDataplane>(config_, stop_)) {}
+    : config_(config), core_(std::make_unique<frontend::FrontendCore>(config_, stop_)) {}
 
 Gateway::~Gateway() { Stop(); }
 
@@ -23,10 +23,10 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayConfig& con
   if (absl::Status s = ValidateGatewayConfig(config); !s.ok()) return s;
   std::unique_ptr<Gateway> gateway(new Gateway(config));
   // The dataplane first: once the listener is bound, requests and /metrics find it whole.
-  if (absl::Status s = gateway->dataplane_->Start(); !s.ok()) return s;
+  if (absl::Status s = gateway->core_->Start(); !s.ok()) return s;
   CACHEROUTE_ASSIGN_OR_RETURN(
-      gateway->proxy_,
-      ProxyServer::Start(*gateway->dataplane_, [g = gateway.get()] { return g->RenderMetrics(); }));
+      gateway->proxy_, ProxyServer::Start(gateway->config_, *gateway->core_,
+                                          [g = gateway.get()] { return g->RenderMetrics(); }));
   return gateway;
 }
 
@@ -55,18 +55,16 @@ bool Gateway::Drain() {
 void Gateway::Stop() {
   if (!stop_.Trigger()) return;
   if (proxy_ != nullptr) proxy_->Stop();
-  dataplane_->Stop();
+  core_->Stop();
 }
 
 int Gateway::port() const { return proxy_ != nullptr ? proxy_->port() : 0; }
 
 uint32_t Gateway::DestinationIndex(absl::string_view name) const {
-  return dataplane_->membership().IndexOf(name);
+  return core_->membership().IndexOf(name);
 }
 
-std::vector<std::string> Gateway::DestinationNames() const {
-  return dataplane_->membership().Names();
-}
+std::vector<std::string> Gateway::DestinationNames() const { return core_->membership().Names(); }
 
 size_t Gateway::active_requests() const {
   return proxy_ != nullptr ? proxy_->active_requests() : 0;
@@ -74,44 +72,44 @@ size_t Gateway::active_requests() const {
 
 size_t Gateway::open_streams() const { return proxy_ != nullptr ? proxy_->open_streams() : 0; }
 
-dataplane::RouterStats Gateway::RouterStats() const { return dataplane_->core().Stats(); }
+dataplane::RouterStats Gateway::RouterStats() const { return core_->routing().Stats(); }
 
 std::shared_ptr<const dataplane::RoutingTable> Gateway::table() const {
-  return dataplane_->core().router().table();
+  return core_->routing().router().table();
 }
 
 std::optional<dataplane::TableSubscriberStats> Gateway::SubscriberStats() const {
-  return dataplane_->SubscriberStats();
+  return core_->SubscriberStats();
 }
 
 std::optional<dataplane::RateReporterStats> Gateway::ReporterStats() const {
-  return dataplane_->ReporterStats();
+  return core_->ReporterStats();
 }
 
 std::optional<double> Gateway::measured_hit() const {
-  return dataplane_->core().served_hit().measured();
+  return core_->routing().served_hit().measured();
 }
 
 // Each part renders its own families; this order is the page's.
 std::string Gateway::RenderMetrics() {
   base::Exposition page("cacheroute_gateway_");
-  const RoutingCore& core = dataplane_->core();
-  const DestinationHealth& health = dataplane_->health();
-  const dataplane::RouterStats stats = core.Stats();
+  const frontend::RoutingCore& routing = core_->routing();
+  const frontend::DestinationHealth& health = core_->health();
+  const dataplane::RouterStats stats = routing.Stats();
   const std::vector<std::string> labels =
-      EmbeddedDataplane::DestinationLabels(*dataplane_->membership().Current(), stats);
+      frontend::FrontendCore::DestinationLabels(*core_->membership().Current(), stats);
   if (proxy_ != nullptr) proxy_->RenderRequests(page);
-  core.RenderPicks(page, stats);
-  core.RenderLoads(page, stats, labels);
+  routing.RenderPicks(page, stats);
+  routing.RenderLoads(page, stats, labels);
   health.RenderCounters(page, labels);
-  dataplane_->scraper().Render(page, labels);
+  core_->scraper().Render(page, labels);
   if (proxy_ != nullptr) proxy_->RenderLatency(page);
-  core.RenderLatency(page, labels);
+  routing.RenderLatency(page, labels);
   health.RenderErrorKinds(page, labels);
-  core.served_hit().Render(page, labels);
-  dataplane_->membership().Render(page);
+  routing.served_hit().Render(page, labels);
+  core_->membership().Render(page);
   if (proxy_ != nullptr) proxy_->RenderServer(page);
-  RenderPlannerLink(page, dataplane_->planner());
+  frontend::RenderPlannerLink(page, core_->planner());
   return page.Take();
 }
 

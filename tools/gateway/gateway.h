@@ -8,12 +8,12 @@
 //   GET  /v1/models                             forwarded to any up upstream
 //   GET  /metrics, /healthz                     the gateway's own (/healthz: 503 while draining)
 //
-// A Gateway wires two parts and owns their lifecycle: the EmbeddedDataplane (routing key, policy,
-// table and rates, membership, health, served hit, planner link; embedded_dataplane.h) and the
-// ProxyServer in front of it (HTTP, upstream connections, forwarding; proxy/proxy_server.h).
-// Responses carry X-CacheRoute-Destination and X-CacheRoute-Planned. Slow is not dead: only
-// connect failures, resets before the response headers and failed active health checks mark a
-// destination down.
+// A Gateway wires two parts and owns their lifecycle: the FrontendCore (routing key, policy,
+// table and rates, membership, health, served hit, planner link; tools/frontend/frontend_core.h)
+// and the ProxyServer in front of it (HTTP, upstream connections, forwarding;
+// proxy/proxy_server.h). Responses carry X-CacheRoute-Destination and X-CacheRoute-Planned. Slow is
+// not dead: only connect failures, resets before the response headers and failed active health
+// checks mark a destination down.
 //
 // Thread-safety: every public method may be called from any thread.
 // Usage:
@@ -35,12 +35,15 @@
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
+#include "tools/frontend/stop_signal.h"
 #include "tools/gateway/gateway_config.h"
-#include "tools/gateway/stop_signal.h"
+
+namespace cacheroute::frontend {
+class FrontendCore;
+}  // namespace cacheroute::frontend
 
 namespace cacheroute::gateway {
 
-class EmbeddedDataplane;
 class ProxyServer;
 
 class Gateway {
@@ -88,9 +91,9 @@ class Gateway {
   explicit Gateway(const GatewayConfig& config);
 
   const GatewayConfig config_;
-  StopSignal stop_;  // ends the background loops and Drain's delay
-  std::unique_ptr<EmbeddedDataplane> dataplane_;
-  std::unique_ptr<ProxyServer> proxy_;  // after dataplane_: goes first
+  frontend::StopSignal stop_;  // ends the background loops and Drain's delay
+  std::unique_ptr<frontend::FrontendCore> core_;
+  std::unique_ptr<ProxyServer> proxy_;  // after core_: goes first
 };
 
 }  // namespace cacheroute::gateway

@@ -1,35 +1,18 @@
-// Loading GatewayConfig from YAML and flags (gateway_config.h).
-//
-// The same per-value checks serve YAML keys and flags, so a bad policy reads the same wherever it
-// came from; only the name in front differs (`policy`, `--policy`). yaml-cpp and CLI11 throw; both
-// are caught here and turned into InvalidArgument (bad input) or Internal (anything else).
+// Loading GatewayConfig from YAML and flags (gateway_config.h): the proxy's own keys beside the
+// front end's (frontend_config.h), one table for both.
 #include "tools/gateway/gateway_config.h"
 
-#include <algorithm>
-#include <cmath>
 #include <exception>
-#include <functional>
-#include <limits>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "base/config_file.h"
 #include "base/status_macros.h"
 #include "base/yaml_fields.h"
-#include "cacheroute/dataplane/policy_registry.h"
-#include "tools/gateway/membership/sources.h"
-#include "tools/gateway/openai_fields.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cacheroute::gateway {
@@ -38,256 +21,36 @@ namespace {
 using namespace base::yaml;  // NOLINT: the shared checks, parsers and field makers
 using YamlField = base::yaml::Field<GatewayConfig>;
 
-// ---- Per-value checks; `name` is the YAML key or the flag. ----
-
-// HOST:PORT; an IPv6 host goes in brackets. Returns the host without brackets and the port.
-absl::StatusOr<UpstreamAddress> SplitHostPort(absl::string_view name, absl::string_view value) {
-  CACHEROUTE_ASSIGN_OR_RETURN(HostPort split, base::yaml::SplitHostPort(name, value, "[::1]:8000"));
-  return UpstreamAddress{std::move(split.host), split.port};
-}
-
-absl::Status CheckHostPort(absl::string_view name, absl::string_view value, bool allow_empty) {
-  return base::yaml::CheckHostPort(name, value, allow_empty, "[::1]:8000");
-}
-
-// The planner list: every address HOST:PORT, none twice. `name` is the key or the flag.
-// A YAML list names its items `planner[i]` even when it has one; a string of one address names
-// it `planner`.
-absl::Status CheckPlanners(absl::string_view name, const std::vector<std::string>& planners,
-                           bool from_list = false) {
-  std::set<std::string> seen;
-  for (size_t i = 0; i < planners.size(); ++i) {
-    const std::string indexed =
-        planners.size() == 1 && !from_list ? std::string(name) : absl::StrCat(name, "[", i, "]");
-    if (absl::Status s = CheckHostPort(indexed, planners[i], false); !s.ok()) return s;
-    if (!seen.insert(planners[i]).second) {
-      return Invalid(indexed, absl::StrCat("duplicate address ", Quote(planners[i])));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// "a:1,b:2" (the flag; one YAML string too): split on commas, blanks around them ignored; ""
-// is the empty list.
-std::vector<std::string> SplitPlannerList(absl::string_view value) {
-  std::vector<std::string> planners;
-  if (absl::StripAsciiWhitespace(value).empty()) return planners;
-  for (absl::string_view part : absl::StrSplit(value, ',')) {
-    planners.emplace_back(absl::StripAsciiWhitespace(part));
-  }
-  return planners;
-}
-
-absl::Status YamlPlanners(absl::string_view name, const YAML::Node& node, GatewayConfig& config) {
-  std::vector<std::string> planners;
-  if (node.IsSequence()) {
-    for (size_t i = 0; i < node.size(); ++i) {
-      CACHEROUTE_ASSIGN_OR_RETURN(std::string s,
-                                  YamlString(absl::StrCat(name, "[", i, "]"), node[i]));
-      planners.push_back(std::move(s));
-    }
-    if (planners.empty()) return Invalid(name, "an empty list; leave the key out for no planner");
-    if (absl::Status c = CheckPlanners(name, planners, true); !c.ok()) return c;
-  } else {
-    absl::StatusOr<std::string> s = YamlString(name, node);
-    if (!s.ok()) {
-      return Invalid(
-          name, absl::StrCat("expected HOST:PORT or a list of them, got ", DescribeNode(node)));
-    }
-    planners = SplitPlannerList(*s);
-    if (absl::Status c = CheckPlanners(name, planners); !c.ok()) return c;
-  }
-  config.planner = std::move(planners);
-  return absl::OkStatus();
-}
-
-absl::Status CheckPolicy(absl::string_view name, absl::string_view value) {
-  const dataplane::PolicyRegistry& policies = dataplane::BuiltinPolicies();
-  if (policies.Find(std::string_view(value.data(), value.size())) != nullptr) {
-    return absl::OkStatus();
-  }
-  return Invalid(name, absl::StrCat("must be one of ", policies.Known(), "; got ", Quote(value)));
-}
-
-// RFC 9110 token characters.
-absl::Status CheckHeaderName(absl::string_view name, absl::string_view value) {
-  static constexpr absl::string_view kSpecials = "!#$%&'*+-.^_`|~";
-  const bool ok = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
-    return absl::ascii_isalnum(c) || kSpecials.find(c) != absl::string_view::npos;
-  });
-  if (ok) return absl::OkStatus();
-  return Invalid(name, absl::StrCat("must be a non-empty HTTP header name, got ", Quote(value)));
-}
-
-// A Prometheus metric name: [a-zA-Z_:][a-zA-Z0-9_:]*.
-absl::Status CheckMetricName(absl::string_view name, absl::string_view value) {
-  bool ok = !value.empty() && !absl::ascii_isdigit(static_cast<unsigned char>(value[0]));
-  for (char c : value)
-    ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':');
-  if (ok) return absl::OkStatus();
-  return Invalid(name,
-                 absl::StrCat("must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*), got ",
-                              Quote(value)));
-}
-
-// NAME:PORT of upstreams_dns (empty: not used); the port is the engines' and must not be 0.
-absl::Status CheckDnsName(absl::string_view name, absl::string_view value) {
-  if (value.empty()) return absl::OkStatus();
-  CACHEROUTE_ASSIGN_OR_RETURN(UpstreamAddress address, SplitHostPort(name, value));
-  if (address.port == 0) {
-    return Invalid(name, absl::StrCat("the engines' port must be 1 to 65535, got ", Quote(value)));
-  }
-  return absl::OkStatus();
-}
-
-// dns_server: empty, or IPV4:PORT as membership/sources.h's resolver takes it.
-absl::Status CheckDnsServer(absl::string_view name, absl::string_view value) {
-  if (value.empty()) return absl::OkStatus();
-  return ParseDnsServer(name, value).status();
-}
-
-absl::Status CheckUpstreams(absl::string_view name, const std::vector<Upstream>& upstreams) {
-  if (upstreams.empty()) return Invalid(name, "must list at least one upstream, got none");
-  std::set<std::string> names;
-  for (size_t i = 0; i < upstreams.size(); ++i) {
-    const std::string indexed = absl::StrCat(name, "[", i, "]");
-    if (upstreams[i].name.empty()) {
-      return Invalid(absl::StrCat(indexed, ".name"), "must be non-empty, got \"\"");
-    }
-    if (!names.insert(upstreams[i].name).second) {
-      return Invalid(absl::StrCat(indexed, ".name"),
-                     absl::StrCat("duplicate name ", Quote(upstreams[i].name)));
-    }
-    CACHEROUTE_ASSIGN_OR_RETURN(UpstreamAddress address,
-                                ParseUpstreamUrl(absl::StrCat(indexed, ".url"), upstreams[i].url));
-  }
-  return absl::OkStatus();
-}
-
-// ---- YAML. ----
-
-absl::StatusOr<std::vector<Upstream>> YamlUpstreams(absl::string_view name,
-                                                    const YAML::Node& node) {
-  if (!node.IsSequence()) {
-    return Invalid(name, absl::StrCat("expected a list of {name, url}, got ", DescribeNode(node)));
-  }
-  std::vector<Upstream> upstreams;
-  for (size_t i = 0; i < node.size(); ++i) {
-    const std::string indexed = absl::StrCat(name, "[", i, "]");
-    const YAML::Node& item = node[i];
-    if (!item.IsMap()) {
-      return Invalid(
-          indexed, absl::StrCat("expected a mapping with name and url, got ", DescribeNode(item)));
-    }
-    Upstream upstream;
-    std::set<std::string> seen;
-    for (const auto& entry : item) {
-      const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
-      const std::string field = absl::StrCat(indexed, ".", absl::CHexEscape(key));
-      if (key != "name" && key != "url")
-        return Invalid(field, "unknown key; known keys: name, url");
-      if (!seen.insert(key).second) return Invalid(field, "given more than once");
-      CACHEROUTE_ASSIGN_OR_RETURN(std::string value, YamlString(field, entry.second));
-      (key == "name" ? upstream.name : upstream.url) = std::move(value);
-    }
-    if (seen.count("name") == 0) return Invalid(absl::StrCat(indexed, ".name"), "missing");
-    if (seen.count("url") == 0) return Invalid(absl::StrCat(indexed, ".url"), "missing");
-    upstreams.push_back(std::move(upstream));
-  }
-  if (absl::Status s = CheckUpstreams(name, upstreams); !s.ok()) return s;
-  return upstreams;
-}
-
-absl::Status CheckKeyFrom(absl::string_view name, const std::vector<std::string>& sources) {
-  if (sources.empty()) {
-    return Invalid(name, "must name at least one of header, user, system");
-  }
-  std::set<std::string> seen;
-  for (const std::string& s : sources) {
-    if (std::find(std::begin(kKeySources), std::end(kKeySources), s) == std::end(kKeySources)) {
-      return Invalid(name, absl::StrCat("unknown source ", Quote(s), "; known: header, user, system"));
-    }
-    if (!seen.insert(s).second) return Invalid(name, absl::StrCat(Quote(s), " given twice"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status KeyFrom(absl::string_view name, const YAML::Node& node, GatewayConfig& config) {
-  if (!node.IsSequence()) {
-    return Invalid(name, absl::StrCat("expected a list such as [header, user, system], got ",
-                                      DescribeNode(node)));
-  }
-  std::vector<std::string> sources;
-  for (size_t i = 0; i < node.size(); ++i) {
-    CACHEROUTE_ASSIGN_OR_RETURN(std::string s,
-                                YamlString(absl::StrCat(name, "[", i, "]"), node[i]));
-    sources.push_back(std::move(s));
-  }
-  if (absl::Status s = CheckKeyFrom(name, sources); !s.ok()) return s;
-  config.key_from = std::move(sources);
-  return absl::OkStatus();
-}
-
+// The front end's keys, then the proxy's.
 const std::vector<YamlField>& Fields() {
-  static const auto* const fields = new std::vector<YamlField>{
-      StringField(
-          "listen", &GatewayConfig::listen,
-          [](absl::string_view n, absl::string_view v) { return CheckHostPort(n, v, false); }),
-      YamlField{"upstreams",
-                [](absl::string_view name, const YAML::Node& node,
-                   GatewayConfig& config) -> absl::Status {
-                  CACHEROUTE_ASSIGN_OR_RETURN(config.upstreams, YamlUpstreams(name, node));
-                  return absl::OkStatus();
-                }},
-      StringField("upstreams_file", &GatewayConfig::upstreams_file, nullptr),
-      StringField("upstreams_dns", &GatewayConfig::upstreams_dns, CheckDnsName),
-      StringField("dns_server", &GatewayConfig::dns_server, CheckDnsServer),
-      DurationField("membership_interval", &GatewayConfig::membership_interval),
-      IntegerField("max_upstreams", &GatewayConfig::max_upstreams, 1, 4096),
-      StringField("policy", &GatewayConfig::policy, CheckPolicy),
-      StringField("key_header", &GatewayConfig::key_header, CheckHeaderName),
-      YamlField{"planner", YamlPlanners},
-      StringField("gateway_id", &GatewayConfig::gateway_id, nullptr),
-      DurationField("report_interval", &GatewayConfig::report_interval),
-      DurationField("table_ttl", &GatewayConfig::table_ttl),
-      StringField("table_cache", &GatewayConfig::table_cache, nullptr),
-      StringField("planner_token_file", &GatewayConfig::planner_token_file, nullptr),
-      StringField("planner_tls_ca_file", &GatewayConfig::planner_tls_ca_file, nullptr),
-      StringField("planner_tls_cert_file", &GatewayConfig::planner_tls_cert_file, nullptr),
-      StringField("planner_tls_key_file", &GatewayConfig::planner_tls_key_file, nullptr),
-      DurationField("connect_timeout", &GatewayConfig::connect_timeout),
-      DurationField("header_timeout", &GatewayConfig::header_timeout),
-      DurationField("read_timeout", &GatewayConfig::read_timeout),
-      DurationField("write_timeout", &GatewayConfig::write_timeout),
-      IntegerField("failure_threshold", &GatewayConfig::failure_threshold, 1, 1'000'000),
-      DurationField("probe_interval", &GatewayConfig::probe_interval),
-      DurationField("health_check_interval", &GatewayConfig::health_check_interval,
-                    /*zero_is_off=*/true),
-      DurationField("health_check_timeout", &GatewayConfig::health_check_timeout),
-      IntegerField("io_threads", &GatewayConfig::io_threads, 0, 256),
-      DurationField("drain_delay", &GatewayConfig::drain_delay, /*zero_is_off=*/true),
-      DurationField("drain_timeout", &GatewayConfig::drain_timeout),
-      YamlField{"key_from", KeyFrom},
-      IntegerField("prefix_bytes", &GatewayConfig::prefix_bytes, 1, 1u << 20),
-      StringField("tls_cert_file", &GatewayConfig::tls_cert_file, nullptr),
-      StringField("tls_key_file", &GatewayConfig::tls_key_file, nullptr),
-      StringField("api_key_file", &GatewayConfig::api_key_file, nullptr),
-      DurationField("load_scrape_interval", &GatewayConfig::load_scrape_interval,
-                    /*zero_is_off=*/true),
-      StringField("load_metric", &GatewayConfig::load_metric, CheckMetricName),
-      NonNegativeNumberField("external_load_weight", &GatewayConfig::external_load_weight),
-  };
+  static const auto* const fields = [] {
+    auto* all = new std::vector<YamlField>;
+    for (const Field<frontend::FrontendConfig>& f : frontend::FrontendConfigFields()) {
+      all->push_back(
+          {f.key, [apply = f.apply](absl::string_view name, const YAML::Node& node,
+                                    GatewayConfig& config) { return apply(name, node, config); }});
+    }
+    for (YamlField f : {
+             StringField<GatewayConfig>("listen", &GatewayConfig::listen,
+                                        [](absl::string_view n, absl::string_view v) {
+                                          return frontend::CheckHostPort(n, v);
+                                        }),
+             DurationField<GatewayConfig>("header_timeout", &GatewayConfig::header_timeout),
+             DurationField<GatewayConfig>("read_timeout", &GatewayConfig::read_timeout),
+             DurationField<GatewayConfig>("write_timeout", &GatewayConfig::write_timeout),
+             IntegerField<GatewayConfig>("io_threads", &GatewayConfig::io_threads, 0, 256),
+             DurationField<GatewayConfig>("drain_delay", &GatewayConfig::drain_delay,
+                                          /*zero_is_off=*/true),
+             DurationField<GatewayConfig>("drain_timeout", &GatewayConfig::drain_timeout),
+             StringField<GatewayConfig>("tls_cert_file", &GatewayConfig::tls_cert_file, nullptr),
+             StringField<GatewayConfig>("tls_key_file", &GatewayConfig::tls_key_file, nullptr),
+             StringField<GatewayConfig>("api_key_file", &GatewayConfig::api_key_file, nullptr),
+         }) {
+      all->push_back(std::move(f));
+    }
+    return all;
+  }();
   return *fields;
-}
-
-// The HTTP front end's own keys: everything else in Fields() is the embedded dataplane's.
-bool FrontEndKey(absl::string_view key) {
-  for (const absl::string_view k :
-       {"listen", "header_timeout", "read_timeout", "write_timeout", "io_threads", "drain_delay",
-        "drain_timeout", "tls_cert_file", "tls_key_file", "api_key_file"}) {
-    if (key == k) return true;
-  }
-  return false;
 }
 
 absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayConfig config) {
@@ -296,20 +59,18 @@ absl::StatusOr<GatewayConfig> ParseYamlOrThrow(absl::string_view yaml, GatewayCo
   return config;
 }
 
-// ---- Flags. ----
-
 struct Flags {
   std::string config;
   std::string listen;
-  DataplaneFlags dataplane;
+  frontend::FrontendFlags frontend;
 };
 
 absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, GatewayConfig& config) {
   if (app.count("--listen") > 0) {
-    if (absl::Status s = CheckHostPort("--listen", flags.listen, false); !s.ok()) return s;
+    if (absl::Status s = frontend::CheckHostPort("--listen", flags.listen); !s.ok()) return s;
     config.listen = flags.listen;
   }
-  return ApplyDataplaneFlags(app, flags.dataplane, config);
+  return frontend::ApplyFrontendFlags(app, flags.frontend, config);
 }
 
 absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
@@ -322,7 +83,7 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
       ->type_name("FILE");
   app.add_option("--listen", flags.listen, "HTTP address; port 0 picks a free one")
       ->type_name("HOST:PORT");
-  AddDataplaneFlags(app, flags.dataplane);
+  frontend::AddFrontendFlags(app, flags.frontend);
   if (absl::Status s = base::ParseCommandLine(app, argc, argv); !s.ok()) return s;
   GatewayConfig config;
   if (app.count("--config") > 0) {
@@ -336,117 +97,8 @@ absl::StatusOr<GatewayConfig> LoadOrThrow(int argc, const char* const* argv) {
 
 }  // namespace
 
-const std::vector<base::yaml::Field<GatewayConfig>>& DataplaneConfigFields() {
-  static const auto* const fields = [] {
-    auto* dataplane = new std::vector<YamlField>;
-    for (const YamlField& f : Fields()) {
-      if (!FrontEndKey(f.key)) dataplane->push_back(f);
-    }
-    return dataplane;
-  }();
-  return *fields;
-}
-
-void AddDataplaneFlags(CLI::App& app, DataplaneFlags& flags) {
-  app.add_option("--planner", flags.planner,
-                 "Planner gRPC address, or several replicas' comma-separated; \"\" for none")
-      ->type_name("HOST:PORT[,HOST:PORT…]");
-  app.add_option("--gateway-id", flags.gateway_id, "This front end's id at the planner")
-      ->type_name("ID");
-  app.add_option("--policy", flags.policy,
-                 absl::StrCat("Routing policy:\n", dataplane::BuiltinPolicies().Listing()))
-      ->type_name("NAME");
-  app.add_option("--upstream", flags.upstreams,
-                 "Upstream model server, repeatable; replaces the file's list")
-      ->type_name("NAME=URL");
-}
-
-absl::Status ApplyDataplaneFlags(const CLI::App& app, const DataplaneFlags& flags,
-                                 GatewayConfig& config) {
-  const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
-  if (given("--planner")) {
-    std::vector<std::string> planners = SplitPlannerList(flags.planner);
-    if (absl::Status s = CheckPlanners("--planner", planners); !s.ok()) return s;
-    config.planner = std::move(planners);
-  }
-  if (given("--gateway-id")) config.gateway_id = flags.gateway_id;
-  if (given("--policy")) {
-    if (absl::Status s = CheckPolicy("--policy", flags.policy); !s.ok()) return s;
-    config.policy = flags.policy;
-  }
-  if (given("--upstream")) {
-    std::vector<Upstream> upstreams;
-    for (const std::string& flag : flags.upstreams) {
-      const size_t eq = flag.find('=');
-      if (eq == std::string::npos) {
-        return Invalid("--upstream", absl::StrCat("expected NAME=URL, got ", Quote(flag)));
-      }
-      upstreams.push_back({flag.substr(0, eq), flag.substr(eq + 1)});
-    }
-    if (absl::Status s = CheckUpstreams("--upstream", upstreams); !s.ok()) return s;
-    config.upstreams = std::move(upstreams);
-    config.upstreams_file.clear();  // the flags replace the file's membership, whatever its source
-    config.upstreams_dns.clear();
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::string_view url) {
-  absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "http://")) {
-    return Invalid(name, absl::StrCat("must be http://HOST:PORT, got ", Quote(url)));
-  }
-  absl::ConsumeSuffix(&rest, "/");
-  if (absl::StrContains(rest, '/')) {
-    return Invalid(name, absl::StrCat("must be http://HOST:PORT without a path, got ", Quote(url)));
-  }
-  absl::StatusOr<UpstreamAddress> address = SplitHostPort(name, rest);
-  if (!address.ok()) {
-    return Invalid(name, absl::StrCat("must be http://HOST:PORT with a port from 1 to 65535, got ",
-                                      Quote(url)));
-  }
-  if (address->port == 0) {
-    return Invalid(name, absl::StrCat("port must be between 1 and 65535, got ", Quote(url)));
-  }
-  return address;
-}
-
-namespace {
-
-absl::StatusOr<std::vector<Upstream>> ParseUpstreamListOrThrow(absl::string_view yaml) {
-  const YamlDocuments documents = LoadDocuments(std::string(yaml));
-  if (documents.count > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected one YAML document, got ", documents.count, " (separated by ---)"));
-  }
-  if (documents.count == 0 || documents.first.IsNull()) {
-    return YamlUpstreams("upstreams", YAML::Node(YAML::NodeType::Sequence));  // none: an error
-  }
-  const YAML::Node& root = documents.first;
-  if (root.IsSequence()) return YamlUpstreams("upstreams", root);
-  if (!root.IsMap()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the document must be a list of {name, url} or a mapping with the key upstreams, got ",
-        DescribeNode(root)));
-  }
-  for (const auto& entry : root) {
-    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
-    if (key != "upstreams") {
-      return Invalid(absl::CHexEscape(key), "unknown key; the only key is upstreams");
-    }
-  }
-  if (root.size() > 1) return Invalid("upstreams", "given more than once");
-  return YamlUpstreams("upstreams", root["upstreams"]);
-}
-
-}  // namespace
-
 absl::StatusOr<GatewayConfig> ParseGatewayConfigYaml(absl::string_view yaml, GatewayConfig base) {
   return CatchingYaml([&] { return ParseYamlOrThrow(yaml, std::move(base)); });
-}
-
-absl::StatusOr<std::vector<Upstream>> ParseUpstreamListYaml(absl::string_view yaml) {
-  return CatchingYaml([&] { return ParseUpstreamListOrThrow(yaml); });
 }
 
 absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* argv) {
@@ -457,86 +109,23 @@ absl::StatusOr<GatewayConfig> LoadGatewayConfig(int argc, const char* const* arg
   }
 }
 
-namespace {
-// Exactly one of upstreams, upstreams_file and upstreams_dns; a static list within
-// max_upstreams is not required (the Router is sized by it), but a dynamic source needs room.
-absl::Status CheckMembershipSource(const GatewayConfig& config) {
-  const int sources = (config.upstreams.empty() ? 0 : 1) + (config.upstreams_file.empty() ? 0 : 1) +
-                      (config.upstreams_dns.empty() ? 0 : 1);
-  if (sources > 1) {
-    return Invalid(!config.upstreams_dns.empty() ? "upstreams_dns" : "upstreams_file",
-                   "give one membership source: upstreams, upstreams_file or upstreams_dns");
-  }
-  if (sources == 0 || !config.upstreams.empty()) return CheckUpstreams("upstreams", config.upstreams);
-  if (config.max_upstreams < 1) return Invalid("max_upstreams", "must be >= 1, got 0");
-  return absl::OkStatus();
-}
-}  // namespace
-
 absl::Status ValidateGatewayConfig(const GatewayConfig& config) {
   for (absl::Status s : {
-           CheckHostPort("listen", config.listen, false),
-           CheckMembershipSource(config),
-           CheckDnsName("upstreams_dns", config.upstreams_dns),
-           CheckDnsServer("dns_server", config.dns_server),
-           CheckPositiveDuration("membership_interval", config.membership_interval),
-           CheckPolicy("policy", config.policy),
-           CheckHeaderName("key_header", config.key_header),
-           CheckPlanners("planner", config.planner),
-           CheckPositiveDuration("report_interval", config.report_interval),
-           CheckPositiveDuration("table_ttl", config.table_ttl),
-           CheckPositiveDuration("connect_timeout", config.connect_timeout),
+           frontend::CheckHostPort("listen", config.listen),
+           frontend::ValidateFrontendConfig(config),
            CheckPositiveDuration("header_timeout", config.header_timeout),
            CheckPositiveDuration("read_timeout", config.read_timeout),
            CheckPositiveDuration("write_timeout", config.write_timeout),
            CheckPositiveDuration("drain_timeout", config.drain_timeout),
            CheckOffOrPositiveDuration("drain_delay", config.drain_delay),
-           CheckPositiveDuration("probe_interval", config.probe_interval),
-           CheckOffOrPositiveDuration("health_check_interval", config.health_check_interval),
-           CheckPositiveDuration("health_check_timeout", config.health_check_timeout),
-           CheckOffOrPositiveDuration("load_scrape_interval", config.load_scrape_interval),
-           CheckMetricName("load_metric", config.load_metric),
-           CheckNonNegativeFinite("external_load_weight", config.external_load_weight),
        }) {
     if (!s.ok()) return s;
   }
-  if (!config.planner.empty() && config.gateway_id.empty()) {
-    return Invalid("gateway_id",
-                   absl::StrCat("must be set when planner is set (planner = ",
-                                Quote(absl::StrJoin(config.planner, ",")), "), got \"\""));
-  }
-  if (config.planner_tls_cert_file.empty() != config.planner_tls_key_file.empty()) {
-    const bool cert = !config.planner_tls_cert_file.empty();
-    return Invalid(
-        cert ? "planner_tls_key_file" : "planner_tls_cert_file",
-        absl::StrCat("must be set with ",
-                     cert ? "planner_tls_cert_file = " : "planner_tls_key_file = ",
-                     Quote(cert ? config.planner_tls_cert_file : config.planner_tls_key_file),
-                     " (mutual TLS needs both), got \"\""));
-  }
-  if (!config.planner_tls_cert_file.empty() && config.planner_tls_ca_file.empty()) {
-    return Invalid("planner_tls_ca_file", absl::StrCat("must be set with planner_tls_cert_file = ",
-                                                       Quote(config.planner_tls_cert_file),
-                                                       " (TLS needs the CA), got \"\""));
-  }
-  if (config.failure_threshold < 1) {
-    return Invalid("failure_threshold",
-                   absl::StrCat("must be >= 1, got ", config.failure_threshold));
-  }
-  if (absl::Status s = CheckKeyFrom("key_from", config.key_from); !s.ok()) return s;
   if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
     return Invalid(config.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
                    "missing: give tls_cert_file and tls_key_file together");
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadNonEmptyFile(absl::string_view key, const std::string& path) {
-  absl::StatusOr<std::string> text = base::ReadConfigFile(key, path);
-  if (text.ok() && absl::StripAsciiWhitespace(*text).empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(key, ": \"", path, "\" is empty"));
-  }
-  return text;
 }
 
 }  // namespace cacheroute::gateway

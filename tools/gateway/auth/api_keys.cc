@@ -15,7 +15,7 @@ namespace cacheroute::gateway {
 absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
   ApiKeys keys;
   if (path.empty()) return keys;
-  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, ReadNonEmptyFile("api_key_file", path));
+  CACHEROUTE_ASSIGN_OR_RETURN(std::string text, frontend::ReadNonEmptyFile("api_key_file", path));
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line.front() == '#') continue;

@@ -8,8 +8,8 @@ namespace cacheroute::gateway {
 http::asio::awaitable<void> SendError(http::Exchange& x, int status, absl::string_view message,
                                       absl::string_view type, absl::string_view code,
                                       absl::string_view destination) {
-  http::Response r =
-      http::TextResponse(x.request(), status, "application/json", ErrorBody(message, type, code));
+  http::Response r = http::TextResponse(x.request(), status, "application/json",
+                                        frontend::ErrorBody(message, type, code));
   if (!destination.empty()) {
     r.set("X-CacheRoute-Destination", std::string_view(destination.data(), destination.size()));
   }

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "tools/gateway/openai_fields.h"  // ErrorBody
+#include "tools/frontend/openai_fields.h"  // ErrorBody
 #include "tools/http/server.h"
 
 namespace cacheroute::gateway {

@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "tools/gateway/openai_fields.h"
+#include "tools/frontend/openai_fields.h"
 #include "tools/gateway/proxy/error_body.h"
 #include "tools/http/reactive.h"
 #include "tools/http/watchdog.h"
@@ -56,13 +56,14 @@ bool HopByHopOrLength(bhttp::field field) {
 std::chrono::microseconds ToChrono(absl::Duration d) { return absl::ToChronoMicroseconds(d); }
 
 // "upstream NAME (URL)", for error answers only (never built on the way of a success).
-std::string Who(const Member& member) {
+std::string Who(const frontend::Member& member) {
   return absl::StrCat("upstream ", member.name, " (", member.url, ")");
 }
 
 // The request as it goes to `member`.
 bhttp::request<bhttp::string_body> UpstreamRequest(const http::Request& request,
-                                                   const Member& member, bool strip_authorization) {
+                                                   const frontend::Member& member,
+                                                   bool strip_authorization) {
   bhttp::request<bhttp::string_body> upstream{request.method(), request.target(), 11};
   for (const auto& field : request) {
     if (field.name() == bhttp::field::host || HopByHopOrLength(field.name())) continue;
@@ -78,7 +79,7 @@ bhttp::request<bhttp::string_body> UpstreamRequest(const http::Request& request,
 
 // The head of the answer as it goes to the client.
 bhttp::response_header<> ClientHeader(const bhttp::response<bhttp::buffer_body>& answer,
-                                      const Member& member, bool planned) {
+                                      const frontend::Member& member, bool planned) {
   bhttp::response_header<> header;
   header.result(answer.result_int());
   for (const auto& field : answer) {
@@ -92,11 +93,11 @@ bhttp::response_header<> ClientHeader(const bhttp::response<bhttp::buffer_body>&
 }  // namespace
 
 struct Forwarder::Call {
-  Call(uint32_t d, const Member& member, std::vector<IdleConnection>* idle)
+  Call(uint32_t d, const frontend::Member& member, std::vector<IdleConnection>* idle)
       : d(d), member(member), idle(idle) {}
 
   const uint32_t d;
-  const Member& member;
+  const frontend::Member& member;
   std::vector<IdleConnection>* const idle;  // this thread's pool for `d` (null off the I/O threads)
   std::optional<beast::tcp_stream> connection;
   std::optional<http::Watch> watch;  // timeouts of `connection`'s operations
@@ -106,27 +107,28 @@ struct Forwarder::Call {
 };
 
 struct Forwarder::Failure {
-  ErrorKind kind;
+  frontend::ErrorKind kind;
   int status;         // 502, or 504 for a timeout
   std::string error;  // what happened, for the log line and the client's message
 };
 
 Forwarder::Forwarder(const GatewayConfig& config, bool strip_authorization, UpstreamPools& pools,
-                     DestinationHealth& health, RequestMetrics& metrics)
+                     frontend::DestinationHealth& health, frontend::RequestMetrics& metrics)
     : config_(config),
       strip_authorization_(strip_authorization),
       pools_(pools),
       health_(health),
       metrics_(metrics) {}
 
-asio::awaitable<int> Forwarder::Forward(http::Exchange& x, const Member& member,
-                                        RequestLifecycle& request, const Rewrite* rewrite) {
+asio::awaitable<int> Forwarder::Forward(http::Exchange& x, const frontend::Member& member,
+                                        frontend::RequestLifecycle& request,
+                                        const Rewrite* rewrite) {
   // The upstream's part ends on every path, a destroyed coroutine's included.
   struct Done {
-    RequestLifecycle& request;
+    frontend::RequestLifecycle& request;
     ~Done() { request.UpstreamDone(); }
   } done{request};
-  Call call{request.destination(), member, pools_.Idle(request.destination())};
+  Call call{request.destination(), member, pools_.Idle(request.destination(), member)};
   call.buffer.reserve(8192);  // headers and a small answer in one read
   bhttp::request<bhttp::string_body> upstream =
       UpstreamRequest(x.request(), member, strip_authorization_);
@@ -200,7 +202,7 @@ asio::awaitable<std::optional<Forwarder::Failure>> Forwarder::Connect(Call& call
   auto [ec, endpoint] = co_await call.connection->async_connect(call.member.endpoints, kNoThrow);
   call.watch->Disarm();
   if (ec) {
-    co_return Failure{ErrorKind::kConnect, 502,
+    co_return Failure{frontend::ErrorKind::kConnect, 502,
                       call.watch->fired() ? "connect timed out"
                                           : absl::StrCat("could not connect: ", ec.message())};
   }
@@ -226,7 +228,7 @@ Forwarder::Failure Forwarder::HeadFailure(const beast::error_code& ec, bool writ
                                           bool timed_out) const {
   if (timed_out) {
     return {
-        ErrorKind::kHeaderTimeout, 504,
+        frontend::ErrorKind::kHeaderTimeout, 504,
         absl::StrCat(
             write_failed ? "sending the request" : "the response headers", " took longer than ",
             absl::FormatDuration(write_failed ? config_.write_timeout : config_.header_timeout))};
@@ -235,8 +237,9 @@ Forwarder::Failure Forwarder::HeadFailure(const beast::error_code& ec, bool writ
       ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category() &&
       ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
   if (protocol)
-    return {ErrorKind::kProtocol, 502, absl::StrCat("malformed response: ", ec.message())};
-  return {ErrorKind::kReset, 502,
+    return {frontend::ErrorKind::kProtocol, 502,
+            absl::StrCat("malformed response: ", ec.message())};
+  return {frontend::ErrorKind::kReset, 502,
           absl::StrCat("connection closed before the response headers (", ec.message(), ")")};
 }
 
@@ -255,7 +258,7 @@ size_t Forwarder::EndBodyRead(Call& call, beast::error_code& ec) const {
 void Forwarder::RecordBodyError(Call& call, const beast::error_code& ec) {
   const bool idle = call.watch->fired();
   health_.RecordError(
-      call.d, call.member, idle ? ErrorKind::kIdleTimeout : ErrorKind::kReset,
+      call.d, call.member, idle ? frontend::ErrorKind::kIdleTimeout : frontend::ErrorKind::kReset,
       idle ? absl::StrCat("no body bytes for ", absl::FormatDuration(config_.read_timeout))
            : absl::StrCat("the body broke off: ", ec.message()),
       /*may_mark_down=*/false);
@@ -263,12 +266,12 @@ void Forwarder::RecordBodyError(Call& call, const beast::error_code& ec) {
 
 asio::awaitable<Forwarder::Relayed> Forwarder::RelayStream(http::Exchange& x, Call& call,
                                                            bhttp::response_header<>& header,
-                                                           RequestLifecycle& request) {
+                                                           frontend::RequestLifecycle& request) {
   const int status = static_cast<int>(header.result_int());
   metrics_.StreamOpened();
   bool client_gone = !co_await x.StartStream(std::move(header));
   bool broken = false;
-  UsageScanner usage;
+  frontend::UsageScanner usage;
   std::unique_ptr<char[]> chunk(new char[kChunk]);
   while (!call.parser->is_done() && !client_gone) {
     BeginBodyRead(call, chunk.get());
@@ -295,7 +298,7 @@ asio::awaitable<Forwarder::Relayed> Forwarder::RelayStream(http::Exchange& x, Ca
 
 asio::awaitable<Forwarder::Relayed> Forwarder::RelayUnary(http::Exchange& x, Call& call,
                                                           bhttp::response_header<>& header,
-                                                          RequestLifecycle& request,
+                                                          frontend::RequestLifecycle& request,
                                                           const Rewrite* rewrite) {
   int status = static_cast<int>(header.result_int());
   std::string body;
@@ -320,7 +323,7 @@ asio::awaitable<Forwarder::Relayed> Forwarder::RelayUnary(http::Exchange& x, Cal
     }
   }
   if (absl::StrContains(body, "\"usage\"")) {
-    if (std::optional<Usage> usage = ReadUsage(body)) request.Usage(*usage);
+    if (std::optional<frontend::Usage> usage = frontend::ReadUsage(body)) request.Usage(*usage);
   }
   request.FirstToken(/*streamed=*/false);  // its client sees nothing earlier
   if (rewrite != nullptr) {

@@ -33,12 +33,12 @@
 #include <optional>
 #include <string>
 
+#include "tools/frontend/health/destination_health.h"
+#include "tools/frontend/membership/members.h"
+#include "tools/frontend/metrics/request_metrics.h"
+#include "tools/frontend/routing/request_lifecycle.h"
 #include "tools/gateway/gateway_config.h"
-#include "tools/gateway/health/destination_health.h"
-#include "tools/gateway/membership/members.h"
-#include "tools/gateway/metrics/request_metrics.h"
 #include "tools/gateway/proxy/upstream_pools.h"
-#include "tools/gateway/routing/request_lifecycle.h"
 #include "tools/http/server.h"
 
 namespace cacheroute::gateway {
@@ -47,7 +47,7 @@ class Forwarder {
  public:
   // Reads connect_timeout, write_timeout, header_timeout and read_timeout of `config`.
   Forwarder(const GatewayConfig& config, bool strip_authorization, UpstreamPools& pools,
-            DestinationHealth& health, RequestMetrics& metrics);
+            frontend::DestinationHealth& health, frontend::RequestMetrics& metrics);
 
   struct Rewrite {
     std::string target;  // what is asked of the upstream instead of the client's target
@@ -57,8 +57,9 @@ class Forwarder {
   };
 
   // The status the client was answered with. `rewrite`: see above (null: relayed as it comes).
-  http::asio::awaitable<int> Forward(http::Exchange& x, const Member& member,
-                                     RequestLifecycle& request, const Rewrite* rewrite = nullptr);
+  http::asio::awaitable<int> Forward(http::Exchange& x, const frontend::Member& member,
+                                     frontend::RequestLifecycle& request,
+                                     const Rewrite* rewrite = nullptr);
 
  private:
   struct Call;     // the upstream side of one forwarded request
@@ -75,10 +76,11 @@ class Forwarder {
   // The answer after its head, `header` being the client's (moved from).
   http::asio::awaitable<Relayed> RelayStream(http::Exchange& x, Call& call,
                                              boost::beast::http::response_header<>& header,
-                                             RequestLifecycle& request);
+                                             frontend::RequestLifecycle& request);
   http::asio::awaitable<Relayed> RelayUnary(http::Exchange& x, Call& call,
                                             boost::beast::http::response_header<>& header,
-                                            RequestLifecycle& request, const Rewrite* rewrite);
+                                            frontend::RequestLifecycle& request,
+                                            const Rewrite* rewrite);
   // Around one read of the body into `chunk`: arming its timeout, then collecting what it got
   // (need_buffer, a full chunk, is no error).
   void BeginBodyRead(Call& call, char* chunk) const;
@@ -90,8 +92,8 @@ class Forwarder {
   const GatewayConfig& config_;
   const bool strip_authorization_;
   UpstreamPools& pools_;
-  DestinationHealth& health_;
-  RequestMetrics& metrics_;
+  frontend::DestinationHealth& health_;
+  frontend::RequestMetrics& metrics_;
 };
 
 }  // namespace cacheroute::gateway

@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "tools/gateway/openai_fields.h"
+#include "tools/frontend/openai_fields.h"
 #include "tools/gateway/proxy/error_body.h"
 
 namespace cacheroute::gateway {
@@ -20,26 +20,28 @@ namespace bhttp = boost::beast::http;
 
 absl::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
-// A request header's value, or none.
-std::optional<std::string> Header(const http::Request& request, absl::string_view name) {
+// A request header's value (Beast compares names without case), or none.
+std::optional<absl::string_view> Header(const http::Request& request, absl::string_view name) {
   const auto it = request.find(boost::beast::string_view(name.data(), name.size()));
   if (it == request.end()) return std::nullopt;
-  return std::string(it->value().data(), it->value().size());
+  return View(it->value());
 }
 
 // GET /v1/models/{model}'s answer made from `member`'s answer to GET /v1/models (`status`,
 // `body`): the model's entry, 404 model_not_found, or the upstream's own error passed on.
-void AnswerModel(const std::string& model, const Member& member, int& status, std::string& body) {
+void AnswerModel(const std::string& model, const frontend::Member& member, int& status,
+                 std::string& body) {
   if (status != 200) return;
-  absl::StatusOr<std::optional<std::string>> entry = FindModel(body, model);
+  absl::StatusOr<std::optional<std::string>> entry = frontend::FindModel(body, model);
   if (!entry.ok()) {
     status = 502;
-    body = ErrorBody(absl::StrCat("upstream ", member.name, ": ", entry.status().message()),
-                     "upstream_error", "upstream_error");
+    body =
+        frontend::ErrorBody(absl::StrCat("upstream ", member.name, ": ", entry.status().message()),
+                            "upstream_error", "upstream_error");
   } else if (!entry->has_value()) {
     status = 404;
-    body = ErrorBody(absl::StrCat("The model `", model, "` does not exist."),
-                     "invalid_request_error", "model_not_found");
+    body = frontend::ErrorBody(absl::StrCat("The model `", model, "` does not exist."),
+                               "invalid_request_error", "model_not_found");
   } else {
     body = **std::move(entry);
   }
@@ -53,8 +55,8 @@ bool ProxyServer::Authorized(const http::Request& request) const {
 }
 
 absl::StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Start(
-    EmbeddedDataplane& dataplane, std::function<std::string()> render_metrics) {
-  const GatewayConfig& config = dataplane.config();
+    const GatewayConfig& config, frontend::FrontendCore& core,
+    std::function<std::string()> render_metrics) {
   // Validated as HOST:PORT (gateway_config.cc); port 0 picks a free one.
   const size_t colon = config.listen.rfind(':');
   std::string host = config.listen.substr(0, colon);
@@ -71,7 +73,7 @@ absl::StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Start(
   const unsigned threads =
       config.io_threads > 0 ? config.io_threads : std::max(1u, std::thread::hardware_concurrency());
   std::unique_ptr<ProxyServer> proxy(
-      new ProxyServer(dataplane, std::move(keys), std::move(render_metrics), threads));
+      new ProxyServer(config, core, std::move(keys), std::move(render_metrics), threads));
   http::ServerOptions options;
   options.host = host;
   options.port = port;
@@ -92,14 +94,14 @@ absl::StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Start(
   return proxy;
 }
 
-ProxyServer::ProxyServer(EmbeddedDataplane& dataplane, ApiKeys keys,
+ProxyServer::ProxyServer(const GatewayConfig& config, frontend::FrontendCore& core, ApiKeys keys,
                          std::function<std::string()> render_metrics, unsigned threads)
-    : dataplane_(dataplane),
-      config_(dataplane.config()),
+    : core_(core),
+      config_(config),
       keys_(std::move(keys)),
       render_metrics_(std::move(render_metrics)),
-      pools_(threads, dataplane.core().router().capacity()),
-      forwarder_(config_, keys_.enabled(), pools_, dataplane.health(), metrics_) {}
+      pools_(threads, core.routing().router().capacity()),
+      forwarder_(config_, keys_.enabled(), pools_, core.health(), metrics_) {}
 
 void ProxyServer::Stop() {
   if (server_ != nullptr) server_->Stop();
@@ -118,15 +120,16 @@ void ProxyServer::RenderServer(base::Exposition& page) const {
                          .read_timeouts = http.read_timeouts});
 }
 
-asio::awaitable<void> ProxyServer::Refuse(http::Exchange& x, Refusal refusal,
+asio::awaitable<void> ProxyServer::Refuse(http::Exchange& x, frontend::Refusal refusal,
                                           absl::string_view message, absl::string_view allow) {
   metrics_.Refused(refusal);
   // OpenAI's codes where it has one (invalid_api_key); otherwise a name of the same kind.
-  const absl::string_view code = refusal == Refusal::kUnauthorized ? "invalid_api_key"
-                                 : refusal == Refusal::kNoRoute    ? "unknown_url"
-                                                                   : "method_not_allowed";
-  http::Response response = http::TextResponse(x.request(), StatusOf(refusal), "application/json",
-                                               ErrorBody(message, "invalid_request_error", code));
+  const absl::string_view code = refusal == frontend::Refusal::kUnauthorized ? "invalid_api_key"
+                                 : refusal == frontend::Refusal::kNoRoute    ? "unknown_url"
+                                                                             : "method_not_allowed";
+  http::Response response =
+      http::TextResponse(x.request(), StatusOf(refusal), "application/json",
+                         frontend::ErrorBody(message, "invalid_request_error", code));
   if (!allow.empty()) {
     response.set(bhttp::field::allow, std::string_view(allow.data(), allow.size()));
   }
@@ -149,34 +152,34 @@ asio::awaitable<void> ProxyServer::Handle(http::Exchange& x) {
     co_return;
   }
   const bool completion = path == "/v1/completions" || path == "/v1/chat/completions";
-  const std::optional<std::string> model = ModelIdOfPath(path);
+  const std::optional<std::string> model = frontend::ModelIdOfPath(path);
   const bool models = path == "/v1/models" || model.has_value();
   if ((completion && !post) || (models && !get)) {
     co_await Refuse(
-        x, Refusal::kMethodNotAllowed,
+        x, frontend::Refusal::kMethodNotAllowed,
         absl::StrCat("method ", View(request.method_string()), " is not allowed on ", path),
         completion ? "POST" : "GET");
     co_return;
   }
   if (!completion && !models) {
-    co_await Refuse(x, Refusal::kNoRoute, absl::StrCat("no route for ", path));
+    co_await Refuse(x, frontend::Refusal::kNoRoute, absl::StrCat("no route for ", path));
     co_return;
   }
   if (keys_.enabled() && !Authorized(request)) {
-    co_await Refuse(x, Refusal::kUnauthorized,
+    co_await Refuse(x, frontend::Refusal::kUnauthorized,
                     "missing or unknown API key: send Authorization: Bearer <key> with a key of "
                     "the gateway's api_key_file");
     co_return;
   }
   co_await HandleRouted(x,
-                        models                      ? Endpoint::kModels
-                        : path == "/v1/completions" ? Endpoint::kCompletions
-                                                    : Endpoint::kChatCompletions,
+                        models                      ? frontend::Endpoint::kModels
+                        : path == "/v1/completions" ? frontend::Endpoint::kCompletions
+                                                    : frontend::Endpoint::kChatCompletions,
                         model);
 }
 
 asio::awaitable<void> ProxyServer::HandleHealthz(http::Exchange& x) {
-  const bool any_up = dataplane_.core().AnyUp();
+  const bool any_up = core_.routing().AnyUp();
   const bool ok = any_up && !draining_.load();
   co_await x.Send(http::TextResponse(x.request(), ok ? 200 : 503, "text/plain",
                                      ok       ? "ok\n"
@@ -184,29 +187,16 @@ asio::awaitable<void> ProxyServer::HandleHealthz(http::Exchange& x) {
                                               : "no upstream is up\n"));
 }
 
-RequestLifecycle ProxyServer::Route(const http::Exchange& x, Endpoint endpoint,
-                                    dataplane::Time start,
-                                    std::shared_ptr<const Members>& members) {
-  RoutingCore& core = dataplane_.core();
-  members = pools_.ThreadMembers(dataplane_.membership());
-  if (endpoint == Endpoint::kModels) return core.RouteAny(start);
-  const std::optional<std::string> header = Header(x.request(), dataplane_.keys().header_name());
-  RequestLifecycle request = core.Route(dataplane_.keys().Derive(header, x.request().body()),
-                                        members->policy.get(), start);
-  // Routed to an index this thread's snapshot does not have yet: the membership just changed.
-  if (request.ok() && members->At(request.destination()) == nullptr) {
-    members = pools_.ThreadMembers(dataplane_.membership());
-  }
-  return request;
-}
-
-asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, Endpoint endpoint,
+asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, frontend::Endpoint endpoint,
                                                 const std::optional<std::string>& model) {
-  const dataplane::Clock& clock = dataplane_.core().clock();
+  const dataplane::Clock& clock = core_.routing().clock();
   const dataplane::Time start = clock.Now();
-  std::shared_ptr<const Members> members;
-  RequestLifecycle request = Route(x, endpoint, start, members);
-  const Member* member = request.ok() ? members->At(request.destination()) : nullptr;
+  frontend::RoutedRequest routed =
+      endpoint == frontend::Endpoint::kModels
+          ? core_.RouteAny(start)
+          : core_.Route([&x](absl::string_view name) { return Header(x.request(), name); },
+                        x.request().body(), start);
+  const frontend::Member* member = routed.member();
   int status = 503;
   if (member == nullptr) {
     co_await SendError(x, 503, "no upstream is up", "service_unavailable", "no_upstream");
@@ -214,12 +204,12 @@ asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, Endpoint endp
     const Forwarder::Rewrite rewrite{
         .target = "/v1/models",
         .answer = [&](int& s, std::string& body) { AnswerModel(*model, *member, s, body); }};
-    status = co_await forwarder_.Forward(x, *member, request, &rewrite);
+    status = co_await forwarder_.Forward(x, *member, routed.lifecycle, &rewrite);
   } else {
-    status = co_await forwarder_.Forward(x, *member, request);
+    status = co_await forwarder_.Forward(x, *member, routed.lifecycle);
   }
   metrics_.Answered(endpoint, status, clock.Now() - start);
-  request.Finish(status);
+  routed.lifecycle.Finish(status);
 }
 
 }  // namespace cacheroute::gateway

@@ -1,7 +1,7 @@
 // ProxyServer: the gateway's HTTP side, on an http::Server (event-driven, io_threads I/O threads,
 // a request served on one thread from its first byte to its last). It answers
 //
-//   POST /v1/completions, /v1/chat/completions  routed by the EmbeddedDataplane (key, policy),
+//   POST /v1/completions, /v1/chat/completions  routed by the FrontendCore (key, policy),
 //                                               forwarded by the Forwarder; 503 with no member up
 //   GET  /v1/models                             forwarded to any up member
 //   GET  /v1/models/{id}                        routed the same way; answered from the member's
@@ -15,16 +15,17 @@
 // and refuses the rest before routing (404 unknown path, 405 wrong method with Allow naming the
 // right one, 401 without a listed API key), every refusal through one place (Refuse) that counts
 // it; /metrics also counts what the HTTP layer refused itself (400, 413, 431). Errors are in
-// OpenAI's shape with a string `code` (error_body.h). The request's routing key header is looked
-// up here; everything about routing is the dataplane's.
+// OpenAI's shape with a string `code` (error_body.h). Everything about routing is the front-end
+// core's (FrontendCore::Route, with this request's headers and body).
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<ProxyServer>> proxy =
-//       ProxyServer::Start(dataplane, [&] { return RenderMetrics(); });
+//       ProxyServer::Start(config, core, [&] { return RenderMetrics(); });
 //   (*proxy)->BeginDrain(); (*proxy)->StopAccepting(); … (*proxy)->Stop();
 //
 // Reads listen, io_threads, write_timeout, tls_*, api_key_file and the upstream timeouts of the
-// dataplane's GatewayConfig. The dataplane is started first and outlives the server. Thread-safe.
+// GatewayConfig, which outlives the server. The core is started first and outlives the server.
+// Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -37,9 +38,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/exposition.h"
+#include "tools/frontend/frontend_core.h"
+#include "tools/frontend/metrics/request_metrics.h"
 #include "tools/gateway/auth/api_keys.h"
-#include "tools/gateway/embedded_dataplane.h"
-#include "tools/gateway/metrics/request_metrics.h"
 #include "tools/gateway/proxy/forwarder.h"
 #include "tools/gateway/proxy/upstream_pools.h"
 #include "tools/http/server.h"
@@ -51,7 +52,8 @@ class ProxyServer {
   // Loads the API keys, binds `listen` and serves from then on. InvalidArgument for a bad listen
   // address, key file or TLS file; Unavailable when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<ProxyServer>> Start(
-      EmbeddedDataplane& dataplane, std::function<std::string()> render_metrics);
+      const GatewayConfig& config, frontend::FrontendCore& core,
+      std::function<std::string()> render_metrics);
   ~ProxyServer() { Stop(); }
   ProxyServer(const ProxyServer&) = delete;
   ProxyServer& operator=(const ProxyServer&) = delete;
@@ -74,30 +76,26 @@ class ProxyServer {
   void RenderServer(base::Exposition& page) const;
 
  private:
-  ProxyServer(EmbeddedDataplane& dataplane, ApiKeys keys,
+  ProxyServer(const GatewayConfig& config, frontend::FrontendCore& core, ApiKeys keys,
               std::function<std::string()> render_metrics, unsigned threads);
 
   http::asio::awaitable<void> Handle(http::Exchange& x);
   http::asio::awaitable<void> HandleHealthz(http::Exchange& x);
-  // A request the dataplane routes: picked, forwarded (or 503), counted, finished. With `model`,
+  // A request the core routes: picked, forwarded (or 503), counted, finished. With `model`,
   // GET /v1/models/{model}, answered from the member's GET /v1/models.
-  http::asio::awaitable<void> HandleRouted(http::Exchange& x, Endpoint endpoint,
+  http::asio::awaitable<void> HandleRouted(http::Exchange& x, frontend::Endpoint endpoint,
                                            const std::optional<std::string>& model = std::nullopt);
-  // The pick: completions by their key and the snapshot's policy, /v1/models to any up member.
-  // `members` is set to this thread's snapshot, one that knows the picked index.
-  RequestLifecycle Route(const http::Exchange& x, Endpoint endpoint, dataplane::Time start,
-                         std::shared_ptr<const Members>& members);
   bool Authorized(const http::Request& request) const;
   // Turns the request away before routing, counted in RequestMetrics::Refused; `allow` (405):
   // the method the path takes, sent as Allow.
-  http::asio::awaitable<void> Refuse(http::Exchange& x, Refusal refusal, absl::string_view message,
-                                     absl::string_view allow = "");
+  http::asio::awaitable<void> Refuse(http::Exchange& x, frontend::Refusal refusal,
+                                     absl::string_view message, absl::string_view allow = "");
 
-  EmbeddedDataplane& dataplane_;
+  frontend::FrontendCore& core_;
   const GatewayConfig& config_;
   const ApiKeys keys_;
   const std::function<std::string()> render_metrics_;
-  RequestMetrics metrics_;
+  frontend::RequestMetrics metrics_;
   std::unique_ptr<http::Server> server_;
   UpstreamPools pools_;  // emptied by Stop, before the server's contexts go
   Forwarder forwarder_;

@@ -20,37 +20,23 @@ bool StillOpen(int fd) {
 }  // namespace
 
 UpstreamPools::UpstreamPools(unsigned threads, uint32_t capacity) : threads_(threads) {
-  for (PerThread& thread : threads_) thread.idle.resize(capacity);
+  for (PerThread& thread : threads_) thread.pools.resize(capacity);
 }
 
-std::shared_ptr<const Members> UpstreamPools::ThreadMembers(const Membership& membership) {
-  const int thread = http::Server::CurrentThread();
-  if (thread < 0 || static_cast<size_t>(thread) >= threads_.size()) return membership.Current();
-  PerThread& mine = threads_[thread];
-  if (mine.members != nullptr && mine.members->generation == membership.generation()) {
-    return mine.members;
-  }
-  // A copy of its own, so that holding it costs this thread an uncontended reference count.
-  auto fresh = std::make_shared<const Members>(*membership.Current());
-  // Pooled connections to an index whose member changed go with the old member.
-  for (uint32_t d = 0; d < mine.idle.size(); ++d) {
-    if (mine.members == nullptr || mine.members->by_index[d] != fresh->by_index[d]) {
-      mine.idle[d].clear();
-    }
-  }
-  mine.members = std::move(fresh);
-  return mine.members;
-}
-
-std::vector<IdleConnection>* UpstreamPools::Idle(uint32_t d) {
+std::vector<IdleConnection>* UpstreamPools::Idle(uint32_t d, const frontend::Member& member) {
   const int thread = http::Server::CurrentThread();
   if (thread < 0 || static_cast<size_t>(thread) >= threads_.size()) return nullptr;
-  return &threads_[thread].idle[d];
+  Pool& pool = threads_[thread].pools[d];
+  if (pool.member_id != member.id) {  // connections to the member the index had before
+    pool.idle.clear();
+    pool.member_id = member.id;
+  }
+  return &pool.idle;
 }
 
 void UpstreamPools::Clear() {
   for (PerThread& thread : threads_) {
-    for (auto& idle : thread.idle) idle.clear();
+    for (Pool& pool : thread.pools) pool.idle.clear();
   }
 }
 

@@ -1,19 +1,17 @@
-// UpstreamPools: what each I/O thread of the proxy keeps of the upstreams: its own copy of the
-// membership snapshot and its idle keep-alive connections per destination. Each thread touches
-// only its own (its sockets use its executor), so taking and returning a connection needs no lock
-// and no re-registration with another thread's reactor, and holding the snapshot costs an
-// uncontended reference count.
+// UpstreamPools: what each I/O thread of the proxy keeps of the upstreams: its idle keep-alive
+// connections per destination. Each thread touches only its own (its sockets use its executor),
+// so taking and returning a connection needs no lock and no re-registration with another
+// thread's reactor.
 //
 // Usage (on an I/O thread of the http::Server):
-//   std::shared_ptr<const Members> members = pools.ThreadMembers(membership);
-//   std::vector<IdleConnection>* idle = pools.Idle(d);   // null off the I/O threads
+//   std::vector<IdleConnection>* idle = pools.Idle(d, member);   // null off the I/O threads
 //   std::optional<beast::tcp_stream> c;
 //   if (UpstreamPools::TakeIdle(idle, c)) …;
 //   … UpstreamPools::Return(idle, std::move(*c));        // false: full, the caller closes it
 //
-// A thread's copy is refreshed when the membership's generation moved; then the pooled
-// connections of every index whose member changed are closed. Clear (after the server's threads
-// stopped, before its contexts go) closes all.
+// A destination's pooled connections belong to the member they were opened to: asked for another
+// member at that index (Member::id), the thread closes them first. Clear (after the server's
+// threads stopped, before its contexts go) closes all.
 #pragma once
 
 #include <boost/beast/core/tcp_stream.hpp>
@@ -23,7 +21,7 @@
 #include <optional>
 #include <vector>
 
-#include "tools/gateway/membership/members.h"
+#include "tools/frontend/membership/members.h"
 
 namespace cacheroute::gateway {
 
@@ -41,10 +39,8 @@ class UpstreamPools {
 
   UpstreamPools(unsigned threads, uint32_t capacity);
 
-  // The calling I/O thread's copy of membership.Current(); off the I/O threads, Current() itself.
-  std::shared_ptr<const Members> ThreadMembers(const Membership& membership);
-  // The calling I/O thread's idle connections to `d`; null off the I/O threads.
-  std::vector<IdleConnection>* Idle(uint32_t d);
+  // The calling I/O thread's idle connections to `member` at `d`; null off the I/O threads.
+  std::vector<IdleConnection>* Idle(uint32_t d, const frontend::Member& member);
   void Clear();
 
   // Moves a pooled connection that is still open (one returned moments ago is taken as it is)
@@ -55,9 +51,12 @@ class UpstreamPools {
   static bool Return(std::vector<IdleConnection>* idle, boost::beast::tcp_stream&& stream);
 
  private:
+  struct Pool {
+    uint64_t member_id = 0;  // whose connections these are
+    std::vector<IdleConnection> idle;
+  };
   struct PerThread {
-    std::shared_ptr<const Members> members;
-    std::vector<std::vector<IdleConnection>> idle;  // by destination
+    std::vector<Pool> pools;  // by destination
   };
   std::vector<PerThread> threads_;
 };

@@ -1,0 +1,110 @@
+// FrontendConfig: its key table (every key a front end shares, none of a front end's own), the
+// flags, and the checks that name the key and the value. Each front end's loading of the whole
+// file is tested with it (tests/gateway/gateway_config_test.cc, tests/epp/epp_config_test.cc).
+#include "tools/frontend/frontend_config.h"
+
+#include <catch2/catch.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "base/yaml_fields.h"
+#include "yaml-cpp/yaml.h"
+
+namespace cacheroute::frontend {
+namespace {
+
+absl::StatusOr<FrontendConfig> Parse(const std::string& yaml) {
+  FrontendConfig config;
+  absl::StatusOr<std::set<std::string>> seen = base::yaml::CatchingYaml(
+      [&] { return base::yaml::ApplyDocument(yaml, FrontendConfigFields(), config, "policy: x"); });
+  if (!seen.ok()) return seen.status();
+  return config;
+}
+
+constexpr char kMinimal[] = R"(
+upstreams:
+  - {name: engine-0, url: "http://127.0.0.1:8001"}
+)";
+
+TEST_CASE("the key table holds every shared key and none of a front end's own") {
+  std::set<std::string> keys;
+  for (const auto& field : FrontendConfigFields()) keys.insert(std::string(field.key));
+  for (const char* own :
+       {"listen", "header_timeout", "read_timeout", "write_timeout", "io_threads", "drain_delay",
+        "drain_timeout", "tls_cert_file", "tls_key_file", "api_key_file"}) {
+    INFO(own);
+    CHECK(keys.count(own) == 0);
+  }
+  for (const char* shared :
+       {"upstreams", "upstreams_dns", "policy", "key_from", "planner", "gateway_id",
+        "connect_timeout", "health_check_interval", "load_scrape_interval"}) {
+    INFO(shared);
+    CHECK(keys.count(shared) == 1);
+  }
+  CHECK(keys.size() == 27);
+}
+
+TEST_CASE("a parsed config validates, and a bad value names the key and the value") {
+  absl::StatusOr<FrontendConfig> config =
+      Parse(std::string(kMinimal) + "policy: sticky\nkey_from: [user, header]\n");
+  REQUIRE(config.ok());
+  CHECK(config->policy == "sticky");
+  CHECK(config->key_from == std::vector<std::string>{"user", "header"});
+  CHECK(ValidateFrontendConfig(*config).ok());
+
+  absl::StatusOr<FrontendConfig> bad = Parse(std::string(kMinimal) + "policy: random\n");
+  REQUIRE(!bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::StartsWith("policy: "));
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("\"random\""));
+
+  config->planner = {"127.0.0.1:50051"};
+  const absl::Status no_id = ValidateFrontendConfig(*config);
+  CHECK_THAT(std::string(no_id.message()), Catch::StartsWith("gateway_id: must be set"));
+
+  FrontendConfig empty;
+  CHECK_THAT(std::string(ValidateFrontendConfig(empty).message()),
+             Catch::StartsWith("upstreams: must list at least one upstream"));
+}
+
+TEST_CASE("the shared flags override the configuration") {
+  CLI::App app;
+  FrontendFlags flags;
+  AddFrontendFlags(app, flags);
+  std::vector<std::string> args = {"--upstream", "y=http://127.0.0.1:7002",
+                                   "--upstream", "x=http://127.0.0.1:7001",
+                                   "--policy",   "preble"};
+  std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
+  app.parse(args);
+  FrontendConfig config;
+  config.upstreams_dns = "vllm.test:8000";
+  REQUIRE(ApplyFrontendFlags(app, flags, config).ok());
+  CHECK(config.policy == "preble");
+  REQUIRE(config.upstreams.size() == 2);
+  CHECK(config.upstreams[0].name == "y");
+  CHECK(config.upstreams_dns.empty());  // the flags replace the membership, whatever its source
+  CHECK(ValidateFrontendConfig(config).ok());
+
+  CLI::App bad_app;
+  FrontendFlags bad_flags;
+  AddFrontendFlags(bad_app, bad_flags);
+  bad_app.parse(std::vector<std::string>{"nourl", "--upstream"});
+  const absl::Status s = ApplyFrontendFlags(bad_app, bad_flags, config);
+  CHECK_THAT(std::string(s.message()), Catch::StartsWith("--upstream: expected NAME=URL"));
+}
+
+TEST_CASE("CheckHostPort and ParseDnsServer name the key and the value") {
+  CHECK(CheckHostPort("listen", "127.0.0.1:0").ok());
+  CHECK(CheckHostPort("listen", "[::1]:8080").ok());
+  CHECK_THAT(std::string(CheckHostPort("listen", "nope").message()),
+             Catch::StartsWith("listen: ") && Catch::Contains("\"nope\""));
+  absl::StatusOr<DnsServerAddress> dns = ParseDnsServer("dns_server", "10.96.0.10:53");
+  REQUIRE(dns.ok());
+  CHECK(dns->port == 53);
+  CHECK_THAT(std::string(ParseDnsServer("dns_server", "10.0.0.1").status().message()),
+             Catch::StartsWith("dns_server: ") && Catch::Contains("\"10.0.0.1\""));
+}
+
+}  // namespace
+}  // namespace cacheroute::frontend

@@ -1,0 +1,175 @@
+// See frontend_core.h.
+#include "tools/frontend/frontend_core.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+#include "cacheroute/dataplane/policy_registry.h"
+#include "tools/frontend/routing/policy_factory.h"
+
+namespace cacheroute::frontend {
+namespace {
+
+bool Dynamic(const FrontendConfig& config) {
+  return !config.upstreams_file.empty() || !config.upstreams_dns.empty();
+}
+
+// Tells cores apart in the per-thread snapshot cache (an address may be reused).
+std::atomic<uint64_t> next_instance{1};
+
+}  // namespace
+
+FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
+    : config_(config),
+      stop_(stop),
+      capacity_(Dynamic(config) ? config.max_upstreams
+                                : static_cast<uint32_t>(config.upstreams.size())),
+      instance_(next_instance.fetch_add(1, std::memory_order_relaxed)),
+      key_header_(absl::AsciiStrToLower(config.key_header)),
+      reads_prompt_(dataplane::DispatchFor(config.policy).rule ==
+                    dataplane::DispatchRule::kTokenWork),
+      routing_({.capacity = capacity_,
+                .dispatch = dataplane::DispatchFor(config.policy),
+                .table_ttl = std::chrono::duration_cast<dataplane::Duration>(
+                    absl::ToChronoNanoseconds(config.table_ttl)),
+                .external_load_weight = config.external_load_weight,
+                .seed = static_cast<uint64_t>(
+                    std::chrono::steady_clock::now().time_since_epoch().count())},
+               clock_),
+      keys_(config_),
+      membership_(
+          {.capacity = capacity_,
+           .dynamic = Dynamic(config),
+           .make_policy =
+               [this](uint32_t n) {
+                 return MakePolicy(config_.policy, n, routing_.random(), routing_.clock());
+               },
+           .policy_per_count = PolicyPerCount(config.policy),
+           .new_occupant = [this](uint32_t d, uint32_t from) { NewOccupant(d, from); },
+           .install = [this](const std::vector<std::string>& names) { return Install(names); }}),
+      health_(capacity_, config.failure_threshold, routing_.router()),
+      scraper_(config_, capacity_, membership_, routing_.router(), stop),
+      prober_(config_, membership_, health_, stop) {}
+
+FrontendCore::~FrontendCore() { Stop(); }
+
+void FrontendCore::NewOccupant(uint32_t d, uint32_t from) {
+  const bool up = from == dataplane::kNoDestination || routing_.router().loads().Up(from);
+  routing_.ResetDestination(d);
+  scraper_.Reset(d);
+  health_.Reset(d, up);
+}
+
+absl::Status FrontendCore::Install(const std::vector<std::string>& names) {
+  if (planner_ != nullptr) return planner_->Remap(names);
+  const dataplane::Status s =
+      routing_.router().Resize(static_cast<uint32_t>(names.size()), nullptr, clock_.Now());
+  return s.ok ? absl::OkStatus() : absl::InternalError(s.message);
+}
+
+absl::Status FrontendCore::Start() {
+  CACHEROUTE_ASSIGN_OR_RETURN(std::vector<Upstream> initial, InitialMembers(config_));
+  if (absl::Status s = membership_.Apply(initial); !s.ok()) return s;
+  if (!config_.planner.empty()) {
+    CACHEROUTE_ASSIGN_OR_RETURN(
+        planner_,
+        PlannerLink::Start(config_, routing_.router(), routing_.recorder(), routing_.evidence(),
+                           membership_.Names(), membership_.dynamic(), &routing_.key_sizes()));
+  } else if (RoutesByTable(config_.policy)) {
+    base::LogEvent("warning", "no_planner",
+                   {{"detail",
+                     "policy cacheroute without a planner: no table, every request is routed by "
+                     "the fallback (the key's hashed pair, or power of two choices) and no rates "
+                     "are reported"}});
+  }
+  prober_.Start();
+  if (membership_.dynamic()) {
+    watcher_ = std::make_unique<MembershipWatcher>(config_, membership_, planner_.get(), stop_);
+    watcher_->Start();
+  }
+  scraper_.Start();
+  return absl::OkStatus();
+}
+
+void FrontendCore::Stop() {
+  stop_.Trigger();
+  if (watcher_ != nullptr) watcher_->Join();
+  prober_.Join();
+  scraper_.Join();
+  if (planner_ != nullptr) planner_->Stop();
+}
+
+bool FrontendCore::NeedsBody(HeaderLookup headers) const {
+  if (reads_prompt_) return true;
+  const std::optional<absl::string_view> key = headers(key_header_);
+  return keys_.NeedsBody(key.has_value() ? std::optional<std::string>(*key) : std::nullopt);
+}
+
+RoutedRequest FrontendCore::Route(HeaderLookup headers, absl::string_view body,
+                                  dataplane::Time start) {
+  std::shared_ptr<const Members> members = ThreadMembers();
+  const std::optional<absl::string_view> key = headers(key_header_);
+  RequestLifecycle lifecycle = routing_.Route(
+      keys_.Derive(key.has_value() ? std::optional<std::string>(*key) : std::nullopt, body),
+      members->policy.get(), start);
+  // Routed to an index this thread's snapshot does not have yet: the membership just changed.
+  if (lifecycle.ok() && members->At(lifecycle.destination()) == nullptr) {
+    members = ThreadMembers(/*fresh=*/true);
+  }
+  return {std::move(lifecycle), std::move(members)};
+}
+
+RoutedRequest FrontendCore::RouteAny(dataplane::Time start) {
+  std::shared_ptr<const Members> members = ThreadMembers();
+  RequestLifecycle lifecycle = routing_.RouteAny(start);
+  if (lifecycle.ok() && members->At(lifecycle.destination()) == nullptr) {
+    members = ThreadMembers(/*fresh=*/true);
+  }
+  return {std::move(lifecycle), std::move(members)};
+}
+
+RoutedRequest FrontendCore::Redirect(RoutedRequest routed, uint32_t d) {
+  return {routing_.Redirect(std::move(routed.lifecycle), d), std::move(routed.members)};
+}
+
+std::shared_ptr<const Members> FrontendCore::ThreadMembers(bool fresh) const {
+  struct Cached {
+    uint64_t instance = 0;
+    std::shared_ptr<const Members> members;
+  };
+  thread_local Cached cached;
+  if (fresh || cached.instance != instance_ || cached.members == nullptr ||
+      cached.members->generation != membership_.generation()) {
+    // A copy of its own, so that holding it costs this thread an uncontended reference count.
+    cached = {instance_, std::make_shared<const Members>(*membership_.Current())};
+  }
+  return cached.members;
+}
+
+std::optional<dataplane::TableSubscriberStats> FrontendCore::SubscriberStats() const {
+  if (planner_ == nullptr) return std::nullopt;
+  return planner_->SubscriberStats();
+}
+
+std::optional<dataplane::RateReporterStats> FrontendCore::ReporterStats() const {
+  if (planner_ == nullptr) return std::nullopt;
+  return planner_->ReporterStats();
+}
+
+std::vector<std::string> FrontendCore::DestinationLabels(const Members& members,
+                                                         const dataplane::RouterStats& stats) {
+  const uint32_t count = std::min<uint32_t>(members.count, stats.in_flight.size());
+  std::vector<std::string> labels;
+  labels.reserve(count);
+  for (uint32_t d = 0; d < count; ++d) {
+    labels.push_back(base::Exposition::Label("destination", members.by_index[d]->name));
+  }
+  return labels;
+}
+
+}  // namespace cacheroute::frontend

@@ -1,0 +1,136 @@
+// RoutingCore: the dataplane as a front end embeds it, without any HTTP: the Router, the
+// RateRecorder its keyed requests are counted in (drained by PlannerLink's reporter), the rollout
+// EvidenceRecorder, the served-hit estimate, the prompt-token estimate, and per destination the
+// request durations and time to first token. Route picks a destination for a request and returns
+// its RequestLifecycle, through which the front end reports what happens to it.
+//
+//   key present:  recorded under KeyId(key); `policy` picks (null: Router::Pick, CacheRoute's
+//                 table dispatch), counted in picks_total by the decision's reason
+//   no key:       power of two choices, not recorded (keyless traffic is not one hot tenant),
+//                 counted as picks_total{reason="no_key"}
+//
+// Every pick carries the request's estimated prompt tokens (PromptEstimate over the input's
+// prompt size; 0 when unknown) and its block hashes (to the Router or the policy's Route), and
+// the Router's ledger counts it with them (docs/dispatch.md, "What the gateway measures").
+//
+// Usage:
+//   RoutingCore core({.capacity = 256, .dispatch = …, .table_ttl = 60s}, clock);
+//   RoutingInput input = keys.Derive(header, body);
+//   RequestLifecycle r = core.Route(input, members->policy.get(), clock.Now());
+//   if (!r.ok()) … 503 …;  Send(r.destination()); r.FirstToken(true); … r.UpstreamDone();
+//   r.Finish(status);
+//
+// Thread-safety: Route and the lifecycles run on any request thread without a lock (Router's
+// guarantees); the control methods (ResetDestination, the renders) on any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "base/exposition.h"
+#include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/dispatch.h"
+#include "cacheroute/dataplane/evidence_recorder.h"
+#include "cacheroute/dataplane/key_sizes.h"
+#include "cacheroute/dataplane/policies.h"
+#include "cacheroute/dataplane/random.h"
+#include "cacheroute/dataplane/rate_recorder.h"
+#include "cacheroute/dataplane/router.h"
+#include "tools/frontend/metrics/latency_histogram.h"
+#include "tools/frontend/routing/key_deriver.h"
+#include "tools/frontend/routing/prompt_estimate.h"
+#include "tools/frontend/routing/request_lifecycle.h"
+#include "tools/frontend/routing/served_hit.h"
+
+namespace cacheroute::frontend {
+
+struct RoutingCoreOptions {
+  uint32_t capacity = 0;  // destinations the Router has room for (membership changes within)
+  dataplane::DispatchOptions dispatch = {};
+  dataplane::Duration table_ttl = std::chrono::seconds(60);
+  double external_load_weight = 1.0;
+  uint64_t seed = 0;  // of the policies' and fallbacks' randomness
+};
+
+class RoutingCore {
+ public:
+  RoutingCore(const RoutingCoreOptions& options, dataplane::Clock& clock);
+  RoutingCore(const RoutingCore&) = delete;
+  RoutingCore& operator=(const RoutingCore&) = delete;
+
+  // A routed request with `input.key` (none: power of two choices) and its prompt, picked by
+  // `policy` (null: Router::Pick), received at `start`.
+  RequestLifecycle Route(const RoutingInput& input, dataplane::Policy* policy,
+                         dataplane::Time start);
+  // The same with a key and nothing known of the prompt.
+  RequestLifecycle Route(const std::optional<std::string>& key, dataplane::Policy* policy,
+                         dataplane::Time start) {
+    RoutingInput input;
+    input.key = key;
+    return Route(input, policy, start);
+  }
+  // A request any up destination can answer (GET /v1/models): a random one, not counted in
+  // picks_total.
+  RequestLifecycle RouteAny(dataplane::Time start);
+  // `routed`, sent to the up destination `d` instead, under a constraint its policy does not know
+  // (an endpoint picker's caller may name the endpoints it allows): the in-flight count moves to
+  // d; the key, its rate count and its pick reason stay as Route made them.
+  RequestLifecycle Redirect(RequestLifecycle routed, uint32_t d);
+
+  dataplane::Router& router() { return router_; }
+  const dataplane::Router& router() const { return router_; }
+  dataplane::RateRecorder& recorder() { return recorder_; }
+  dataplane::EvidenceRecorder& evidence() { return evidence_; }
+  // Keyed requests' prompts (block hashes) and answered prompt and cached tokens, for the rate
+  // reports' sizes.
+  const dataplane::KeySizes& key_sizes() const { return key_sizes_; }
+  dataplane::Random& random() { return random_; }
+  dataplane::Clock& clock() const { return clock_; }
+  PromptEstimate& prompt_estimate() { return prompt_estimate_; }
+  const PromptEstimate& prompt_estimate() const { return prompt_estimate_; }
+  ServedHit& served_hit() { return served_hit_; }
+  const ServedHit& served_hit() const { return served_hit_; }
+  dataplane::RouterStats Stats() const { return router_.Stats(clock_.Now()); }
+  // Whether any destination is routed to.
+  bool AnyUp() const;
+
+  // A new member at `d`: its durations and served tokens start from zero (health and load are
+  // DestinationHealth's and LoadScraper's).
+  void ResetDestination(uint32_t d);
+
+  // picks_total, table_version, table_age_seconds, table_stale.
+  void RenderPicks(base::Exposition& page, const dataplane::RouterStats& stats) const;
+  // in_flight, destination_up for [0, labels.size()).
+  void RenderLoads(base::Exposition& page, const dataplane::RouterStats& stats,
+                   std::span<const std::string> labels) const;
+  // destination_request_duration_seconds, time_to_first_token_seconds.
+  void RenderLatency(base::Exposition& page, std::span<const std::string> labels) const;
+
+ private:
+  friend class RequestLifecycle;
+  // Picks by dataplane::Reason, plus one for requests without a key.
+  static constexpr int kNoKeyPick = dataplane::kReasonCount;
+  struct DestinationLatency {
+    LatencyHistogram ttft;      // streams: request received → first body byte
+    LatencyHistogram duration;  // request received → the upstream's part over
+  };
+
+  dataplane::Clock& clock_;
+  dataplane::SeededRandom random_;
+  dataplane::Router router_;
+  dataplane::RateRecorder recorder_;
+  dataplane::EvidenceRecorder evidence_;
+  dataplane::KeySizes key_sizes_;
+  ServedHit served_hit_;
+  PromptEstimate prompt_estimate_;
+  std::unique_ptr<DestinationLatency[]> latency_;
+  std::array<std::atomic<uint64_t>, dataplane::kReasonCount + 1> picks_{};
+};
+
+}  // namespace cacheroute::frontend
