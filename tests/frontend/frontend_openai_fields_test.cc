@@ -167,15 +167,18 @@ TEST_CASE("FindModel: the entry of an id in a /v1/models list, fields in the lis
   }
 }
 
-TEST_CASE("usage: prompt and cached tokens from a body, absent or bad fields give nothing") {
+TEST_CASE(
+    "usage: prompt, cached and completion tokens from a body, absent or bad fields give nothing") {
   std::optional<Usage> u = ReadUsage(
       R"({"usage":{"prompt_tokens":120,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":96}}})");
   REQUIRE(u.has_value());
   CHECK(u->prompt_tokens == 120);
   CHECK(u->cached_tokens == 96u);
+  CHECK(u->completion_tokens == 5);
   u = ReadUsage(R"({"usage":{"prompt_tokens":7}})");
   REQUIRE(u.has_value());
   CHECK_FALSE(u->cached_tokens.has_value());  // the engine did not report it
+  CHECK(u->completion_tokens == 0);
   // More cached than prompt tokens is not believed.
   CHECK_FALSE(
       ReadUsage(R"({"usage":{"prompt_tokens":7,"prompt_tokens_details":{"cached_tokens":9}}})")

@@ -269,6 +269,9 @@ std::optional<Usage> ReadUsage(absl::string_view text) {
   const auto prompt = Member<uint64_t>(*usage, "prompt_tokens");
   if (!prompt.has_value()) return std::nullopt;
   Usage out{.prompt_tokens = *prompt, .cached_tokens = std::nullopt};
+  if (const auto completion = Member<uint64_t>(*usage, "completion_tokens")) {
+    out.completion_tokens = *completion;
+  }
   if (const auto details = Member<object>(*usage, "prompt_tokens_details")) {
     const auto cached = Member<uint64_t>(*details, "cached_tokens");
     if (cached.has_value() && *cached <= out.prompt_tokens) out.cached_tokens = *cached;

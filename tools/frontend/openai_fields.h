@@ -78,6 +78,7 @@ std::optional<std::string> RoutingKey(const std::vector<std::string>& key_from,
 struct Usage {
   uint64_t prompt_tokens = 0;
   std::optional<uint64_t> cached_tokens;  // absent when the engine does not report it
+  uint64_t completion_tokens = 0;         // 0 when absent
 };
 // `usage` of one JSON response body (or one SSE event's data); none without a usage object.
 std::optional<Usage> ReadUsage(absl::string_view json);

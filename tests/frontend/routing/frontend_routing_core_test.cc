@@ -3,6 +3,7 @@
 // rollout evidence), on a real Router with a ManualClock, so durations are exact.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -308,6 +309,50 @@ TEST_CASE("Finish: a keyed request's evidence while the table has a rollout, onc
               .of(arm == dataplane::Arm::kTable ? dataplane::Arm::kControl : dataplane::Arm::kTable)
               .requests == 0);
   }
+}
+
+TEST_CASE("answers measure their destination's cache turnover once its KV capacity is known") {
+  Fixture f;
+  auto served = [&f](uint64_t prompt, uint64_t cached, uint64_t completion) {
+    RequestLifecycle r = f.core.Route("k", nullptr, f.clock.Now());
+    r.FirstToken(true);
+    r.Usage({.prompt_tokens = prompt, .cached_tokens = cached, .completion_tokens = completion});
+    r.UpstreamDone();
+    return r.destination();
+  };
+  const uint32_t d = served(1000, 400, 200);
+  CHECK(!f.core.measured_turnover(d).has_value());  // no capacity known: no turnover
+  REQUIRE(f.core.router().SetKvCapacity(d, 48000).ok);
+  REQUIRE(f.core.router().SetKvCapacity(1 - d, 48000).ok);
+  // A first intake of 800 new tokens (600 uncached + 200 generated), over the 60-s window:
+  // 13.33 tokens/s, so 48,000 tokens of KV turn over in 3,600 s.
+  f.core.ResetDestination(d);
+  REQUIRE(served(1000, 400, 200) == d);  // the key's memory keeps it there
+  REQUIRE(f.core.measured_turnover(d).has_value());
+  CHECK(std::chrono::duration<double>(*f.core.measured_turnover(d)).count() ==
+        Approx(3600).epsilon(1e-9));
+  // 60 s later the intake has decayed by 1/e before the next 800 tokens.
+  f.clock.Advance(std::chrono::seconds(60));
+  REQUIRE(served(1000, 400, 200) == d);
+  const double rate = 800.0 / 60 * std::exp(-1.0) + 800.0 / 60;
+  CHECK(std::chrono::duration<double>(*f.core.measured_turnover(d)).count() ==
+        Approx(48000 / rate).epsilon(1e-9));
+  // Without cached tokens nothing is known of what was new.
+  f.core.ResetDestination(d);
+  RequestLifecycle unknown = f.core.Route("k", nullptr, f.clock.Now());
+  unknown.Usage({.prompt_tokens = 1000, .cached_tokens = std::nullopt, .completion_tokens = 5});
+  CHECK(!f.core.measured_turnover(unknown.destination()).has_value());
+}
+
+TEST_CASE("with measure_turnover off no answer sets a turnover") {
+  dataplane::ManualClock clock;
+  RoutingCore core({.capacity = 2, .seed = 3, .measure_turnover = false}, clock);
+  REQUIRE(core.router().Resize(2, nullptr, clock.Now()).ok);
+  REQUIRE(core.router().SetKvCapacity(0, 1000).ok);
+  REQUIRE(core.router().SetKvCapacity(1, 1000).ok);
+  RequestLifecycle r = core.Route("k", nullptr, clock.Now());
+  r.Usage({.prompt_tokens = 100, .cached_tokens = 0, .completion_tokens = 10});
+  CHECK(!core.measured_turnover(r.destination()).has_value());
 }
 
 TEST_CASE("ResetDestination zeroes a new member's durations; AnyUp follows the Router") {

@@ -20,6 +20,7 @@
 
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/policies.h"
+#include "cacheroute/dataplane/policy_registry.h"
 #include "cacheroute/dataplane/random.h"
 
 namespace cacheroute::frontend {
@@ -29,7 +30,8 @@ namespace cacheroute::frontend {
 // the policies whose prefix index expires) must outlive it.
 std::unique_ptr<dataplane::Policy> MakePolicy(const std::string& policy, uint32_t n,
                                               dataplane::Random& random,
-                                              const dataplane::Clock& clock);
+                                              const dataplane::Clock& clock,
+                                              const dataplane::PolicyParameters& parameters = {});
 // Whether the policy hashes over the member count (rings over [0, n)): rebuilt when the count
 // changes, where the others keep their memory.
 bool PolicyPerCount(const std::string& policy);

@@ -28,6 +28,12 @@ void RequestLifecycle::Usage(const frontend::Usage& usage) {
         in_flight_.decision(),
         static_cast<uint32_t>(std::min<uint64_t>(usage.prompt_tokens, UINT32_MAX)),
         static_cast<uint32_t>(std::min<uint64_t>(*usage.cached_tokens, UINT32_MAX)));
+    if (ok()) {
+      core_->ObserveIntake(
+          destination(), static_cast<double>(usage.prompt_tokens -
+                                             std::min(usage.prompt_tokens, *usage.cached_tokens)) +
+                             static_cast<double>(usage.completion_tokens));
+    }
   }
   usage_ = usage;
 }

@@ -8,9 +8,10 @@
 //                         queued prefill to decoding (InFlight::FirstToken)
 //   Usage(usage)          the answer's usage: served KV hit (ServedHit), evidence tokens, the
 //                         prompt-token estimate's calibration (PromptEstimate::Observe) and,
-//                         with cached tokens, Router::ObserveServed for the request's decision;
-//                         a keyed request's prompt and cached tokens in its key's sizes
-//                         (KeySizes, for the rate reports)
+//                         with cached tokens, Router::ObserveServed for the request's decision
+//                         and the new KV its destination took in (uncached prompt + completion
+//                         tokens: its cache turnover, RoutingCore); a keyed request's prompt and
+//                         cached tokens in its key's sizes (KeySizes, for the rate reports)
 //   UpstreamDone()        the destination's part is over: releases the in-flight count and
 //                         observes destination_request_duration_seconds (idempotent); call it
 //                         before the last bytes go to the client, who may send the next request
@@ -44,6 +45,7 @@ class RequestLifecycle {
   uint32_t destination() const { return in_flight_.destination(); }
   bool planned() const { return in_flight_.planned(); }
   dataplane::Reason reason() const { return in_flight_.reason(); }
+  const dataplane::Decision& decision() const { return in_flight_.decision(); }
   // Whether the request had a routing key (only keyed requests count as rates and evidence).
   bool keyed() const { return key_id_.has_value(); }
   dataplane::Time start() const { return start_; }

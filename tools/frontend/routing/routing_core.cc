@@ -1,6 +1,9 @@
 // See routing_core.h.
 #include "tools/frontend/routing/routing_core.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,30 +20,33 @@ RoutingCore::RoutingCore(const RoutingCoreOptions& options, dataplane::Clock& cl
                .table_ttl = options.table_ttl,
                .external_load_weight = options.external_load_weight},
               random_),
+      recorder_(options.recorder),
       served_hit_(options.capacity, router_),
-      latency_(new DestinationLatency[options.capacity]) {}
+      latency_(new DestinationLatency[options.capacity]),
+      measure_turnover_(options.measure_turnover),
+      intake_(new Intake[options.capacity]) {}
 
-RequestLifecycle RoutingCore::Route(const RoutingInput& input, dataplane::Policy* policy,
-                                    dataplane::Time start) {
-  const uint32_t prompt_tokens = prompt_estimate_.Tokens(input.prompt);
-  if (!input.key.has_value()) {
+RequestLifecycle RoutingCore::Route(std::optional<uint64_t> key_id, const PromptSize& prompt,
+                                    std::span<const uint64_t> block_hashes,
+                                    dataplane::Policy* policy, dataplane::Time start) {
+  const uint32_t prompt_tokens = prompt_estimate_.Tokens(prompt);
+  if (!key_id.has_value()) {
     picks_[kNoKeyPick].fetch_add(1, std::memory_order_relaxed);
     return RequestLifecycle(*this,
                             router_.Track({dataplane::PowerOfTwoChoices(router_.loads(), random_),
                                            false, dataplane::Reason::kPolicy},
                                           prompt_tokens),
-                            start, /*key_id=*/std::nullopt, input.prompt);
+                            start, /*key_id=*/std::nullopt, prompt);
   }
-  const dataplane::PickRequest pick{.key_id = dataplane::KeyId(*input.key),
-                                    .prompt_tokens = prompt_tokens,
-                                    .block_hashes = input.block_hashes};
+  const dataplane::PickRequest pick{
+      .key_id = *key_id, .prompt_tokens = prompt_tokens, .block_hashes = block_hashes};
   recorder_.Record(pick.key_id);
-  key_sizes_.ObservePrompt(pick.key_id, input.block_hashes, prompt_tokens);
+  key_sizes_.ObservePrompt(pick.key_id, block_hashes, prompt_tokens);
   dataplane::InFlight in_flight =
       policy == nullptr ? router_.Pick(pick, clock_.Now())
                         : router_.Track(policy->Route(pick, router_.loads()), prompt_tokens);
   picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
-  return RequestLifecycle(*this, std::move(in_flight), start, pick.key_id, input.prompt);
+  return RequestLifecycle(*this, std::move(in_flight), start, pick.key_id, prompt);
 }
 
 RequestLifecycle RoutingCore::RouteAny(dataplane::Time start) {
@@ -68,6 +74,31 @@ void RoutingCore::ResetDestination(uint32_t d) {
   latency_[d].ttft.Reset();
   latency_[d].duration.Reset();
   served_hit_.Reset(d);
+  std::lock_guard<std::mutex> lock(intake_[d].mu);
+  intake_[d].tokens_per_s = 0;
+  intake_[d].last_s = 0;
+  intake_[d].turnover.reset();
+}
+
+std::optional<dataplane::Duration> RoutingCore::measured_turnover(uint32_t d) const {
+  std::lock_guard<std::mutex> lock(intake_[d].mu);
+  return intake_[d].turnover;
+}
+
+void RoutingCore::ObserveIntake(uint32_t d, double tokens) {
+  if (!measure_turnover_) return;
+  const double now = std::chrono::duration<double>(clock_.Now().time_since_epoch()).count();
+  Intake& intake = intake_[d];
+  std::lock_guard<std::mutex> lock(intake.mu);
+  intake.tokens_per_s =
+      intake.tokens_per_s * std::exp(-(now - intake.last_s) / kTurnoverWindowSeconds) +
+      tokens / kTurnoverWindowSeconds;
+  intake.last_s = now;
+  const double capacity = router_.kv_capacity(d);
+  if (intake.tokens_per_s <= 0 || capacity <= 0) return;
+  intake.turnover = std::chrono::duration_cast<dataplane::Duration>(
+      std::chrono::duration<double>(std::min(capacity / intake.tokens_per_s, kMaxTurnoverSeconds)));
+  (void)router_.SetTurnover(d, *intake.turnover);
 }
 
 void RoutingCore::RenderPicks(base::Exposition& page, const dataplane::RouterStats& stats) const {

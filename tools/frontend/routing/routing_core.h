@@ -13,6 +13,13 @@
 // prompt size; 0 when unknown) and its block hashes (to the Router or the policy's Route), and
 // the Router's ledger counts it with them (docs/dispatch.md, "What the gateway measures").
 //
+// What answers teach it (RequestLifecycle::Usage): the served hit, the prompt estimate's
+// calibration, the Router's estimates (ObserveServed), the key's sizes, and each destination's
+// cache turnover: its KV capacity (Router::kv_capacity) over the rate at which it takes in new KV
+// (uncached prompt + completion tokens, decayed over kTurnoverWindow), given to
+// Router::SetTurnover, so that a remembered destination is expected cold once it has turned its
+// cache over (docs/dispatch.md).
+//
 // Usage:
 //   RoutingCore core({.capacity = 256, .dispatch = …, .table_ttl = 60s}, clock);
 //   RoutingInput input = keys.Derive(header, body);
@@ -29,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -37,6 +45,7 @@
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/evidence_recorder.h"
+#include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/key_sizes.h"
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/random.h"
@@ -56,6 +65,10 @@ struct RoutingCoreOptions {
   dataplane::Duration table_ttl = std::chrono::seconds(60);
   double external_load_weight = 1.0;
   uint64_t seed = 0;  // of the policies' and fallbacks' randomness
+  dataplane::RateRecorderOptions recorder = {};
+  // Whether answers measure each destination's cache turnover (false: the dispatch's
+  // default_turnover throughout).
+  bool measure_turnover = true;
 };
 
 class RoutingCore {
@@ -67,6 +80,14 @@ class RoutingCore {
   // A routed request with `input.key` (none: power of two choices) and its prompt, picked by
   // `policy` (null: Router::Pick), received at `start`.
   RequestLifecycle Route(const RoutingInput& input, dataplane::Policy* policy,
+                         dataplane::Time start) {
+    return Route(input.key.has_value() ? std::optional(dataplane::KeyId(*input.key)) : std::nullopt,
+                 input.prompt, input.block_hashes, policy, start);
+  }
+  // The same with the key's id (dataplane::KeyId of the key; none: no key), for a caller that
+  // has it instead of the key (the fleet simulator's requests).
+  RequestLifecycle Route(std::optional<uint64_t> key_id, const PromptSize& prompt,
+                         std::span<const uint64_t> block_hashes, dataplane::Policy* policy,
                          dataplane::Time start);
   // The same with a key and nothing known of the prompt.
   RequestLifecycle Route(const std::optional<std::string>& key, dataplane::Policy* policy,
@@ -100,9 +121,18 @@ class RoutingCore {
   // Whether any destination is routed to.
   bool AnyUp() const;
 
-  // A new member at `d`: its durations and served tokens start from zero (health and load are
-  // DestinationHealth's and LoadScraper's).
+  // A new member at `d`: its durations, served tokens and cache intake start from zero (health
+  // and load are DestinationHealth's and LoadScraper's).
   void ResetDestination(uint32_t d);
+
+  // The cache turnover last given to the Router for `d` (none before its KV capacity and intake
+  // were known).
+  std::optional<dataplane::Duration> measured_turnover(uint32_t d) const;
+
+  // The window over which a destination's intake of new KV tokens is averaged (its decay).
+  static constexpr double kTurnoverWindowSeconds = 60;
+  // The longest turnover given to the Router: a day.
+  static constexpr double kMaxTurnoverSeconds = 86400;
 
   // picks_total, table_version, table_age_seconds, table_stale.
   void RenderPicks(base::Exposition& page, const dataplane::RouterStats& stats) const;
@@ -120,6 +150,17 @@ class RoutingCore {
     LatencyHistogram ttft;      // streams: request received → first body byte
     LatencyHistogram duration;  // request received → the upstream's part over
   };
+  // A destination's intake of new KV tokens per second, decayed over kTurnoverWindowSeconds.
+  struct Intake {
+    mutable std::mutex mu;
+    double tokens_per_s = 0;  // guarded by mu
+    double last_s = 0;        // guarded by mu: when it was last updated (the clock's seconds)
+    std::optional<dataplane::Duration> turnover;  // guarded by mu: last given to the Router
+  };
+
+  // `tokens` of new KV (uncached prompt + completion) taken in by `d` now: updates its intake and
+  // gives the Router its turnover when its KV capacity is known.
+  void ObserveIntake(uint32_t d, double tokens);
 
   dataplane::Clock& clock_;
   dataplane::SeededRandom random_;
@@ -130,6 +171,8 @@ class RoutingCore {
   ServedHit served_hit_;
   PromptEstimate prompt_estimate_;
   std::unique_ptr<DestinationLatency[]> latency_;
+  const bool measure_turnover_;
+  std::unique_ptr<Intake[]> intake_;
   std::array<std::atomic<uint64_t>, dataplane::kReasonCount + 1> picks_{};
 };
 
