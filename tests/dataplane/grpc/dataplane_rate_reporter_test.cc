@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "cacheroute/dataplane/grpc/rate_reporter.h"
 #include "cacheroute/dataplane/evidence_recorder.h"
+#include "cacheroute/dataplane/grpc/rate_reporter.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "support/planner_fixture.h"
-#include "tests/support/planner_config.h"
 #include "support/temp_dir.h"
+#include "tests/support/planner_config.h"
 
 namespace cacheroute::dataplane {
 namespace {
@@ -198,6 +198,47 @@ TEST_CASE("bad reporter options are refused, naming the field") {
   options.interval = std::chrono::milliseconds(0);
   RateReporter no_interval(channel, recorder, options);
   CHECK(no_interval.Start().message.find("interval") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace cacheroute::dataplane
+
+namespace cacheroute::dataplane {
+namespace {
+
+TEST_CASE("MakeRateReport: the window, every listed key annotated, the tail and the evidence") {
+  RateSnapshot snapshot;
+  snapshot.counts = {{.key_id = 7, .count = 3}, {.key_id = 9, .count = 1}};
+  snapshot.other_count = 5;
+  snapshot.total = 9;
+  std::vector<uint64_t> annotated;
+  const v1::ReportRatesRequest plain =
+      MakeRateReport("gw", 1000, 2000, snapshot, std::nullopt, [&](v1::KeyCount& k) {
+        annotated.push_back(k.key_id());
+        k.set_prompt_tokens(k.count() * 10);
+      });
+  CHECK(plain.gateway_id() == "gw");
+  CHECK(plain.window_start_unix_ms() == 1000);
+  CHECK(plain.window_end_unix_ms() == 2000);
+  REQUIRE(plain.counts_size() == 2);
+  CHECK(plain.counts(0).key_id() == 7);
+  CHECK(plain.counts(0).count() == 3);
+  CHECK(plain.counts(0).prompt_tokens() == 30);
+  CHECK(annotated == std::vector<uint64_t>{7, 9});
+  CHECK(plain.other_count() == 5);
+  CHECK(!plain.has_evidence());
+  CHECK(plain.sequence() == 0);  // the caller's
+
+  EvidenceRecorder evidence;
+  evidence.Record(0.9, Arm::kControl, 0.25, /*failed=*/false, 100, 40);
+  const v1::ReportRatesRequest with =
+      MakeRateReport("gw", 1000, 2000, snapshot, evidence.Drain(), nullptr);
+  REQUIRE(with.has_evidence());
+  CHECK(with.evidence().table_fraction() == 0.9);
+  CHECK(with.evidence().control().requests() == 1);
+  CHECK(with.evidence().control().cached_tokens() == 40);
+  CHECK(with.evidence().table().requests() == 0);
+  CHECK(!with.counts(0).has_prompt_tokens());  // no annotation
 }
 
 }  // namespace

@@ -97,6 +97,42 @@ inline void AnnotateKeyCount(v1::KeyCount& count, const KeySizes* sizes, const R
   }
 }
 
+// One report of `gateway_id` for the window [window_start_ms, window_end_ms) (Unix
+// milliseconds): the snapshot's listed keys and counts, each passed to `annotate` when set, its
+// other_count, and the window's rollout evidence when there is some. The sequence is the
+// caller's to set. What RateReporter sends; the fleet simulator's gateways report through it too.
+inline v1::ReportRatesRequest MakeRateReport(const std::string& gateway_id, int64_t window_start_ms,
+                                             int64_t window_end_ms, const RateSnapshot& snapshot,
+                                             const std::optional<WindowEvidence>& evidence,
+                                             const std::function<void(v1::KeyCount&)>& annotate) {
+  v1::ReportRatesRequest request;
+  request.set_gateway_id(gateway_id);
+  request.set_window_start_unix_ms(window_start_ms);
+  request.set_window_end_unix_ms(window_end_ms);
+  for (const KeyCount& k : snapshot.counts) {
+    v1::KeyCount* out = request.add_counts();
+    out->set_key_id(k.key_id);
+    out->set_count(static_cast<double>(k.count));
+    if (annotate) annotate(*out);
+  }
+  request.set_other_count(static_cast<double>(snapshot.other_count));
+  if (evidence.has_value()) {
+    v1::GateEvidence* out = request.mutable_evidence();
+    out->set_table_fraction(evidence->table_fraction);
+    for (auto [arm, to] : {std::pair{&evidence->evidence.table, out->mutable_table()},
+                           {&evidence->evidence.control, out->mutable_control()}}) {
+      to->set_requests(arm->requests);
+      to->set_failures(arm->failures);
+      to->set_prompt_tokens(arm->prompt_tokens);
+      to->set_cached_tokens(arm->cached_tokens);
+      if (arm->ttft.count() > 0) {
+        to->mutable_ttft_bucket_counts()->Add(arm->ttft.counts().begin(), arm->ttft.counts().end());
+      }
+    }
+  }
+  return request;
+}
+
 struct RateReporterStats {
   uint64_t reports_sent = 0;       // accepted by the planner (duplicates included)
   uint64_t duplicates = 0;         // the planner had already applied that sequence
@@ -232,36 +268,13 @@ class RateReporter {
     // the planner is away empty reports would only push real ones out of the bounded queue.
     if (snapshot.total == 0 && !evidence.has_value()) return;
     const int64_t end_ms = options_.now_unix_ms();
-    v1::ReportRatesRequest request;
-    request.set_gateway_id(options_.gateway_id);
     // The planner wants end > start: a window is at least a millisecond, even if the clock did
     // not move (or went backwards); the next window starts where this one ended.
     const int64_t window_end_ms = std::max(end_ms, window_start_ms_ + 1);
-    request.set_window_start_unix_ms(window_start_ms_);
-    request.set_window_end_unix_ms(window_end_ms);
+    v1::ReportRatesRequest request =
+        MakeRateReport(options_.gateway_id, window_start_ms_, window_end_ms, snapshot, evidence,
+                       options_.annotate);
     window_start_ms_ = window_end_ms;
-    for (const KeyCount& k : snapshot.counts) {
-      v1::KeyCount* out = request.add_counts();
-      out->set_key_id(k.key_id);
-      out->set_count(static_cast<double>(k.count));
-      if (options_.annotate) options_.annotate(*out);
-    }
-    request.set_other_count(static_cast<double>(snapshot.other_count));
-    if (evidence.has_value()) {
-      v1::GateEvidence* out = request.mutable_evidence();
-      out->set_table_fraction(evidence->table_fraction);
-      for (auto [arm, to] : {std::pair{&evidence->evidence.table, out->mutable_table()},
-                             {&evidence->evidence.control, out->mutable_control()}}) {
-        to->set_requests(arm->requests);
-        to->set_failures(arm->failures);
-        to->set_prompt_tokens(arm->prompt_tokens);
-        to->set_cached_tokens(arm->cached_tokens);
-        if (arm->ttft.count() > 0) {
-          to->mutable_ttft_bucket_counts()->Add(arm->ttft.counts().begin(),
-                                                arm->ttft.counts().end());
-        }
-      }
-    }
     std::lock_guard<std::mutex> lock(mu_);
     request.set_sequence(next_sequence_++);
     stats_.last_sequence = request.sequence();
