@@ -43,7 +43,8 @@ struct RequestState {
   uint32_t gateway = 0;
   uint32_t destination = 0;
   Outcome outcome = Outcome::kPending;
-  dataplane::Decision decision;  // as routed: its expected uncached tokens count in the ledger
+  // As routed, from its pick to its end: counted in flight and in its gateway's ledger.
+  std::optional<frontend::RequestLifecycle> request;
   std::optional<ArmTag> arm;     // with a rollout: its arm, until its evidence is recorded
   std::vector<uint64_t> hashes;  // alive from dispatch to the request's last event
 };
@@ -223,12 +224,11 @@ void FleetRun::Arrive(size_t index) {
   RequestState& state = states_[index];
   state.gateway = GatewayFor(index);
   AppendSimRequestBlockHashes(request, state.hashes);
-  const dataplane::Decision decision = gateways_[state.gateway]->Route(
-      {.key_id = request.key_id,
-       .prompt_tokens = request.input_length,
-       .block_hashes = state.hashes},
-      &state.arm);
-  state.decision = decision;
+  state.request.emplace(gateways_[state.gateway]->Route({.key_id = request.key_id,
+                                                         .prompt_tokens = request.input_length,
+                                                         .block_hashes = state.hashes},
+                                                        &state.arm));
+  const dataplane::Decision& decision = state.request->decision();
   const uint32_t d = decision.destination;
   state.destination = d;
   if (config_.record_dispatches) {
@@ -263,7 +263,7 @@ void FleetRun::OnEngineEvents(uint32_t d, std::span<const EngineEvent> events) {
       case EngineEventKind::kFirstToken:
         state.first_token = e.time;
         state.cached = e.cached_tokens;
-        gateways_[state.gateway]->OnFirstToken(state.decision, state.arm,
+        gateways_[state.gateway]->OnFirstToken(*state.request, state.arm,
                                                e.time - request.arrival_s, e.prompt_tokens,
                                                e.cached_tokens, request.output_length);
         if (request.arrival_s >= config_.warmup_s) {
@@ -286,8 +286,8 @@ void FleetRun::OnEngineEvents(uint32_t d, std::span<const EngineEvent> events) {
 void FleetRun::EndRequest(uint64_t index, Outcome outcome) {
   RequestState& state = states_[index];
   state.outcome = outcome;
-  gateways_[state.gateway]->End(state.decision, requests_[index].input_length,
-                                state.first_token >= 0, state.arm, outcome != Outcome::kCompleted);
+  gateways_[state.gateway]->End(*state.request, state.arm, outcome != Outcome::kCompleted);
+  state.request.reset();
   std::vector<uint64_t>().swap(state.hashes);
 }
 
@@ -370,14 +370,10 @@ RunResult FleetRun::Finish() {
 }  // namespace
 
 constexpr dataplane::EnumName<PolicyKind> kPolicyKindNames[] = {
-    {PolicyKind::kFlatLb, "flat-lb"},
-    {PolicyKind::kSticky, "sticky"},
-    {PolicyKind::kChwbl, "chwbl"},
-    {PolicyKind::kDualMap, "dualmap"},
-    {PolicyKind::kPreble, "preble"},
-    {PolicyKind::kCacheRoute, "cacheroute"},
-    {PolicyKind::kDynamoKv, "dynamo-kv"},
-    {PolicyKind::kLlmd, "llm-d"},
+    {PolicyKind::kFlatLb, "flat-lb"},     {PolicyKind::kSticky, "sticky"},
+    {PolicyKind::kChwbl, "chwbl"},        {PolicyKind::kDualMap, "dualmap"},
+    {PolicyKind::kPreble, "preble"},      {PolicyKind::kCacheRoute, "cacheroute"},
+    {PolicyKind::kDynamoKv, "dynamo-kv"}, {PolicyKind::kLlmd, "llm-d"},
 };
 static_assert(dataplane::IsEnumTable(kPolicyKindNames, PolicyKind::kLlmd));
 

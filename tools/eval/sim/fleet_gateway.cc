@@ -3,104 +3,99 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/policy_registry.h"
 #include "planner/plan_snapshot.h"
+#include "tools/frontend/routing/policy_factory.h"
 
 namespace cacheroute::sim {
-namespace {
-
-// What a routed request counts as queued prefill at its destination until its first token: its
-// policy's estimate of the uncached tokens, or its whole prompt.
-double QueuedTokens(const dataplane::Decision& decision, uint32_t prompt_tokens) {
-  return decision.expected_uncached_tokens > 0 ? decision.expected_uncached_tokens
-                                               : prompt_tokens;
-}
-
-// How many recent first tokens the measured KV hit remembers (its decay).
-constexpr double kHitMemory = 1000;
-// The window over which a destination's intake of new KV tokens is averaged (its decay).
-constexpr double kTurnoverWindowS = 60;
-
-}  // namespace
 
 dataplane::Time SimClock::At(double seconds) {
   return dataplane::Time(
       std::chrono::duration_cast<dataplane::Duration>(std::chrono::duration<double>(seconds)));
 }
 
-SimGateway::SimGateway(const FleetConfig& config, uint32_t index,
+SimGateway::SimGateway(const FleetConfig& config, uint32_t index, const SimClock& clock,
                        const std::vector<Engine>& engines)
     : config_(config),
+      engines_(engines),
       id_(absl::StrFormat("gateway-%u", index)),
-      random_(dataplane::Mix64(config.seed ^ (kGolden * (index + 1)))),
-      view_(config.engines, engines),
-      intake_(config.engines),
-      names_(planner::DestinationNames(config.engines)) {}
+      names_(planner::DestinationNames(config.engines)),
+      routing_({.capacity = config.engines,
+                // The registry's rule for the policies that do not route by the table (its ledger
+                // is their load view), the study's for those that do.
+                .dispatch = dataplane::BuiltinPolicies().Find(PolicyName(config.policy))->uses_table
+                                ? config.dispatch
+                                : dataplane::DispatchFor(PolicyName(config.policy)),
+                // The table stream is never down here: a table is good until the next one.
+                .table_ttl = dataplane::Duration::zero(),
+                // Load(d) is the gateway's own requests in flight; what the engines report reaches
+                // the policies through Scraped (Scrape).
+                .external_load_weight = 0,
+                .seed = dataplane::Mix64(config.seed ^ (kGolden * (index + 1))),
+                .recorder = {.shards = 1,
+                             .max_keys = config.recorder_max_keys,
+                             .max_report_keys = 100000},
+                .measure_turnover = config.measure_turnover},
+               const_cast<SimClock&>(clock)) {}
 
 absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig& config,
                                                                uint32_t index,
                                                                const SimClock& clock,
                                                                const std::vector<Engine>& engines) {
-  std::unique_ptr<SimGateway> g(new SimGateway(config, index, engines));
-  g->clock_ = &clock;
-  const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(PolicyName(config.policy));
+  const std::string name(PolicyName(config.policy));
+  const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(name);
   if (info == nullptr) {
-    return absl::InternalError(
-        absl::StrFormat("policy %s is not registered", std::string(PolicyName(config.policy))));
+    return absl::InternalError(absl::StrFormat("policy %s is not registered", name));
   }
-  if (info->uses_table) {
-    g->router_ = std::make_unique<dataplane::Router>(
-        dataplane::RouterOptions{.destination_count = config.engines, .dispatch = config.dispatch},
-        g->random_);
-    // Every engine's KV capacity, as a gateway configures it or scrapes it from vLLM's
-    // cache_config_info; its usage the view reads at each pick.
-    const double kv_tokens = static_cast<double>(config.profile.kv_blocks) * kBlockTokens;
-    for (uint32_t d = 0; d < config.engines; ++d) (void)g->router_->SetKvCapacity(d, kv_tokens);
-    g->recorder_ = std::make_unique<dataplane::RateRecorder>(dataplane::RateRecorderOptions{
-        .shards = 1, .max_keys = config.recorder_max_keys, .max_report_keys = 100000});
+  std::unique_ptr<SimGateway> g(new SimGateway(config, index, clock, engines));
+  dataplane::Router& router = g->routing_.router();
+  if (dataplane::Status s = router.Resize(config.engines, nullptr, clock.Now()); !s.ok) {
+    return absl::InternalError(s.message);
   }
-  dataplane::Result<std::unique_ptr<dataplane::Policy>> policy =
-      info->make({.destinations = config.engines,
-                  .random = &g->random_,
-                  .router = g->router_.get(),
-                  .clock = &clock,
-                  .parameters = {.chwbl_epsilon = config.chwbl_epsilon,
-                                 .dualmap_queue_bound = config.dualmap_queue_bound,
-                                 .preble_overload_factor = config.preble_overload_factor,
-                                 .dynamo = config.dynamo,
-                                 .llmd = config.llmd}});
-  if (!policy.ok()) return absl::InvalidArgumentError(policy.status().message);
-  g->policy_ = *std::move(policy);
+  // Every engine's KV capacity, as a gateway configures it or scrapes it from vLLM's
+  // cache_config_info; its usage Scrape reads at each pick.
+  const double kv_tokens = static_cast<double>(config.profile.kv_blocks) * kBlockTokens;
+  for (uint32_t d = 0; d < config.engines; ++d) (void)router.SetKvCapacity(d, kv_tokens);
+  if (!info->uses_table) {
+    g->policy_ = frontend::MakePolicy(name, config.engines, g->routing_.random(), clock,
+                                      {.chwbl_epsilon = config.chwbl_epsilon,
+                                       .dualmap_queue_bound = config.dualmap_queue_bound,
+                                       .preble_overload_factor = config.preble_overload_factor,
+                                       .dynamo = config.dynamo,
+                                       .llmd = config.llmd});
+    if (g->policy_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat("policy %s: bad parameters", name));
+    }
+  }
   return g;
 }
 
-dataplane::Decision SimGateway::Route(const dataplane::PickRequest& request,
-                                      std::optional<ArmTag>* arm) {
-  const dataplane::Decision decision = policy_->Route(request, view_);
-  // Every destination is up: never kNoDestination.
-  const uint32_t d = decision.destination;
-  ++view_.in_flight[d];
-  dataplane::DestinationWork& work = view_.work[d];
-  work.queued_prefill_tokens += QueuedTokens(decision, request.prompt_tokens);
-  work.prefilling += 1;
-  work.active_tokens += request.prompt_tokens;
-  view_.prefilling += 1;
-  arm->reset();
-  if (router_ != nullptr) {
-    recorder_->Record(request.key_id);
-    if (router_->table_fraction() < 1) {
-      *arm =
-          ArmTag{.arm = decision.reason == dataplane::Reason::kControlArm ? dataplane::Arm::kControl
-                                                                          : dataplane::Arm::kTable,
-                 .table_fraction = router_->table_fraction()};
-    }
+void SimGateway::Scrape() {
+  dataplane::Router& router = routing_.router();
+  for (uint32_t d = 0; d < engines_.size(); ++d) {
+    (void)router.SetLoad(d, engines_[d].waiting());
+    (void)router.SetKvUsage(d, std::clamp(engines_[d].cache().usage(), 0.0, 1.0));
   }
-  return decision;
+}
+
+frontend::RequestLifecycle SimGateway::Route(const dataplane::PickRequest& request,
+                                             std::optional<ArmTag>* arm) {
+  Scrape();
+  frontend::RequestLifecycle routed =
+      routing_.Route(request.key_id, frontend::PromptSize{.token_ids = request.prompt_tokens},
+                     request.block_hashes, policy_.get(), routing_.clock().Now());
+  arm->reset();
+  const double table_fraction = routing_.router().table_fraction();
+  if (policy_ == nullptr && table_fraction < 1) {
+    *arm =
+        ArmTag{.arm = routed.reason() == dataplane::Reason::kControlArm ? dataplane::Arm::kControl
+                                                                        : dataplane::Arm::kTable,
+               .table_fraction = table_fraction};
+  }
+  return routed;
 }
 
 void SimGateway::MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes,
@@ -117,57 +112,25 @@ void SimGateway::MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes
   k.last.assign(hashes.begin(), hashes.end());
 }
 
-void SimGateway::OnFirstToken(const dataplane::Decision& decision, std::optional<ArmTag>& arm,
+void SimGateway::OnFirstToken(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm,
                               double ttft_s, uint32_t prompt_tokens, uint32_t cached_tokens,
                               uint32_t output_tokens) {
-  const uint32_t d = decision.destination;
-  dataplane::DestinationWork& work = view_.work[d];
-  work.queued_prefill_tokens -= QueuedTokens(decision, prompt_tokens);
-  work.prefilling -= 1;
-  work.decoding += 1;
-  view_.prefilling -= 1;
+  request.FirstToken(/*streamed=*/true);
   if (arm.has_value()) {
     evidence_.Record(arm->table_fraction, arm->arm, ttft_s, false, prompt_tokens, cached_tokens);
     arm.reset();  // counted
   }
-  if (router_ == nullptr) return;
-  constexpr double kKeep = 1 - 1 / kHitMemory;
-  seen_cached_ = seen_cached_ * kKeep + cached_tokens;
-  seen_prompt_ = seen_prompt_ * kKeep + prompt_tokens;
-  if (seen_prompt_ > 0) (void)router_->SetMeasuredHit(seen_cached_ / seen_prompt_);
-  router_->ObserveServed(decision, prompt_tokens, cached_tokens);
-  if (!config_.measure_turnover) return;
-  // The destination's cache turnover: its KV capacity over the rate of new tokens it takes in.
-  Intake& intake = intake_[d];
-  const double now = clock_->now_s;
-  intake.tokens_per_s = intake.tokens_per_s * std::exp(-(now - intake.last_s) / kTurnoverWindowS) +
-                        (prompt_tokens - cached_tokens + output_tokens) / kTurnoverWindowS;
-  intake.last_s = now;
-  if (intake.tokens_per_s > 0) {
-    const double capacity_tokens = static_cast<double>(config_.profile.kv_blocks) * kBlockTokens;
-    (void)router_->SetTurnover(
-        d, std::chrono::duration_cast<dataplane::Duration>(std::chrono::duration<double>(
-               std::min(capacity_tokens / intake.tokens_per_s, 86400.0))));
-  }
+  request.Usage({.prompt_tokens = prompt_tokens,
+                 .cached_tokens = cached_tokens,
+                 .completion_tokens = output_tokens});
 }
 
-void SimGateway::End(const dataplane::Decision& decision, uint32_t prompt_tokens,
-                     bool had_first_token, std::optional<ArmTag>& arm, bool failed) {
+void SimGateway::End(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, bool failed) {
   if (arm.has_value() && failed) {  // failed before its first token
     evidence_.Record(arm->table_fraction, arm->arm, std::nullopt, true, 0, 0);
     arm.reset();
   }
-  const uint32_t d = decision.destination;
-  --view_.in_flight[d];
-  dataplane::DestinationWork& work = view_.work[d];
-  if (had_first_token) {
-    work.decoding -= 1;
-  } else {
-    work.queued_prefill_tokens -= QueuedTokens(decision, prompt_tokens);
-    work.prefilling -= 1;
-    view_.prefilling -= 1;
-  }
-  work.active_tokens -= prompt_tokens;
+  request.UpstreamDone();
 }
 
 planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int64_t end_ms,
@@ -177,8 +140,8 @@ planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int6
   report.sequence = sequence;
   report.window_start_unix_ms = start_ms;
   report.window_end_unix_ms = end_ms;
-  if (with_counts && recorder_ != nullptr) {
-    const dataplane::RateSnapshot snapshot = recorder_->Drain();
+  if (with_counts && policy_ == nullptr) {
+    const dataplane::RateSnapshot snapshot = routing_.recorder().Drain();
     report.other_count = static_cast<double>(snapshot.other_count);
     report.counts.reserve(snapshot.counts.size());
     for (const dataplane::KeyCount& k : snapshot.counts) {
@@ -192,7 +155,7 @@ planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int6
         count.reusable_tokens = it->second.reusable * per;
       }
       if (config_.plan_follows_cache) {
-        const dataplane::KeyRecall served = router_->Remembered(k.key_id);
+        const dataplane::KeyRecall served = routing_.router().Remembered(k.key_id);
         if (served.known() && served.destination < names_.size()) {
           count.served_at = names_[served.destination];
         }
