@@ -265,7 +265,7 @@ void FleetRun::OnEngineEvents(uint32_t d, std::span<const EngineEvent> events) {
         state.cached = e.cached_tokens;
         gateways_[state.gateway]->OnFirstToken(*state.request, state.arm,
                                                e.time - request.arrival_s, e.prompt_tokens,
-                                               e.cached_tokens, request.output_length);
+                                               e.cached_tokens);
         if (request.arrival_s >= config_.warmup_s) {
           result_.engines[d].prefill_work_tokens += e.prompt_tokens - e.cached_tokens;
         }
@@ -286,7 +286,14 @@ void FleetRun::OnEngineEvents(uint32_t d, std::span<const EngineEvent> events) {
 void FleetRun::EndRequest(uint64_t index, Outcome outcome) {
   RequestState& state = states_[index];
   state.outcome = outcome;
-  gateways_[state.gateway]->End(*state.request, state.arm, outcome != Outcome::kCompleted);
+  const SimRequest& request = requests_[index];
+  std::optional<frontend::Usage> usage;
+  if (outcome == Outcome::kCompleted) {
+    usage = frontend::Usage{.prompt_tokens = request.input_length,
+                            .cached_tokens = state.cached,
+                            .completion_tokens = request.output_length};
+  }
+  gateways_[state.gateway]->End(*state.request, state.arm, outcome != Outcome::kCompleted, usage);
   state.request.reset();
   std::vector<uint64_t>().swap(state.hashes);
 }

@@ -113,23 +113,21 @@ void SimGateway::MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes
 }
 
 void SimGateway::OnFirstToken(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm,
-                              double ttft_s, uint32_t prompt_tokens, uint32_t cached_tokens,
-                              uint32_t output_tokens) {
+                              double ttft_s, uint32_t prompt_tokens, uint32_t cached_tokens) {
   request.FirstToken(/*streamed=*/true);
   if (arm.has_value()) {
     evidence_.Record(arm->table_fraction, arm->arm, ttft_s, false, prompt_tokens, cached_tokens);
     arm.reset();  // counted
   }
-  request.Usage({.prompt_tokens = prompt_tokens,
-                 .cached_tokens = cached_tokens,
-                 .completion_tokens = output_tokens});
 }
 
-void SimGateway::End(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, bool failed) {
+void SimGateway::End(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, bool failed,
+                     const std::optional<frontend::Usage>& usage) {
   if (arm.has_value() && failed) {  // failed before its first token
     evidence_.Record(arm->table_fraction, arm->arm, std::nullopt, true, 0, 0);
     arm.reset();
   }
+  if (usage.has_value()) request.Usage(*usage);
   request.UpstreamDone();
 }
 

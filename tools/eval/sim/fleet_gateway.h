@@ -93,12 +93,14 @@ class SimGateway {
   // `prompt_tokens`; the window's sums go with the key's count in the next report.
   void MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes, uint32_t prompt_tokens);
   // The request's first token: its prefill leaves the ledger's queue; its TTFT as rollout
-  // evidence (when tagged); its usage (prompt, cached and output tokens) to the lifecycle.
+  // evidence (when tagged).
   void OnFirstToken(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, double ttft_s,
-                    uint32_t prompt_tokens, uint32_t cached_tokens, uint32_t output_tokens);
+                    uint32_t prompt_tokens, uint32_t cached_tokens);
   // The request left its destination, after its first token or not; `failed` (evidence when
-  // tagged).
-  void End(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, bool failed);
+  // tagged). A completed answer's `usage` (prompt, cached and output tokens) reaches the
+  // lifecycle here, at its end, where a gateway reads it from the answer's last chunk.
+  void End(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, bool failed,
+           const std::optional<frontend::Usage>& usage);
 
   // One report to the planner for [start_ms, end_ms): the rollout evidence, and with
   // `with_counts` the rate counts drained from the recorder, each with the destination (by name)
