@@ -45,7 +45,6 @@ struct RequestState {
   Outcome outcome = Outcome::kPending;
   // As routed, from its pick to its end: counted in flight and in its gateway's ledger.
   std::optional<frontend::RequestLifecycle> request;
-  std::optional<ArmTag> arm;     // with a rollout: its arm, until its evidence is recorded
   std::vector<uint64_t> hashes;  // alive from dispatch to the request's last event
 };
 
@@ -226,8 +225,7 @@ void FleetRun::Arrive(size_t index) {
   AppendSimRequestBlockHashes(request, state.hashes);
   state.request.emplace(gateways_[state.gateway]->Route({.key_id = request.key_id,
                                                          .prompt_tokens = request.input_length,
-                                                         .block_hashes = state.hashes},
-                                                        &state.arm));
+                                                         .block_hashes = state.hashes}));
   const dataplane::Decision& decision = state.request->decision();
   const uint32_t d = decision.destination;
   state.destination = d;
@@ -263,9 +261,7 @@ void FleetRun::OnEngineEvents(uint32_t d, std::span<const EngineEvent> events) {
       case EngineEventKind::kFirstToken:
         state.first_token = e.time;
         state.cached = e.cached_tokens;
-        gateways_[state.gateway]->OnFirstToken(*state.request, state.arm,
-                                               e.time - request.arrival_s, e.prompt_tokens,
-                                               e.cached_tokens);
+        gateways_[state.gateway]->OnFirstToken(*state.request);
         if (request.arrival_s >= config_.warmup_s) {
           result_.engines[d].prefill_work_tokens += e.prompt_tokens - e.cached_tokens;
         }
@@ -293,7 +289,11 @@ void FleetRun::EndRequest(uint64_t index, Outcome outcome) {
                             .cached_tokens = state.cached,
                             .completion_tokens = request.output_length};
   }
-  gateways_[state.gateway]->End(*state.request, state.arm, outcome != Outcome::kCompleted, usage);
+  // What a gateway answers: the engine's answer, a refusal (503), or its own timeout (504).
+  const int status = outcome == Outcome::kCompleted  ? 200
+                     : outcome == Outcome::kRejected ? 503
+                                                     : 504;
+  gateways_[state.gateway]->End(*state.request, status, usage);
   state.request.reset();
   std::vector<uint64_t>().swap(state.hashes);
 }

@@ -81,21 +81,10 @@ void SimGateway::Scrape() {
   }
 }
 
-frontend::RequestLifecycle SimGateway::Route(const dataplane::PickRequest& request,
-                                             std::optional<ArmTag>* arm) {
+frontend::RequestLifecycle SimGateway::Route(const dataplane::PickRequest& request) {
   Scrape();
-  frontend::RequestLifecycle routed =
-      routing_.Route(request.key_id, frontend::PromptSize{.token_ids = request.prompt_tokens},
-                     request.block_hashes, policy_.get(), routing_.clock().Now());
-  arm->reset();
-  const double table_fraction = routing_.router().table_fraction();
-  if (policy_ == nullptr && table_fraction < 1) {
-    *arm =
-        ArmTag{.arm = routed.reason() == dataplane::Reason::kControlArm ? dataplane::Arm::kControl
-                                                                        : dataplane::Arm::kTable,
-               .table_fraction = table_fraction};
-  }
-  return routed;
+  return routing_.Route(request.key_id, frontend::PromptSize{.token_ids = request.prompt_tokens},
+                        request.block_hashes, policy_.get(), routing_.clock().Now());
 }
 
 void SimGateway::MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes,
@@ -112,23 +101,15 @@ void SimGateway::MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes
   k.last.assign(hashes.begin(), hashes.end());
 }
 
-void SimGateway::OnFirstToken(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm,
-                              double ttft_s, uint32_t prompt_tokens, uint32_t cached_tokens) {
+void SimGateway::OnFirstToken(frontend::RequestLifecycle& request) {
   request.FirstToken(/*streamed=*/true);
-  if (arm.has_value()) {
-    evidence_.Record(arm->table_fraction, arm->arm, ttft_s, false, prompt_tokens, cached_tokens);
-    arm.reset();  // counted
-  }
 }
 
-void SimGateway::End(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, bool failed,
+void SimGateway::End(frontend::RequestLifecycle& request, int status,
                      const std::optional<frontend::Usage>& usage) {
-  if (arm.has_value() && failed) {  // failed before its first token
-    evidence_.Record(arm->table_fraction, arm->arm, std::nullopt, true, 0, 0);
-    arm.reset();
-  }
   if (usage.has_value()) request.Usage(*usage);
   request.UpstreamDone();
+  request.Finish(status);
 }
 
 planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int64_t end_ms,
@@ -161,7 +142,7 @@ planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int6
     }
     for (auto& [key, prefix] : prefixes_) prefix.reusable = prefix.prompt = prefix.measured = 0;
   }
-  if (std::optional<dataplane::WindowEvidence> w = evidence_.Drain()) {
+  if (std::optional<dataplane::WindowEvidence> w = routing_.evidence().Drain()) {
     report.evidence = planner::EvidenceReport::From(w->table_fraction, w->evidence);
   }
   return report;

@@ -25,7 +25,6 @@
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "cacheroute/dataplane/clock.h"
-#include "cacheroute/dataplane/evidence_recorder.h"
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/rate_recorder.h"
@@ -67,12 +66,6 @@ class SimClock final : public dataplane::Clock {
   PlannerClock planner_clock_{*this};
 };
 
-// A routed request's rollout arm, while its evidence is pending.
-struct ArmTag {
-  dataplane::Arm arm = dataplane::Arm::kTable;
-  double table_fraction = 1;  // the split it was routed under
-};
-
 class SimGateway {
  public:
   // Gateway `index` of `config`: its seed, its routing core (the Router with config.dispatch for
@@ -84,22 +77,19 @@ class SimGateway {
                                                             const std::vector<Engine>& engines);
 
   // Routes `request` (its key id, its prompt's exact tokens and block hashes) through the routing
-  // core; the lifecycle counts it in flight and in the ledger until it ends. With a rollout in
-  // force, *arm says on which arm (for its evidence); otherwise it is reset.
-  frontend::RequestLifecycle Route(const dataplane::PickRequest& request,
-                                   std::optional<ArmTag>* arm);
+  // core; the lifecycle counts it in flight and in the ledger until it ends.
+  frontend::RequestLifecycle Route(const dataplane::PickRequest& request);
   // Byte-aware planning: the request of `key_id` whose prompt is `hashes` (its 16-token block
   // chain) shares its leading equal blocks with the key's previous request here, up to
   // `prompt_tokens`; the window's sums go with the key's count in the next report.
   void MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes, uint32_t prompt_tokens);
-  // The request's first token: its prefill leaves the ledger's queue; its TTFT as rollout
-  // evidence (when tagged).
-  void OnFirstToken(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, double ttft_s,
-                    uint32_t prompt_tokens, uint32_t cached_tokens);
-  // The request left its destination, after its first token or not; `failed` (evidence when
-  // tagged). A completed answer's `usage` (prompt, cached and output tokens) reaches the
-  // lifecycle here, at its end, where a gateway reads it from the answer's last chunk.
-  void End(frontend::RequestLifecycle& request, std::optional<ArmTag>& arm, bool failed,
+  // The request's first token: its prefill leaves the ledger's queue; its time to first token.
+  void OnFirstToken(frontend::RequestLifecycle& request);
+  // The request left its destination, after its first token or not, and was answered with
+  // `status` (a failure: 5xx, which is rollout evidence too). A completed answer's `usage`
+  // (prompt, cached and output tokens) reaches the lifecycle here, at its end, where a gateway
+  // reads it from the answer's last chunk.
+  void End(frontend::RequestLifecycle& request, int status,
            const std::optional<frontend::Usage>& usage);
 
   // One report to the planner for [start_ms, end_ms): the rollout evidence, and with
@@ -122,7 +112,6 @@ class SimGateway {
   std::vector<std::string> names_;  // the destinations' names, as the planner's table has them
   frontend::RoutingCore routing_;
   std::unique_ptr<dataplane::Policy> policy_;  // null: the table policies (Router::Pick)
-  dataplane::EvidenceRecorder evidence_;
   // MeasurePrefix's memory: per key, its previous request's blocks and this window's sums.
   struct KeyPrefix {
     std::vector<uint64_t> last;
