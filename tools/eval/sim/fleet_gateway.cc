@@ -48,10 +48,9 @@ absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig
                                                                const std::vector<Engine>& engines) {
   std::unique_ptr<SimGateway> g(new SimGateway(config, index, engines));
   g->clock_ = &clock;
-  const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(PolicyName(config.policy));
+  const dataplane::PolicyInfo* info = FindFleetPolicy(config);
   if (info == nullptr) {
-    return absl::InternalError(
-        absl::StrFormat("policy %s is not registered", std::string(PolicyName(config.policy))));
+    return absl::InternalError(absl::StrFormat("policy %s is not registered", config.policy));
   }
   if (info->uses_table) {
     g->router_ = std::make_unique<dataplane::Router>(
@@ -69,11 +68,7 @@ absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig
                   .random = &g->random_,
                   .router = g->router_.get(),
                   .clock = &clock,
-                  .parameters = {.chwbl_epsilon = config.chwbl_epsilon,
-                                 .dualmap_queue_bound = config.dualmap_queue_bound,
-                                 .preble_overload_factor = config.preble_overload_factor,
-                                 .dynamo = config.dynamo,
-                                 .llmd = config.llmd}});
+                  .parameters = config.parameters});
   if (!policy.ok()) return absl::InvalidArgumentError(policy.status().message);
   g->policy_ = *std::move(policy);
   return g;

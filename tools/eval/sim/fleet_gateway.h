@@ -103,8 +103,8 @@ struct ArmTag {
 
 class SimGateway {
  public:
-  // Gateway `index` of `config`: its seed, its policy (PolicyName(config.policy) from the
-  // registry, with config's baseline parameters) and, for CacheRoute, a Router with
+  // Gateway `index` of `config`: its seed, its policy (config.policy from the registry, with
+  // config.parameters) and, for a table policy, a Router with
   // config.dispatch and a RateRecorder. `engines` (scraped) must outlive the gateway.
   static absl::StatusOr<std::unique_ptr<SimGateway>> Create(const FleetConfig& config,
                                                             uint32_t index, const SimClock& clock,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/policy_registry.h"
 #include "planner/algorithm.h"
 #include "planner/service/config.h"
 
@@ -63,32 +64,32 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
     }
   }
   if (policy == "flat") {
-    c.policy = PolicyKind::kFlatLb;
+    c.policy = "flat-lb";
   } else if (policy == "cacheroute-paper") {
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     paper();
   } else if (policy == "cacheroute-bytes") {
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     c.plan_kv_budget_share = kKvBudgetShare;
   } else if (policy == "lpt" || policy == "fresh") {
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     if (policy == "lpt") paper();
   } else if (policy == "cacheroute-no-plan") {
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     c.ablation = PlanAblation::kNone;
   } else if (policy == "affinity") {
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     c.ablation = PlanAblation::kAffinityOnly;
     paper();
   } else if (policy == "replication") {
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     c.ablation = PlanAblation::kReplication;
     paper();
   } else if (policy == "cacheroute-replan-10s" || policy == "cacheroute-sticky-lpt" ||
              policy == "fresh-sticky") {
     // Replanning every 10 s from rates smoothed over 10 s, from scratch or with the planner
     // service's default hysteresis (placement_stickiness 0.1, deploy/planner.yaml).
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     c.control_interval_s = 10;
     c.rate_smoothing_s = 10;
     c.max_plans = 0;
@@ -99,22 +100,23 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
       return absl::InvalidArgumentError("policies: \"held\" needs a drift study (drift.enabled)");
     }
     // One plan at the end of the warm-up (which runs at interval 0's rates), kept to the end.
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     c.control_interval_s = study.fleet.warmup_s > 0 ? study.fleet.warmup_s : 1;
     c.max_plans = 1;
   } else if (policy == "stale") {
     if (!study.drift.enabled) {
       return absl::InvalidArgumentError("policies: \"stale\" needs a drift study (drift.enabled)");
     }
-    c.policy = PolicyKind::kCacheRoute;
+    c.policy = "cacheroute";
     c.control_interval_s = study.duration_s / study.drift.intervals;
   } else {
-    absl::StatusOr<PolicyKind> kind = ParsePolicyKind(policy);
-    if (!kind.ok()) {
+    // The registry's policies by name (an alias, such as flatlb, by its policy's).
+    const std::string_view canonical = dataplane::BuiltinPolicies().Canonical(policy);
+    if (canonical.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("policies: unknown policy \"", std::string(policy), "\""));
     }
-    c.policy = *kind;
+    c.policy = std::string(canonical);
   }
   if (absl::Status s = ValidateFleetConfig(c); !s.ok()) return s;
   return c;
