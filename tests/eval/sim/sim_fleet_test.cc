@@ -63,7 +63,7 @@ struct FleetShape {
   uint64_t slots_per_destination = 8;
 };
 
-FleetConfig Config(PolicyKind policy, const FleetShape& shape = {}) {
+FleetConfig Config(const std::string& policy, const FleetShape& shape = {}) {
   FleetConfig config;
   config.policy = policy;
   config.engines = shape.engines;
@@ -81,14 +81,14 @@ RunResult MustRun(const FleetConfig& config, const std::vector<SimRequest>& requ
 
 TEST_CASE("the same config and requests give the same result, for every policy") {
   const std::vector<SimRequest> requests = MakeRequests({});
-  for (PolicyKind policy : AllPolicies()) {
-    INFO(PolicyName(policy));
+  for (const std::string& policy : dataplane::BuiltinPolicies().Names()) {
+    INFO(policy);
     FleetConfig config = Config(policy);
     config.gateway_assignment = GatewayAssignment::kRandom;
     config.record_dispatches = true;
     const RunResult a = MustRun(config, requests);
     const RunResult b = MustRun(config, requests);
-    CHECK(a.policy == PolicyName(policy));
+    CHECK(a.policy == policy);
     CHECK(a.requests == requests.size());
     CHECK(a.completed == b.completed);
     CHECK(a.ttft_p50_s == b.ttft_p50_s);
@@ -106,7 +106,7 @@ TEST_CASE("the same config and requests give the same result, for every policy")
       CHECK(a.engines[d].stats.iterations == b.engines[d].stats.iterations);
     }
     // A different seed changes the randomised policies' choices.
-    if (policy == PolicyKind::kFlatLb) {
+    if (policy == "flat-lb") {
       config.seed = 4;
       const RunResult c = MustRun(config, requests);
       size_t moved = 0;
@@ -120,7 +120,7 @@ TEST_CASE("the same config and requests give the same result, for every policy")
 
 TEST_CASE("Sticky sends every request of a key to one engine") {
   const std::vector<SimRequest> requests = MakeRequests({});
-  FleetConfig config = Config(PolicyKind::kSticky);
+  FleetConfig config = Config("sticky");
   config.record_dispatches = true;
   const RunResult result = MustRun(config, requests);
   std::map<uint64_t, std::set<uint32_t>> destinations;
@@ -133,11 +133,11 @@ TEST_CASE("Sticky sends every request of a key to one engine") {
 
 TEST_CASE("CacheRoute falls back to P2C until the first plan, then follows the table") {
   const std::vector<SimRequest> requests = MakeRequests({});
-  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  FleetConfig config = Config("cacheroute");
   // The paper's Algorithm 1 and dispatch ("cacheroute-paper"): sets of k_b = 1, no spill.
-  config.dispatch = dataplane::DispatchOptions::Paper();
-  config.plan_spill = false;
-  config.plan_balance_share = 0;
+  UseAlgorithm(config, planner::Algorithm::kCacheRoutePaper);
+  CHECK(config.policy == "cacheroute-paper");
+  CHECK(config.dispatch.rule == dataplane::DispatchRule::kPaper);
   config.record_dispatches = true;
   const RunResult result = MustRun(config, requests);
   REQUIRE(result.plans >= 10);  // every 5 s over 60 s of arrivals
@@ -178,7 +178,7 @@ TEST_CASE("CacheRoute falls back to P2C until the first plan, then follows the t
 TEST_CASE("byte-aware planning: gateways measure each key's prefix, the plan fits the budget") {
   // Every request of a key shares its 48 leading blocks (768 tokens) with the key's previous one.
   const std::vector<SimRequest> requests = MakeRequests({});
-  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  FleetConfig config = Config("cacheroute");
   config.record_dispatches = true;
   // 1% of the 8B profile's 28,000 blocks per destination: 4,480 tokens, 35,840 over 8 engines.
   config.plan_kv_budget_share = 0.01;
@@ -204,8 +204,8 @@ TEST_CASE("byte-aware planning: gateways measure each key's prefix, the plan fit
 
 TEST_CASE("the served KV hit equals the engines' own prefix-cache counters") {
   const std::vector<SimRequest> requests = MakeRequests({});
-  for (PolicyKind policy : {PolicyKind::kFlatLb, PolicyKind::kCacheRoute}) {
-    INFO(PolicyName(policy));
+  for (const std::string policy : {"flat-lb", "cacheroute"}) {
+    INFO(policy);
     FleetConfig config = Config(policy);
     config.engine.timeout_s = kForever;
     const RunResult result = MustRun(config, requests);
@@ -231,7 +231,7 @@ TEST_CASE("the served KV hit equals the engines' own prefix-cache counters") {
 
 TEST_CASE("affinity raises the KV hit over flat load balancing") {
   const std::vector<SimRequest> requests = MakeRequests({.keys = 400, .qps = 60});
-  FleetConfig flat = Config(PolicyKind::kFlatLb), planned = Config(PolicyKind::kCacheRoute);
+  FleetConfig flat = Config("flat-lb"), planned = Config("cacheroute");
   flat.warmup_s = planned.warmup_s = 20;
   // A small cache (2,000 blocks; 400 keys × 40 context blocks = 16,000) so spreading keys hurts.
   flat.profile.kv_blocks = planned.profile.kv_blocks = 2000;
@@ -244,7 +244,7 @@ TEST_CASE("affinity raises the KV hit over flat load balancing") {
 
 TEST_CASE("overload shows up as failures: rejections at the queue cap and timeouts") {
   const std::vector<SimRequest> requests = MakeRequests({.qps = 400, .duration_s = 20});
-  FleetConfig config = Config(PolicyKind::kFlatLb);
+  FleetConfig config = Config("flat-lb");
   config.engines = 2;
   config.engine = {.max_waiting = 50, .timeout_s = 5};
   const RunResult result = MustRun(config, requests);
@@ -258,7 +258,7 @@ TEST_CASE("overload shows up as failures: rejections at the queue cap and timeou
 
 TEST_CASE("ablations: affinity-only plans one destination per key, replication more for hot keys") {
   const std::vector<SimRequest> requests = MakeRequests({.hot_keys = 2});
-  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  FleetConfig config = Config("cacheroute");
   config.record_dispatches = true;
   config.q_cap = 4;  // each hot key carries ≈ 10 QPS
   config.rate_smoothing_s = 0.001;
@@ -292,7 +292,7 @@ TEST_CASE("ablations: affinity-only plans one destination per key, replication m
 
 TEST_CASE("q_cap is calibrated from the profile when not given") {
   const std::vector<SimRequest> requests = MakeRequests({});
-  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  FleetConfig config = Config("cacheroute");
   const RunResult result = MustRun(config, requests);
   double prompt = 0, output = 0;
   for (const SimRequest& r : requests) {
@@ -325,33 +325,44 @@ TEST_CASE("bad configs and requests are rejected with the field and the value na
     CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
     return std::string(r.status().message());
   };
-  FleetConfig config = Config(PolicyKind::kFlatLb);
+  FleetConfig config = Config("flat-lb");
   config.engines = 0;
-  CHECK(message(config, requests) == "fleet config engines must be >= 1, got 0");
-  config = Config(PolicyKind::kCacheRoute);
+  CHECK(message(config, requests) == "fleet config engines: must be >= 1, got 0");
+  config = Config("cacheroute");
   config.control_interval_s = 0;
   CHECK(message(config, requests).find("control_interval_s") != std::string::npos);
-  config = Config(PolicyKind::kFlatLb);
+  config = Config("flat-lb");
   config.profile.kv_blocks = 0;
   CHECK(message(config, requests).find("kv_blocks") != std::string::npos);
-  config = Config(PolicyKind::kFlatLb);
+  config = Config("flat-lb");
   config.engine.timeout_s = -1;
   CHECK(message(config, requests).find("timeout_s") != std::string::npos);
 
   std::vector<SimRequest> bad = requests;
   bad[3].block_size = 20;
-  CHECK(message(Config(PolicyKind::kFlatLb), bad) ==
+  CHECK(message(Config("flat-lb"), bad) ==
         "requests[3].block_size must be a positive multiple of 16, got 20");
   bad = requests;
   bad[2].arrival_s = -1;
-  CHECK(message(Config(PolicyKind::kFlatLb), bad).find("requests[2].arrival_s") !=
-        std::string::npos);
+  CHECK(message(Config("flat-lb"), bad).find("requests[2].arrival_s") != std::string::npos);
   bad = requests;
   bad[1].output_length = 0;
-  CHECK(message(Config(PolicyKind::kFlatLb), bad).find("requests[1].output_length") !=
-        std::string::npos);
-  CHECK(ParsePolicyKind("cacheroute").value() == PolicyKind::kCacheRoute);
-  CHECK_FALSE(ParsePolicyKind("round-robin").ok());
+  CHECK(message(Config("flat-lb"), bad).find("requests[1].output_length") != std::string::npos);
+  // Policies by the registry's canonical names only.
+  config = Config("round-robin");
+  CHECK(message(config, requests) ==
+        "fleet config policy: must be one of flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, "
+        "llm-d, cacheroute, cacheroute-paper, got \"round-robin\"");
+  config = Config("flatlb");
+  CHECK(message(config, requests).find("got \"flatlb\"") != std::string::npos);
+  config = Config("cacheroute");
+  config.dispatch.queue_wait = -1;
+  CHECK(message(config, requests) ==
+        "fleet config dispatch.queue_wait: must be finite and >= 0, got -1");
+  // The baselines' parameters are the registry factories' to check.
+  config = Config("chwbl");
+  config.parameters.chwbl_epsilon = -1;
+  CHECK(message(config, requests).find("chwbl_epsilon") != std::string::npos);
 }
 
 // Not a test: prints the simulator's speed at the primary study's scale (30 engines of the 70B
@@ -359,7 +370,7 @@ TEST_CASE("bad configs and requests are rejected with the field and the value na
 TEST_CASE("simulated requests per second at the study's scale", "[.benchmark]") {
   const std::vector<SimRequest> requests =
       MakeRequests({.keys = 128824, .qps = 120, .duration_s = 300, .max_output = 280});
-  for (PolicyKind policy : AllPolicies()) {
+  for (const std::string& policy : dataplane::BuiltinPolicies().Names()) {
     FleetConfig config = Config(policy, {.engines = 30,
                                          .gateways = 4,
                                          .profile = "llama-70b-fp8-tp2-h100",
@@ -378,7 +389,7 @@ TEST_CASE("simulated requests per second at the study's scale", "[.benchmark]") 
 
 TEST_CASE("max_plans holds the last plan; stickiness cuts the churn between plans") {
   const std::vector<SimRequest> requests = MakeRequests({.duration_s = 60});
-  FleetConfig config = Config(PolicyKind::kCacheRoute);
+  FleetConfig config = Config("cacheroute");
   config.record_dispatches = true;
   const RunResult every = MustRun(config, requests);
   CHECK(every.plans >= 10);  // every 5 s for 60 s

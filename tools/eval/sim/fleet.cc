@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/key_id.h"
@@ -50,7 +51,7 @@ struct RequestState {
 
 absl::Status Invalid(std::string_view field, std::string_view requirement, double value) {
   return absl::InvalidArgumentError(
-      absl::StrFormat("fleet config %s must be %s, got %g", field, requirement, value));
+      absl::StrFormat("fleet config %s: must be %s, got %g", field, requirement, value));
 }
 
 // Nearest rank: the smallest value with at least p·n values at or below it.
@@ -85,9 +86,14 @@ absl::Status ValidateRequests(std::span<const SimRequest> requests) {
   return absl::OkStatus();
 }
 
+bool UsesTable(const FleetConfig& config) {
+  const dataplane::PolicyInfo* info = FindFleetPolicy(config);
+  return info != nullptr && info->uses_table;
+}
+
 std::string RunLabel(const FleetConfig& config) {
-  std::string label(PolicyName(config.policy));
-  if (config.policy == PolicyKind::kCacheRoute && config.ablation != PlanAblation::kFull) {
+  std::string label = config.policy;
+  if (UsesTable(config) && config.ablation != PlanAblation::kFull) {
     label += "+";
     label += PlanAblationName(config.ablation);
   }
@@ -148,9 +154,9 @@ class FleetRun {
 
   const FleetConfig& config_;
   const std::span<const SimRequest> requests_;
-  const bool gated_ = config_.policy == PolicyKind::kCacheRoute && config_.gate;
-  const bool byte_aware_ =
-      config_.policy == PolicyKind::kCacheRoute && config_.plan_kv_budget_share > 0;
+  const bool table_ = UsesTable(config_);
+  const bool gated_ = table_ && config_.gate;
+  const bool byte_aware_ = table_ && config_.plan_kv_budget_share > 0;
   SimClock clock_;
   std::vector<Engine> engines_;
   std::vector<std::unique_ptr<SimGateway>> gateways_;
@@ -177,7 +183,7 @@ absl::Status FleetRun::Build() {
                                 SimGateway::Create(config_, g, clock_, engines_));
     gateways_.push_back(std::move(gateway));
   }
-  if (config_.policy == PolicyKind::kCacheRoute) {
+  if (table_) {
     result_.q_cap = QCapFor(config_, requests_);
     CACHEROUTE_ASSIGN_OR_RETURN(
         control_, SimControlPlane::Create(config_, result_.q_cap,
@@ -376,32 +382,6 @@ RunResult FleetRun::Finish() {
 
 }  // namespace
 
-constexpr dataplane::EnumName<PolicyKind> kPolicyKindNames[] = {
-    {PolicyKind::kFlatLb, "flat-lb"},     {PolicyKind::kSticky, "sticky"},
-    {PolicyKind::kChwbl, "chwbl"},        {PolicyKind::kDualMap, "dualmap"},
-    {PolicyKind::kPreble, "preble"},      {PolicyKind::kCacheRoute, "cacheroute"},
-    {PolicyKind::kDynamoKv, "dynamo-kv"}, {PolicyKind::kLlmd, "llm-d"},
-};
-static_assert(dataplane::IsEnumTable(kPolicyKindNames, PolicyKind::kLlmd));
-
-std::string_view PolicyName(PolicyKind policy) {
-  return dataplane::NameOf(kPolicyKindNames, policy);
-}
-
-std::vector<PolicyKind> AllPolicies() {
-  std::vector<PolicyKind> all;
-  for (const auto& entry : kPolicyKindNames) all.push_back(entry.value);
-  return all;
-}
-
-absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name) {
-  // The registry's aliases name the same policies ("flatlb").
-  const std::string_view canonical = dataplane::BuiltinPolicies().Canonical(name);
-  if (std::optional<PolicyKind> p = dataplane::ParseName(kPolicyKindNames, canonical)) return *p;
-  return absl::InvalidArgumentError(absl::StrFormat("unknown policy \"%s\" (known: %s)", name,
-                                                    dataplane::JoinNames(kPolicyKindNames)));
-}
-
 constexpr dataplane::EnumName<PlanAblation> kPlanAblationNames[] = {
     {PlanAblation::kFull, "full"},
     {PlanAblation::kAffinityOnly, "affinity"},
@@ -432,7 +412,33 @@ void AppendSimRequestBlockHashes(const SimRequest& request, std::vector<uint64_t
   AppendPromptBlockHashes(request.hash_ids, request.block_size, request.input_length, out);
 }
 
+const dataplane::PolicyInfo* FindFleetPolicy(const FleetConfig& config) {
+  return dataplane::BuiltinPolicies().Find(config.policy);
+}
+
+absl::Status ValidateDispatchOptions(const dataplane::DispatchOptions& dispatch,
+                                     std::string_view name) {
+  const std::pair<std::string_view, double> costs[] = {{"decode_stall", dispatch.decode_stall},
+                                                       {"queue_stall", dispatch.queue_stall},
+                                                       {"queue_wait", dispatch.queue_wait},
+                                                       {"memory_short", dispatch.memory_short}};
+  for (const auto& [field, value] : costs) {
+    if (!(value >= 0 && std::isfinite(value))) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s.%s: must be finite and >= 0, got %g", name, field, value));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateFleetConfig(const FleetConfig& config) {
+  if (const dataplane::PolicyInfo* info = FindFleetPolicy(config);
+      info == nullptr || info->name != config.policy) {
+    // The registry's canonical names only: a run is labelled by its policy.
+    return absl::InvalidArgumentError(
+        absl::StrFormat("fleet config policy: must be one of %s, got \"%s\"",
+                        absl::StrJoin(dataplane::BuiltinPolicies().Names(), ", "), config.policy));
+  }
   if (config.engines == 0) return Invalid("engines", ">= 1", 0);
   if (config.engines > 65535) return Invalid("engines", "<= 65535", config.engines);
   if (config.gateways == 0) return Invalid("gateways", ">= 1", 0);
@@ -443,15 +449,6 @@ absl::Status ValidateFleetConfig(const FleetConfig& config) {
   }
   if (!std::isfinite(config.offered_qps) || config.offered_qps < 0) {
     return Invalid("offered_qps", "finite and >= 0", config.offered_qps);
-  }
-  if (!(config.chwbl_epsilon >= 0) || std::isinf(config.chwbl_epsilon)) {
-    return Invalid("chwbl_epsilon", "finite and >= 0", config.chwbl_epsilon);
-  }
-  if (!(config.dualmap_queue_bound >= 0) || std::isinf(config.dualmap_queue_bound)) {
-    return Invalid("dualmap_queue_bound", "finite and >= 0", config.dualmap_queue_bound);
-  }
-  if (!(config.preble_overload_factor > 0) || std::isinf(config.preble_overload_factor)) {
-    return Invalid("preble_overload_factor", "finite and > 0", config.preble_overload_factor);
   }
   if (!(config.control_interval_s >= 0.001 && config.control_interval_s <= 3600)) {
     return Invalid("control_interval_s", "in [0.001, 3600]", config.control_interval_s);
@@ -477,14 +474,13 @@ absl::Status ValidateFleetConfig(const FleetConfig& config) {
       config.recorder_max_keys > dataplane::RateRecorder::kMaxKeys) {
     return Invalid("recorder_max_keys", "in [1, 2^24]", config.recorder_max_keys);
   }
-  return absl::OkStatus();
+  return ValidateDispatchOptions(config.dispatch, "fleet config dispatch");
 }
 
 void UseAlgorithm(FleetConfig& config, planner::Algorithm algorithm) {
-  config.dispatch = dataplane::DispatchFor(planner::AlgorithmName(algorithm));
-  const planner::PlanConfig plan = planner::PlanConfigFor(algorithm, {});
-  config.plan_spill = plan.spill;
-  config.plan_balance_share = plan.balance_share;
+  config.policy = planner::AlgorithmName(algorithm);
+  config.dispatch = dataplane::DispatchFor(config.policy);
+  config.algorithm = algorithm;
 }
 
 absl::StatusOr<RunResult> RunFleet(const FleetConfig& config,

@@ -18,7 +18,7 @@
 // requests. Dispatch, request content, metrics and cost: docs/simulator.md, "Fleet internals".
 //
 // Usage:
-//   FleetConfig config{.policy = PolicyKind::kCacheRoute, .engines = 30,
+//   FleetConfig config{.policy = "cacheroute", .engines = 30,
 //                      .profile = *FindEngineProfile("llama-70b-fp8-tp2-h100"), .seed = 2,
 //                      .warmup_s = 60};
 //   absl::StatusOr<RunResult> result = RunFleet(config, requests);   // requests by arrival time
@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/policies.h"
+#include "cacheroute/dataplane/policy_registry.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/routing_table.h"
 #include "planner/algorithm.h"
@@ -46,16 +47,6 @@
 #include "tools/eval/sim/prefix_cache.h"
 
 namespace cacheroute::sim {
-
-enum class PolicyKind : uint8_t {
-  kFlatLb, kSticky, kChwbl, kDualMap, kPreble, kCacheRoute, kDynamoKv, kLlmd
-};
-// "flat-lb", "sticky", "chwbl", "dualmap", "preble", "cacheroute", "dynamo-kv", "llm-d": the
-// policies' names in the dataplane's registry, through which each gateway creates its policy.
-std::string_view PolicyName(PolicyKind policy);
-// Also takes the registry's aliases ("flatlb").
-absl::StatusOr<PolicyKind> ParsePolicyKind(std::string_view name);
-std::vector<PolicyKind> AllPolicies();
 
 // kNone: no plan is made and the gateways never get a table, so CacheRoute's dispatch routes every
 // key alone (its prefix memory, hashed pair, random and remembered candidates): what the plan adds.
@@ -83,7 +74,10 @@ void AppendPromptBlockHashes(std::span<const uint64_t> hash_ids, uint32_t block_
 void AppendSimRequestBlockHashes(const SimRequest& request, std::vector<uint64_t>& out);
 
 struct FleetConfig {
-  PolicyKind policy = PolicyKind::kFlatLb;
+  // The policy's canonical name in the dataplane's registry (dataplane::BuiltinPolicies()), through
+  // which each gateway creates it. A table policy's (PolicyInfo::uses_table) gateways route by the
+  // planner's tables, and the fleet runs CacheRoute's control plane.
+  std::string policy = "flat-lb";
   uint32_t engines = 30;  // R
   uint32_t gateways = 1;  // G
   GatewayAssignment gateway_assignment = GatewayAssignment::kRoundRobin;
@@ -93,13 +87,9 @@ struct FleetConfig {
   double warmup_s = 0;     // arrivals before this are excluded from metrics
   double offered_qps = 0;  // reported as is; 0: measured from the arrivals
 
-  // Baseline parameters (the paper's, §4 "Policies"; the policies' defaults).
-  double chwbl_epsilon = 0.25;
-  double dualmap_queue_bound = 4.0;
-  double preble_overload_factor = 1.5;
-  // The modern baselines' published defaults (policies.h).
-  dataplane::DynamoKvOptions dynamo{};
-  dataplane::LlmdOptions llmd{};
+  // The baselines' parameters, as every policy factory of the registry takes them (the published
+  // defaults; the factories check them).
+  dataplane::PolicyParameters parameters{};
 
   // CacheRoute.
   double control_interval_s = 10;  // in [0.001, 3600]
@@ -112,12 +102,11 @@ struct FleetConfig {
   PlanAblation ablation = PlanAblation::kFull;
   uint32_t max_plans = 0;  // stop replanning after this many plans; 0: replan all run long
   double stickiness = 0;   // PlanConfig::stickiness, finite ≥ 0; 0: LPT from scratch every time
-  // CacheRoute's dispatch rule (RouterOptions::dispatch) and its algorithm's plan settings
-  // (PlanConfig::spill and ::balance_share, which must be one algorithm's pair): the defaults are
-  // "cacheroute"; UseAlgorithm sets all three for an algorithm (the paper's: "cacheroute-paper").
+  // The table policy's dispatch rule (RouterOptions::dispatch) and the algorithm the planner plans
+  // with (PlannerConfig::algorithm): the defaults are "cacheroute"'s; UseAlgorithm sets the policy
+  // and both for an algorithm (the paper's: "cacheroute-paper").
   dataplane::DispatchOptions dispatch{};
-  bool plan_spill = true;
-  double plan_balance_share = planner::kCacheRouteBalanceShare;
+  planner::Algorithm algorithm = planner::Algorithm::kCacheRoute;
   // Byte-aware planning (PlannerConfig::kv_tokens_per_destination, planned_prefix_share): the
   // share of each engine's KV cache reserved for planned prefixes, in [0, 1]; 0: the slot model.
   // The gateways then measure each request's reusable prefix (the tokens it shares with the key's
@@ -149,12 +138,21 @@ struct FleetConfig {
   bool record_dispatches = false;
 };
 
-// InvalidArgument naming the field and value for a bad config.
+// InvalidArgument naming the field and value for a bad config ("fleet config <field>: …"); the
+// policy must be in the registry.
 absl::Status ValidateFleetConfig(const FleetConfig& config);
 
-// CacheRoute as `algorithm` (planner/algorithm.h): `dispatch` is the rule of the registry's table
-// policy of that name (dataplane::DispatchFor), plan_spill and plan_balance_share the planner's
-// PlanConfigFor.
+// The checks a dispatch rule's costs must pass: InvalidArgument "<name>.<field>: must be …, got
+// <value>" (`name` says where the options came from: "fleet" in a study file). The study's
+// validation and ValidateFleetConfig both call it.
+absl::Status ValidateDispatchOptions(const dataplane::DispatchOptions& dispatch,
+                                     std::string_view name);
+
+// The registry entry of config.policy; null for a name the registry does not know.
+const dataplane::PolicyInfo* FindFleetPolicy(const FleetConfig& config);
+
+// CacheRoute as `algorithm` (planner/algorithm.h): the registry's table policy of the same name,
+// its dispatch rule (dataplane::DispatchFor) and the algorithm.
 void UseAlgorithm(FleetConfig& config, planner::Algorithm algorithm);
 
 struct DispatchRecord {
@@ -181,7 +179,7 @@ struct EngineResult {
 };
 
 struct RunResult {
-  std::string policy;  // PolicyName, with "+affinity"/"+replication" for CacheRoute ablations
+  std::string policy;  // FleetConfig::policy, with "+affinity"/"+replication"/"+none" for ablations
   double offered_qps = 0;
   uint64_t seed = 0;
   double ttft_p50_s = 0, ttft_p90_s = 0, ttft_p99_s = 0;
@@ -199,7 +197,7 @@ struct RunResult {
   uint32_t plans = 0;
   // Mean over consecutive plans of the share of keys in both whose destination set changed.
   double plan_churn = 0;
-  double q_cap = 0;        // as used (CacheRoute)
+  double q_cap = 0;  // as used (CacheRoute)
   // With the gate: its state at the end of the run, its state changes, and the share of window
   // requests whose key was on the table arm.
   std::string gate_state;

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "cacheroute/dataplane/grpc/table_conversion.h"
@@ -15,22 +14,6 @@
 
 namespace cacheroute::sim {
 namespace {
-
-// The algorithm whose PlanConfig settings the config's plan_spill and plan_balance_share are.
-absl::StatusOr<planner::Algorithm> AlgorithmOf(const FleetConfig& config) {
-  for (planner::Algorithm a :
-       {planner::Algorithm::kCacheRoute, planner::Algorithm::kCacheRoutePaper}) {
-    const planner::PlanConfig plan = planner::PlanConfigFor(a, {});
-    if (plan.spill == config.plan_spill && plan.balance_share == config.plan_balance_share) {
-      return a;
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "fleet config plan_spill and plan_balance_share must be one algorithm's (cacheroute: true, "
-      "%g; cacheroute-paper: false, 0), got %s, %g",
-      planner::kCacheRouteBalanceShare, config.plan_spill ? "true" : "false",
-      config.plan_balance_share));
-}
 
 // Share of the keys in both tables whose destination set differs.
 std::optional<double> Churn(const table::TableSnapshot& before, const table::TableSnapshot& after) {
@@ -47,9 +30,8 @@ std::optional<double> Churn(const table::TableSnapshot& before, const table::Tab
 
 }  // namespace
 
-absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& config, double q_cap,
-                                                        double overhead_tokens) {
-  CACHEROUTE_ASSIGN_OR_RETURN(planner::Algorithm algorithm, AlgorithmOf(config));
+service::PlannerConfig PlannerConfigFor(const FleetConfig& config, double q_cap,
+                                        double overhead_tokens) {
   service::PlannerConfig c;
   c.gate_enabled = config.gate;
   c.gate = config.gate_options;
@@ -60,7 +42,7 @@ absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& confi
   c.slots_per_destination = config.slots_per_destination;
   c.placement_stickiness = config.stickiness;
   c.follow_served = config.plan_follows_cache;
-  c.algorithm = std::string(planner::AlgorithmName(algorithm));
+  c.algorithm = std::string(planner::AlgorithmName(config.algorithm));
   c.replicate = config.ablation != PlanAblation::kAffinityOnly;
   c.placement = config.ablation == PlanAblation::kFull ? "lpt" : "hashed";
   c.placement_seed = config.seed;
@@ -88,8 +70,7 @@ absl::StatusOr<std::unique_ptr<SimControlPlane>> SimControlPlane::Create(const F
                                                                          double q_cap,
                                                                          double overhead_tokens,
                                                                          SimClock& clock) {
-  CACHEROUTE_ASSIGN_OR_RETURN(service::PlannerConfig planner,
-                              PlannerConfigFor(config, q_cap, overhead_tokens));
+  const service::PlannerConfig planner = PlannerConfigFor(config, q_cap, overhead_tokens);
   std::unique_ptr<SimControlPlane> control(new SimControlPlane(
       config, clock, service::ControlSchedule(planner.control_interval, planner.gate_interval)));
   CACHEROUTE_ASSIGN_OR_RETURN(control->core_,

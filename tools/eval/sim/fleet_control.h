@@ -30,11 +30,10 @@
 
 namespace cacheroute::sim {
 
-// The PlannerConfig a FleetConfig runs with, planning at `q_cap` (and, with byte-aware planning,
-// `overhead_tokens` per request). InvalidArgument when the config's plan_spill and
-// plan_balance_share are not an algorithm's (planner/algorithm.h).
-absl::StatusOr<service::PlannerConfig> PlannerConfigFor(const FleetConfig& config, double q_cap,
-                                                        double overhead_tokens = 0);
+// The PlannerConfig a FleetConfig runs with, planning with config.algorithm at `q_cap` (and, with
+// byte-aware planning, `overhead_tokens` per request).
+service::PlannerConfig PlannerConfigFor(const FleetConfig& config, double q_cap,
+                                        double overhead_tokens = 0);
 
 class SimControlPlane {
  public:

@@ -8,7 +8,6 @@
 #include "absl/strings/str_format.h"
 #include "cacheroute/dataplane/policy_registry.h"
 #include "planner/plan_snapshot.h"
-#include "tools/frontend/routing/policy_factory.h"
 
 namespace cacheroute::sim {
 
@@ -23,32 +22,31 @@ SimGateway::SimGateway(const FleetConfig& config, uint32_t index, const SimClock
       engines_(engines),
       id_(absl::StrFormat("gateway-%u", index)),
       names_(planner::DestinationNames(config.engines)),
-      routing_({.capacity = config.engines,
-                // The registry's rule for the policies that do not route by the table (its ledger
-                // is their load view), the study's for those that do.
-                .dispatch = dataplane::BuiltinPolicies().Find(PolicyName(config.policy))->uses_table
-                                ? config.dispatch
-                                : dataplane::DispatchFor(PolicyName(config.policy)),
-                // The table stream is never down here: a table is good until the next one.
-                .table_ttl = dataplane::Duration::zero(),
-                // Load(d) is the gateway's own requests in flight; what the engines report reaches
-                // the policies through Scraped (Scrape).
-                .external_load_weight = 0,
-                .seed = dataplane::Mix64(config.seed ^ (kGolden * (index + 1))),
-                .recorder = {.shards = 1,
-                             .max_keys = config.recorder_max_keys,
-                             .max_report_keys = 100000},
-                .measure_turnover = config.measure_turnover},
-               const_cast<SimClock&>(clock)) {}
+      routing_(
+          {.capacity = config.engines,
+           // The registry's rule for the policies that do not route by the table (its ledger
+           // is their load view), the study's for those that do.
+           .dispatch = FindFleetPolicy(config)->uses_table ? config.dispatch
+                                                           : dataplane::DispatchFor(config.policy),
+           // The table stream is never down here: a table is good until the next one.
+           .table_ttl = dataplane::Duration::zero(),
+           // Load(d) is the gateway's own requests in flight; what the engines report reaches
+           // the policies through Scraped (Scrape).
+           .external_load_weight = 0,
+           .seed = dataplane::Mix64(config.seed ^ (kGolden * (index + 1))),
+           .recorder = {.shards = 1,
+                        .max_keys = config.recorder_max_keys,
+                        .max_report_keys = 100000},
+           .measure_turnover = config.measure_turnover},
+          clock) {}
 
 absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig& config,
                                                                uint32_t index,
                                                                const SimClock& clock,
                                                                const std::vector<Engine>& engines) {
-  const std::string name(PolicyName(config.policy));
-  const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(name);
+  const dataplane::PolicyInfo* info = FindFleetPolicy(config);
   if (info == nullptr) {
-    return absl::InternalError(absl::StrFormat("policy %s is not registered", name));
+    return absl::InternalError(absl::StrFormat("policy %s is not registered", config.policy));
   }
   std::unique_ptr<SimGateway> g(new SimGateway(config, index, clock, engines));
   dataplane::Router& router = g->routing_.router();
@@ -59,16 +57,14 @@ absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig
   // cache_config_info; its usage Scrape reads at each pick.
   const double kv_tokens = static_cast<double>(config.profile.kv_blocks) * kBlockTokens;
   for (uint32_t d = 0; d < config.engines; ++d) (void)router.SetKvCapacity(d, kv_tokens);
-  if (!info->uses_table) {
-    g->policy_ = frontend::MakePolicy(name, config.engines, g->routing_.random(), clock,
-                                      {.chwbl_epsilon = config.chwbl_epsilon,
-                                       .dualmap_queue_bound = config.dualmap_queue_bound,
-                                       .preble_overload_factor = config.preble_overload_factor,
-                                       .dynamo = config.dynamo,
-                                       .llmd = config.llmd});
-    if (g->policy_ == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat("policy %s: bad parameters", name));
-    }
+  if (!info->uses_table) {  // the table policies route by Router::Pick
+    dataplane::Result<std::unique_ptr<dataplane::Policy>> policy =
+        info->make({.destinations = config.engines,
+                    .random = &g->routing_.random(),
+                    .clock = &clock,
+                    .parameters = config.parameters});
+    if (!policy.ok()) return absl::InvalidArgumentError(policy.status().message);
+    g->policy_ = *std::move(policy);
   }
   return g;
 }

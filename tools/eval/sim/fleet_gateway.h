@@ -69,9 +69,9 @@ class SimClock final : public dataplane::Clock {
 class SimGateway {
  public:
   // Gateway `index` of `config`: its seed, its routing core (the Router with config.dispatch for
-  // the table policies, the registry's defaults for the others, a RateRecorder) and its policy
-  // (PolicyName(config.policy) from the registry, with config's baseline parameters).
-  // `engines` (scraped) and `clock` must outlive the gateway.
+  // a table policy, the registry's defaults for the others, a RateRecorder) and its policy
+  // (config.policy from the registry, with config.parameters). `engines` (scraped) and `clock`
+  // must outlive the gateway.
   static absl::StatusOr<std::unique_ptr<SimGateway>> Create(const FleetConfig& config,
                                                             uint32_t index, const SimClock& clock,
                                                             const std::vector<Engine>& engines);

@@ -3,15 +3,15 @@
 // one run and prints its metrics. docs/simulator.md, "Studies", has the commands and what they
 // show.
 //
-//   cacheroute-sim --study primary|ablation|negative|drift|topk256|trace[,…] [--trace FILE]
-//                  [--seeds 2,3,4] [--duration S] [--loads 30,60,…] [--out DIR] [--jobs N]
-//                  [--config FILE]
+//   cacheroute-sim --study NAME[,…] [--trace FILE] [--seeds 2,3,4] [--duration S]
+//                  [--loads 30,60,…] [--out DIR] [--jobs N] [--config FILE]
 //   cacheroute-sim run --policy P --qps Q [--study NAME | --config FILE] [--trace FILE] [--seed S]
 //                      [--duration S]
 //   cacheroute-sim calibrate [--profile NAME] [--isl N] [--osl N[,N…]]
 //   cacheroute-sim bound [--study NAME | --config FILE] [--trace FILE] [--qps Q] [--seed S]
 //                        [--hit H[,H…]]
 //
+// --help lists the built-in studies (builtin_studies.h) and the policy labels (policy_labels.h).
 // Exit codes: 0 ok, 1 a run or the report failed, 2 bad flags or a bad study file.
 #include <algorithm>
 #include <cmath>
@@ -29,9 +29,16 @@
 #include "tools/eval/main_helpers.h"
 #include "tools/eval/sim/calibration.h"
 #include "tools/eval/sim/engine_profile.h"
+#include "tools/eval/sim/study/analyses.h"
+#include "tools/eval/sim/study/builtin_studies.h"
+#include "tools/eval/sim/study/flag_lists.h"
 #include "tools/eval/sim/study/fleet_runner.h"
+#include "tools/eval/sim/study/policy_labels.h"
 #include "tools/eval/sim/study/report.h"
-#include "tools/eval/sim/study/study.h"
+#include "tools/eval/sim/study/study_file.h"
+#include "tools/eval/sim/study/sweep.h"
+#include "tools/eval/sim/study/validation.h"
+#include "tools/eval/sim/study/workloads.h"
 
 namespace {
 
@@ -155,8 +162,8 @@ int Bound(const std::string& study_name, const std::string& config, double qps, 
       "mean_output     %.0f\nreuse_ceiling   %.4f (KV hit of one engine with an unbounded cache)\n"
       "%-8s %-16s %s\n",
       c->name, c->profile, c->destinations, w->requests.size(), r.mean_prompt_tokens,
-      r.mean_output_tokens, reuse,
-      "kv_hit", "ceiling_qps", "(R × one destination's saturation rate)");
+      r.mean_output_tokens, reuse, "kv_hit", "ceiling_qps",
+      "(R × one destination's saturation rate)");
   const uint32_t kv_blocks = c->fleet.kv_blocks > 0 ? c->fleet.kv_blocks : profile->kv_blocks;
   const double fleet_kv = static_cast<double>(kv_blocks) * sim::kBlockTokens * c->destinations;
   const study::BudgetCeiling whole = study::MeasureBudgetCeiling(*w, fleet_kv);
@@ -257,9 +264,12 @@ int main(int argc, char** argv) {
   std::string out = "cacheroute-sim-out";
   Overrides overrides;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
-  app.add_option("--study", studies,
-                 "study or comma-separated studies: primary, ablation, negative, drift, topk256, "
-                 "trace (needs --trace)");
+  app.add_option(
+      "--study", studies,
+      "study or comma-separated studies: " + absl::StrJoin(study::StudyNames(), ", ") + " (below)");
+  app.footer(absl::StrCat("Studies:\n", study::StudyListing(),
+                          "\nPolicy labels (a study's policies:, run --policy):\n",
+                          study::PolicyLabelListing()));
   app.add_option("--trace", overrides.trace,
                  "Mooncake-format trace (JSON lines) for a trace-driven study such as `trace`");
   app.add_option("--config", config, "a YAML study file (instead of --study)");
@@ -276,9 +286,7 @@ int main(int argc, char** argv) {
   double qps = 0;
   uint64_t seed = 2;
   std::string run_study = "primary";
-  run->add_option("--policy", policy,
-                  "flat-lb, sticky, chwbl, dualmap, preble, cacheroute, cacheroute-paper (or an "
-                  "ablation step: flat, affinity, replication, lpt)")
+  run->add_option("--policy", policy, "a policy label (cacheroute-sim --help lists them)")
       ->required();
   run->add_option("--qps", qps, "offered load")->required();
   run->add_option("--seed", seed, "seed");

@@ -30,8 +30,7 @@ namespace cacheroute::frontend {
 // the policies whose prefix index expires) must outlive it.
 std::unique_ptr<dataplane::Policy> MakePolicy(const std::string& policy, uint32_t n,
                                               dataplane::Random& random,
-                                              const dataplane::Clock& clock,
-                                              const dataplane::PolicyParameters& parameters = {});
+                                              const dataplane::Clock& clock);
 // Whether the policy hashes over the member count (rings over [0, n)): rebuilt when the count
 // changes, where the others keep their memory.
 bool PolicyPerCount(const std::string& policy);

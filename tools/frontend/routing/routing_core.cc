@@ -11,7 +11,7 @@
 
 namespace cacheroute::frontend {
 
-RoutingCore::RoutingCore(const RoutingCoreOptions& options, dataplane::Clock& clock)
+RoutingCore::RoutingCore(const RoutingCoreOptions& options, const dataplane::Clock& clock)
     : clock_(clock),
       random_(options.seed),
       router_({.destination_count = 0,

@@ -73,7 +73,7 @@ struct RoutingCoreOptions {
 
 class RoutingCore {
  public:
-  RoutingCore(const RoutingCoreOptions& options, dataplane::Clock& clock);
+  RoutingCore(const RoutingCoreOptions& options, const dataplane::Clock& clock);
   RoutingCore(const RoutingCore&) = delete;
   RoutingCore& operator=(const RoutingCore&) = delete;
 
@@ -112,7 +112,7 @@ class RoutingCore {
   // reports' sizes.
   const dataplane::KeySizes& key_sizes() const { return key_sizes_; }
   dataplane::Random& random() { return random_; }
-  dataplane::Clock& clock() const { return clock_; }
+  const dataplane::Clock& clock() const { return clock_; }
   PromptEstimate& prompt_estimate() { return prompt_estimate_; }
   const PromptEstimate& prompt_estimate() const { return prompt_estimate_; }
   ServedHit& served_hit() { return served_hit_; }
@@ -162,7 +162,7 @@ class RoutingCore {
   // gives the Router its turnover when its KV capacity is known.
   void ObserveIntake(uint32_t d, double tokens);
 
-  dataplane::Clock& clock_;
+  const dataplane::Clock& clock_;
   dataplane::SeededRandom random_;
   dataplane::Router router_;
   dataplane::RateRecorder recorder_;

@@ -1,6 +1,7 @@
 // Study runs on the fleet simulator; see fleet_runner.h.
 #include "tools/eval/sim/study/fleet_runner.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -8,114 +9,42 @@
 #include <tuple>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "cacheroute/dataplane/key_id.h"
-#include "planner/algorithm.h"
-#include "planner/service/config.h"
+#include "tools/eval/sim/study/policy_labels.h"
+#include "tools/eval/sim/study/workloads.h"
 
 namespace cacheroute::sim::study {
 
 absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::string_view policy,
                                             double offered_qps, uint64_t seed) {
   CACHEROUTE_ASSIGN_OR_RETURN(EngineProfile profile, FindEngineProfile(study.profile));
+  const PolicyLabel* label = FindPolicyLabel(policy);
+  if (label == nullptr) return CheckPolicyLabel("policies", policy);
+  const FleetKnobs& knobs = study.fleet;
   FleetConfig c;
   c.engines = study.destinations;
-  c.gateways = study.fleet.gateways;
+  c.gateways = knobs.gateways;
   c.profile = std::move(profile);
-  if (study.fleet.kv_blocks > 0) c.profile.kv_blocks = study.fleet.kv_blocks;
-  c.engine = {.max_waiting = study.fleet.queue_cap, .timeout_s = study.fleet.timeout_s};
+  if (knobs.kv_blocks > 0) c.profile.kv_blocks = knobs.kv_blocks;
+  c.engine = {.max_waiting = knobs.queue_cap, .timeout_s = knobs.timeout_s};
   c.seed = seed;
-  c.warmup_s = study.fleet.warmup_s;
+  c.warmup_s = knobs.warmup_s;
   c.offered_qps = offered_qps;
-  c.control_interval_s = study.fleet.control_interval_s;
-  c.rate_smoothing_s = study.fleet.rate_smoothing_s;
-  c.q_cap = study.fleet.q_cap;
-  c.slots_per_destination = study.fleet.slots_per_destination;
-  c.max_plans = study.fleet.max_plans;
-  c.stickiness = study.fleet.stickiness;
-  c.dispatch.decode_stall = study.fleet.decode_stall;
-  c.dispatch.queue_stall = study.fleet.queue_stall;
-  c.dispatch.queue_wait = study.fleet.queue_wait;
-  c.dispatch.memory_short = study.fleet.memory_short;
-  c.dispatch.all_candidates_up_to = study.fleet.all_candidates_up_to;
-  c.dispatch.prefix_memory_log2 = study.fleet.prefix_memory_log2;
-  c.measure_turnover = study.fleet.measure_turnover;
-  c.plan_follows_cache = study.fleet.plan_follows_cache;
+  c.parameters = knobs.parameters;
+  c.control_interval_s = knobs.control_interval_s;
+  c.rate_smoothing_s = knobs.rate_smoothing_s;
+  c.q_cap = knobs.q_cap;
+  c.slots_per_destination = knobs.slots_per_destination;
+  c.max_plans = knobs.max_plans;
+  c.stickiness = knobs.stickiness;
+  c.dispatch = knobs.dispatch;
+  c.measure_turnover = knobs.measure_turnover;
+  c.plan_follows_cache = knobs.plan_follows_cache;
+  // Without the turnover measured, remembered destinations never expire.
   if (!c.measure_turnover) c.dispatch.default_turnover = std::chrono::hours(24 * 365);
-  c.plan_kv_budget_share = study.fleet.kv_budget_share;
-  // The paper's Algorithm 1 as published: no spill, power of two choices for the tail, slots.
-  const auto paper = [&c] {
-    UseAlgorithm(c, planner::Algorithm::kCacheRoutePaper);
-    c.plan_kv_budget_share = 0;
-  };
-  // "<variant>-gated": the variant behind the rollout gate with its defaults (docs/gate.md).
-  constexpr std::string_view kGated = "-gated";
-  if (policy.size() > kGated.size() && policy.ends_with(kGated)) {
-    policy.remove_suffix(kGated.size());
-    c.gate = true;
-    // The gate's defaults, with the study's SLO as its latency envelope (as an operator would
-    // configure ttft_envelope_seconds); chosen on the negative study, then held fixed.
-    c.gate_options.ttft_envelope_seconds = study.primary_slo_s;
-    if (policy != "cacheroute" && policy != "cacheroute-paper") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "policies: \"", std::string(policy), "-gated\": only cacheroute and cacheroute-paper can be gated"));
-    }
-  }
-  if (policy == "flat") {
-    c.policy = PolicyKind::kFlatLb;
-  } else if (policy == "cacheroute-paper") {
-    c.policy = PolicyKind::kCacheRoute;
-    paper();
-  } else if (policy == "cacheroute-bytes") {
-    c.policy = PolicyKind::kCacheRoute;
-    c.plan_kv_budget_share = kKvBudgetShare;
-  } else if (policy == "lpt" || policy == "fresh") {
-    c.policy = PolicyKind::kCacheRoute;
-    if (policy == "lpt") paper();
-  } else if (policy == "cacheroute-no-plan") {
-    c.policy = PolicyKind::kCacheRoute;
-    c.ablation = PlanAblation::kNone;
-  } else if (policy == "affinity") {
-    c.policy = PolicyKind::kCacheRoute;
-    c.ablation = PlanAblation::kAffinityOnly;
-    paper();
-  } else if (policy == "replication") {
-    c.policy = PolicyKind::kCacheRoute;
-    c.ablation = PlanAblation::kReplication;
-    paper();
-  } else if (policy == "cacheroute-replan-10s" || policy == "cacheroute-sticky-lpt" ||
-             policy == "fresh-sticky") {
-    // Replanning every 10 s from rates smoothed over 10 s, from scratch or with the planner
-    // service's default hysteresis (placement_stickiness 0.1, deploy/planner.yaml).
-    c.policy = PolicyKind::kCacheRoute;
-    c.control_interval_s = 10;
-    c.rate_smoothing_s = 10;
-    c.max_plans = 0;
-    c.stickiness =
-        policy == "cacheroute-replan-10s" ? 0 : service::PlannerConfig().placement_stickiness;
-  } else if (policy == "held") {
-    if (!study.drift.enabled) {
-      return absl::InvalidArgumentError("policies: \"held\" needs a drift study (drift.enabled)");
-    }
-    // One plan at the end of the warm-up (which runs at interval 0's rates), kept to the end.
-    c.policy = PolicyKind::kCacheRoute;
-    c.control_interval_s = study.fleet.warmup_s > 0 ? study.fleet.warmup_s : 1;
-    c.max_plans = 1;
-  } else if (policy == "stale") {
-    if (!study.drift.enabled) {
-      return absl::InvalidArgumentError("policies: \"stale\" needs a drift study (drift.enabled)");
-    }
-    c.policy = PolicyKind::kCacheRoute;
-    c.control_interval_s = study.duration_s / study.drift.intervals;
-  } else {
-    absl::StatusOr<PolicyKind> kind = ParsePolicyKind(policy);
-    if (!kind.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("policies: unknown policy \"", std::string(policy), "\""));
-    }
-    c.policy = *kind;
-  }
+  c.plan_kv_budget_share = knobs.kv_budget_share;
+  if (absl::Status s = label->apply(study, c); !s.ok()) return s;
   if (absl::Status s = ValidateFleetConfig(c); !s.ok()) return s;
   return c;
 }

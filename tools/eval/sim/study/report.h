@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "tools/eval/sim/study/capacity.h"
-#include "tools/eval/sim/study/study.h"
+#include "tools/eval/sim/study/sweep.h"
 
 namespace cacheroute::sim::study {
 
