@@ -40,12 +40,12 @@ struct TlsConfig {
 // High availability (docs/ha.md): replicas coordinated through etcd. Absent (enabled false), the
 // planner runs alone exactly as without HA.
 struct EtcdConfig {
-  bool enabled = false;                // an `etcd:` section was given
-  std::vector<std::string> endpoints;  // HOST:PORT of etcd's client URLs; required
+  bool enabled = false;                             // an `etcd:` section was given
+  std::vector<std::string> endpoints;               // HOST:PORT of etcd's client URLs; required
   std::string key_prefix = "/cacheroute/default/";  // every key this cluster uses; ends in '/'
-  int64_t lease_ttl_seconds = 5;       // the leader's lease
-  std::string replica_id;              // "": the host name
-  std::string advertise;               // how other replicas reach this gRPC port; "": listen
+  int64_t lease_ttl_seconds = 5;                    // the leader's lease
+  std::string replica_id;                           // "": the host name
+  std::string advertise;  // how other replicas reach this gRPC port; "": listen
 };
 
 struct PlannerConfig {

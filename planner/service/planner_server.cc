@@ -259,15 +259,15 @@ class PlannerServices final : public v1::RateService::CallbackService,
                                             v1::SetDestinationsResponse* response) override {
     return Write(context, *request, response, &v1::AdminService::Stub::SetDestinations,
                  [&]() -> absl::Status {
-      absl::StatusOr<PlanOutcome> outcome =
-          core_->SetDestinations({request->destinations().begin(), request->destinations().end()});
-      if (!outcome.ok()) return outcome.status();
-      *response->mutable_version() = outcome->version.ToProto();
-      base::LogEvent("info", "destinations_set",
-                     {{"count", absl::StrCat(request->destinations_size())},
-                      {"version", outcome->version.ToString()}});
-      return absl::OkStatus();
-    });
+                   absl::StatusOr<PlanOutcome> outcome = core_->SetDestinations(
+                       {request->destinations().begin(), request->destinations().end()});
+                   if (!outcome.ok()) return outcome.status();
+                   *response->mutable_version() = outcome->version.ToProto();
+                   base::LogEvent("info", "destinations_set",
+                                  {{"count", absl::StrCat(request->destinations_size())},
+                                   {"version", outcome->version.ToString()}});
+                   return absl::OkStatus();
+                 });
   }
 
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
@@ -288,17 +288,16 @@ class PlannerServices final : public v1::RateService::CallbackService,
   grpc::ServerUnaryReactor* ForceGate(grpc::CallbackServerContext* context,
                                       const v1::ForceGateRequest* request,
                                       v1::GateStatus* response) override {
-    return Write(context, *request, response, &v1::AdminService::Stub::ForceGate,
-                 [&]() -> absl::Status {
-                   CACHEROUTE_ASSIGN_OR_RETURN(*response,
-                                               core_->ForceGate(request->state(), request->why()));
-                   base::LogEvent("info",
-                                  request->state().empty() ? "gate_released" : "gate_forced",
-                                  {{"state", response->state()},
-                                   {"table_fraction", absl::StrCat(response->table_fraction())},
-                                   {"why", request->why()}});
-                   return absl::OkStatus();
-                 });
+    return Write(
+        context, *request, response, &v1::AdminService::Stub::ForceGate, [&]() -> absl::Status {
+          CACHEROUTE_ASSIGN_OR_RETURN(*response,
+                                      core_->ForceGate(request->state(), request->why()));
+          base::LogEvent("info", request->state().empty() ? "gate_released" : "gate_forced",
+                         {{"state", response->state()},
+                          {"table_fraction", absl::StrCat(response->table_fraction())},
+                          {"why", request->why()}});
+          return absl::OkStatus();
+        });
   }
 
   // --- Table-stream registry, used by StreamTableReactor.
@@ -337,11 +336,11 @@ class PlannerServices final : public v1::RateService::CallbackService,
   // An admin write: on the leader (or without etcd) `body`; on a follower forwarded to the
   // leader's advertised address with the caller's token, or FAILED_PRECONDITION naming it.
   template <typename Request, typename Response, typename Body>
-  grpc::ServerUnaryReactor* Write(
-      grpc::CallbackServerContext* context, const Request& request, Response* response,
-      grpc::Status (v1::AdminService::Stub::*method)(grpc::ClientContext*, const Request&,
-                                                      Response*),
-      Body body) {
+  grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context, const Request& request,
+                                  Response* response,
+                                  grpc::Status (v1::AdminService::Stub::*method)(
+                                      grpc::ClientContext*, const Request&, Response*),
+                                  Body body) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     grpc::Status status = CheckAuth(context, /*mutating=*/true);
     if (status.ok()) {
@@ -362,8 +361,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
   grpc::Status Forward(grpc::CallbackServerContext* context, HaReplica* ha, const Request& request,
                        Response* response,
                        grpc::Status (v1::AdminService::Stub::*method)(grpc::ClientContext*,
-                                                                       const Request&,
-                                                                       Response*)) {
+                                                                      const Request&, Response*)) {
     const auto [id, address] = HaLeader(ha);
     if (id.empty()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -399,9 +397,9 @@ class PlannerServices final : public v1::RateService::CallbackService,
     client.AddMetadata(kForwardedHeader, "1");
     grpc::Status status = (stub.get()->*method)(&client, request, response);
     if (!status.ok() && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("forwarding to the leader failed (", named,
-                                       "): ", status.error_message()));
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("forwarding to the leader failed (", named, "): ", status.error_message()));
     }
     return status;
   }
