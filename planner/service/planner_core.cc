@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
+#include "planner/byte_aware.h"
 #include "planner/plan_snapshot.h"
 #include "planner/service/state_convert.h"
 
