@@ -17,7 +17,8 @@
 #include "base/status_macros.h"
 #include "planner/coord/etcd_client.h"
 #include "planner/service/control_schedule.h"
-#include "planner/service/planner_server.h"
+#include "planner/service/plan_log.h"
+#include "planner/service/proto_convert.h"
 
 namespace cacheroute::service {
 

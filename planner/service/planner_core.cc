@@ -14,7 +14,7 @@
 #include "base/status_macros.h"
 #include "planner/byte_aware.h"
 #include "planner/plan_snapshot.h"
-#include "planner/service/state_convert.h"
+#include "planner/service/proto_convert.h"
 
 namespace cacheroute::service {
 namespace {
