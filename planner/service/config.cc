@@ -698,7 +698,8 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
       !status.ok()) {
     return status;
   }
-  if (config.kv_tokens_per_destination > 0 && config.algorithm != "cacheroute") {
+  if (config.kv_tokens_per_destination > 0 &&
+      !planner::PlansByteAware(*planner::ParseAlgorithm(config.algorithm))) {
     return Invalid(
         "kv_tokens_per_destination",
         absl::StrCat("byte-aware planning is algorithm \"cacheroute\"'s; ", Quote(config.algorithm),

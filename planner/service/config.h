@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
+#include "planner/algorithm.h"
 #include "planner/gate.h"
 
 namespace cacheroute::service {
@@ -85,10 +86,11 @@ struct PlannerConfig {
   // warm hints; docs/dispatch.md, "The plan follows the cache"). Gateways that do not report
   // served_at leave nothing to follow.
   bool follow_served = true;
-  // "cacheroute" (the default: Algorithm 1 plus a planned spill destination per key and
-  // load-adaptive k_b, planner::PlanConfig::spill and ::balance_share = 0.5) or "cacheroute-paper"
-  // (Algorithm 1 as published). docs/dispatch.md says what each does and what it measured.
-  std::string algorithm = "cacheroute";
+  // "cacheroute" (the default, planner::kDefaultAlgorithm: Algorithm 1 plus a planned spill
+  // destination per key and load-adaptive k_b, planner::PlanConfig::spill and ::balance_share =
+  // 0.5) or "cacheroute-paper" (Algorithm 1 as published). docs/dispatch.md says what each does
+  // and what it measured.
+  std::string algorithm = std::string(planner::AlgorithmName(planner::kDefaultAlgorithm));
   // Byte-aware planning (planner::PlanConfig::kv_budget_tokens, docs/planner.md): off while
   // kv_tokens_per_destination is 0. Otherwise keys are admitted by the prefill work their
   // affinity saves while Σ reusable tokens × k_b fits kv_tokens_per_destination ×

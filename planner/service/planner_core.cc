@@ -28,7 +28,7 @@ constexpr double kLoadDrift = 0.05;
 // The parsed algorithm of a validated config.
 planner::Algorithm AlgorithmOf(const PlannerConfig& config) {
   absl::StatusOr<planner::Algorithm> algorithm = planner::ParseAlgorithm(config.algorithm);
-  return algorithm.ok() ? *algorithm : planner::Algorithm::kCacheRoute;
+  return algorithm.ok() ? *algorithm : planner::kDefaultAlgorithm;
 }
 
 planner::RateAggregatorOptions AggregatorOptions(const PlannerConfig& config) {
