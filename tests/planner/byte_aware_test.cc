@@ -72,8 +72,8 @@ TEST_CASE("WorkModel: sizes, means for unmeasured keys, and the survival discoun
   CHECK_FALSE(WorkModel::Make(rates, std::vector<KeyTokens>(4), config).has_value());
   // Measured keys all at rate 0: plain means.
   const std::vector<KeyRate> idle = {{1, 0}, {2, 0}, {3, 5}};
-  const std::optional<WorkModel> plain =
-      WorkModel::Make(idle, std::vector<KeyTokens>{{10, 10}, {30, 50}, {}}, config);
+  const std::vector<KeyTokens> idle_tokens = {{10, 10}, {30, 50}, {}};
+  const std::optional<WorkModel> plain = WorkModel::Make(idle, idle_tokens, config);
   REQUIRE(plain.has_value());
   CHECK(plain->Reusable(2) == 20);
   CHECK(plain->Prompt(2) == 30);
