@@ -16,9 +16,8 @@ constexpr uint32_t kMaxDestinations = 1u << 20;
 
 }  // namespace
 
-uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped) {
-  if (capped != nullptr) *capped = false;
-  if (rate <= q_cap) return 1;  // the common case, decided without a division
+uint32_t plan_internal::SplitAssignmentCount(double rate, double q_cap, uint32_t destinations,
+                                             bool* capped) {
   const double ratio = rate / q_cap;
   if (!(ratio <= static_cast<double>(destinations))) {  // also catches an infinite ratio
     if (capped != nullptr) *capped = true;

@@ -200,10 +200,21 @@ class Plan {
   plan_internal::PlanData data_;
 };
 
+namespace plan_internal {
+// AssignmentCount for rate > q_cap.
+uint32_t SplitAssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped);
+}  // namespace plan_internal
+
 // k_b for one key: max(1, ⌈rate/q_cap⌉) capped at `destinations`, rounded so that
 // rate/k_b ≤ q_cap holds in floating point whenever k_b < destinations. `*capped` (optional) is
-// set when the cap at `destinations` applied.
-uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations, bool* capped = nullptr);
+// set when the cap at `destinations` applied. Inline for the common case, which admission and
+// placement meet once per key.
+inline uint32_t AssignmentCount(double rate, double q_cap, uint32_t destinations,
+                                bool* capped = nullptr) {
+  if (capped != nullptr) *capped = false;
+  if (rate <= q_cap) return 1;  // decided without a division
+  return plan_internal::SplitAssignmentCount(rate, q_cap, destinations, capped);
+}
 
 // Validates the config alone (R ≥ 1, finite q_cap > 0, W ≥ 1, the byte-aware fields finite and
 // ≥ 0, LPT placement when byte-aware).
