@@ -1,5 +1,6 @@
 // cacheroutectl: the operator's command-line tool (docs/cacheroutectl.md). `cacheroutectl plan`
-// builds a routing plan offline from a rates file, for sizing W and q_cap; the online commands
+// builds a routing plan offline from a rates file, for sizing W and q_cap, with the planner
+// service's algorithm unless --algorithm names the other one; the online commands
 // (online_commands.h: push-rates, status, show, explain, diff, watch, replan, drain, undrain,
 // destinations) talk to a running planner chosen by the global options before the command.
 //
@@ -33,6 +34,7 @@
 #include "client/plan_output.h"
 #include "client/rates_csv.h"
 #include "client/text_format.h"
+#include "planner/algorithm.h"
 #include "planner/plan_builder.h"
 
 namespace cacheroute::client {
@@ -80,6 +82,12 @@ class PlanCommand final : public Command {
         ->add_option("--request-overhead-tokens", request_overhead_tokens_,
                      "Byte-aware: a request's decode in prefill-token equivalents (default 0)")
         ->type_name("T");
+    command_
+        ->add_option("--algorithm", algorithm_,
+                     absl::StrCat("Planning algorithm, one of ", planner::AlgorithmNames(),
+                                  "; the default is the planner service's"))
+        ->type_name("NAME")
+        ->capture_default_str();
     command_->add_option("--format", format_, "Output format: table, json or csv")
         ->type_name("FORMAT")
         ->capture_default_str();
@@ -104,8 +112,19 @@ class PlanCommand final : public Command {
       CACHEROUTE_ASSIGN_OR_RETURN(
           slots, ParseIntFlag<uint64_t>("--slots-per-destination", slots_per_destination_, 1));
     }
-    planner::PlanConfig plan_config{
-        .destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots};
+    absl::StatusOr<planner::Algorithm> algorithm = planner::ParseAlgorithm(algorithm_);
+    if (!algorithm.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--algorithm: ", algorithm.status().message()));
+    }
+    if (byte_aware && !planner::PlansByteAware(*algorithm)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv-budget-tokens: byte-aware planning is algorithm \"",
+          std::string(planner::AlgorithmName(planner::Algorithm::kCacheRoute)), "\"'s; \"",
+          algorithm_, "\" plans by slots (give --slots-per-destination instead)"));
+    }
+    planner::PlanConfig plan_config = planner::PlanConfigFor(
+        *algorithm, {.destinations = destinations, .q_cap = q_cap, .slots_per_destination = slots});
     if (byte_aware) {
       CACHEROUTE_ASSIGN_OR_RETURN(plan_config.kv_budget_tokens,
                                   ParsePositiveFlag("--kv-budget-tokens", kv_budget_tokens_));
@@ -175,6 +194,7 @@ class PlanCommand final : public Command {
   std::string kv_budget_tokens_;
   std::string kv_capacity_tokens_;
   std::string request_overhead_tokens_;
+  std::string algorithm_ = std::string(planner::AlgorithmName(planner::kDefaultAlgorithm));
   std::string format_ = "table";
   std::string top_ = "10";
 };

@@ -39,4 +39,6 @@ PlanConfig PlanConfigFor(Algorithm algorithm, PlanConfig base) {
   return base;
 }
 
+bool PlansByteAware(Algorithm algorithm) { return algorithm == Algorithm::kCacheRoute; }
+
 }  // namespace cacheroute::planner

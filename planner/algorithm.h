@@ -8,7 +8,8 @@
 //   cacheroute-paper  Algorithm 1 as published ("CacheRoute: Planned Prefix-Affinity Routing for
 //                     Large-Scale LLM Serving", §3.1): no spill, the fixed q_cap
 //
-// docs/dispatch.md says what each does and what it measured.
+// docs/dispatch.md says what each does and what it measured. kDefaultAlgorithm is the one the
+// planner service (PlannerConfig::algorithm) and `cacheroutectl plan` plan with unless told.
 //
 // Usage:
 //   absl::StatusOr<Algorithm> algorithm = ParseAlgorithm(config.algorithm);  // names the value
@@ -22,11 +23,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "planner/plan_builder.h"
+#include "planner/plan.h"
 
 namespace cacheroute::planner {
 
 enum class Algorithm : uint8_t { kCacheRoute, kCacheRoutePaper };
+
+inline constexpr Algorithm kDefaultAlgorithm = Algorithm::kCacheRoute;
 
 std::string_view AlgorithmName(Algorithm algorithm);
 // InvalidArgument "unknown algorithm \"x\" (one of cacheroute, cacheroute-paper)".
@@ -36,5 +39,9 @@ std::string AlgorithmNames();
 
 // `base` with the algorithm's own settings (spill, balance_share); every other field as given.
 PlanConfig PlanConfigFor(Algorithm algorithm, PlanConfig base);
+
+// Whether the algorithm plans byte-aware when given a KV budget (PlanConfig::kv_budget_tokens):
+// cacheroute does; cacheroute-paper, Algorithm 1 as published, plans by slots.
+bool PlansByteAware(Algorithm algorithm);
 
 }  // namespace cacheroute::planner

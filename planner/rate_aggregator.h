@@ -43,7 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cacheroute/dataplane/arm_evidence.h"
-#include "planner/plan_builder.h"
+#include "planner/plan.h"
 
 namespace cacheroute::planner {
 

@@ -250,8 +250,8 @@ const std::vector<YamlField>& EtcdFields() {
              endpoints.push_back(node[i].Scalar());
            }
          } else {
-           return Invalid(name, absl::StrCat("expected a list of HOST:PORT, got ",
-                                             DescribeNode(node)));
+           return Invalid(name,
+                          absl::StrCat("expected a list of HOST:PORT, got ", DescribeNode(node)));
          }
          config.etcd.endpoints = std::move(endpoints);
          return absl::OkStatus();
@@ -295,8 +295,9 @@ absl::Status CheckEtcd(const EtcdConfig& etcd) {
   }
   if (etcd.replica_id.size() > 256 ||
       etcd.replica_id.find_first_of(" \t\r\n") != std::string::npos) {
-    return Invalid("etcd.replica_id", absl::StrCat("must be at most 256 bytes without whitespace, got ",
-                                                   Quote(etcd.replica_id)));
+    return Invalid(
+        "etcd.replica_id",
+        absl::StrCat("must be at most 256 bytes without whitespace, got ", Quote(etcd.replica_id)));
   }
   return CheckHostPort("etcd.advertise", etcd.advertise, /*allow_empty=*/true);
 }
@@ -528,7 +529,8 @@ absl::Status ApplyFlags(const CLI::App& app, const Flags& flags, PlannerConfig& 
     }
     if (given("--etcd-replica-id")) config.etcd.replica_id = flags.etcd_replica_id;
     if (given("--etcd-advertise")) {
-      if (absl::Status s = CheckHostPort("--etcd-advertise", flags.etcd_advertise, false); !s.ok()) {
+      if (absl::Status s = CheckHostPort("--etcd-advertise", flags.etcd_advertise, false);
+          !s.ok()) {
         return s;
       }
       config.etcd.advertise = flags.etcd_advertise;
@@ -696,7 +698,8 @@ absl::Status ValidatePlannerConfig(const PlannerConfig& config) {
       !status.ok()) {
     return status;
   }
-  if (config.kv_tokens_per_destination > 0 && config.algorithm != "cacheroute") {
+  if (config.kv_tokens_per_destination > 0 &&
+      !planner::PlansByteAware(*planner::ParseAlgorithm(config.algorithm))) {
     return Invalid(
         "kv_tokens_per_destination",
         absl::StrCat("byte-aware planning is algorithm \"cacheroute\"'s; ", Quote(config.algorithm),

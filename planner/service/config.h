@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
+#include "planner/algorithm.h"
 #include "planner/gate.h"
 
 namespace cacheroute::service {
@@ -40,12 +41,12 @@ struct TlsConfig {
 // High availability (docs/ha.md): replicas coordinated through etcd. Absent (enabled false), the
 // planner runs alone exactly as without HA.
 struct EtcdConfig {
-  bool enabled = false;                // an `etcd:` section was given
-  std::vector<std::string> endpoints;  // HOST:PORT of etcd's client URLs; required
+  bool enabled = false;                             // an `etcd:` section was given
+  std::vector<std::string> endpoints;               // HOST:PORT of etcd's client URLs; required
   std::string key_prefix = "/cacheroute/default/";  // every key this cluster uses; ends in '/'
-  int64_t lease_ttl_seconds = 5;       // the leader's lease
-  std::string replica_id;              // "": the host name
-  std::string advertise;               // how other replicas reach this gRPC port; "": listen
+  int64_t lease_ttl_seconds = 5;                    // the leader's lease
+  std::string replica_id;                           // "": the host name
+  std::string advertise;  // how other replicas reach this gRPC port; "": listen
 };
 
 struct PlannerConfig {
@@ -85,10 +86,11 @@ struct PlannerConfig {
   // warm hints; docs/dispatch.md, "The plan follows the cache"). Gateways that do not report
   // served_at leave nothing to follow.
   bool follow_served = true;
-  // "cacheroute" (the default: Algorithm 1 plus a planned spill destination per key and
-  // load-adaptive k_b, planner::PlanConfig::spill and ::balance_share = 0.5) or "cacheroute-paper"
-  // (Algorithm 1 as published). docs/dispatch.md says what each does and what it measured.
-  std::string algorithm = "cacheroute";
+  // "cacheroute" (the default, planner::kDefaultAlgorithm: Algorithm 1 plus a planned spill
+  // destination per key and load-adaptive k_b, planner::PlanConfig::spill and ::balance_share =
+  // 0.5) or "cacheroute-paper" (Algorithm 1 as published). docs/dispatch.md says what each does
+  // and what it measured.
+  std::string algorithm = std::string(planner::AlgorithmName(planner::kDefaultAlgorithm));
   // Byte-aware planning (planner::PlanConfig::kv_budget_tokens, docs/planner.md): off while
   // kv_tokens_per_destination is 0. Otherwise keys are admitted by the prefill work their
   // affinity saves while Σ reusable tokens × k_b fits kv_tokens_per_destination ×

@@ -17,14 +17,15 @@
 #include "base/status_macros.h"
 #include "planner/coord/etcd_client.h"
 #include "planner/service/control_schedule.h"
-#include "planner/service/planner_server.h"
+#include "planner/service/plan_log.h"
+#include "planner/service/proto_convert.h"
 
 namespace cacheroute::service {
 
 using coord::EtcdClient;
 using coord::TxnOp;
-using coord::WatchEvent;
 using coord::Watcher;
+using coord::WatchEvent;
 
 struct HaReplica::State {
   Options options;
@@ -45,8 +46,8 @@ struct HaReplica::State {
   std::unique_ptr<Watcher> reports_watch;
   bool table_watch_live = false;
   bool reports_watch_live = false;
-  bool synced = false;  // both watches have been live together once
-  int64_t table_next = 0;    // where the next watch starts (0: read the key first / from now)
+  bool synced = false;     // both watches have been live together once
+  int64_t table_next = 0;  // where the next watch starts (0: read the key first / from now)
   int64_t reports_next = 0;
   bool reports_watched = false;  // the reports watch was open once: nothing written is missed
   // Reports: the results of the reports applied by the watch, by revision (a bounded window),
@@ -60,8 +61,8 @@ struct HaReplica::State {
   std::chrono::steady_clock::time_point report_lease_renew;
 
   int64_t ReportTtlSeconds() const {
-    const int64_t intervals = static_cast<int64_t>(
-        std::ceil(absl::ToDoubleSeconds(options.control_interval) * 3));
+    const int64_t intervals =
+        static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(options.control_interval) * 3));
     return std::max<int64_t>(10, intervals);
   }
 

@@ -12,8 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
+#include "planner/byte_aware.h"
 #include "planner/plan_snapshot.h"
-#include "planner/service/state_convert.h"
+#include "planner/service/proto_convert.h"
 
 namespace cacheroute::service {
 namespace {
@@ -27,7 +28,7 @@ constexpr double kLoadDrift = 0.05;
 // The parsed algorithm of a validated config.
 planner::Algorithm AlgorithmOf(const PlannerConfig& config) {
   absl::StatusOr<planner::Algorithm> algorithm = planner::ParseAlgorithm(config.algorithm);
-  return algorithm.ok() ? *algorithm : planner::Algorithm::kCacheRoute;
+  return algorithm.ok() ? *algorithm : planner::kDefaultAlgorithm;
 }
 
 planner::RateAggregatorOptions AggregatorOptions(const PlannerConfig& config) {
@@ -245,9 +246,8 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
       }
     }
   }
-  CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan,
-                              builder_.Build(last_rates_, plan_config, previous, warm,
-                                             last_tokens_));
+  CACHEROUTE_ASSIGN_OR_RETURN(
+      planner::Plan plan, builder_.Build(last_rates_, plan_config, previous, warm, last_tokens_));
   ++counters_.plans;
   last_stats_ = plan.stats();
   last_plan_unix_ms_ = absl::ToUnixMillis(now);
@@ -280,20 +280,20 @@ absl::StatusOr<PlanOutcome> PlannerCore::ReplanLocked(
 
 planner::PlanConfig PlannerCore::PlanConfigLocked(uint32_t active) const {
   return planner::PlanConfigFor(
-      algorithm_, {.destinations = active,
-                   .q_cap = config_.q_cap,
-                   .slots_per_destination = config_.slots_per_destination,
-                   .unkeyed_rate = rates_.UnkeyedRate(),
-                   .replicate = config_.replicate,
-                   .placement = config_.placement == "hashed" ? planner::Placement::kHashed
-                                                              : planner::Placement::kLpt,
-                   .placement_seed = config_.placement_seed,
-                   .stickiness = config_.placement_stickiness,
-                   // Byte-aware planning, when the engines' KV capacity is configured.
-                   .kv_budget_tokens =
-                       config_.kv_tokens_per_destination * config_.planned_prefix_share,
-                   .kv_capacity_tokens = config_.kv_tokens_per_destination,
-                   .request_overhead_tokens = config_.request_overhead_tokens});
+      algorithm_,
+      {.destinations = active,
+       .q_cap = config_.q_cap,
+       .slots_per_destination = config_.slots_per_destination,
+       .unkeyed_rate = rates_.UnkeyedRate(),
+       .replicate = config_.replicate,
+       .placement =
+           config_.placement == "hashed" ? planner::Placement::kHashed : planner::Placement::kLpt,
+       .placement_seed = config_.placement_seed,
+       .stickiness = config_.placement_stickiness,
+       // Byte-aware planning, when the engines' KV capacity is configured.
+       .kv_budget_tokens = config_.kv_tokens_per_destination * config_.planned_prefix_share,
+       .kv_capacity_tokens = config_.kv_tokens_per_destination,
+       .request_overhead_tokens = config_.request_overhead_tokens});
 }
 
 void PlannerCore::RefreshRatesLocked() {
@@ -363,7 +363,8 @@ v1::PlannerState PlannerCore::MetaLocked() const {
     const planner::Gate::Persisted g = gate_->Save();
     v1::GateRecord* record = state.mutable_gate();
     record->set_state(std::string(planner::GateStateName(g.state)));
-    if (g.forced.has_value()) record->set_forced_state(std::string(planner::GateStateName(*g.forced)));
+    if (g.forced.has_value())
+      record->set_forced_state(std::string(planner::GateStateName(*g.forced)));
     record->set_forced_why(g.forced_why);
     record->set_intervals_in_state(g.intervals_in_state);
     record->set_interval(g.interval);
@@ -398,9 +399,8 @@ bool PlannerCore::InstallPublished(std::shared_ptr<const table::TableSnapshot> s
   return true;
 }
 
-absl::StatusOr<PlanOutcome> PlannerCore::TakeOver(
-    std::shared_ptr<const table::TableSnapshot> table,
-    const std::optional<v1::PlannerState>& meta) {
+absl::StatusOr<PlanOutcome> PlannerCore::TakeOver(std::shared_ptr<const table::TableSnapshot> table,
+                                                  const std::optional<v1::PlannerState>& meta) {
   std::lock_guard<std::mutex> order(notify_mu_);
   std::shared_ptr<const table::TableSnapshot> published;
   absl::StatusOr<PlanOutcome> outcome;
@@ -419,8 +419,7 @@ absl::StatusOr<PlanOutcome> PlannerCore::TakeOver(
       const std::optional<planner::Gate> before = gate_;
       if (!RestoreGateLocked(meta->gate()).ok()) gate_ = before;
     }
-    if (table != nullptr &&
-        (history_.empty() || history_.back()->version() < table->version())) {
+    if (table != nullptr && (history_.empty() || history_.back()->version() < table->version())) {
       InstallLocked(table);
       installed = table;
     }
@@ -729,8 +728,9 @@ absl::StatusOr<v1::GateStatus> PlannerCore::ForceGate(const std::string& state,
     if (!state.empty()) {
       forced = planner::ParseGateState(state);
       if (!forced.has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "state: \"", state, "\" is not shadow, canary, enabled, rolled_back or \"\" (release)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("state: \"", state,
+                         "\" is not shadow, canary, enabled, rolled_back or \"\" (release)"));
       }
     }
     const std::optional<planner::Gate> before = gate_;

@@ -23,6 +23,8 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "planner/key_id.h"
 #include "planner/service/control_schedule.h"
+#include "planner/service/plan_log.h"
+#include "planner/service/proto_convert.h"
 #include "proto/table/table_stream.h"
 #ifdef CACHEROUTE_HAVE_ETCD
 #include "planner/service/ha_replica.h"
@@ -81,57 +83,6 @@ v1::HaStatus HaStatusOf(HaReplica*) { return {}; }
 constexpr char kForwardedHeader[] = "x-cacheroute-forwarded-by";
 
 }  // namespace
-
-void LogPlanOutcome(const absl::StatusOr<PlanOutcome>& outcome) {
-  if (outcome.ok() && outcome->gate.has_value() && outcome->gate->changed) {
-    const planner::Gate::Decision& d = *outcome->gate;
-    base::LogEvent("info", "gate_changed",
-                   {{"state", std::string(planner::GateStateName(d.state))},
-                    {"table_fraction", absl::StrCat(d.table_fraction)},
-                    {"why", d.why}});
-  }
-  if (!outcome.ok()) {
-    base::LogEvent("error", "plan_failed", {{"error", std::string(outcome.status().message())}});
-  } else if (outcome->changed) {
-    base::LogEvent("info", "table_published",
-                   {{"version", outcome->version.ToString()},
-                    {"build_ms", absl::StrCat(outcome->build_seconds * 1e3)}});
-  }
-}
-
-planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
-  planner::RateReport report;
-  report.gateway_id = request.gateway_id();
-  report.sequence = request.sequence();
-  report.window_start_unix_ms = request.window_start_unix_ms();
-  report.window_end_unix_ms = request.window_end_unix_ms();
-  report.other_count = request.other_count();
-  report.counts.resize(request.counts_size());
-  for (int i = 0; i < request.counts_size(); ++i) {
-    const v1::KeyCount& in = request.counts(i);
-    planner::KeyCountReport& out = report.counts[i];
-    out.key_id = in.key_id();
-    out.count = in.count();
-    if (in.has_prompt_tokens()) out.prompt_tokens = in.prompt_tokens();
-    if (in.has_reusable_tokens()) out.reusable_tokens = in.reusable_tokens();
-    out.key = in.key();
-    out.served_at = in.served_at();
-  }
-  if (request.has_evidence()) {
-    const v1::GateEvidence& in = request.evidence();
-    planner::EvidenceReport& out = report.evidence.emplace();
-    out.table_fraction = in.table_fraction();
-    for (auto [from, to] : {std::pair{&in.table(), &out.table}, {&in.control(), &out.control}}) {
-      to->requests = from->requests();
-      to->failures = from->failures();
-      to->prompt_tokens = from->prompt_tokens();
-      to->cached_tokens = from->cached_tokens();
-      to->ttft_bucket_counts.assign(from->ttft_bucket_counts().begin(),
-                                    from->ttft_bucket_counts().end());
-    }
-  }
-  return report;
-}
 
 // All three services, sharing the core, the auth check and the set of live table streams.
 class PlannerServices final : public v1::RateService::CallbackService,
@@ -259,15 +210,15 @@ class PlannerServices final : public v1::RateService::CallbackService,
                                             v1::SetDestinationsResponse* response) override {
     return Write(context, *request, response, &v1::AdminService::Stub::SetDestinations,
                  [&]() -> absl::Status {
-      absl::StatusOr<PlanOutcome> outcome =
-          core_->SetDestinations({request->destinations().begin(), request->destinations().end()});
-      if (!outcome.ok()) return outcome.status();
-      *response->mutable_version() = outcome->version.ToProto();
-      base::LogEvent("info", "destinations_set",
-                     {{"count", absl::StrCat(request->destinations_size())},
-                      {"version", outcome->version.ToString()}});
-      return absl::OkStatus();
-    });
+                   absl::StatusOr<PlanOutcome> outcome = core_->SetDestinations(
+                       {request->destinations().begin(), request->destinations().end()});
+                   if (!outcome.ok()) return outcome.status();
+                   *response->mutable_version() = outcome->version.ToProto();
+                   base::LogEvent("info", "destinations_set",
+                                  {{"count", absl::StrCat(request->destinations_size())},
+                                   {"version", outcome->version.ToString()}});
+                   return absl::OkStatus();
+                 });
   }
 
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
@@ -288,17 +239,16 @@ class PlannerServices final : public v1::RateService::CallbackService,
   grpc::ServerUnaryReactor* ForceGate(grpc::CallbackServerContext* context,
                                       const v1::ForceGateRequest* request,
                                       v1::GateStatus* response) override {
-    return Write(context, *request, response, &v1::AdminService::Stub::ForceGate,
-                 [&]() -> absl::Status {
-                   CACHEROUTE_ASSIGN_OR_RETURN(*response,
-                                               core_->ForceGate(request->state(), request->why()));
-                   base::LogEvent("info",
-                                  request->state().empty() ? "gate_released" : "gate_forced",
-                                  {{"state", response->state()},
-                                   {"table_fraction", absl::StrCat(response->table_fraction())},
-                                   {"why", request->why()}});
-                   return absl::OkStatus();
-                 });
+    return Write(
+        context, *request, response, &v1::AdminService::Stub::ForceGate, [&]() -> absl::Status {
+          CACHEROUTE_ASSIGN_OR_RETURN(*response,
+                                      core_->ForceGate(request->state(), request->why()));
+          base::LogEvent("info", request->state().empty() ? "gate_released" : "gate_forced",
+                         {{"state", response->state()},
+                          {"table_fraction", absl::StrCat(response->table_fraction())},
+                          {"why", request->why()}});
+          return absl::OkStatus();
+        });
   }
 
   // --- Table-stream registry, used by StreamTableReactor.
@@ -337,11 +287,11 @@ class PlannerServices final : public v1::RateService::CallbackService,
   // An admin write: on the leader (or without etcd) `body`; on a follower forwarded to the
   // leader's advertised address with the caller's token, or FAILED_PRECONDITION naming it.
   template <typename Request, typename Response, typename Body>
-  grpc::ServerUnaryReactor* Write(
-      grpc::CallbackServerContext* context, const Request& request, Response* response,
-      grpc::Status (v1::AdminService::Stub::*method)(grpc::ClientContext*, const Request&,
-                                                      Response*),
-      Body body) {
+  grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context, const Request& request,
+                                  Response* response,
+                                  grpc::Status (v1::AdminService::Stub::*method)(
+                                      grpc::ClientContext*, const Request&, Response*),
+                                  Body body) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     grpc::Status status = CheckAuth(context, /*mutating=*/true);
     if (status.ok()) {
@@ -362,8 +312,7 @@ class PlannerServices final : public v1::RateService::CallbackService,
   grpc::Status Forward(grpc::CallbackServerContext* context, HaReplica* ha, const Request& request,
                        Response* response,
                        grpc::Status (v1::AdminService::Stub::*method)(grpc::ClientContext*,
-                                                                       const Request&,
-                                                                       Response*)) {
+                                                                      const Request&, Response*)) {
     const auto [id, address] = HaLeader(ha);
     if (id.empty()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -399,9 +348,9 @@ class PlannerServices final : public v1::RateService::CallbackService,
     client.AddMetadata(kForwardedHeader, "1");
     grpc::Status status = (stub.get()->*method)(&client, request, response);
     if (!status.ok() && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("forwarding to the leader failed (", named,
-                                       "): ", status.error_message()));
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("forwarding to the leader failed (", named, "): ", status.error_message()));
     }
     return status;
   }

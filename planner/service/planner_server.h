@@ -16,7 +16,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "base/clock.h"
-#include "cacheroute/v1/rates.pb.h"
 #include "grpcpp/server.h"
 #include "planner/service/config.h"
 #include "planner/service/metrics.h"
@@ -26,14 +25,6 @@ namespace cacheroute::service {
 
 class PlannerServices;
 class HaReplica;
-
-// What RateService.ReportRates hands the core: the wire report field by field (prompt_tokens only
-// when set). Validation is PlannerCore::ReportRates'; exposed for tests and the fuzz target.
-// Logs a planning step's outcome: gate_changed when the rollout gate moved, table_published for
-// a new version, plan_failed for an error. What the control-interval loops call after Replan.
-void LogPlanOutcome(const absl::StatusOr<PlanOutcome>& outcome);
-
-planner::RateReport ToRateReport(const v1::ReportRatesRequest& request);
 
 class PlannerServer {
  public:

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/algorithm.h"
 #include "tests/support/json_reader.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -45,10 +46,20 @@ Result Run(const std::vector<std::string>& args, const std::string& stdin_text =
   return cacheroute::testing::RunCommand(CACHEROUTECTL_PATH, args, stdin_text);
 }
 
+// The paper's Algorithm 1, whose plans of kFiveKeys the cases below work out by hand (the default
+// algorithm's differ: "--algorithm" below).
 std::vector<std::string> PlanArgs(const std::string& rates, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"plan", "--rates", rates, "--destinations",
-                                   "2",    "--q-cap", "8",   "--slots-per-destination",
-                                   "2"};
+  std::vector<std::string> args = {"plan",
+                                   "--rates",
+                                   rates,
+                                   "--destinations",
+                                   "2",
+                                   "--q-cap",
+                                   "8",
+                                   "--slots-per-destination",
+                                   "2",
+                                   "--algorithm",
+                                   "cacheroute-paper"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -196,6 +207,52 @@ TEST_CASE("bad flag values exit 2 naming the flag and the value") {
   CheckBadInput(run("2", "8", "0"), {"--slots-per-destination", "\"0\""});
   CheckBadInput(run("2", "8", "2", {"--format", "xml"}), {"--format", "\"xml\""});
   CheckBadInput(run("2", "8", "2", {"--top", "-1"}), {"--top", "\"-1\""});
+}
+
+TEST_CASE("--algorithm: the planner service's default, or Algorithm 1 as published") {
+  TempDir dir("cacheroutectl_test");
+  const std::string rates = dir.Write("rates.csv", kFiveKeys);
+  const std::vector<std::string> base = {"plan", "--rates",  rates, "--destinations",
+                                         "2",    "--q-cap",  "8",   "--slots-per-destination",
+                                         "2",    "--format", "csv"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Run(args);
+  };
+  // cacheroute, the default: the per-assignment cap is min(q_cap, 0.5 × 20.5 / 2) = 5.125, so
+  // beta (6) is split too and the four slots go to alpha and beta.
+  const Result by_default = with({});
+  INFO("stderr: " << by_default.err);
+  REQUIRE(by_default.exit_code == 0);
+  CHECK(by_default.out ==
+        "key,rate,k,destinations\n"
+        "alpha,10,2,0;1\n"
+        "beta,6,2,0;1\n");
+  const Result named =
+      with({"--algorithm", std::string(planner::AlgorithmName(planner::kDefaultAlgorithm))});
+  REQUIRE(named.exit_code == 0);
+  CHECK(named.out == by_default.out);
+  CHECK(with({"--algorithm", "cacheroute"}).out == by_default.out);
+  // The paper's fixed q_cap splits only alpha.
+  const Result paper = with({"--algorithm", "cacheroute-paper"});
+  REQUIRE(paper.exit_code == 0);
+  CHECK(paper.out ==
+        "key,rate,k,destinations\n"
+        "alpha,10,2,0;1\n"
+        "beta,6,1,0\n"
+        "gamma,3,1,1\n");
+  // --help names the default.
+  const Result help = Run({"plan", "--help"});
+  CHECK(help.out.find("--algorithm NAME=cacheroute ") != std::string::npos);
+
+  CheckBadInput(with({"--algorithm", "paper"}), {"--algorithm", "\"paper\"", "cacheroute-paper"});
+  CheckBadInput(with({"--algorithm", ""}), {"--algorithm", "\"\""});
+  // Byte-aware planning is cacheroute's, as the planner service's config says.
+  const std::string sizes = dir.Write("sizes.csv", "key,rate,reusable_tokens\na,1,100\n");
+  CheckBadInput(Run({"plan", "--rates", sizes, "--destinations", "2", "--q-cap", "8",
+                     "--kv-budget-tokens", "1000", "--algorithm", "cacheroute-paper"}),
+                {"--kv-budget-tokens", "\"cacheroute-paper\" plans by slots"});
 }
 
 TEST_CASE("byte-aware planning from a rates file with sizes") {

@@ -15,7 +15,7 @@
 #include "cacheroute/v1/table.pb.h"
 #include "planner/key_id.h"
 #include "planner/service/planner_core.h"
-#include "planner/service/planner_server.h"
+#include "planner/service/proto_convert.h"
 #include "proto/table/chunking.h"
 #include "proto/table/table_snapshot.h"
 #include "tests/support/rate_reports.h"

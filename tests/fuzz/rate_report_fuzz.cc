@@ -12,7 +12,7 @@
 #include "base/clock.h"
 #include "cacheroute/v1/rates.pb.h"
 #include "planner/service/planner_core.h"
-#include "planner/service/planner_server.h"
+#include "planner/service/proto_convert.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace cacheroute::service {

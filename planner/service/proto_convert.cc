@@ -1,9 +1,45 @@
-// See state_convert.h. Times travel as Unix nanoseconds, so a restore continues exactly.
-#include "planner/service/state_convert.h"
+// See proto_convert.h. Times travel as Unix nanoseconds, so a restore continues exactly.
+#include "planner/service/proto_convert.h"
+
+#include <utility>
 
 #include "absl/time/time.h"
 
 namespace cacheroute::service {
+
+planner::RateReport ToRateReport(const v1::ReportRatesRequest& request) {
+  planner::RateReport report;
+  report.gateway_id = request.gateway_id();
+  report.sequence = request.sequence();
+  report.window_start_unix_ms = request.window_start_unix_ms();
+  report.window_end_unix_ms = request.window_end_unix_ms();
+  report.other_count = request.other_count();
+  report.counts.resize(request.counts_size());
+  for (int i = 0; i < request.counts_size(); ++i) {
+    const v1::KeyCount& in = request.counts(i);
+    planner::KeyCountReport& out = report.counts[i];
+    out.key_id = in.key_id();
+    out.count = in.count();
+    if (in.has_prompt_tokens()) out.prompt_tokens = in.prompt_tokens();
+    if (in.has_reusable_tokens()) out.reusable_tokens = in.reusable_tokens();
+    out.key = in.key();
+    out.served_at = in.served_at();
+  }
+  if (request.has_evidence()) {
+    const v1::GateEvidence& in = request.evidence();
+    planner::EvidenceReport& out = report.evidence.emplace();
+    out.table_fraction = in.table_fraction();
+    for (auto [from, to] : {std::pair{&in.table(), &out.table}, {&in.control(), &out.control}}) {
+      to->requests = from->requests();
+      to->failures = from->failures();
+      to->prompt_tokens = from->prompt_tokens();
+      to->cached_tokens = from->cached_tokens();
+      to->ttft_bucket_counts.assign(from->ttft_bucket_counts().begin(),
+                                    from->ttft_bucket_counts().end());
+    }
+  }
+  return report;
+}
 
 v1::RateState RateAggregatorToProto(const planner::RateAggregator& rates) {
   const planner::RateAggregator::State state = rates.Export();
