@@ -156,7 +156,6 @@ class FleetRun {
   const std::span<const SimRequest> requests_;
   const bool table_ = UsesTable(config_);
   const bool gated_ = table_ && config_.gate;
-  const bool byte_aware_ = table_ && config_.plan_kv_budget_share > 0;
   SimClock clock_;
   std::vector<Engine> engines_;
   std::vector<std::unique_ptr<SimGateway>> gateways_;
@@ -246,9 +245,6 @@ void FleetRun::Arrive(size_t index) {
     ++result_.engines[d].requests;
     if (gated_ && decision.reason != dataplane::Reason::kControlArm) ++table_arm_requests_;
     if (decision.planned) ++result_.planned;
-  }
-  if (byte_aware_) {
-    gateways_[state.gateway]->MeasurePrefix(request.key_id, state.hashes, request.input_length);
   }
   const SubmitResult submitted = engines_[d].Submit({.id = index,
                                                      .prompt_tokens = request.input_length,

@@ -6,8 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "cacheroute/dataplane/grpc/rate_reporter.h"
 #include "cacheroute/dataplane/policy_registry.h"
 #include "planner/plan_snapshot.h"
+#include "planner/service/proto_convert.h"
 
 namespace cacheroute::sim {
 
@@ -83,20 +85,6 @@ frontend::RequestLifecycle SimGateway::Route(const dataplane::PickRequest& reque
                         request.block_hashes, policy_.get(), routing_.clock().Now());
 }
 
-void SimGateway::MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes,
-                               uint32_t prompt_tokens) {
-  KeyPrefix& k = prefixes_[key_id];
-  if (!k.last.empty()) {
-    size_t shared = 0;
-    const size_t n = std::min(k.last.size(), hashes.size());
-    while (shared < n && k.last[shared] == hashes[shared]) ++shared;
-    k.reusable += static_cast<double>(std::min<uint64_t>(shared * kBlockTokens, prompt_tokens));
-    k.prompt += prompt_tokens;
-    k.measured += 1;
-  }
-  k.last.assign(hashes.begin(), hashes.end());
-}
-
 void SimGateway::OnFirstToken(frontend::RequestLifecycle& request) {
   request.FirstToken(/*streamed=*/true);
 }
@@ -110,38 +98,16 @@ void SimGateway::End(frontend::RequestLifecycle& request, int status,
 
 planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int64_t end_ms,
                                        bool with_counts) {
-  planner::RateReport report;
-  report.gateway_id = id_;
-  report.sequence = sequence;
-  report.window_start_unix_ms = start_ms;
-  report.window_end_unix_ms = end_ms;
-  if (with_counts && policy_ == nullptr) {
-    const dataplane::RateSnapshot snapshot = routing_.recorder().Drain();
-    report.other_count = static_cast<double>(snapshot.other_count);
-    report.counts.reserve(snapshot.counts.size());
-    for (const dataplane::KeyCount& k : snapshot.counts) {
-      planner::KeyCountReport& count = report.counts.emplace_back();
-      count.key_id = k.key_id;
-      count.count = static_cast<double>(k.count);
-      // Sizes as per-request means over the window, scaled to the key's count.
-      if (auto it = prefixes_.find(k.key_id); it != prefixes_.end() && it->second.measured > 0) {
-        const double per = count.count / it->second.measured;
-        count.prompt_tokens = it->second.prompt * per;
-        count.reusable_tokens = it->second.reusable * per;
-      }
-      if (config_.plan_follows_cache) {
-        const dataplane::KeyRecall served = routing_.router().Remembered(k.key_id);
-        if (served.known() && served.destination < names_.size()) {
-          count.served_at = names_[served.destination];
-        }
-      }
-    }
-    for (auto& [key, prefix] : prefixes_) prefix.reusable = prefix.prompt = prefix.measured = 0;
-  }
-  if (std::optional<dataplane::WindowEvidence> w = routing_.evidence().Drain()) {
-    report.evidence = planner::EvidenceReport::From(w->table_fraction, w->evidence);
-  }
-  return report;
+  // What the gateway's RateReporter sends (its PlannerLink annotates each key with its sizes and
+  // where it was last sent), as the planner service reads it.
+  const dataplane::RateSnapshot counts =
+      with_counts && policy_ == nullptr ? routing_.recorder().Drain() : dataplane::RateSnapshot{};
+  v1::ReportRatesRequest request = dataplane::MakeRateReport(
+      id_, start_ms, end_ms, counts, routing_.evidence().Drain(), [this](v1::KeyCount& count) {
+        dataplane::AnnotateKeyCount(count, &routing_.key_sizes(), &routing_.router(), names_);
+      });
+  request.set_sequence(sequence);
+  return service::ToRateReport(request);
 }
 
 }  // namespace cacheroute::sim

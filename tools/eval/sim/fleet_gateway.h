@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
@@ -79,10 +78,6 @@ class SimGateway {
   // Routes `request` (its key id, its prompt's exact tokens and block hashes) through the routing
   // core; the lifecycle counts it in flight and in the ledger until it ends.
   frontend::RequestLifecycle Route(const dataplane::PickRequest& request);
-  // Byte-aware planning: the request of `key_id` whose prompt is `hashes` (its 16-token block
-  // chain) shares its leading equal blocks with the key's previous request here, up to
-  // `prompt_tokens`; the window's sums go with the key's count in the next report.
-  void MeasurePrefix(uint64_t key_id, std::span<const uint64_t> hashes, uint32_t prompt_tokens);
   // The request's first token: its prefill leaves the ledger's queue; its time to first token.
   void OnFirstToken(frontend::RequestLifecycle& request);
   // The request left its destination, after its first token or not, and was answered with
@@ -92,9 +87,10 @@ class SimGateway {
   void End(frontend::RequestLifecycle& request, int status,
            const std::optional<frontend::Usage>& usage);
 
-  // One report to the planner for [start_ms, end_ms): the rollout evidence, and with
-  // `with_counts` the rate counts drained from the recorder, each with the destination (by name)
-  // the key was last sent to when config.plan_follows_cache.
+  // One report to the planner for [start_ms, end_ms), as the gateway's RateReporter builds it
+  // (dataplane::MakeRateReport) and the planner service reads it (service::ToRateReport): the
+  // rollout evidence, and with `with_counts` the rate counts drained from the recorder, each key
+  // annotated with its sizes and where it was last sent (dataplane::AnnotateKeyCount).
   planner::RateReport Report(uint64_t sequence, int64_t start_ms, int64_t end_ms, bool with_counts);
 
   dataplane::Router* router() { return &routing_.router(); }
@@ -112,12 +108,6 @@ class SimGateway {
   std::vector<std::string> names_;  // the destinations' names, as the planner's table has them
   frontend::RoutingCore routing_;
   std::unique_ptr<dataplane::Policy> policy_;  // null: the table policies (Router::Pick)
-  // MeasurePrefix's memory: per key, its previous request's blocks and this window's sums.
-  struct KeyPrefix {
-    std::vector<uint64_t> last;
-    double reusable = 0, prompt = 0, measured = 0;
-  };
-  absl::flat_hash_map<uint64_t, KeyPrefix> prefixes_;
 };
 
 }  // namespace cacheroute::sim
