@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/key_memory.h"
 #include "tests/support/require_ok.h"
 #include "tools/eval/sim/fleet.h"
 
@@ -176,8 +177,13 @@ TEST_CASE("CacheRoute falls back to P2C until the first plan, then follows the t
 }
 
 TEST_CASE("byte-aware planning: gateways measure each key's prefix, the plan fits the budget") {
-  // Every request of a key shares its 48 leading blocks (768 tokens) with the key's previous one.
+  // Every request of a key shares its 48 leading blocks (768 tokens) with the key's previous one;
+  // the gateways' KeySizes compare prompts at PrefixMemory's grid positions, so they measure the
+  // deepest grid block below 48: block 40, 656 tokens.
   const std::vector<SimRequest> requests = MakeRequests({});
+  const uint32_t grid = dataplane::PrefixMemory::GridCount(48);
+  const double reusable = (dataplane::PrefixMemory::GridBlock(grid - 1) + 1) * 16.0;
+  REQUIRE(reusable == 656);
   FleetConfig config = Config("cacheroute");
   config.record_dispatches = true;
   // 1% of the 8B profile's 28,000 blocks per destination: 4,480 tokens, 35,840 over 8 engines.
@@ -187,9 +193,9 @@ TEST_CASE("byte-aware planning: gateways measure each key's prefix, the plan fit
   const double budget = 0.01 * 28000 * 16 * 8;
   for (const PlanRecord& plan : result.plan_records) {
     double used = 0;
-    for (const dataplane::TableEntry& e : plan.entries) used += 768.0 * e.destinations.size();
+    for (const dataplane::TableEntry& e : plan.entries) used += reusable * e.destinations.size();
     CHECK(used <= budget);
-    if (plan.time > 20) CHECK(used > budget - 768.0 * 8);  // nearly full once keys are measured
+    if (plan.time > 20) CHECK(used > budget - reusable * 8);  // nearly full once keys are measured
   }
   // The slot model fills its R·W = 64 slots instead.
   config.plan_kv_budget_share = 0;

@@ -143,7 +143,14 @@ TEST_CASE("reports carry where each key was last sent, and its sizes") {
   Fixture f;
   const uint64_t key_id = dataplane::KeyId(KeySentToSecond(f.router));
   dataplane::KeySizes sizes;
-  for (int i = 0; i < 4; ++i) sizes.Add(key_id, 1000, 600);
+  // Its prompts share their first 37 blocks; compared at the grid's positions, up to block 32 (the
+  // deepest grid block below 37): 33 blocks, 528 tokens.
+  for (int i = 0; i < 4; ++i) {
+    std::vector<uint64_t> hashes;
+    for (uint64_t b = 0; b < 62; ++b) hashes.push_back(b < 37 ? b + 1 : 1000 * (i + 1) + b);
+    sizes.ObservePrompt(key_id, hashes, 1000);
+    sizes.Add(key_id, 1000, 600);
+  }
 
   SECTION("served_at: the plan keeps the key where it was sent") {
     // Algorithm 1 (one destination per key below q_cap; the default spreads a key that carries
@@ -179,7 +186,7 @@ TEST_CASE("reports carry where each key was last sent, and its sizes") {
     CHECK(explained.byte_aware());
     CHECK(explained.reusable_measured());
     CHECK(explained.prompt_tokens() == Approx(1000));
-    CHECK(explained.reusable_tokens() == Approx(600));
+    CHECK(explained.reusable_tokens() == Approx(33 * 16));
   }
 }
 

@@ -71,16 +71,16 @@ struct RateReporterOptions {
 
 // What a gateway that embeds the Router knows of a key a report lists (count set), for
 // RateReporterOptions::annotate: with `sizes`, the key's means scaled to the count: prompt_tokens,
-// and reusable_tokens from the prompts' block hashes (KeySizes::ObservePrompt) or, where none were
-// compared, from the cached tokens (a lower bound of the reusable prefix); with
+// and reusable_tokens from the prompts' block hashes (KeySizes::ObservePrompt), once two of its
+// prompts were compared (before that, the planner takes the measured keys' mean: the cached tokens
+// of a first answer are no estimate, since it may have landed where only the template was); with
 // `router`, the destination its per-key memory says the key was last sent to, by `names`
 // (served_at). Leaves a field unset when nothing is known.
 inline void AnnotateKeyCount(v1::KeyCount& count, const KeySizes* sizes, const Router* router,
                              std::span<const std::string> names) {
   if (sizes != nullptr) {
     if (const std::optional<KeySize> size = sizes->Get(count.key_id())) {
-      const std::optional<double> reusable =
-          size->reusable_tokens.has_value() ? size->reusable_tokens : size->cached_tokens;
+      const std::optional<double> reusable = size->reusable_tokens;
       if (size->answers > 0) {
         count.set_prompt_tokens(count.count() * size->prompt_tokens);
         if (reusable.has_value()) {
