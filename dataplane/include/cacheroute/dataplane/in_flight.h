@@ -1,7 +1,8 @@
 // InFlight: the token of one request a Router counted in flight (Router::Pick, Router::Track).
 // Holding it counts the request at its destination; destroying it (or Release) ends that. With the
 // token-work rule it also counts the request in its destination's ledger: its expected uncached
-// prompt tokens as queued prefill until FirstToken, then as one decoding request until released.
+// prompt tokens as queued prefill until FirstToken, then as one decoding request until released
+// (and its prompt tokens as active tokens throughout, when the Router keeps them).
 //
 // Invariants: movable, not copyable; each token counts one release, once, in the shard of the
 // thread that releases it (any thread may); a token must not outlive its Router.

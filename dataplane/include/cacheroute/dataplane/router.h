@@ -74,6 +74,11 @@ struct RouterOptions {
   // When set, Pick counts every key it routes here (for the rate reports to the planner). Not
   // owned; must outlive the Router.
   RateRecorder* rate_recorder = nullptr;
+  // Keep each destination's prompt tokens in flight in the ledger (loads().Work(d).active_tokens:
+  // the prompt_tokens given to Pick or Track, from then until release), for a policy that reads
+  // them (PolicyInfo::reads_active_tokens). The token-work rule's ledger only; off, nothing is
+  // kept and a Pick only tests the flag.
+  bool active_tokens = false;
 };
 
 struct RouterStats {
@@ -105,7 +110,8 @@ class Router {
   Router(RouterOptions options, Random& random)
       : options_(options),
         random_(random),
-        ledger_(std::max(options.capacity, options.destination_count), token_work()),
+        ledger_(std::max(options.capacity, options.destination_count), token_work(),
+                options.active_tokens),
         signals_(ledger_.capacity(), options.dispatch.default_turnover),
         tables_(options.destination_count, ledger_.capacity(), options.table_ttl, ledger_),
         token_work_(options.dispatch),

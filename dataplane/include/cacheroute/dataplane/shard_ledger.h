@@ -1,9 +1,9 @@
 // ShardLedger: a Router's request-side counters, kept per thread so that request threads share no
 // written cache line (docs/dataplane.md, "Per-thread shards", "In-flight counts", "Token work and
 // memory"). Per destination: requests in flight (picked − released), and with the token-work rule
-// the ledger of queued prefill tokens, prefilling and decoding requests; per shard the fleet's
-// prefilling count, the Router's decision counters by Reason and the table slots' reader counts
-// (TableSlots).
+// the ledger of queued prefill tokens, prefilling and decoding requests (and, when asked for, the
+// prompt tokens in flight: DestinationWork::active_tokens); per shard the fleet's prefilling
+// count, the Router's decision counters by Reason and the table slots' reader counts (TableSlots).
 //
 // A thread claims one of kShards shards on its first call (process-wide: the same index in every
 // Router) and returns it at exit; threads beyond the first kShards − 1 share the last. A thread
@@ -12,7 +12,7 @@
 // or when a Pick's `now` is kMaxViewAge past the last drop (DropOldView). Each shard's state is a
 // region of whole pages built with placement new: the Shard, then per group of kGroupSize
 // destinations a block of counts, a block of cached sums, and with the ledger a block of its own
-// ledger words and one of the others' sums.
+// ledger words and one of the others' sums (with active tokens two more).
 //
 // Invariants: the request side (CountPick, CountFirstToken, CountRelease, CountDecision, the *Seen
 // reads) never locks, allocates or throws; SumInFlight and SumDecisions are exact at any time
@@ -119,11 +119,13 @@ class ShardLedger {
   static constexpr uint32_t kViewTicks = 1024;
   static constexpr Duration kMaxViewAge = std::chrono::microseconds(100);
 
-  // Counts for `capacity` destinations; with `token_work` the token-work ledger too.
-  ShardLedger(uint32_t capacity, bool token_work)
+  // Counts for `capacity` destinations; with `token_work` the token-work ledger too, and with
+  // `active_tokens` (token work only) each destination's prompt tokens in flight.
+  ShardLedger(uint32_t capacity, bool token_work, bool active_tokens)
       : capacity_(capacity),
         groups_((capacity + kGroupSize - 1) / kGroupSize),
         token_work_(token_work),
+        active_tokens_(token_work && active_tokens),
         region_bytes_(RegionBytes(groups_, BlocksPerGroup())),
         regions_(static_cast<std::byte*>(::operator new[](router_internal::kShards* region_bytes_,
                                                           std::align_val_t{kPageBytes}))) {
@@ -148,10 +150,11 @@ class ShardLedger {
 
   uint32_t capacity() const { return capacity_; }
   bool token_work() const { return token_work_; }
+  bool active_tokens() const { return active_tokens_; }
 
   // Counts a request routed to decision.destination (< capacity()) in flight in the thread's
-  // shard, and with the ledger its expected uncached tokens (QueuedTokens) as queued prefill.
-  // Returns where the request now counts in the ledger.
+  // shard, and with the ledger its expected uncached tokens (QueuedTokens) as queued prefill and
+  // its prompt as active tokens. Returns where the request now counts in the ledger.
   LedgerState CountPick(const ThreadShard& thread_shard, const Decision& decision,
                         uint32_t prompt_tokens) {
     const uint32_t s = thread_shard.index();
@@ -162,6 +165,7 @@ class ShardLedger {
     if (!token_work_) return LedgerState::kNone;
     AddWord(thread_shard, d, kOwnWords, QueuedTokens(decision, prompt_tokens) + kPrefillOne);
     AddPrefilling(thread_shard, 1);
+    if (active_tokens_) AddWord(thread_shard, d, kOwnActive, prompt_tokens);
     return LedgerState::kPrefill;
   }
 
@@ -187,6 +191,7 @@ class ShardLedger {
         AddWord(thread_shard, d, kOwnWords, -(QueuedTokens(decision, prompt_tokens) + kPrefillOne));
         AddPrefilling(thread_shard, -1);
       }
+      if (active_tokens_) AddWord(thread_shard, d, kOwnActive, -uint64_t{prompt_tokens});
     }
     router_internal::ShardAdd<uint32_t>(Counts(thread_shard.index(), d).released, 1,
                                         thread_shard.owned(), std::memory_order_release);
@@ -232,15 +237,15 @@ class ShardLedger {
     return std::max<int32_t>(0, static_cast<int32_t>(seen));
   }
 
-  // The ledger of `d` as the thread sees it, as InFlightSeen: one view read (LoadView::Work).
-  // Zeros without the ledger.
+  // The ledger of `d` as the thread sees it, as InFlightSeen, with active tokens when kept: one
+  // view read (LoadView::Work). Zeros without the ledger.
   DestinationWork WorkSeen(const ThreadShard& thread_shard, uint32_t d) {
-    return LedgerSeen(thread_shard, d, /*count=*/true);
+    return LedgerSeen</*kActive=*/true>(thread_shard, d, /*count=*/true);
   }
-  // The same without counting a view read: what the token-work rule reads per candidate (its
-  // decision counts one view read, CountViewRead).
+  // The same without counting a view read and without active tokens: what the token-work rule
+  // reads per candidate (its decision counts one view read, CountViewRead).
   CACHEROUTE_HOT_INLINE DestinationWork QueueSeen(const ThreadShard& thread_shard, uint32_t d) {
-    return LedgerSeen(thread_shard, d, /*count=*/false);
+    return LedgerSeen</*kActive=*/false>(thread_shard, d, /*count=*/false);
   }
 
   // Requests prefilling over the whole fleet as this thread sees it: its own shard's count live,
@@ -354,15 +359,19 @@ class ShardLedger {
   // two's-complement count that may be negative in one shard (a release by a thread that did not
   // pick). Words add field by field in modular arithmetic (carries and borrows included), so a sum
   // of words decodes exactly (DecodeWork) while each field's true total is within its signed range.
+  // Active tokens are one two's-complement word per destination in blocks of their own.
   struct alignas(kFalseSharingBytes) WorkBlock {
     std::array<std::atomic<uint64_t>, kGroupSize> words{};
   };
   static_assert(sizeof(WorkBlock) == sizeof(CountsBlock));
   static constexpr uint64_t kPrefillOne = uint64_t{1} << 32;
   static constexpr uint64_t kDecodeOne = uint64_t{1} << 48;
-  // Which WorkBlocks of a group: this shard's ledger words, its cached sums of the others'.
+  // Which WorkBlocks of a group: this shard's ledger words, its cached sums of the others', and
+  // the same for active tokens.
   static constexpr int kOwnWords = 0;
   static constexpr int kOthersWords = 1;
+  static constexpr int kOwnActive = 2;
+  static constexpr int kOthersActive = 3;
 
   // One thread's (or, for the shared shard, many threads') reader counts, stats counters and
   // in-flight view state, on cache lines of their own.
@@ -383,8 +392,9 @@ class ShardLedger {
     std::atomic<uint32_t> prefilling_tick{0};
   };
 
-  // Blocks per group in a region: counts and view; with the ledger its words and their sums.
-  uint32_t BlocksPerGroup() const { return 2 + (token_work_ ? 2 : 0); }
+  // Blocks per group in a region: counts and view; with the ledger its words and their sums; with
+  // active tokens theirs.
+  uint32_t BlocksPerGroup() const { return 2 + (token_work_ ? 2 : 0) + (active_tokens_ ? 2 : 0); }
   // A shard's region: the Shard, then its blocks group by group within each kind, rounded up to
   // whole pages.
   static size_t RegionBytes(uint32_t groups, uint32_t blocks_per_group) {
@@ -406,7 +416,7 @@ class ShardLedger {
     return *std::launder(reinterpret_cast<ViewBlock*>(Region(shard) + sizeof(Shard) +
                                                       (groups_ + group) * sizeof(CountsBlock)));
   }
-  // Block `which` (kOwnWords, kOthersWords) of a group.
+  // Block `which` (kOwnWords … kOthersActive) of a group.
   WorkBlock& WorkAt(uint32_t shard, uint32_t group, int which) const {
     return *std::launder(reinterpret_cast<WorkBlock*>(
         Region(shard) + sizeof(Shard) + ((2 + which) * groups_ + group) * sizeof(CountsBlock)));
@@ -428,6 +438,7 @@ class ShardLedger {
             .decoding = static_cast<double>(std::max<int16_t>(0, decoding))};
   }
 
+  template <bool kActive>
   CACHEROUTE_HOT_INLINE DestinationWork LedgerSeen(const ThreadShard& thread_shard, uint32_t d,
                                                    bool count) {
     if (!token_work_) return {};
@@ -435,8 +446,19 @@ class ShardLedger {
     const uint32_t group = d / kGroupSize;
     CurrentView(thread_shard, group, count);
     const uint32_t i = d % kGroupSize;
-    return DecodeWork(WorkAt(s, group, kOwnWords).words[i].load(std::memory_order_relaxed) +
-                      WorkAt(s, group, kOthersWords).words[i].load(std::memory_order_relaxed));
+    DestinationWork work =
+        DecodeWork(WorkAt(s, group, kOwnWords).words[i].load(std::memory_order_relaxed) +
+                   WorkAt(s, group, kOthersWords).words[i].load(std::memory_order_relaxed));
+    if constexpr (kActive) {
+      if (active_tokens_) {
+        const uint64_t active =
+            WorkAt(s, group, kOwnActive).words[i].load(std::memory_order_relaxed) +
+            WorkAt(s, group, kOthersActive).words[i].load(std::memory_order_relaxed);
+        work.active_tokens =
+            static_cast<double>(std::max<int64_t>(0, static_cast<int64_t>(active)));
+      }
+    }
+    return work;
   }
 
   // The ledger's share of a request: its expected uncached tokens as queued prefill.
@@ -483,9 +505,9 @@ class ShardLedger {
   }
 
   // Re-reads shard `s`'s view of one group of destinations from the other used shards, releases
-  // before picks as in SumInFlight, and with the ledger the sums of their ledger words. (In the
-  // shared shard two threads may refresh at once: each stores a valid sum, so the view holds one of
-  // them per destination.)
+  // before picks as in SumInFlight, and with the ledger the sums of their ledger words (and active
+  // tokens). (In the shared shard two threads may refresh at once: each stores a valid sum, so the
+  // view holds one of them per destination.)
   void RefreshView(uint32_t s, uint32_t group, uint32_t now_tick) {
     const uint32_t first = group * kGroupSize;
     const uint32_t n = std::min(kGroupSize, capacity_ - first);
@@ -506,6 +528,7 @@ class ShardLedger {
     ViewBlock& view = ViewAt(s, group);
     for (uint32_t i = 0; i < n; ++i) view.others[i].store(sums[i], std::memory_order_relaxed);
     if (token_work_) RefreshWords(s, group, n, exclude, kOwnWords, kOthersWords);
+    if (active_tokens_) RefreshWords(s, group, n, exclude, kOwnActive, kOthersActive);
     view.tick.store(now_tick, std::memory_order_relaxed);
   }
   void RefreshWords(uint32_t s, uint32_t group, uint32_t n, uint64_t exclude, int own, int others) {
@@ -521,6 +544,7 @@ class ShardLedger {
   const uint32_t capacity_;
   const uint32_t groups_;  // destination groups of kGroupSize
   const bool token_work_;
+  const bool active_tokens_;
   const size_t region_bytes_;
   std::unique_ptr<std::byte[], RegionsDelete> regions_;  // kShards regions (see Region)
   std::atomic<uint64_t> used_shards_{0};                 // bit s: shard s has counted here
