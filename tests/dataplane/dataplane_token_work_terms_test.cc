@@ -116,6 +116,24 @@ TEST_CASE("the expected-cached estimate: template, key memory, prefix memory",
   CHECK(ExpectedCached(300, true, 300, true, 300).source == CacheExpectation::kTemplate);
 }
 
+TEST_CASE("the factors of a decision, from DispatchOptions and the fleet", "[token_work_terms]") {
+  const DispatchOptions options{
+      .decode_stall = 0.02, .queue_stall = 4, .queue_wait = 0.05, .memory_short = 1};
+  // 6 requests waiting over 8 destinations, a mean prompt of 1,000 tokens.
+  const CostFactors f = CostFactorsFor(options, 6, 8, 1000);
+  CHECK(f.prefill_scale == Approx(4));
+  CHECK(f.decode_stall == 0.02);
+  CHECK(f.wait_tokens == Approx(50));
+  CHECK(f.memory_short == 1);
+  CHECK(KeepsColdFloor(f));
+  for (double CostFactors::*weight :
+       {&CostFactors::decode_stall, &CostFactors::wait_tokens, &CostFactors::memory_short}) {
+    CostFactors negative = f;
+    negative.*weight = -0.01;
+    CHECK_FALSE(KeepsColdFloor(negative));
+  }
+}
+
 TEST_CASE("the cold floor: signals ≥ 0 and γ, κ, μ ≥ 0 never cost a cold candidate less",
           "[token_work_terms]") {
   // What the rule's skip relies on (token_work_rule.h): a candidate expecting only the template
@@ -129,6 +147,7 @@ TEST_CASE("the cold floor: signals ≥ 0 and γ, κ, μ ≥ 0 never cost a cold 
                         .decode_stall = uniform(0, 0.1),
                         .wait_tokens = uniform(0, 500),
                         .memory_short = uniform(0, 2)};
+    REQUIRE(KeepsColdFloor(f));
     const double queued = std::floor(uniform(0, 1e5));
     const CandidateSignals s{.queued_tokens = queued,
                              .queued_prefill_tokens = queued,

@@ -251,15 +251,11 @@ class TokenWorkRule {
     o.has_work = loads.HasWork();
     o.request_tokens = RequestTokens(mean_prompt);
     if (o.has_work) o.fleet_prefilling = ledger.FleetPrefilling();
-    o.factors = {.prefill_scale = PrefillScale(options_.queue_stall, o.fleet_prefilling, n),
-                 .decode_stall = options_.decode_stall,
-                 .wait_tokens = WaitTokens(options_.queue_wait, mean_prompt),
-                 .memory_short = options_.memory_short};
+    o.factors = CostFactorsFor(options_, o.fleet_prefilling, n, mean_prompt);
     // No destination's capacity known: no memory term, and no per-candidate read of it.
     o.memory_term = options_.memory_short != 0 && signals.any_kv_capacity();
     o.cold_floor = o.factors.prefill_scale * (o.prompt - o.shared);
-    o.may_skip = o.has_work && o.factors.decode_stall >= 0 && o.factors.wait_tokens >= 0 &&
-                 o.factors.memory_short >= 0;
+    o.may_skip = o.has_work && KeepsColdFloor(o.factors);
     return o;
   }
 

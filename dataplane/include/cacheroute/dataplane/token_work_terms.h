@@ -6,8 +6,9 @@
 //
 // Pure functions of their arguments: the rule (token_work_rule.h) reads the signals, calls them
 // and compares Total(); Router::Explain keeps the same CostTerms for the operator. A new term is
-// one more CostTerm, its function here, its line in CostOf, its weight in DispatchOptions and its
-// test (tests/dataplane/dataplane_token_work_terms_test.cc).
+// one more CostTerm, its function here, its line in CostOf (and its weight in CostFactorsFor and
+// KeepsColdFloor), its weight in DispatchOptions and its test
+// (tests/dataplane/dataplane_token_work_terms_test.cc).
 //
 // Invariant (the rule's cold-floor skip relies on it): with DestinationWork's signals ≥ 0 and γ, κ,
 // μ ≥ 0, every term but the uncached prefill is ≥ 0 and that one is ≥ prefill_scale · u(d), so a
@@ -15,7 +16,7 @@
 // the terms in CostTerm order; the floating-point result depends on that order.
 //
 // Usage:
-//   const CostFactors factors = {.prefill_scale = PrefillScale(β, fleet_prefilling, n), …};
+//   const CostFactors factors = CostFactorsFor(options, fleet_prefilling, n, mean_prompt);
 //   const CacheEstimate cached = ExpectedCached(template_tokens, key_warm, key_cached, …);
 //   const double cost = CostOf(factors, signals, prompt - cached.tokens).Total();
 #pragma once
@@ -26,6 +27,7 @@
 #include <string_view>
 
 #include "cacheroute/dataplane/dispatch.h"
+#include "cacheroute/dataplane/dispatch_options.h"
 #include "cacheroute/dataplane/enum_names.h"
 #include "cacheroute/dataplane/key_memory.h"
 
@@ -99,6 +101,22 @@ inline double PrefillScale(double queue_stall, double fleet_prefilling, uint32_t
 // κ·p̄: what each request waiting at a destination adds to its cost (`queue_wait` κ).
 inline double WaitTokens(double queue_wait, double mean_prompt_tokens) {
   return queue_wait * RequestTokens(mean_prompt_tokens);
+}
+
+// The factors of one decision: the weights of `options`, scaled by the fleet (its requests
+// waiting for a first token, over `destinations`) and its mean prompt.
+inline CostFactors CostFactorsFor(const DispatchOptions& options, double fleet_prefilling,
+                                  uint32_t destinations, double mean_prompt_tokens) {
+  return {.prefill_scale = PrefillScale(options.queue_stall, fleet_prefilling, destinations),
+          .decode_stall = options.decode_stall,
+          .wait_tokens = WaitTokens(options.queue_wait, mean_prompt_tokens),
+          .memory_short = options.memory_short};
+}
+
+// Whether the factors keep the cold floor (the invariant above) for signals ≥ 0: every term but
+// the uncached prefill is then ≥ 0, and that one ≥ prefill_scale · u(d).
+inline bool KeepsColdFloor(const CostFactors& f) {
+  return f.decode_stall >= 0 && f.wait_tokens >= 0 && f.memory_short >= 0;
 }
 
 // Q(d), the queued-work term: the tokens ahead of the request at d.
