@@ -128,17 +128,7 @@ class TokenWorkRule {
     ledger.Begin();
     const uint32_t n = loads.size();
     const Outlook o = MakeOutlook(request, loads, ledger, now, n, signals, learning);
-    if constexpr (Trace::kOn) {
-      trace.Inputs({.prompt_tokens = o.prompt,
-                    .template_tokens = o.shared,
-                    .key_cached_tokens = o.key_cached,
-                    .warm_yield = learning.warm_yield(),
-                    .remembered = o.remembered,
-                    .prefix_destination = o.prefix.destination,
-                    .prefix_cached_tokens = o.prefix_cached,
-                    .fleet_prefilling = o.fleet_prefilling,
-                    .factors = o.factors});
-    }
+    if constexpr (Trace::kOn) trace.Inputs(InputsOf(o));
     const DestinationSet& set = lookup.set;
     Cheapest best;
     uint64_t costed = 0;  // each of the first 64 destinations is costed once
@@ -191,6 +181,7 @@ class TokenWorkRule {
     double request_tokens = 0;             // p̄, the unit of a view without the ledger
     double shared = 0;                     // the template, expected cached everywhere
     double key_cached = 0;                 // expected cached where the key is warm
+    double warm_yield = 1;                 // the key memory's measured yield
     uint32_t remembered = kNoDestination;  // where the key last went, while fresh
     KnownPrefix prefix{};
     double prefix_cached = 0;
@@ -242,7 +233,8 @@ class TokenWorkRule {
       return r.destination < n && (now - r.sent).count() < signals.turnover(r.destination);
     };
     const KeyRecall recall = memory_->Get(request.key_id);
-    o.key_cached = KeyCachedTokens(o.prompt, o.shared, learning.warm_yield(), recall);
+    o.warm_yield = learning.warm_yield();
+    o.key_cached = KeyCachedTokens(o.prompt, o.shared, o.warm_yield, recall);
     o.remembered = recall.known() && fresh(recall) ? recall.destination : kNoDestination;
     o.prefix = prefixes_ != nullptr && !request.block_hashes.empty()
                    ? prefixes_->Deepest(request.block_hashes, fresh)
@@ -257,6 +249,18 @@ class TokenWorkRule {
     o.cold_floor = o.factors.prefill_scale * (o.prompt - o.shared);
     o.may_skip = o.has_work && KeepsColdFloor(o.factors);
     return o;
+  }
+
+  static TokenWorkInputs InputsOf(const Outlook& o) {
+    return {.prompt_tokens = o.prompt,
+            .template_tokens = o.shared,
+            .key_cached_tokens = o.key_cached,
+            .warm_yield = o.warm_yield,
+            .remembered = o.remembered,
+            .prefix_destination = o.prefix.destination,
+            .prefix_cached_tokens = o.prefix_cached,
+            .fleet_prefilling = o.fleet_prefilling,
+            .factors = o.factors};
   }
 
   // Calls visit(d, kind) for each candidate in tie-breaking order, warm ones first: the plan is
