@@ -980,6 +980,16 @@ TEST_CASE("In-flight counts are per thread: exact in Stats, bounded-stale in loa
   CHECK(in_flight() == std::vector<int64_t>{0, 0, 0, 0});
 }
 
+// Calls `done` until it holds, at most kViewTicks + 1 times (a thread's view of the others' counts
+// is re-read within kViewTicks of its reads); whether it held.
+template <typename Done>
+bool WithinViewTicks(Done done) {
+  for (uint32_t calls = 0; calls <= Router::kViewTicks; ++calls) {
+    if (done()) return true;
+  }
+  return false;
+}
+
 // The token-work ledger is kept per thread like the in-flight counts: what other threads added
 // or removed shows within kViewTicks view reads (or at once after a Pick kMaxViewAge later), and a
 // release seen before its pick reads as nothing, never as a negative or garbled count.
@@ -990,13 +1000,6 @@ TEST_CASE("Token work: the ledger counts requests started and ended on other thr
   Router router({.destination_count = 4}, random);
   REQUIRE(router.loads().HasWork());
   auto work = [&](uint32_t d) { return router.loads().Work(d); };
-  // Reads until `done` holds, at most kViewTicks + 1 times; whether it held.
-  auto within_view_ticks = [&](auto done) {
-    for (uint32_t calls = 0; calls <= Router::kViewTicks; ++calls) {
-      if (done()) return true;
-    }
-    return false;
-  };
 
   // Picked by another thread: this thread's first reads see them (nothing cached yet).
   std::vector<InFlight> handed;
@@ -1010,10 +1013,10 @@ TEST_CASE("Token work: the ledger counts requests started and ended on other thr
 
   // The first token, seen by a third thread.
   std::thread([&] { handed[0].FirstToken(); }).join();
-  CHECK(within_view_ticks([&] { return work(2).decoding == 1; }));
+  CHECK(WithinViewTicks([&] { return work(2).decoding == 1; }));
   CHECK(work(2).queued_prefill_tokens == 1000);
   CHECK(work(2).prefilling == 1);
-  CHECK(within_view_ticks([&] { return router.loads().FleetWork().prefilling == 1; }));
+  CHECK(WithinViewTicks([&] { return router.loads().FleetWork().prefilling == 1; }));
 
   // Released here: this thread's own share is read live.
   handed[1].Release();
@@ -1041,7 +1044,7 @@ TEST_CASE("Token work: the ledger counts requests started and ended on other thr
   CHECK(seen.queued_prefill_tokens == 0);
   CHECK(seen.prefilling == 0);
   CHECK(seen.decoding == 0);
-  CHECK(within_view_ticks([&] {
+  CHECK(WithinViewTicks([&] {
     const DestinationWork w = work(1);
     return w.queued_prefill_tokens == 0 && w.prefilling == 0 && w.decoding == 0;
   }));
@@ -1106,12 +1109,6 @@ TEST_CASE("Active tokens: counted across threads like the rest of the ledger",
   ManualClock clock;
   Router router({.destination_count = 4, .active_tokens = true}, random);
   auto active = [&](uint32_t d) { return router.loads().Work(d).active_tokens; };
-  auto within_view_ticks = [&](auto done) {
-    for (uint32_t calls = 0; calls <= Router::kViewTicks; ++calls) {
-      if (done()) return true;
-    }
-    return false;
-  };
   // Tracked on another thread: this thread's first read sees them.
   std::vector<InFlight> handed;
   std::thread([&] {
@@ -1124,7 +1121,7 @@ TEST_CASE("Active tokens: counted across threads like the rest of the ledger",
   CHECK(active(1) == 1200);
   // Released by a third thread: seen within kViewTicks reads, or after a Pick kMaxViewAge later.
   std::thread([&] { handed.clear(); }).join();
-  CHECK(within_view_ticks([&] { return active(1) == 0; }));
+  CHECK(WithinViewTicks([&] { return active(1) == 0; }));
   std::thread([&] { handed.push_back(router.Track({3, false, Reason::kPolicy}, 500)); }).join();
   clock.Advance(Router::kMaxViewAge + std::chrono::microseconds(1));
   (void)router.Pick(PickRequest{.key_id = KeyId("cold"), .prompt_tokens = 10}, clock.Now());
@@ -1135,7 +1132,7 @@ TEST_CASE("Active tokens: counted across threads like the rest of the ledger",
   std::thread([&] { late = router.Track({0, false, Reason::kPolicy}, 900); }).join();
   late.Release();
   CHECK(active(0) == 0);
-  CHECK(within_view_ticks([&] { return active(0) == 0; }));
+  CHECK(WithinViewTicks([&] { return active(0) == 0; }));
 
   // Many threads at once: at rest the sums are exact.
   constexpr int kThreads = 4;
@@ -1157,7 +1154,7 @@ TEST_CASE("Active tokens: counted across threads like the rest of the ledger",
   CHECK(active(0) == kThreads * 5 * 100);
   for (uint32_t d = 1; d < 4; ++d) CHECK(active(d) == 0);
   kept.clear();
-  CHECK(within_view_ticks(
+  CHECK(WithinViewTicks(
       [&] { return active(0) == 0 && active(1) == 0 && active(2) == 0 && active(3) == 0; }));
 }
 

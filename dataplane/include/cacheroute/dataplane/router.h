@@ -81,21 +81,10 @@ struct RouterOptions {
   bool active_tokens = false;
 };
 
-struct RouterStats {
-  uint64_t planned = 0;
-  uint64_t spilled = 0;  // of planned: sent outside the key's set (its spill, or a random one)
-  // Fallback picks by reason, indexed by Reason (kPlanned and kPolicy stay 0).
-  std::array<uint64_t, kReasonCount> fallback{};
-  uint64_t fallback_total = 0;
-  uint64_t no_destination = 0;  // picks that found no up destination at all
-  uint64_t installs = 0;
-  uint64_t rejected_installs = 0;
-  std::string last_rejection;
-  bool has_table = false;
-  bool stale = false;
-  TableVersion version;
-  Duration table_age = Duration::zero();      // since the installed table was installed
-  Duration since_refresh = Duration::zero();  // since it was installed or last refreshed
+// The decisions by outcome (DecisionCounts: planned, spilled, fallback by Reason, no_destination),
+// the table (TableStats), and per destination its requests in flight and health.
+struct RouterStats : DecisionCounts, TableStats {
+  uint64_t fallback_total = 0;  // Σ fallback
   std::vector<int64_t> in_flight;
   std::vector<bool> up;
 };
@@ -256,26 +245,14 @@ class Router {
   // which request threads never take.
   RouterStats Stats(Time now) const {
     RouterStats stats;
-    const DecisionCounts decisions = ledger_.SumDecisions();
-    stats.planned = decisions.planned;
-    stats.spilled = decisions.spilled;
-    stats.fallback = decisions.fallback;
+    static_cast<DecisionCounts&>(stats) = ledger_.SumDecisions();
     for (int r = 0; r < kReasonCount; ++r) stats.fallback_total += stats.fallback[r];
-    stats.no_destination = decisions.no_destination;
     const uint32_t count = destination_count();
     for (uint32_t d = 0; d < count; ++d) {
       stats.in_flight.push_back(static_cast<int32_t>(ledger_.SumInFlight(d)));
       stats.up.push_back(signals_.up(d));
     }
-    TableStats table = tables_.Stats(now);
-    stats.installs = table.installs;
-    stats.rejected_installs = table.rejected_installs;
-    stats.last_rejection = std::move(table.last_rejection);
-    stats.has_table = table.has_table;
-    stats.stale = table.stale;
-    stats.version = table.version;
-    stats.table_age = table.table_age;
-    stats.since_refresh = table.since_refresh;
+    static_cast<TableStats&>(stats) = tables_.Stats(now);
     return stats;
   }
 

@@ -162,8 +162,6 @@ class RouterLoads final : public LoadView {
            weight_ * signals_.external(d);
   }
 
-  ShardLedger& ledger() const { return ledger_; }
-
  private:
   ShardLedger& ledger_;  // reads refresh the calling thread's cached view
   const DestinationSignals& signals_;

@@ -105,9 +105,10 @@ enum class LedgerState : uint8_t { kNone, kPrefill, kDecode };
 // The Router's decisions by outcome, summed over the shards.
 struct DecisionCounts {
   uint64_t planned = 0;
-  uint64_t spilled = 0;
-  std::array<uint64_t, kReasonCount> fallback{};  // by Reason, for decisions not planned
-  uint64_t no_destination = 0;
+  uint64_t spilled = 0;  // of planned: sent outside the key's set (its spill, or a random one)
+  // Fallback decisions by reason, indexed by Reason (kPlanned and kPolicy stay 0).
+  std::array<uint64_t, kReasonCount> fallback{};
+  uint64_t no_destination = 0;  // decisions that found no up destination at all
 };
 
 class ShardLedger {
