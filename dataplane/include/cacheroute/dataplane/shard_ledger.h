@@ -88,7 +88,8 @@ inline const ThreadShard& CurrentThreadShard() {
 // Adds `delta` to a counter of a shard: a plain store in the thread's own shard, an atomic
 // read-modify-write in the shared one.
 template <typename T>
-void ShardAdd(std::atomic<T>& counter, T delta, bool owned, std::memory_order order) {
+CACHEROUTE_HOT_INLINE void ShardAdd(std::atomic<T>& counter, T delta, bool owned,
+                                    std::memory_order order) {
   if (owned) {
     counter.store(counter.load(std::memory_order_relaxed) + delta, order);
   } else {
@@ -468,13 +469,14 @@ class ShardLedger {
                                                  : prompt_tokens;
   }
   // Adds `delta` (mod 2^64) to `d`'s word in block `which` of the thread's shard.
-  void AddWord(const ThreadShard& thread_shard, uint32_t d, int which, uint64_t delta) {
+  CACHEROUTE_HOT_INLINE void AddWord(const ThreadShard& thread_shard, uint32_t d, int which,
+                                     uint64_t delta) {
     router_internal::ShardAdd<uint64_t>(
         WorkAt(thread_shard.index(), d / kGroupSize, which).words[d % kGroupSize], delta,
         thread_shard.owned(), std::memory_order_relaxed);
   }
   // The fleet's prefilling count, in the thread's shard.
-  void AddPrefilling(const ThreadShard& thread_shard, int32_t delta) {
+  CACHEROUTE_HOT_INLINE void AddPrefilling(const ThreadShard& thread_shard, int32_t delta) {
     router_internal::ShardAdd<int32_t>(ShardAt(thread_shard.index()).prefilling, delta,
                                        thread_shard.owned(), std::memory_order_relaxed);
   }

@@ -91,7 +91,7 @@ class ViewLedgerReader {
   const View& loads_;
 };
 
-inline bool Contains(const DestinationSet& set, uint32_t d) {
+CACHEROUTE_HOT_STEP bool Contains(const DestinationSet& set, uint32_t d) {
   for (uint32_t m : set) {
     if (m == d) return true;
   }
@@ -208,10 +208,10 @@ class TokenWorkRule {
     CacheEstimate cached{};
 
     // Whether a candidate costing at least `cold_floor` can no longer win.
-    bool ColdCannotWin(double cold_floor) const {
+    CACHEROUTE_HOT_STEP bool ColdCannotWin(double cold_floor) const {
       return destination != kNoDestination && cost <= cold_floor;
     }
-    void Offer(const CandidateCost& c) {
+    CACHEROUTE_HOT_STEP void Offer(const CandidateCost& c) {
       if (destination == kNoDestination || c.cost < cost) {
         destination = c.destination;
         cost = c.cost;

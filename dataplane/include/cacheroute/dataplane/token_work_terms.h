@@ -29,6 +29,7 @@
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/dispatch_options.h"
 #include "cacheroute/dataplane/enum_names.h"
+#include "cacheroute/dataplane/hot_path.h"
 #include "cacheroute/dataplane/key_memory.h"
 
 namespace cacheroute::dataplane {
@@ -53,7 +54,7 @@ struct CostTerms {
 
   double operator[](CostTerm t) const { return tokens[static_cast<int>(t)]; }
   // The cost: the terms added in CostTerm order.
-  double Total() const {
+  CACHEROUTE_HOT_STEP double Total() const {
     double total = tokens[0];
     for (int t = 1; t < kCostTermCount; ++t) total += tokens[t];
     return total;
@@ -120,25 +121,26 @@ inline bool KeepsColdFloor(const CostFactors& f) {
 }
 
 // Q(d), the queued-work term: the tokens ahead of the request at d.
-inline double QueuedWorkTerm(const CandidateSignals& s) { return s.queued_tokens; }
+CACHEROUTE_HOT_STEP double QueuedWorkTerm(const CandidateSignals& s) { return s.queued_tokens; }
 
 // κ·p̄·W(d), the queue-wait term: each request waiting for its first token at d needs a scheduling
 // slot and its KV before this one, however much of it is cached (llm-d's queue score in tokens).
-inline double QueueWaitTerm(const CostFactors& f, const CandidateSignals& s) {
+CACHEROUTE_HOT_STEP double QueueWaitTerm(const CostFactors& f, const CandidateSignals& s) {
   return f.wait_tokens * s.prefilling;
 }
 
 // (1 + β·P̄ + γ·D(d))·u(d), the uncached-prefill term: the request's own uncached tokens, scaled by
 // the fleet's waiting (β) and by the decoding requests a prefill chunk at d stalls (γ).
-inline double UncachedPrefillTerm(const CostFactors& f, const CandidateSignals& s,
-                                  double uncached) {
+CACHEROUTE_HOT_STEP double UncachedPrefillTerm(const CostFactors& f, const CandidateSignals& s,
+                                               double uncached) {
   return (f.prefill_scale + f.decode_stall * s.decoding) * uncached;
 }
 
 // μ·max(0, M(d) + Q(d) + u(d) − K(d)), the memory term: the tokens d's KV cache is short of holding
 // the request behind its queue (M(d): the scraped usage × K(d)); such a request waits at the head
 // of the engine's queue until running requests free blocks. 0 where K(d) is unknown.
-inline double MemoryShortTerm(const CostFactors& f, const CandidateSignals& s, double uncached) {
+CACHEROUTE_HOT_STEP double MemoryShortTerm(const CostFactors& f, const CandidateSignals& s,
+                                           double uncached) {
   const double kv = s.kv_capacity;
   if (!(kv > 0)) return 0;
   const double short_by =
@@ -147,7 +149,8 @@ inline double MemoryShortTerm(const CostFactors& f, const CandidateSignals& s, d
 }
 
 // Every term of a candidate expecting `uncached` tokens to prefill.
-inline CostTerms CostOf(const CostFactors& f, const CandidateSignals& s, double uncached) {
+CACHEROUTE_HOT_STEP CostTerms CostOf(const CostFactors& f, const CandidateSignals& s,
+                                     double uncached) {
   return {{QueuedWorkTerm(s), QueueWaitTerm(f, s), UncachedPrefillTerm(f, s, uncached),
            MemoryShortTerm(f, s, uncached)}};
 }
@@ -183,8 +186,8 @@ inline double PrefixCachedTokens(double prompt_tokens, const KnownPrefix& prefix
 
 // c(d): the largest of the template (`shared`), the key's promise where the key is warm at d, and
 // the remembered prefix where it went to d; a tie keeps the earlier in that order.
-inline CacheEstimate ExpectedCached(double shared, bool key_warm, double key_cached,
-                                    bool prefix_here, double prefix_cached) {
+CACHEROUTE_HOT_STEP CacheEstimate ExpectedCached(double shared, bool key_warm, double key_cached,
+                                                 bool prefix_here, double prefix_cached) {
   CacheEstimate e{shared, CacheExpectation::kTemplate};
   if (key_warm && key_cached > e.tokens) e = {key_cached, CacheExpectation::kKey};
   if (prefix_here && prefix_cached > e.tokens) e = {prefix_cached, CacheExpectation::kPrefix};
