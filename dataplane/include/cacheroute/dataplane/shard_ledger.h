@@ -86,15 +86,15 @@ inline const ThreadShard& CurrentThreadShard() {
 }
 
 // Adds `delta` to a counter of a shard: a plain store in the thread's own shard, an atomic
-// read-modify-write in the shared one.
-template <typename T>
-CACHEROUTE_HOT_INLINE void ShardAdd(std::atomic<T>& counter, T delta, bool owned,
-                                    std::memory_order order) {
+// read-modify-write in the shared one. The order is a template argument so that each use is a
+// few instructions the compiler inlines (a runtime order costs a switch).
+template <typename T, std::memory_order kOrder = std::memory_order_relaxed>
+inline void ShardAdd(std::atomic<T>& counter, T delta, bool owned) {
   if (owned) {
-    counter.store(counter.load(std::memory_order_relaxed) + delta, order);
+    counter.store(counter.load(std::memory_order_relaxed) + delta, kOrder);
   } else {
-    counter.fetch_add(delta, order == std::memory_order_release ? std::memory_order_acq_rel
-                                                                : std::memory_order_relaxed);
+    counter.fetch_add(delta, kOrder == std::memory_order_release ? std::memory_order_acq_rel
+                                                                 : std::memory_order_relaxed);
   }
 }
 
@@ -162,8 +162,7 @@ class ShardLedger {
     const uint32_t s = thread_shard.index();
     const uint32_t d = decision.destination;
     UseShard(s);
-    router_internal::ShardAdd<uint32_t>(Counts(s, d).picked, 1, thread_shard.owned(),
-                                        std::memory_order_relaxed);
+    router_internal::ShardAdd<uint32_t>(Counts(s, d).picked, 1, thread_shard.owned());
     if (!token_work_) return LedgerState::kNone;
     AddWord(thread_shard, d, kOwnWords, QueuedTokens(decision, prompt_tokens) + kPrefillOne);
     AddPrefilling(thread_shard, 1);
@@ -195,24 +194,23 @@ class ShardLedger {
       }
       if (active_tokens_) AddWord(thread_shard, d, kOwnActive, -uint64_t{prompt_tokens});
     }
-    router_internal::ShardAdd<uint32_t>(Counts(thread_shard.index(), d).released, 1,
-                                        thread_shard.owned(), std::memory_order_release);
+    router_internal::ShardAdd<uint32_t, std::memory_order_release>(
+        Counts(thread_shard.index(), d).released, 1, thread_shard.owned());
   }
 
   // Counts one decision of the Router's own in the thread's shard (RouterStats).
   void CountDecision(const ThreadShard& thread_shard, const Decision& decision) {
     Shard& shard = ShardAt(thread_shard.index());
     const bool owned = thread_shard.owned();
-    constexpr auto kRelaxed = std::memory_order_relaxed;
     if (decision.planned) {
-      router_internal::ShardAdd<uint64_t>(shard.planned, 1, owned, kRelaxed);
-      if (decision.spilled) router_internal::ShardAdd<uint64_t>(shard.spilled, 1, owned, kRelaxed);
+      router_internal::ShardAdd<uint64_t>(shard.planned, 1, owned);
+      if (decision.spilled) router_internal::ShardAdd<uint64_t>(shard.spilled, 1, owned);
     } else {
       router_internal::ShardAdd<uint64_t>(shard.fallback[static_cast<int>(decision.reason)], 1,
-                                          owned, kRelaxed);
+                                          owned);
     }
     if (decision.destination == kNoDestination) {
-      router_internal::ShardAdd<uint64_t>(shard.no_destination, 1, owned, kRelaxed);
+      router_internal::ShardAdd<uint64_t>(shard.no_destination, 1, owned);
     }
   }
 
@@ -279,7 +277,7 @@ class ShardLedger {
   CACHEROUTE_HOT_INLINE uint32_t CountViewRead(const ThreadShard& thread_shard) {
     std::atomic<uint32_t>& tick = ShardAt(thread_shard.index()).view_tick;
     const uint32_t now_tick = tick.load(std::memory_order_relaxed);
-    router_internal::ShardAdd<uint32_t>(tick, 1, thread_shard.owned(), std::memory_order_relaxed);
+    router_internal::ShardAdd<uint32_t>(tick, 1, thread_shard.owned());
     return now_tick;
   }
 
@@ -295,8 +293,7 @@ class ShardLedger {
       return;
     }
     shard.view_time.store(t, std::memory_order_relaxed);
-    router_internal::ShardAdd<uint32_t>(shard.view_tick, kViewTicks, thread_shard.owned(),
-                                        std::memory_order_relaxed);
+    router_internal::ShardAdd<uint32_t>(shard.view_tick, kViewTicks, thread_shard.owned());
   }
 
   // Σ picked − Σ released of `d` over the used shards (mod 2^32): exact. Releases first, with
@@ -469,16 +466,15 @@ class ShardLedger {
                                                  : prompt_tokens;
   }
   // Adds `delta` (mod 2^64) to `d`'s word in block `which` of the thread's shard.
-  CACHEROUTE_HOT_INLINE void AddWord(const ThreadShard& thread_shard, uint32_t d, int which,
-                                     uint64_t delta) {
+  void AddWord(const ThreadShard& thread_shard, uint32_t d, int which, uint64_t delta) {
     router_internal::ShardAdd<uint64_t>(
         WorkAt(thread_shard.index(), d / kGroupSize, which).words[d % kGroupSize], delta,
-        thread_shard.owned(), std::memory_order_relaxed);
+        thread_shard.owned());
   }
   // The fleet's prefilling count, in the thread's shard.
-  CACHEROUTE_HOT_INLINE void AddPrefilling(const ThreadShard& thread_shard, int32_t delta) {
+  void AddPrefilling(const ThreadShard& thread_shard, int32_t delta) {
     router_internal::ShardAdd<int32_t>(ShardAt(thread_shard.index()).prefilling, delta,
-                                       thread_shard.owned(), std::memory_order_relaxed);
+                                       thread_shard.owned());
   }
 
   // Makes `shard` part of every sum before it first counts anything. The seq_cst

@@ -181,7 +181,7 @@ class TableSlots {
    private:
     // Release: the lookup's reads happen before the writer, seeing the count drop, reuses the slot.
     void Leave(std::atomic<uint32_t>& readers) {
-      router_internal::ShardAdd<uint32_t>(readers, ~uint32_t{0}, owned_, std::memory_order_release);
+      router_internal::ShardAdd<uint32_t, std::memory_order_release>(readers, ~uint32_t{0}, owned_);
     }
 
     const bool owned_;
