@@ -1,6 +1,7 @@
 // The policy registry: the shipped names (each its policy's own name()), the flatlb alias, the
 // listing for --help, errors naming the unknown value or the missing context field, table
-// policies' dispatch rules, and a policy added by one registration.
+// policies' dispatch rules, the entries' traits against what each policy does, and a policy added
+// by one registration.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
@@ -106,6 +107,64 @@ TEST_CASE("table policies carry their dispatch rule; others use the Router's def
   CHECK(DispatchFor("cacheroute").rule == DispatchRule::kTokenWork);
   CHECK(DispatchFor("cacheroute-paper").rule == DispatchRule::kPaper);
   CHECK(DispatchFor("sticky").rule == DispatchOptions{}.rule);
+}
+
+// A view of `n` idle destinations with the token-work signals, where only active tokens differ.
+class ActiveTokensView final : public LoadView {
+ public:
+  ActiveTokensView(uint32_t n, bool active) : n_(n), active_(active) {}
+  uint32_t size() const override { return n_; }
+  double Load(uint32_t) const override { return 0; }
+  bool Up(uint32_t) const override { return true; }
+  bool HasWork() const override { return true; }
+  DestinationWork Work(uint32_t d) const override {
+    return {.active_tokens = active_ && d % 2 == 0 ? 50000.0 : 0.0};
+  }
+
+ private:
+  uint32_t n_;
+  bool active_;
+};
+
+TEST_CASE("the traits say which policies are built for a count and which read active tokens") {
+  const PolicyRegistry& registry = BuiltinPolicies();
+  std::vector<std::string> per_count, active;
+  for (const PolicyInfo& info : registry.entries()) {
+    if (info.rebuild_when_count_changes) per_count.push_back(info.name);
+    if (info.reads_active_tokens) active.push_back(info.name);
+  }
+  CHECK(per_count == std::vector<std::string>{"sticky", "chwbl", "dualmap", "dynamo-kv", "llm-d"});
+  CHECK(active == std::vector<std::string>{"dynamo-kv"});
+
+  // What the traits claim, policy by policy: one built for 2 destinations never leaves [0, 2) of a
+  // wider fleet exactly when it is to be rebuilt; its picks change with active tokens alone
+  // exactly when it reads them.
+  ManualClock clock;
+  for (const PolicyInfo& info : registry.entries()) {
+    INFO(info.name);
+    SeededRandom random_a(7), random_b(7);
+    Router router_a({.destination_count = 4, .dispatch = info.dispatch}, random_a);
+    Router router_b({.destination_count = 4, .dispatch = info.dispatch}, random_b);
+    Result<std::unique_ptr<Policy>> a = registry.Create(
+        info.name, {.destinations = 2, .random = &random_a, .router = &router_a, .clock = &clock});
+    Result<std::unique_ptr<Policy>> b = registry.Create(
+        info.name, {.destinations = 2, .random = &random_b, .router = &router_b, .clock = &clock});
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    const ActiveTokensView idle(4, false), busy(4, true);
+    bool beyond_count = false, moved_by_active = false;
+    for (uint64_t k = 0; k < 200; ++k) {
+      const std::vector<uint64_t> hashes = {Mix64(3 * k + 1), Mix64(3 * k + 2), Mix64(3 * k + 3)};
+      const PickRequest request{
+          .key_id = Mix64(k + 1), .prompt_tokens = 100, .block_hashes = hashes};
+      const uint32_t without = (*a)->Route(request, idle).destination;
+      const uint32_t with = (*b)->Route(request, busy).destination;
+      beyond_count = beyond_count || without >= 2;
+      moved_by_active = moved_by_active || without != with;
+    }
+    CHECK(beyond_count == !info.rebuild_when_count_changes);
+    CHECK(moved_by_active == info.reads_active_tokens);
+  }
 }
 
 TEST_CASE("a policy is added by one registration; names and aliases stay unique") {

@@ -95,8 +95,8 @@ TEST_CASE("A rollout's control arm routes its keys by power of two, off the tabl
   Router router({.destination_count = 8}, random);
   // 400 keys, each planned on destination 5 alone; 30% of them on the table arm.
   std::vector<TableEntry> entries;
-  for (uint64_t i = 0; i < 400; ++i) entries.push_back({.key_id = KeyId("k" + std::to_string(i)),
-                                                        .destinations = {5}});
+  for (uint64_t i = 0; i < 400; ++i)
+    entries.push_back({.key_id = KeyId("k" + std::to_string(i)), .destinations = {5}});
   auto built = RoutingTable::Build({1, 1}, 8, std::vector<double>(8, 1.0), entries, 0.3);
   REQUIRE(built.ok());
   CHECK(built->table_fraction() == 0.3);
@@ -118,7 +118,7 @@ TEST_CASE("A rollout's control arm routes its keys by power of two, off the tabl
       control_destinations.insert(r.destination());
     }
   }
-  CHECK(table_arm > 80);   // about 120 of 400
+  CHECK(table_arm > 80);  // about 120 of 400
   CHECK(table_arm < 160);
   CHECK(control_destinations.size() >= 6);  // spread, not sent to the planned 5
   const RouterStats stats = router.Stats(clock.Now());
@@ -222,7 +222,7 @@ TEST_CASE("Token work: the ledger follows each request from pick to first token 
     InFlight a = router.Track({2, false, Reason::kPolicy, false, 300}, 1000);
     CHECK(work(2).queued_prefill_tokens == 300);
     CHECK(work(2).prefilling == 1);
-    CHECK(work(2).active_tokens == 0);                            // not kept by the Router
+    CHECK(work(2).active_tokens == 0);  // kept only with RouterOptions::active_tokens
     InFlight b = router.Track({2, false, Reason::kPolicy}, 500);  // no estimate: the whole prompt
     CHECK(work(2).queued_prefill_tokens == 800);
     CHECK(router.loads().FleetWork().prefilling == 2);
@@ -980,6 +980,16 @@ TEST_CASE("In-flight counts are per thread: exact in Stats, bounded-stale in loa
   CHECK(in_flight() == std::vector<int64_t>{0, 0, 0, 0});
 }
 
+// Calls `done` until it holds, at most kViewTicks + 1 times (a thread's view of the others' counts
+// is re-read within kViewTicks of its reads); whether it held.
+template <typename Done>
+bool WithinViewTicks(Done done) {
+  for (uint32_t calls = 0; calls <= Router::kViewTicks; ++calls) {
+    if (done()) return true;
+  }
+  return false;
+}
+
 // The token-work ledger is kept per thread like the in-flight counts: what other threads added
 // or removed shows within kViewTicks view reads (or at once after a Pick kMaxViewAge later), and a
 // release seen before its pick reads as nothing, never as a negative or garbled count.
@@ -990,13 +1000,6 @@ TEST_CASE("Token work: the ledger counts requests started and ended on other thr
   Router router({.destination_count = 4}, random);
   REQUIRE(router.loads().HasWork());
   auto work = [&](uint32_t d) { return router.loads().Work(d); };
-  // Reads until `done` holds, at most kViewTicks + 1 times; whether it held.
-  auto within_view_ticks = [&](auto done) {
-    for (uint32_t calls = 0; calls <= Router::kViewTicks; ++calls) {
-      if (done()) return true;
-    }
-    return false;
-  };
 
   // Picked by another thread: this thread's first reads see them (nothing cached yet).
   std::vector<InFlight> handed;
@@ -1010,10 +1013,10 @@ TEST_CASE("Token work: the ledger counts requests started and ended on other thr
 
   // The first token, seen by a third thread.
   std::thread([&] { handed[0].FirstToken(); }).join();
-  CHECK(within_view_ticks([&] { return work(2).decoding == 1; }));
+  CHECK(WithinViewTicks([&] { return work(2).decoding == 1; }));
   CHECK(work(2).queued_prefill_tokens == 1000);
   CHECK(work(2).prefilling == 1);
-  CHECK(within_view_ticks([&] { return router.loads().FleetWork().prefilling == 1; }));
+  CHECK(WithinViewTicks([&] { return router.loads().FleetWork().prefilling == 1; }));
 
   // Released here: this thread's own share is read live.
   handed[1].Release();
@@ -1041,10 +1044,118 @@ TEST_CASE("Token work: the ledger counts requests started and ended on other thr
   CHECK(seen.queued_prefill_tokens == 0);
   CHECK(seen.prefilling == 0);
   CHECK(seen.decoding == 0);
-  CHECK(within_view_ticks([&] {
+  CHECK(WithinViewTicks([&] {
     const DestinationWork w = work(1);
     return w.queued_prefill_tokens == 0 && w.prefilling == 0 && w.decoding == 0;
   }));
+}
+
+// With RouterOptions::active_tokens the ledger keeps each destination's prompt tokens in flight, as
+// the simulator's own view counts them: the prompt given to Pick or Track from then until release.
+TEST_CASE("Active tokens: the prompt tokens in flight, per destination", "[router]") {
+  SeededRandom random(31);
+  ManualClock clock;
+  Router router({.destination_count = 4, .active_tokens = true}, random);
+  std::mt19937_64 rng(31);
+  std::vector<InFlight> held;
+  std::vector<double> expected(4, 0.0);
+  for (int step = 0; step < 2000; ++step) {
+    const uint32_t prompt = static_cast<uint32_t>(rng() % 5000);
+    switch (rng() % 4) {
+      case 0: {  // the Router's own pick, of a prompt known or not
+        held.push_back(router.Pick(
+            PickRequest{.key_id = KeyId("k" + std::to_string(rng() % 50)), .prompt_tokens = prompt},
+            clock.Now()));
+        expected[held.back().destination()] += prompt;
+        break;
+      }
+      case 1: {  // another policy's decision, with or without its own estimate
+        const uint32_t d = static_cast<uint32_t>(rng() % 4);
+        held.push_back(router.Track({d, false, Reason::kPolicy, false, prompt / 2}, prompt));
+        expected[d] += prompt;
+        break;
+      }
+      case 2:  // the first token changes nothing here
+        if (!held.empty()) held[rng() % held.size()].FirstToken();
+        break;
+      default:
+        if (!held.empty()) {
+          const size_t i = rng() % held.size();
+          expected[held[i].destination()] -= held[i].prompt_tokens();
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+    }
+    INFO("step " << step);
+    for (uint32_t d = 0; d < 4; ++d) REQUIRE(router.loads().Work(d).active_tokens == expected[d]);
+  }
+  held.clear();
+  for (uint32_t d = 0; d < 4; ++d) CHECK(router.loads().Work(d).active_tokens == 0);
+
+  // Without the option none are kept; the paper's rule keeps no ledger at all.
+  Router off({.destination_count = 4}, random);
+  Router paper(
+      {.destination_count = 4, .dispatch = DispatchOptions::Paper(), .active_tokens = true},
+      random);
+  InFlight a = off.Track({2, false, Reason::kPolicy}, 1000);
+  InFlight b = paper.Track({2, false, Reason::kPolicy}, 1000);
+  CHECK(off.loads().Work(2).active_tokens == 0);
+  CHECK(off.loads().Work(2).prefilling == 1);
+  CHECK(paper.loads().Work(2).active_tokens == 0);
+}
+
+TEST_CASE("Active tokens: counted across threads like the rest of the ledger",
+          "[router][concurrency]") {
+  SeededRandom random(32);
+  ManualClock clock;
+  Router router({.destination_count = 4, .active_tokens = true}, random);
+  auto active = [&](uint32_t d) { return router.loads().Work(d).active_tokens; };
+  // Tracked on another thread: this thread's first read sees them.
+  std::vector<InFlight> handed;
+  std::thread([&] {
+    handed.push_back(router.Track({1, false, Reason::kPolicy}, 1200));
+    handed.push_back(router.Track({1, false, Reason::kPolicy}, 800));
+  }).join();
+  CHECK(active(1) == 2000);
+  // Released here: this thread's share is read live.
+  handed.pop_back();
+  CHECK(active(1) == 1200);
+  // Released by a third thread: seen within kViewTicks reads, or after a Pick kMaxViewAge later.
+  std::thread([&] { handed.clear(); }).join();
+  CHECK(WithinViewTicks([&] { return active(1) == 0; }));
+  std::thread([&] { handed.push_back(router.Track({3, false, Reason::kPolicy}, 500)); }).join();
+  clock.Advance(Router::kMaxViewAge + std::chrono::microseconds(1));
+  (void)router.Pick(PickRequest{.key_id = KeyId("cold"), .prompt_tokens = 10}, clock.Now());
+  CHECK(active(3) == 500);
+  // Picked by another thread after this thread's view was read, released here: this thread's
+  // share is negative until its view catches up, and reads as nothing meanwhile.
+  InFlight late;
+  std::thread([&] { late = router.Track({0, false, Reason::kPolicy}, 900); }).join();
+  late.Release();
+  CHECK(active(0) == 0);
+  CHECK(WithinViewTicks([&] { return active(0) == 0; }));
+
+  // Many threads at once: at rest the sums are exact.
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  std::vector<std::vector<InFlight>> kept(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5000; ++i) {
+        InFlight r = router.Track({static_cast<uint32_t>(i % 4), false, Reason::kPolicy}, 100);
+        if (i % 1000 == 0) kept[t].push_back(std::move(r));  // 5 of them outlive the loop
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  handed.clear();
+  clock.Advance(Router::kMaxViewAge + std::chrono::microseconds(1));
+  (void)router.Pick(PickRequest{.key_id = KeyId("cold"), .prompt_tokens = 10}, clock.Now());
+  // Each thread kept i = 0, 1000, …, 4000: destination 0 only.
+  CHECK(active(0) == kThreads * 5 * 100);
+  for (uint32_t d = 1; d < 4; ++d) CHECK(active(d) == 0);
+  kept.clear();
+  CHECK(WithinViewTicks(
+      [&] { return active(0) == 0 && active(1) == 0 && active(2) == 0 && active(3) == 0; }));
 }
 
 // Tokens picked on some threads and released on others while Stats is read: no snapshot is

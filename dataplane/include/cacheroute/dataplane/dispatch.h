@@ -207,13 +207,22 @@ inline uint32_t RandomUpDestination(const View& loads, Random& random,
 
 // Power of two choices: two distinct random up destinations, the lighter one wins (the first on a
 // tie: it is random already). With one up destination, that one.
+struct TwoChoices {
+  uint32_t first = kNoDestination;   // kNoDestination: none up
+  uint32_t second = kNoDestination;  // kNoDestination: only `first` up
+  uint32_t chosen = kNoDestination;
+};
+template <typename View = LoadView>
+TwoChoices DrawTwoChoices(const View& loads, Random& random) {
+  const uint32_t a = RandomUpDestination(loads, random);
+  if (a == kNoDestination) return {};
+  const uint32_t b = RandomUpDestination(loads, random, a);
+  if (b == kNoDestination) return {a, kNoDestination, a};
+  return {a, b, loads.Load(b) < loads.Load(a) ? b : a};
+}
 template <typename View = LoadView>
 uint32_t PowerOfTwoChoices(const View& loads, Random& random) {
-  const uint32_t a = RandomUpDestination(loads, random);
-  if (a == kNoDestination) return kNoDestination;
-  const uint32_t b = RandomUpDestination(loads, random, a);
-  if (b == kNoDestination) return a;
-  return loads.Load(b) < loads.Load(a) ? b : a;
+  return DrawTwoChoices(loads, random).chosen;
 }
 
 // The least-loaded up destination; ties broken by a random starting point so that an idle fleet

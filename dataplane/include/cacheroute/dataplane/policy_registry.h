@@ -3,7 +3,8 @@
 // by one Register call (in BuiltinPolicies() for a shipped one).
 //
 // Each entry has one canonical name (the policy's own name() spelling), a one-line description
-// for --help, whether it routes by the planner's table, and a factory. A factory takes a
+// for --help, whether it routes by the planner's table, its traits (rebuilt when the member count
+// changes; reads the ledger's active tokens), and a factory. A factory takes a
 // PolicyContext: the destination count, the caller's Random, the Router (and its Clock) for the
 // table policies, and the baselines' parameters. A table policy's Router must be built with the
 // entry's `dispatch` (DispatchFor gives it); a caller that counts in-flight requests itself (the
@@ -69,6 +70,13 @@ struct PolicyInfo {
   std::string description;  // one line, for --help
   // Routes by the planner's table through context.router, which must use `dispatch`.
   bool uses_table = false;
+  // Traits: what a caller that builds the policy must do around it.
+  // Built for a fixed destination count (a hash ring over [0, n), or a prefix index sized by n):
+  // rebuild it when the member count changes, where the others keep their memory.
+  bool rebuild_when_count_changes = false;
+  // Reads DestinationWork::active_tokens: the Router whose loads() it routes over must keep them
+  // (RouterOptions::active_tokens).
+  bool reads_active_tokens = false;
   DispatchOptions dispatch{};
   PolicyFactory make{};
 };
@@ -232,11 +240,13 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                    }}));
   must(r.Register({.name = "sticky",
                    .description = "consistent hashing on the key, blind to load (pure affinity)",
+                   .rebuild_when_count_changes = true,
                    .make = [](const PolicyContext& c) -> Made {
                      return std::unique_ptr<Policy>(std::make_unique<StickyPolicy>(c.destinations));
                    }}));
   must(r.Register({.name = "chwbl",
                    .description = "consistent hashing with bounded loads, (1 + epsilon) x the mean",
+                   .rebuild_when_count_changes = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("chwbl", "random");
                      const double epsilon = c.parameters.chwbl_epsilon;
@@ -248,6 +258,7 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                    }}));
   must(r.Register({.name = "dualmap",
                    .description = "two hashed candidates, the warm one unless its queue is long",
+                   .rebuild_when_count_changes = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("dualmap", "random");
                      const double bound = c.parameters.dualmap_queue_bound;
@@ -271,6 +282,8 @@ inline PolicyRegistry MakeBuiltinPolicies() {
   must(r.Register({.name = "dynamo-kv",
                    .description = "NVIDIA Dynamo's KV router, approximate mode: least prefill + "
                                   "decode blocks, its own sends as the overlap",
+                   .rebuild_when_count_changes = true,
+                   .reads_active_tokens = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("dynamo-kv", "random");
                      if (c.clock == nullptr) return Missing("dynamo-kv", "clock");
@@ -279,6 +292,7 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                    }}));
   must(r.Register({.name = "llm-d",
                    .description = "llm-d's default scorers: prefix 3, queue 2, KV utilisation 2",
+                   .rebuild_when_count_changes = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("llm-d", "random");
                      if (c.clock == nullptr) return Missing("llm-d", "clock");
