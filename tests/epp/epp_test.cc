@@ -227,6 +227,24 @@ TEST_CASE("the planner's table: rates reported, planned keys routed by it, kept 
   CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_planner_connected 0\n"));
 }
 
+TEST_CASE("POST /debug/explain on the metrics listener: why a request would go where it would") {
+  Fleet fleet(2);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(ConfigFor(fleet)));
+  httplib::Client metrics("127.0.0.1", epp->metrics_port());
+  httplib::Result explained =
+      metrics.Post("/debug/explain", httplib::Headers{{"x-cacheroute-key", "tenant-a"}},
+                   R"({"prompt":"hello"})", "application/json");
+  REQUIRE(explained);
+  CHECK(explained->status == 200);
+  CHECK(absl::StrContains(explained->body, "\"rule\": \"token_work\""));
+  CHECK(absl::StrContains(explained->body, "\"reason\": \"no_table\""));
+  httplib::Result keyless =
+      metrics.Post("/debug/explain", R"({"messages":[]})", "application/json");
+  REQUIRE(keyless);
+  CHECK(keyless->status == 400);
+  CHECK(absl::StrContains(keyless->body, "\"code\":\"no_routing_key\""));
+}
+
 TEST_CASE("no member up: an immediate 503 in OpenAI's shape; readiness and /healthz follow") {
   Fleet fleet(2);
   EppConfig config = ConfigFor(fleet);

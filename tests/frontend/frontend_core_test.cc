@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "absl/status/status.h"
 #include "cacheroute/dataplane/key_id.h"
 
 namespace cacheroute::frontend {
@@ -109,6 +110,35 @@ TEST_CASE("the thread's snapshot follows a membership change and knows every rou
   REQUIRE(moved.member() != nullptr);
   CHECK(moved.member()->name == "engine-2");
   core.Stop();
+}
+
+TEST_CASE("Explain: the table policies say why, routing nothing; others and keyless refuse") {
+  StopSignal stop;
+  FrontendCore core(Config("cacheroute", 3), stop);
+  REQUIRE(core.Start().ok());
+  const Headers keyed{{{"x-cacheroute-key", "tenant-7"}}};
+  const absl::StatusOr<std::string> explained = core.Explain(keyed, R"({"prompt": "hello"})");
+  REQUIRE(explained.ok());
+  CHECK_THAT(*explained, Catch::Contains("\"rule\": \"token_work\""));
+  CHECK_THAT(*explained, Catch::Contains("\"candidates\""));
+  // Nothing was routed or counted.
+  CHECK(core.routing().recorder().Drain().counts.empty());
+  CHECK(core.routing().router().Remembered(dataplane::KeyId("tenant-7")).destination ==
+        dataplane::kNoDestination);
+  // The pick that follows on the same state goes where the explanation said (all three are
+  // candidates of so small a fleet, so no random draw differs).
+  RoutedRequest routed = core.Route(keyed, R"({"prompt": "hello"})", core.routing().clock().Now());
+  REQUIRE(routed.member() != nullptr);
+  CHECK_THAT(*explained, Catch::Contains("\"destination\": \"" + routed.member()->name + "\""));
+
+  const absl::StatusOr<std::string> keyless =
+      core.Explain(Headers{}, R"({"messages": [{"role": "user", "content": "x"}]})");
+  CHECK(absl::IsInvalidArgument(keyless.status()));
+  core.Stop();
+
+  StopSignal stop_b;
+  FrontendCore sticky(Config("sticky", 3), stop_b);
+  CHECK(absl::IsFailedPrecondition(sticky.Explain(keyed, "{}").status()));
 }
 
 }  // namespace

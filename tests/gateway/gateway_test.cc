@@ -761,6 +761,52 @@ TEST_CASE("/v1/models, /healthz and /metrics") {
 // The real binary: started with port 0, its port read from the "started gateway" log line.
 // A planner that requires a bearer token on every RPC (token_required_for_reads): the gateway
 // with planner_token_file reports rates and gets tables; one without the token gets neither.
+TEST_CASE("POST /debug/explain: why a request would go where it would, routing nothing") {
+  Fleet fleet(3);
+  InProcessPlanner planner(PlannerFor(fleet.Names()));
+  std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet, planner, "gw-explain"));
+  PlanFromTraffic(planner, *gateway, kHot, 20, 10);
+  const std::string key = kHot[0];
+  const std::string planned = TableDestination(*gateway, key);
+  REQUIRE_FALSE(planned.empty());
+  httplib::Client client = ClientFor(*gateway);
+  const uint64_t routed_before = gateway->RouterStats().planned;
+  std::vector<int> sent_before;
+  for (const auto& u : fleet.upstreams) sent_before.push_back(u->requests());
+  httplib::Result explained =
+      client.Post("/debug/explain", httplib::Headers{{"X-CacheRoute-Key", key}},
+                  R"({"model":"fake","prompt":"Hello","max_tokens":1})", "application/json");
+  REQUIRE(explained);
+  CHECK(explained->status == 200);
+  CHECK(explained->get_header_value("Content-Type") == "application/json");
+  CHECK_THAT(explained->body, Catch::Contains("\"reason\": \"planned\""));
+  CHECK_THAT(explained->body, Catch::Contains("\"destination\": \"" + planned + "\""));
+  CHECK_THAT(explained->body, Catch::Contains("\"uncached_prefill\""));
+  CHECK(gateway->RouterStats().planned == routed_before);  // nothing was routed or sent
+  for (size_t i = 0; i < fleet.upstreams.size(); ++i) {
+    CHECK(fleet.upstreams[i]->requests() == sent_before[i]);
+  }
+  // Without a key: 400 in OpenAI's shape.
+  httplib::Result keyless = client.Post(
+      "/debug/explain", R"({"messages":[{"role":"user","content":"x"}]})", "application/json");
+  REQUIRE(keyless);
+  CHECK(keyless->status == 400);
+  CHECK_THAT(keyless->body, Catch::Contains("\"code\":\"no_routing_key\""));
+  httplib::Result get = client.Get("/debug/explain");
+  REQUIRE(get);
+  CHECK(get->status == 405);
+  CHECK(get->get_header_value("Allow") == "POST");
+
+  GatewayConfig sticky_config = ConfigFor(fleet, "sticky");
+  std::unique_ptr<Gateway> sticky = StartGateway(sticky_config);
+  httplib::Client sticky_client = ClientFor(*sticky);
+  httplib::Result refused = sticky_client.Post(
+      "/debug/explain", httplib::Headers{{"X-CacheRoute-Key", key}}, "{}", "application/json");
+  REQUIRE(refused);
+  CHECK(refused->status == 400);
+  CHECK_THAT(refused->body, Catch::Contains("\"code\":\"policy_not_explained\""));
+}
+
 TEST_CASE("planner_token_file: the token gets rates and tables through, its absence does not") {
   testing::TempDir dir("gateway_token_test");
   Fleet fleet(3);

@@ -227,6 +227,27 @@ absl::Status Epp::StartMetrics() {
         if (path == "/metrics") {
           co_await x.Send(http::TextResponse(
               request, 200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics()));
+        } else if (path == "/debug/explain" && request.method() == boost::beast::http::verb::post) {
+          const absl::StatusOr<std::string> explained = core_->Explain(
+              [&request](absl::string_view name) -> std::optional<absl::string_view> {
+                const auto it = request.find(boost::beast::string_view(name.data(), name.size()));
+                if (it == request.end()) return std::nullopt;
+                return absl::string_view(it->value().data(), it->value().size());
+              },
+              absl::string_view(request.body()));
+          // The answer is made before the co_await (GCC 12 mishandles a conditional of temporaries
+          // inside one).
+          http::Response response = http::TextResponse(request, 200, "application/json",
+                                                       explained.ok() ? *explained : "");
+          if (!explained.ok()) {
+            response = http::TextResponse(
+                request, 400, "application/json",
+                frontend::ErrorBody(explained.status().message(), "invalid_request_error",
+                                    absl::IsFailedPrecondition(explained.status())
+                                        ? "policy_not_explained"
+                                        : "no_routing_key"));
+          }
+          co_await x.Send(std::move(response));
         } else if (path == "/healthz") {
           const bool up = core_->routing().AnyUp();
           const bool ok = up && !server_->draining();
@@ -235,8 +256,9 @@ absl::Status Epp::StartMetrics() {
                                              : up ? "draining\n"
                                                   : "no upstream is up\n"));
         } else {
-          co_await x.Send(http::TextResponse(request, 404, "text/plain",
-                                             "not found: /metrics and /healthz are served\n"));
+          co_await x.Send(http::TextResponse(
+              request, 404, "text/plain",
+              "not found: GET /metrics, GET /healthz and POST /debug/explain are served\n"));
         }
       });
   if (!server.ok()) {

@@ -9,7 +9,8 @@
 // the operator's view.
 //
 //   gRPC  envoy.service.ext_proc.v3.ExternalProcessor/Process, grpc.health.v1.Health
-//   HTTP  GET /metrics (cacheroute_epp_*), GET /healthz (200 while ready)
+//   HTTP  GET /metrics (cacheroute_epp_*), GET /healthz (200 while ready), POST /debug/explain
+//         (why a request with these headers and this body would go where it would; JSON)
 //
 // Ready (health "readiness", /healthz) while at least one member is up and it is not draining.
 // No endpoint: an immediate 503 with an OpenAI error body. Without a planner, or with the planner

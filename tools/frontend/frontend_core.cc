@@ -7,9 +7,12 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/policy_registry.h"
+#include "tools/frontend/routing/explanation_json.h"
 #include "tools/frontend/routing/policy_factory.h"
 
 namespace cacheroute::frontend {
@@ -21,6 +24,14 @@ bool Dynamic(const FrontendConfig& config) {
 
 // Tells cores apart in the per-thread snapshot cache (an address may be reused).
 std::atomic<uint64_t> next_instance{1};
+
+// The registry's entry of the configured policy (an entry with no traits for a name it does not
+// know, which ValidateFrontendConfig refuses).
+const dataplane::PolicyInfo& PolicyOf(const FrontendConfig& config) {
+  static const dataplane::PolicyInfo kUnknown;
+  const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(config.policy);
+  return info != nullptr ? *info : kUnknown;
+}
 
 }  // namespace
 
@@ -35,6 +46,7 @@ FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
                     dataplane::DispatchRule::kTokenWork),
       routing_({.capacity = capacity_,
                 .dispatch = dataplane::DispatchFor(config.policy),
+                .active_tokens = PolicyOf(config).reads_active_tokens,
                 .table_ttl = std::chrono::duration_cast<dataplane::Duration>(
                     absl::ToChronoNanoseconds(config.table_ttl)),
                 .external_load_weight = config.external_load_weight,
@@ -49,7 +61,7 @@ FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
                [this](uint32_t n) {
                  return MakePolicy(config_.policy, n, routing_.random(), routing_.clock());
                },
-           .policy_per_count = PolicyPerCount(config.policy),
+           .policy_per_count = PolicyOf(config).rebuild_when_count_changes,
            .new_occupant = [this](uint32_t d, uint32_t from) { NewOccupant(d, from); },
            .install = [this](const std::vector<std::string>& names) { return Install(names); }}),
       health_(capacity_, config.failure_threshold, routing_.router()),
@@ -80,7 +92,7 @@ absl::Status FrontendCore::Start() {
         planner_,
         PlannerLink::Start(config_, routing_.router(), routing_.recorder(), routing_.evidence(),
                            membership_.Names(), membership_.dynamic(), &routing_.key_sizes()));
-  } else if (RoutesByTable(config_.policy)) {
+  } else if (PolicyOf(config_).uses_table) {
     base::LogEvent("warning", "no_planner",
                    {{"detail",
                      "policy cacheroute without a planner: no table, every request is routed by "
@@ -122,6 +134,27 @@ RoutedRequest FrontendCore::Route(HeaderLookup headers, absl::string_view body,
     members = ThreadMembers(/*fresh=*/true);
   }
   return {std::move(lifecycle), std::move(members)};
+}
+
+absl::StatusOr<std::string> FrontendCore::Explain(HeaderLookup headers, absl::string_view body) {
+  if (!PolicyOf(config_).uses_table) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("policy ", config_.policy,
+                     " has no explanation: only the table policies (cacheroute, "
+                     "cacheroute-paper) explain their picks"));
+  }
+  const std::optional<absl::string_view> key = headers(key_header_);
+  const RoutingInput input =
+      keys_.Derive(key.has_value() ? std::optional<std::string>(*key) : std::nullopt, body);
+  if (!input.key.has_value()) {
+    return absl::InvalidArgumentError(
+        "the request has no routing key (key_from found none in its header or body): it goes "
+        "by power of two choices");
+  }
+  ExplainedRequest request{.policy = config_.policy, .key_id = dataplane::KeyId(*input.key)};
+  const dataplane::Explanation explanation =
+      routing_.Explain(*request.key_id, input.prompt, input.block_hashes, &request.prompt_tokens);
+  return ExplanationJson(request, explanation, ThreadMembers()->Names());
 }
 
 RoutedRequest FrontendCore::RouteAny(dataplane::Time start) {

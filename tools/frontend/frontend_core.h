@@ -36,6 +36,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/grpc/rate_reporter.h"
@@ -92,6 +93,11 @@ class FrontendCore {
   RoutedRequest Route(HeaderLookup headers, absl::string_view body, dataplane::Time start);
   // A request any up member can answer (GET /v1/models): a random one.
   RoutedRequest RouteAny(dataplane::Time start);
+  // Why Route would send this request where it would, as JSON (routing/explanation_json.h),
+  // routing nothing. FailedPrecondition when the policy does not route by the planner's table
+  // (only the table policies' rule explains itself); InvalidArgument for a request without a
+  // routing key (it goes by power of two choices).
+  absl::StatusOr<std::string> Explain(HeaderLookup headers, absl::string_view body);
   // Sends `routed` to the up destination `d` instead (RoutingCore::Redirect).
   RoutedRequest Redirect(RoutedRequest routed, uint32_t d);
   // This thread's copy of the membership snapshot: re-taken when the membership's generation

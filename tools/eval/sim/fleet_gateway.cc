@@ -30,6 +30,7 @@ SimGateway::SimGateway(const FleetConfig& config, uint32_t index, const SimClock
            // is their load view), the study's for those that do.
            .dispatch = FindFleetPolicy(config)->uses_table ? config.dispatch
                                                            : dataplane::DispatchFor(config.policy),
+           .active_tokens = FindFleetPolicy(config)->reads_active_tokens,
            // The table stream is never down here: a table is good until the next one.
            .table_ttl = dataplane::Duration::zero(),
            // Load(d) is the gateway's own requests in flight; what the engines report reaches

@@ -8,10 +8,13 @@
 //                                 a Policy object, routed by its Route (the key, the prompt's
 //                                 tokens and block hashes) and counted through Router::Track
 //
+// What a policy needs of its front end is on its registry entry (PolicyInfo): uses_table,
+// dispatch, rebuild_when_count_changes (its Policy is made again when the member count changes),
+// reads_active_tokens (the Router keeps active tokens in its ledger: RoutingCoreOptions).
+//
 // Usage:
 //   RoutingCoreOptions o{.dispatch = dataplane::DispatchFor(config.policy), …};
 //   std::unique_ptr<dataplane::Policy> p = MakePolicy(config.policy, members, random, clock);
-//   if (PolicyPerCount(config.policy)) … rebuild it when the member count changes …
 #pragma once
 
 #include <cstdint>
@@ -31,10 +34,5 @@ namespace cacheroute::frontend {
 std::unique_ptr<dataplane::Policy> MakePolicy(const std::string& policy, uint32_t n,
                                               dataplane::Random& random,
                                               const dataplane::Clock& clock);
-// Whether the policy hashes over the member count (rings over [0, n)): rebuilt when the count
-// changes, where the others keep their memory.
-bool PolicyPerCount(const std::string& policy);
-// Whether the policy routes by the planner's table (without a planner it only has its fallback).
-bool RoutesByTable(const std::string& policy);
 
 }  // namespace cacheroute::frontend

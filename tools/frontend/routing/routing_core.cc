@@ -18,7 +18,8 @@ RoutingCore::RoutingCore(const RoutingCoreOptions& options, const dataplane::Clo
                .capacity = options.capacity,
                .dispatch = options.dispatch,
                .table_ttl = options.table_ttl,
-               .external_load_weight = options.external_load_weight},
+               .external_load_weight = options.external_load_weight,
+               .active_tokens = options.active_tokens},
               random_),
       recorder_(options.recorder),
       served_hit_(options.capacity, router_),
@@ -47,6 +48,15 @@ RequestLifecycle RoutingCore::Route(std::optional<uint64_t> key_id, const Prompt
                         : router_.Track(policy->Route(pick, router_.loads()), prompt_tokens);
   picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
   return RequestLifecycle(*this, std::move(in_flight), start, pick.key_id, prompt);
+}
+
+dataplane::Explanation RoutingCore::Explain(uint64_t key_id, const PromptSize& prompt,
+                                            std::span<const uint64_t> block_hashes,
+                                            uint32_t* prompt_tokens) {
+  *prompt_tokens = prompt_estimate_.Tokens(prompt);
+  return router_.Explain(
+      {.key_id = key_id, .prompt_tokens = *prompt_tokens, .block_hashes = block_hashes},
+      clock_.Now());
 }
 
 RequestLifecycle RoutingCore::RouteAny(dataplane::Time start) {

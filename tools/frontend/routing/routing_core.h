@@ -45,6 +45,7 @@
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/evidence_recorder.h"
+#include "cacheroute/dataplane/explanation.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/key_sizes.h"
 #include "cacheroute/dataplane/policies.h"
@@ -62,6 +63,9 @@ namespace cacheroute::frontend {
 struct RoutingCoreOptions {
   uint32_t capacity = 0;  // destinations the Router has room for (membership changes within)
   dataplane::DispatchOptions dispatch = {};
+  // The Router keeps active tokens in its ledger (RouterOptions::active_tokens): for the policies
+  // that read them (PolicyInfo::reads_active_tokens).
+  bool active_tokens = false;
   dataplane::Duration table_ttl = std::chrono::seconds(60);
   double external_load_weight = 1.0;
   uint64_t seed = 0;  // of the policies' and fallbacks' randomness
@@ -96,6 +100,12 @@ class RoutingCore {
     input.key = key;
     return Route(input, policy, start);
   }
+  // Why a request with this key and prompt would go where it would under the table policies'
+  // rule (Router::Explain), routing nothing: no count, rate, memory or ledger changes; the random
+  // candidate is drawn from the Router's Random as a pick would. *prompt_tokens: the prompt's
+  // estimate the rule saw.
+  dataplane::Explanation Explain(uint64_t key_id, const PromptSize& prompt,
+                                 std::span<const uint64_t> block_hashes, uint32_t* prompt_tokens);
   // A request any up destination can answer (GET /v1/models): a random one, not counted in
   // picks_total.
   RequestLifecycle RouteAny(dataplane::Time start);

@@ -151,6 +151,24 @@ asio::awaitable<void> ProxyServer::Handle(http::Exchange& x) {
                                        render_metrics_()));
     co_return;
   }
+  const bool explain = path == "/debug/explain";
+  if (explain && !post) {
+    co_await Refuse(
+        x, frontend::Refusal::kMethodNotAllowed,
+        absl::StrCat("method ", View(request.method_string()), " is not allowed on ", path),
+        "POST");
+    co_return;
+  }
+  if (explain) {
+    if (keys_.enabled() && !Authorized(request)) {
+      co_await Refuse(x, frontend::Refusal::kUnauthorized,
+                      "missing or unknown API key: send Authorization: Bearer <key> with a key of "
+                      "the gateway's api_key_file");
+      co_return;
+    }
+    co_await HandleExplain(x);
+    co_return;
+  }
   const bool completion = path == "/v1/completions" || path == "/v1/chat/completions";
   const std::optional<std::string> model = frontend::ModelIdOfPath(path);
   const bool models = path == "/v1/models" || model.has_value();
@@ -176,6 +194,18 @@ asio::awaitable<void> ProxyServer::Handle(http::Exchange& x) {
                         : path == "/v1/completions" ? frontend::Endpoint::kCompletions
                                                     : frontend::Endpoint::kChatCompletions,
                         model);
+}
+
+asio::awaitable<void> ProxyServer::HandleExplain(http::Exchange& x) {
+  const absl::StatusOr<std::string> explained = core_.Explain(
+      [&x](absl::string_view name) { return Header(x.request(), name); }, x.request().body());
+  if (!explained.ok()) {
+    co_await SendError(
+        x, 400, explained.status().message(), "invalid_request_error",
+        absl::IsFailedPrecondition(explained.status()) ? "policy_not_explained" : "no_routing_key");
+    co_return;
+  }
+  co_await x.Send(http::TextResponse(x.request(), 200, "application/json", *explained));
 }
 
 asio::awaitable<void> ProxyServer::HandleHealthz(http::Exchange& x) {

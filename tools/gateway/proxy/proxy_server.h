@@ -8,6 +8,9 @@
 //                                               GET /v1/models: the entry of `id`, or 404
 //                                               model_not_found (engines such as vLLM have no
 //                                               /v1/models/{id} of their own)
+//   POST /debug/explain                         why a completion request like this one would go
+//                                               where it would (FrontendCore::Explain: JSON of
+//                                               each candidate's cost terms); routes nothing
 //   GET  /metrics                               the page `render_metrics` returns
 //   GET  /healthz                               200 "ok", or 503 while draining or with no
 //                                               member up
@@ -81,6 +84,8 @@ class ProxyServer {
 
   http::asio::awaitable<void> Handle(http::Exchange& x);
   http::asio::awaitable<void> HandleHealthz(http::Exchange& x);
+  // POST /debug/explain: why the request in the body (with its headers) would go where it would.
+  http::asio::awaitable<void> HandleExplain(http::Exchange& x);
   // A request the core routes: picked, forwarded (or 503), counted, finished. With `model`,
   // GET /v1/models/{model}, answered from the member's GET /v1/models.
   http::asio::awaitable<void> HandleRouted(http::Exchange& x, frontend::Endpoint endpoint,
