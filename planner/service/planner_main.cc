@@ -1,4 +1,4 @@
-// cacheroute-planner: the central planner service. See README.md ("Running the planner") and
+// cacheroute-planner: the central planner service. See docs/planner-service.md and
 // deploy/planner.yaml for the configuration.
 //
 //   cacheroute-planner --config deploy/planner.yaml
@@ -24,9 +24,9 @@ int main(int argc, char** argv) {
   base::SetLogFormat(config->log_format);
   if (config->token.empty()) {
     base::LogEvent("warning", "no_token",
-                      {{"detail",
-                        "no bearer token configured: anyone who can reach the port may "
-                        "report rates and change membership"}});
+                   {{"detail",
+                     "no bearer token configured: anyone who can reach the port may "
+                     "report rates and change membership"}});
   }
 
   base::RealClock clock;
@@ -34,16 +34,16 @@ int main(int argc, char** argv) {
       service::PlannerServer::Start(*config, &clock);
   if (!server.ok()) return base::program::StartExit("cacheroute-planner", server.status());
   const auto latest = (*server)->core().Latest();
-  base::LogEvent("info", "started",
-                    {{"listen", config->listen},
-                     {"port", absl::StrCat((*server)->port())},
-                     {"metrics_port", absl::StrCat((*server)->metrics_port())},
-                     {"etcd", config->etcd.enabled ? absl::StrJoin(config->etcd.endpoints, ",")
-                                                   : "off"},
-                     {"destinations", absl::StrCat(config->destinations.size())},
-                     {"state_dir", config->state_dir},
-                     {"tls", config->tls.cert_file.empty() ? "off" : "on"},
-                     {"restored_version", latest ? latest->version().ToString() : "none"}});
+  base::LogEvent(
+      "info", "started",
+      {{"listen", config->listen},
+       {"port", absl::StrCat((*server)->port())},
+       {"metrics_port", absl::StrCat((*server)->metrics_port())},
+       {"etcd", config->etcd.enabled ? absl::StrJoin(config->etcd.endpoints, ",") : "off"},
+       {"destinations", absl::StrCat(config->destinations.size())},
+       {"state_dir", config->state_dir},
+       {"tls", config->tls.cert_file.empty() ? "off" : "on"},
+       {"restored_version", latest ? latest->version().ToString() : "none"}});
 
   // A watcher thread turns a signal into a clean shutdown.
   base::program::CatchStopSignals();
