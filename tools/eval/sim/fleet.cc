@@ -414,17 +414,8 @@ const dataplane::PolicyInfo* FindFleetPolicy(const FleetConfig& config) {
 
 absl::Status ValidateDispatchOptions(const dataplane::DispatchOptions& dispatch,
                                      std::string_view name) {
-  const std::pair<std::string_view, double> costs[] = {{"decode_stall", dispatch.decode_stall},
-                                                       {"queue_stall", dispatch.queue_stall},
-                                                       {"queue_wait", dispatch.queue_wait},
-                                                       {"memory_short", dispatch.memory_short}};
-  for (const auto& [field, value] : costs) {
-    if (!(value >= 0 && std::isfinite(value))) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s.%s: must be finite and >= 0, got %g", name, field, value));
-    }
-  }
-  return absl::OkStatus();
+  const dataplane::Status s = dataplane::CheckDispatchWeights(dispatch, name);
+  return s.ok ? absl::OkStatus() : absl::InvalidArgumentError(s.message);
 }
 
 absl::Status ValidateFleetConfig(const FleetConfig& config) {

@@ -5,14 +5,24 @@
 // Serving", §3.1). Each cost term of the token-work rule (token_work_terms.h) reads its weight
 // here.
 //
+// kDispatchWeights names every cost weight as configuration files spell it, and
+// CheckDispatchWeights is their one check: a reader or validator iterates them, so a new weight
+// is one field and one row here.
+//
 // Usage:
 //   Router router({.destination_count = 30, .dispatch = DispatchOptions::Paper()}, random);
+//   if (Status s = CheckDispatchWeights(options, "fleet"); !s.ok) return s;  // names the weight
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
 
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/status.h"
 
 namespace cacheroute::dataplane {
 
@@ -67,5 +77,32 @@ struct DispatchOptions {
 
   static constexpr DispatchOptions Paper() { return {.rule = DispatchRule::kPaper}; }
 };
+
+// The token-work rule's cost weights by the name configuration files give them.
+struct DispatchWeight {
+  std::string_view name;
+  double DispatchOptions::*member;
+};
+inline constexpr DispatchWeight kDispatchWeights[] = {
+    {"decode_stall", &DispatchOptions::decode_stall},
+    {"queue_stall", &DispatchOptions::queue_stall},
+    {"queue_wait", &DispatchOptions::queue_wait},
+    {"memory_short", &DispatchOptions::memory_short},
+};
+
+// Every weight finite and ≥ 0 (the rule skips candidates that cannot win only under that); the
+// error names `prefix`.<weight> and the value.
+inline Status CheckDispatchWeights(const DispatchOptions& options, std::string_view prefix) {
+  for (const DispatchWeight& w : kDispatchWeights) {
+    const double value = options.*(w.member);
+    if (!(value >= 0 && std::isfinite(value))) {
+      char shown[32];
+      std::snprintf(shown, sizeof shown, "%g", value);
+      return Status::Error(std::string(prefix) + "." + std::string(w.name) +
+                           ": must be finite and >= 0, got " + shown);
+    }
+  }
+  return Status::Ok();
+}
 
 }  // namespace cacheroute::dataplane

@@ -155,28 +155,31 @@ const std::vector<Field<TraceOptions>>& TraceFields() {
 const std::vector<Field<FleetKnobs>>& FleetFields() {
   using K = FleetKnobs;
   using D = dataplane::DispatchOptions;
-  static const auto* const fields = new std::vector<Field<K>>{
-      F("gateways", &K::gateways),
-      F("control_interval_s", &K::control_interval_s),
-      F("rate_smoothing_s", &K::rate_smoothing_s),
-      F("q_cap", &K::q_cap),
-      F("slots_per_destination", &K::slots_per_destination),
-      F("warmup_s", &K::warmup_s),
-      F("timeout_s", &K::timeout_s),
-      F("queue_cap", &K::queue_cap),
-      F("max_plans", &K::max_plans),
-      F("stickiness", &K::stickiness),
-      F("kv_blocks", &K::kv_blocks),
-      F("kv_budget_share", &K::kv_budget_share),
-      F("decode_stall", &K::dispatch, &D::decode_stall),
-      F("queue_stall", &K::dispatch, &D::queue_stall),
-      F("queue_wait", &K::dispatch, &D::queue_wait),
-      F("memory_short", &K::dispatch, &D::memory_short),
-      F("all_candidates_up_to", &K::dispatch, &D::all_candidates_up_to),
-      F("prefix_memory_log2", &K::dispatch, &D::prefix_memory_log2),
-      F("measure_turnover", &K::measure_turnover),
-      F("plan_follows_cache", &K::plan_follows_cache),
-  };
+  static const auto* const fields = [] {
+    auto* f = new std::vector<Field<K>>{
+        F("gateways", &K::gateways),
+        F("control_interval_s", &K::control_interval_s),
+        F("rate_smoothing_s", &K::rate_smoothing_s),
+        F("q_cap", &K::q_cap),
+        F("slots_per_destination", &K::slots_per_destination),
+        F("warmup_s", &K::warmup_s),
+        F("timeout_s", &K::timeout_s),
+        F("queue_cap", &K::queue_cap),
+        F("max_plans", &K::max_plans),
+        F("stickiness", &K::stickiness),
+        F("kv_blocks", &K::kv_blocks),
+        F("kv_budget_share", &K::kv_budget_share),
+        F("all_candidates_up_to", &K::dispatch, &D::all_candidates_up_to),
+        F("prefix_memory_log2", &K::dispatch, &D::prefix_memory_log2),
+        F("measure_turnover", &K::measure_turnover),
+        F("plan_follows_cache", &K::plan_follows_cache),
+    };
+    // The dispatch's cost weights, each spelled as the dataplane names it (fleet.decode_stall, …).
+    for (const dataplane::DispatchWeight& w : dataplane::kDispatchWeights) {
+      f->push_back(F(absl::string_view(w.name.data(), w.name.size()), &K::dispatch, w.member));
+    }
+    return f;
+  }();
   return *fields;
 }
 
