@@ -16,13 +16,13 @@
 
 namespace {
 
-void CheckUpstreams(const std::vector<cacheroute::gateway::Upstream>& upstreams) {
+void CheckUpstreams(const std::vector<cacheroute::frontend::Upstream>& upstreams) {
   std::set<std::string> names;
-  for (const cacheroute::gateway::Upstream& u : upstreams) {
+  for (const cacheroute::frontend::Upstream& u : upstreams) {
     FUZZ_CHECK(!u.name.empty());
     FUZZ_CHECK(names.insert(u.name).second, "a repeated upstream name was accepted");
-    absl::StatusOr<cacheroute::gateway::UpstreamAddress> address =
-        cacheroute::gateway::ParseUpstreamUrl(u.name, u.url);
+    absl::StatusOr<cacheroute::frontend::UpstreamAddress> address =
+        cacheroute::frontend::ParseUpstreamUrl(u.name, u.url);
     FUZZ_CHECK(address.ok(), address.status().ToString());
     FUZZ_CHECK(address->port >= 1 && address->port <= 65535);
     FUZZ_CHECK(!address->host.empty());
@@ -35,7 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace cacheroute::gateway;
   const absl::string_view yaml(reinterpret_cast<const char*>(data), size);
 
-  absl::StatusOr<std::vector<frontend::Upstream>> list = frontend::ParseUpstreamListYaml(yaml);
+  absl::StatusOr<std::vector<cacheroute::frontend::Upstream>> list =
+      cacheroute::frontend::ParseUpstreamListYaml(yaml);
   if (list.ok()) {
     FUZZ_CHECK(!list->empty(), "an empty upstream list was accepted");
     CheckUpstreams(*list);

@@ -18,14 +18,14 @@
 
 namespace {
 
-bool SameUsage(const std::optional<cacheroute::gateway::Usage>& a,
-               const std::optional<cacheroute::gateway::Usage>& b) {
+bool SameUsage(const std::optional<cacheroute::frontend::Usage>& a,
+               const std::optional<cacheroute::frontend::Usage>& b) {
   if (a.has_value() != b.has_value()) return false;
   return !a.has_value() ||
          (a->prompt_tokens == b->prompt_tokens && a->cached_tokens == b->cached_tokens);
 }
 
-void CheckUsage(const std::optional<cacheroute::gateway::Usage>& u) {
+void CheckUsage(const std::optional<cacheroute::frontend::Usage>& u) {
   if (u.has_value() && u->cached_tokens.has_value()) {
     FUZZ_CHECK(*u->cached_tokens <= u->prompt_tokens);
   }
@@ -34,13 +34,13 @@ void CheckUsage(const std::optional<cacheroute::gateway::Usage>& u) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace cacheroute::gateway;
+  using namespace cacheroute::frontend;
   if (size == 0) return 0;
   const uint8_t control = data[0];
   const absl::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   const size_t prefix_bytes = size_t{1} << (control & 0x0f);  // 1 … 32768
 
-  const frontend::RequestFields fields = frontend::ScanRequestFields(body, prefix_bytes);
+  const RequestFields fields = ScanRequestFields(body, prefix_bytes);
   if (fields.system.has_value()) {
     const std::string& s = *fields.system;
     const size_t colon = s.find(':');
@@ -63,15 +63,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(RoutingKey({}, header, fields) == std::nullopt);
 
   // A response body, and the same bytes as an SSE stream fed whole, in chunks, byte by byte.
-  CheckUsage(frontend::ReadUsage(body));
-  frontend::UsageScanner whole;
+  CheckUsage(ReadUsage(body));
+  UsageScanner whole;
   whole.Feed(body);
   CheckUsage(whole.usage());
-  frontend::UsageScanner chunked;
+  UsageScanner chunked;
   const size_t chunk = 1 + (control >> 4);  // 1 … 16
   for (size_t at = 0; at < body.size(); at += chunk) chunked.Feed(body.substr(at, chunk));
   FUZZ_CHECK(SameUsage(whole.usage(), chunked.usage()), "usage depends on how the stream is cut");
-  frontend::UsageScanner split;
+  UsageScanner split;
   const size_t half = body.size() / 2;
   split.Feed(body.substr(0, half));
   split.Feed(absl::string_view());
