@@ -29,6 +29,7 @@
 #include "tools/eval/sim/calibration.h"
 #include "tools/eval/sim/fleet_control.h"
 #include "tools/eval/sim/fleet_gateway.h"
+#include "tools/eval/sim/fleet_share.h"
 
 namespace cacheroute::sim {
 namespace {
@@ -161,6 +162,7 @@ class FleetRun {
   std::vector<std::unique_ptr<SimGateway>> gateways_;
   dataplane::SeededRandom gateway_choice_;
   std::unique_ptr<SimControlPlane> control_;  // CacheRoute only
+  std::unique_ptr<SimShare> share_;           // sharing gateways only
   std::vector<RequestState> states_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::vector<double> scheduled_;
@@ -182,6 +184,7 @@ absl::Status FleetRun::Build() {
                                 SimGateway::Create(config_, g, clock_, engines_));
     gateways_.push_back(std::move(gateway));
   }
+  if (SharesFleet(config_)) share_ = std::make_unique<SimShare>(config_, clock_, gateways_);
   if (table_) {
     result_.q_cap = QCapFor(config_, requests_);
     CACHEROUTE_ASSIGN_OR_RETURN(
@@ -199,6 +202,12 @@ absl::Status FleetRun::Loop() {
     const double t_control =
         control_ != nullptr && next_ < requests_.size() ? control_->next_step_s() : kForever;
     if (t_control == kForever && t_arrival == kForever && t_engine == kForever) break;
+    // Sharing runs while anything else does, first at equal times (news before the next pick).
+    if (share_ != nullptr && share_->next_event_s() <= std::min({t_control, t_arrival, t_engine})) {
+      clock_.now_s = share_->next_event_s();
+      share_->Step();
+      continue;
+    }
     if (t_control <= t_arrival && t_control <= t_engine) {
       clock_.now_s = t_control;
       if (absl::Status s = control_->Step(gateways_, result_); !s.ok()) return s;
@@ -369,6 +378,11 @@ RunResult FleetRun::Finish() {
   SummarizeRequests();
   SummarizeEngines();
   if (control_ != nullptr) control_->Finish(result_);
+  if (share_ != nullptr) {
+    const planner::ShareExchangeStats stats = share_->stats();
+    result_.share_bytes_published = stats.bytes_published;
+    result_.share_placements = stats.placements_published;
+  }
   if (gated_) {
     result_.table_arm_share =
         result_.requests > 0 ? static_cast<double>(table_arm_requests_) / result_.requests : 0;
@@ -412,6 +426,12 @@ const dataplane::PolicyInfo* FindFleetPolicy(const FleetConfig& config) {
   return dataplane::BuiltinPolicies().Find(config.policy);
 }
 
+bool SharesFleet(const FleetConfig& config) {
+  const dataplane::PolicyInfo* info = FindFleetPolicy(config);
+  return config.share && config.gateways > 1 && info != nullptr && info->uses_table &&
+         config.dispatch.rule == dataplane::DispatchRule::kTokenWork;
+}
+
 absl::Status ValidateDispatchOptions(const dataplane::DispatchOptions& dispatch,
                                      std::string_view name) {
   const dataplane::Status s = dataplane::CheckDispatchWeights(dispatch, name);
@@ -449,6 +469,15 @@ absl::Status ValidateFleetConfig(const FleetConfig& config) {
   }
   if (!(config.plan_kv_budget_share >= 0 && config.plan_kv_budget_share <= 1)) {
     return Invalid("plan_kv_budget_share", "in [0, 1]", config.plan_kv_budget_share);
+  }
+  if (!(config.share_interval_s >= 0.001 && config.share_interval_s <= 10)) {
+    return Invalid("share_interval_s", "in [0.001, 10]", config.share_interval_s);
+  }
+  if (!(config.share_delay_s >= 0 && config.share_delay_s <= 10)) {
+    return Invalid("share_delay_s", "in [0, 10]", config.share_delay_s);
+  }
+  if (!(config.share_loss >= 0 && config.share_loss <= 1)) {
+    return Invalid("share_loss", "in [0, 1]", config.share_loss);
   }
   if (config.slots_per_destination == 0) return Invalid("slots_per_destination", ">= 1", 0);
   if (!(config.rate_smoothing_s > 0) || std::isinf(config.rate_smoothing_s)) {

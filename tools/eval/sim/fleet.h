@@ -122,6 +122,17 @@ struct FleetConfig {
   // follows the cache"). Only the token-work rule's gateways remember where keys went.
   bool plan_follows_cache = true;
 
+  // Fleet sharing among the gateways of a token-work table policy, when G > 1 (docs/dispatch.md,
+  // "Several gateways"; fleet_share.h): every share_interval_s each gateway sends the planner's
+  // ShareExchange what its picks made known (placements) and, with share_work, its work in flight;
+  // every other gateway gets it share_delay_s later unless lost (probability share_loss per batch
+  // and gateway). Off: each gateway knows only its own requests.
+  bool share = false;
+  bool share_work = true;
+  double share_interval_s = 0.025;  // in [0.001, 10]
+  double share_delay_s = 0.01;      // in [0, 10]
+  double share_loss = 0;            // in [0, 1]
+
   // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled and gate_interval:
   // every gate_interval_s the gateways report their per-arm evidence (TTFT at the first token,
   // rejections and timeouts as failures; at a planning step with their rate counts, between them
@@ -150,6 +161,9 @@ absl::Status ValidateDispatchOptions(const dataplane::DispatchOptions& dispatch,
 
 // The registry entry of config.policy; null for a name the registry does not know.
 const dataplane::PolicyInfo* FindFleetPolicy(const FleetConfig& config);
+
+// Whether the run's gateways share (FleetConfig::share, G > 1, a token-work table policy).
+bool SharesFleet(const FleetConfig& config);
 
 // CacheRoute as `algorithm` (planner/algorithm.h): the registry's table policy of the same name,
 // its dispatch rule (dataplane::DispatchFor) and the algorithm.
@@ -209,6 +223,9 @@ struct RunResult {
   };
   std::vector<GateChange> gate_history;  // every state change, in order
   double table_arm_share = 0;
+  // Fleet sharing: bytes the exchange received (serialized batches) and placements, whole run.
+  uint64_t share_bytes_published = 0;
+  uint64_t share_placements = 0;
   double simulated_s = 0;  // when the last request ended
   double wall_s = 0;
   double sim_requests_per_s = 0;  // all simulated requests / wall_s

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_format.h"
 #include "cacheroute/dataplane/grpc/rate_reporter.h"
+#include "cacheroute/dataplane/grpc/share_conversion.h"
+#include "cacheroute/dataplane/grpc/table_conversion.h"
 #include "cacheroute/dataplane/policy_registry.h"
 #include "planner/plan_snapshot.h"
 #include "planner/service/proto_convert.h"
@@ -40,8 +42,10 @@ SimGateway::SimGateway(const FleetConfig& config, uint32_t index, const SimClock
            .recorder = {.shards = 1,
                         .max_keys = config.recorder_max_keys,
                         .max_report_keys = 100000},
-           .measure_turnover = config.measure_turnover},
-          clock) {}
+           .measure_turnover = config.measure_turnover,
+           .share_placements = SharesFleet(config)},
+          clock),
+      index_by_name_(dataplane::DestinationIndexOf(names_)) {}
 
 absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig& config,
                                                                uint32_t index,
@@ -95,6 +99,36 @@ void SimGateway::End(frontend::RequestLifecycle& request, int status,
   if (usage.has_value()) request.Usage(*usage);
   request.UpstreamDone();
   request.Finish(status);
+}
+
+v1::ShareBatch SimGateway::ShareOut(bool with_work) {
+  dataplane::PlacementOutbox* outbox = routing_.placement_outbox();
+  const dataplane::PlacementBatch placements =
+      outbox != nullptr ? outbox->Drain() : dataplane::PlacementBatch{};
+  std::vector<dataplane::DestinationWork> work;
+  if (with_work) {
+    for (uint32_t d = 0; d < config_.engines; ++d) work.push_back(routing_.router().LedgerWork(d));
+  }
+  return dataplane::ToShareBatch(id_, names_, placements, with_work ? &work : nullptr,
+                                 routing_.clock().Now());
+}
+
+void SimGateway::ShareIn(const v1::ShareBatch& batch) {
+  dataplane::Router& router = routing_.router();
+  const dataplane::ReceivedShare in =
+      dataplane::FromShareBatch(batch, index_by_name_, config_.engines, routing_.clock().Now());
+  router.Learn(in.placements);
+  if (!in.work.has_value()) return;
+  remote_work_[batch.gateway_id()] = *in.work;
+  for (uint32_t d = 0; d < config_.engines; ++d) {
+    dataplane::DestinationWork sum;
+    for (const auto& [gateway, work] : remote_work_) {
+      sum.queued_prefill_tokens += work[d].queued_prefill_tokens;
+      sum.prefilling += work[d].prefilling;
+      sum.decoding += work[d].decoding;
+    }
+    (void)router.SetRemoteWork(d, sum);
+  }
 }
 
 planner::RateReport SimGateway::Report(uint64_t sequence, int64_t start_ms, int64_t end_ms,

@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +30,7 @@
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router.h"
+#include "cacheroute/v1/share.pb.h"
 #include "planner/rate_aggregator.h"
 #include "tools/eval/sim/engine.h"
 #include "tools/eval/sim/fleet.h"
@@ -93,6 +96,13 @@ class SimGateway {
   // annotated with its sizes and where it was last sent (dataplane::AnnotateKeyCount).
   planner::RateReport Report(uint64_t sequence, int64_t start_ms, int64_t end_ms, bool with_counts);
 
+  // Fleet sharing (fleet_share.h), as a gateway's planner link does it: what the gateway's picks
+  // made known since the last call and, with `with_work`, its ledger's work per destination, as
+  // the batch it sends; and a batch another gateway sent, applied (placements learned, its work
+  // added to the others').
+  v1::ShareBatch ShareOut(bool with_work);
+  void ShareIn(const v1::ShareBatch& batch);
+
   dataplane::Router* router() { return &routing_.router(); }
   const std::string& id() const { return id_; }
 
@@ -108,6 +118,9 @@ class SimGateway {
   std::vector<std::string> names_;  // the destinations' names, as the planner's table has them
   frontend::RoutingCore routing_;
   std::unique_ptr<dataplane::Policy> policy_;  // null: the table policies (Router::Pick)
+  std::unordered_map<std::string, uint32_t> index_by_name_;
+  // Each other gateway's last shared work per destination, and their sum (what the Router has).
+  std::map<std::string, std::vector<dataplane::DestinationWork>> remote_work_;
 };
 
 }  // namespace cacheroute::sim

@@ -14,11 +14,15 @@ namespace cacheroute::frontend {
 RoutingCore::RoutingCore(const RoutingCoreOptions& options, const dataplane::Clock& clock)
     : clock_(clock),
       random_(options.seed),
+      outbox_(options.share_placements
+                  ? std::make_unique<dataplane::PlacementOutbox>(options.placement_outbox)
+                  : nullptr),
       router_({.destination_count = 0,
                .capacity = options.capacity,
                .dispatch = options.dispatch,
                .table_ttl = options.table_ttl,
                .external_load_weight = options.external_load_weight,
+               .placement_outbox = outbox_.get(),
                .active_tokens = options.active_tokens},
               random_),
       recorder_(options.recorder),

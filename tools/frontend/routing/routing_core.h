@@ -48,6 +48,7 @@
 #include "cacheroute/dataplane/explanation.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "cacheroute/dataplane/key_sizes.h"
+#include "cacheroute/dataplane/placement_outbox.h"
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/rate_recorder.h"
@@ -73,6 +74,11 @@ struct RoutingCoreOptions {
   // Whether answers measure each destination's cache turnover (false: the dispatch's
   // default_turnover throughout).
   bool measure_turnover = true;
+  // Collect what the table policies' picks make known to the rest of the fleet (a PlacementOutbox
+  // the Router offers to; drained by the planner link to share with the other gateways), with
+  // these options. Off: nothing is collected.
+  bool share_placements = false;
+  dataplane::PlacementOutboxOptions placement_outbox{};
 };
 
 class RoutingCore {
@@ -115,6 +121,8 @@ class RoutingCore {
   RequestLifecycle Redirect(RequestLifecycle routed, uint32_t d);
 
   dataplane::Router& router() { return router_; }
+  // The placements to share (null unless RoutingCoreOptions::share_placements).
+  dataplane::PlacementOutbox* placement_outbox() { return outbox_.get(); }
   const dataplane::Router& router() const { return router_; }
   dataplane::RateRecorder& recorder() { return recorder_; }
   dataplane::EvidenceRecorder& evidence() { return evidence_; }
@@ -174,6 +182,7 @@ class RoutingCore {
 
   const dataplane::Clock& clock_;
   dataplane::SeededRandom random_;
+  std::unique_ptr<dataplane::PlacementOutbox> outbox_;  // before router_, which offers to it
   dataplane::Router router_;
   dataplane::RateRecorder recorder_;
   dataplane::EvidenceRecorder evidence_;

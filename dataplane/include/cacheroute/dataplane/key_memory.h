@@ -127,6 +127,8 @@ namespace cacheroute::dataplane {
 struct KnownPrefix {
   uint32_t destination = kNoDestination;
   uint32_t tokens = 0;  // the prefix's length: (block index + 1) · 16
+  uint32_t grid = 0;    // its grid index + 1: the grid positions it covers
+  Time sent{};          // when its entry was recorded
   bool known() const { return destination != kNoDestination; }
 };
 
@@ -158,6 +160,20 @@ class PrefixMemory {
     }
   }
 
+  // Records grid positions first_grid, first_grid + 1, … (their hashes: `grid_hashes`) at
+  // `destination` as of `sent`, except where an entry recorded later is kept (a placement learned
+  // from another gateway arrives late and must not overwrite a newer one).
+  void RecordGrid(uint32_t first_grid, std::span<const uint64_t> grid_hashes, uint32_t destination,
+                  Time sent) {
+    for (uint32_t i = 0; i < grid_hashes.size(); ++i) {
+      const KeyRecall old = entries_.Get(grid_hashes[i]);
+      if (old.known() && old.sent > sent) continue;
+      const uint64_t b = GridBlock(first_grid + i);
+      entries_.Put(grid_hashes[i], destination, static_cast<uint32_t>((b + 1) * kBlockTokens),
+                   sent);
+    }
+  }
+
   // The deepest grid prefix of `block_hashes` remembered and `fresh` (a predicate on the entry),
   // assuming that a remembered prefix implies its shorter ones (they were recorded together).
   template <typename Fresh>
@@ -168,7 +184,8 @@ class PrefixMemory {
       const uint32_t mid = lo + (hi - lo) / 2;
       const KeyRecall r = entries_.Get(block_hashes[GridBlock(mid)]);
       if (r.known() && fresh(r)) {
-        found = {r.destination, static_cast<uint32_t>((GridBlock(mid) + 1) * kBlockTokens)};
+        found = {r.destination, static_cast<uint32_t>((GridBlock(mid) + 1) * kBlockTokens), mid + 1,
+                 r.sent};
         lo = mid + 1;
       } else {
         hi = mid;

@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -49,6 +50,7 @@
 #include "cacheroute/dataplane/in_flight.h"
 #include "cacheroute/dataplane/key_memory.h"
 #include "cacheroute/dataplane/paper_rule.h"
+#include "cacheroute/dataplane/placement_outbox.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router_loads.h"
@@ -74,6 +76,9 @@ struct RouterOptions {
   // When set, Pick counts every key it routes here (for the rate reports to the planner). Not
   // owned; must outlive the Router.
   RateRecorder* rate_recorder = nullptr;
+  // When set (token-work rule only), each Pick offers what it made known to the rest of the fleet
+  // (placement_outbox.h), for the gateway to share. Not owned; must outlive the Router.
+  PlacementOutbox* placement_outbox = nullptr;
   // Keep each destination's prompt tokens in flight in the ledger (loads().Work(d).active_tokens:
   // the prompt_tokens given to Pick or Track, from then until release), for a policy that reads
   // them (PolicyInfo::reads_active_tokens). The token-work rule's ledger only; off, nothing is
@@ -103,7 +108,7 @@ class Router {
                 options.active_tokens),
         signals_(ledger_.capacity(), options.dispatch.default_turnover),
         tables_(options.destination_count, ledger_.capacity(), options.table_ttl, ledger_),
-        token_work_(options.dispatch),
+        token_work_(options.dispatch, options.placement_outbox),
         loads_(ledger_, signals_, tables_.count_ref(), options.external_load_weight) {}
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -193,6 +198,19 @@ class Router {
   double warm_yield() const { return learning_.warm_yield(); }
   double template_tokens() const { return learning_.template_tokens(); }
 
+  // A placement another gateway made (placement_outbox.h; `grid_hashes` are its hashes): the
+  // token-work rule's memories learn it as if this Router had made it, except where they hold
+  // something newer (nothing under the paper's rule). Any thread; never locks.
+  void Learn(const SharedPlacement& placement, std::span<const uint64_t> grid_hashes) {
+    if (token_work() && placement.destination < capacity()) {
+      token_work_.Learn(placement, grid_hashes);
+    }
+  }
+  // Every placement of `batch`, whose destinations are this Router's indices.
+  void Learn(const PlacementBatch& batch) {
+    for (const SharedPlacement& p : batch.placements) Learn(p, batch.HashesOf(p));
+  }
+
   // Where the per-key memory says `key_id` was last sent (nothing under the paper's rule): what a
   // gateway reports to the planner as where the key is warm. Any thread; never locks.
   KeyRecall Remembered(uint64_t key_id) const { return token_work_.Remembered(key_id); }
@@ -215,6 +233,17 @@ class Router {
   // What SetKvCapacity last set for `destination` (0: unknown). Any thread.
   double kv_capacity(uint32_t destination) const {
     return destination < capacity() ? signals_.kv_capacity(destination) : 0.0;
+  }
+
+  // The work other gateways have in flight at `destination` (fleet sharing), added to this
+  // Router's own ledger by the token-work rule. Control path.
+  Status SetRemoteWork(uint32_t destination, const DestinationWork& work) {
+    return signals_.SetRemoteWork(destination, work);
+  }
+  // This Router's own ledger at `destination`, summed over every thread: what it shares with the
+  // other gateways. Zeros without the token-work ledger. Control path.
+  DestinationWork LedgerWork(uint32_t destination) const {
+    return destination < capacity() ? ledger_.SumWork(destination) : DestinationWork{};
   }
 
   Status MarkDown(uint32_t destination) { return signals_.SetUp(destination, false); }

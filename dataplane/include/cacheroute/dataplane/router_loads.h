@@ -111,6 +111,41 @@ class DestinationSignals {
   Duration::rep turnover(uint32_t d) const {
     return health_[d].turnover.load(std::memory_order_relaxed);
   }
+  // The work other gateways have in flight at `destination` (fleet sharing: the sum of their
+  // last shared ledgers), which the token-work rule adds to its own ledger's. Control path.
+  Status SetRemoteWork(uint32_t destination, const DestinationWork& work) {
+    if (destination >= capacity_) return UnknownDestination(destination);
+    if (!(work.queued_prefill_tokens >= 0 && work.prefilling >= 0 && work.decoding >= 0) ||
+        work.queued_prefill_tokens == std::numeric_limits<double>::infinity() ||
+        work.prefilling == std::numeric_limits<double>::infinity() ||
+        work.decoding == std::numeric_limits<double>::infinity()) {
+      return Status::Error("remote work for destination " + std::to_string(destination) +
+                           " is not finite and non-negative");
+    }
+    Health& h = health_[destination];
+    const double old = h.remote_prefilling.exchange(work.prefilling, std::memory_order_relaxed);
+    h.remote_queued.store(work.queued_prefill_tokens, std::memory_order_relaxed);
+    h.remote_decoding.store(work.decoding, std::memory_order_relaxed);
+    // Relaxed sums: a reader may see one destination's change before another's.
+    double total = remote_prefilling_.load(std::memory_order_relaxed);
+    while (!remote_prefilling_.compare_exchange_weak(total, total - old + work.prefilling,
+                                                     std::memory_order_relaxed)) {
+    }
+    remote_known_.store(true, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  // Whether any remote work was ever set (the rule reads none while not).
+  bool any_remote_work() const { return remote_known_.load(std::memory_order_relaxed); }
+  DestinationWork remote_work(uint32_t d) const {
+    const Health& h = health_[d];
+    return {.queued_prefill_tokens = h.remote_queued.load(std::memory_order_relaxed),
+            .prefilling = h.remote_prefilling.load(std::memory_order_relaxed),
+            .decoding = h.remote_decoding.load(std::memory_order_relaxed)};
+  }
+  double remote_prefilling() const {
+    return std::max(0.0, remote_prefilling_.load(std::memory_order_relaxed));
+  }
+
   // Whether any destination has a KV capacity set (the memory term reads none while not).
   bool any_kv_capacity() const { return kv_known_.load(std::memory_order_relaxed) != 0; }
 
@@ -127,11 +162,16 @@ class DestinationSignals {
     std::atomic<double> kv_capacity{0.0};  // tokens; 0: unknown
     std::atomic<Duration::rep> turnover{0};
     std::atomic<bool> up{true};
+    std::atomic<double> remote_queued{0.0};
+    std::atomic<double> remote_prefilling{0.0};
+    std::atomic<double> remote_decoding{0.0};
   };
 
   const uint32_t capacity_;
   std::unique_ptr<Health[]> health_;
   std::atomic<uint32_t> kv_known_{0};  // destinations with a KV capacity > 0
+  std::atomic<double> remote_prefilling_{0.0};
+  std::atomic<bool> remote_known_{false};
 };
 
 class RouterLoads final : public LoadView {

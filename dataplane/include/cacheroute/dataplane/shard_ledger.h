@@ -311,6 +311,20 @@ class ShardLedger {
     return picked - released;
   }
 
+  // The token-work ledger of `d` summed over the used shards' own words (zeros without it): what
+  // the Router shares with other gateways. Another thread's pick and release may be seen apart;
+  // negative fields read as 0.
+  DestinationWork SumWork(uint32_t d) const {
+    if (!token_work_) return {};
+    uint64_t word = 0;
+    for (uint64_t m = used_shards_.load(std::memory_order_acquire); m != 0; m &= m - 1) {
+      word += WorkAt(std::countr_zero(m), d / kGroupSize, kOwnWords)
+                  .words[d % kGroupSize]
+                  .load(std::memory_order_relaxed);
+    }
+    return DecodeWork(word);
+  }
+
   DecisionCounts SumDecisions() const {
     DecisionCounts sum;
     for (uint32_t s = 0; s < router_internal::kShards; ++s) {

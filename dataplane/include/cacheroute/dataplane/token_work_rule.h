@@ -43,6 +43,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
@@ -51,6 +52,7 @@
 #include "cacheroute/dataplane/hot_path.h"
 #include "cacheroute/dataplane/key_memory.h"
 #include "cacheroute/dataplane/paper_rule.h"
+#include "cacheroute/dataplane/placement_outbox.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router_loads.h"
 #include "cacheroute/dataplane/routing_table.h"
@@ -101,8 +103,10 @@ CACHEROUTE_HOT_STEP bool Contains(const DestinationSet& set, uint32_t d) {
 class TokenWorkRule {
  public:
   // The memories exist only under the token-work rule (`options.rule`).
-  explicit TokenWorkRule(const DispatchOptions& options)
+  // `outbox` (not owned; null: none) gets what each decision made known (placement_outbox.h).
+  explicit TokenWorkRule(const DispatchOptions& options, PlacementOutbox* outbox = nullptr)
       : options_(options),
+        outbox_(options.rule == DispatchRule::kTokenWork ? outbox : nullptr),
         memory_(options.rule == DispatchRule::kTokenWork
                     ? std::make_unique<KeyMemory>(options.key_memory_log2)
                     : nullptr),
@@ -117,6 +121,20 @@ class TokenWorkRule {
   // Where the key memory says `key_id` was last sent (nothing without the memory).
   KeyRecall Remembered(uint64_t key_id) const {
     return memory_ != nullptr ? memory_->Get(key_id) : KeyRecall{};
+  }
+
+  // A placement another gateway made (placement_outbox.h): the memories learn it as if this rule
+  // had made it, except where they hold something recorded later. Nothing without the memories.
+  void Learn(const SharedPlacement& p, std::span<const uint64_t> grid_hashes) {
+    if (memory_ == nullptr) return;
+    if (p.key) {
+      const KeyRecall old = memory_->Get(p.key_id);
+      if (!old.known() || old.sent <= p.sent) {
+        memory_->Put(p.key_id, p.destination, p.prompt_tokens, p.sent);
+      }
+    }
+    if (prefixes_ != nullptr)
+      prefixes_->RecordGrid(p.first_grid, grid_hashes, p.destination, p.sent);
   }
 
   // One decision for `request` (module comment). `lookup` is the table's answer, valid while the
@@ -164,7 +182,10 @@ class TokenWorkRule {
       const Reason reason = set.empty() ? lookup.reason : Reason::kSetDown;
       return PowerOfTwoDecision(loads, random, reason, trace);
     }
-    if constexpr (!Trace::kOn) Remember(request, best.destination, o.prompt, now);
+    if constexpr (!Trace::kOn) {
+      if (outbox_ != nullptr) Announce(request, best.destination, o, now);
+      Remember(request, best.destination, o.prompt, now);
+    }
     Decision decision{best.destination, set_up,
                       set_up ? Reason::kPlanned : (set.empty() ? lookup.reason : Reason::kSetDown),
                       set_up && !Contains(set, best.destination)};
@@ -183,10 +204,12 @@ class TokenWorkRule {
     double key_cached = 0;                 // expected cached where the key is warm
     double warm_yield = 1;                 // the key memory's measured yield
     uint32_t remembered = kNoDestination;  // where the key last went, while fresh
+    KeyRecall recall{};                    // the key memory's entry, fresh or not
     KnownPrefix prefix{};
     double prefix_cached = 0;
     double fleet_prefilling = 0;
     bool has_work = false;     // the view has the ledger
+    bool remote_work = false;  // other gateways' work is shared (DestinationSignals)
     bool memory_term = false;  // μ ≠ 0 and some capacity known: read each candidate's capacity
     CostFactors factors{};
     double cold_floor = 0;  // what a candidate without warm credit costs at least
@@ -236,13 +259,18 @@ class TokenWorkRule {
     o.warm_yield = learning.warm_yield();
     o.key_cached = KeyCachedTokens(o.prompt, o.shared, o.warm_yield, recall);
     o.remembered = recall.known() && fresh(recall) ? recall.destination : kNoDestination;
+    o.recall = recall;
     o.prefix = prefixes_ != nullptr && !request.block_hashes.empty()
                    ? prefixes_->Deepest(request.block_hashes, fresh)
                    : KnownPrefix{};
     o.prefix_cached = PrefixCachedTokens(o.prompt, o.prefix);
     o.has_work = loads.HasWork();
     o.request_tokens = RequestTokens(mean_prompt);
-    if (o.has_work) o.fleet_prefilling = ledger.FleetPrefilling();
+    if (o.has_work) {
+      o.fleet_prefilling = ledger.FleetPrefilling();
+      o.remote_work = signals.any_remote_work();
+      if (o.remote_work) o.fleet_prefilling += signals.remote_prefilling();
+    }
     o.factors = CostFactorsFor(options_, o.fleet_prefilling, n, mean_prompt);
     // No destination's capacity known: no memory term, and no per-candidate read of it.
     o.memory_term = options_.memory_short != 0 && signals.any_kv_capacity();
@@ -298,7 +326,13 @@ class TokenWorkRule {
                                                 d == o.prefix.destination, o.prefix_cached);
     CandidateSignals s;
     if (o.has_work) {
-      const DestinationWork w = ledger.Work(d);
+      DestinationWork w = ledger.Work(d);
+      if (o.remote_work) {
+        const DestinationWork r = signals.remote_work(d);
+        w.queued_prefill_tokens += r.queued_prefill_tokens;
+        w.prefilling += r.prefilling;
+        w.decoding += r.decoding;
+      }
       s.queued_tokens = w.queued_prefill_tokens;
       s.queued_prefill_tokens = w.queued_prefill_tokens;
       s.prefilling = w.prefilling;
@@ -312,6 +346,17 @@ class TokenWorkRule {
     return {d, cached, terms, terms.Total()};
   }
 
+  // Offers the outbox what this placement makes known that the memories did not hold (within the
+  // outbox's refresh): the key's destination, and the grid positions past the known prefix there.
+  void Announce(const PickRequest& request, uint32_t destination, const Outlook& o, Time now) {
+    const Duration refresh = outbox_->refresh();
+    const bool key_news = !(o.recall.destination == destination && now - o.recall.sent < refresh);
+    const uint32_t first_grid =
+        o.prefix.destination == destination && now - o.prefix.sent < refresh ? o.prefix.grid : 0;
+    outbox_->Offer(request.key_id, key_news, destination, static_cast<uint32_t>(o.prompt), now,
+                   first_grid, request.block_hashes);
+  }
+
   CACHEROUTE_HOT_STEP void Remember(const PickRequest& request, uint32_t destination, double prompt,
                                     Time now) {
     memory_->Put(request.key_id, destination, static_cast<uint32_t>(prompt), now);
@@ -319,6 +364,7 @@ class TokenWorkRule {
   }
 
   const DispatchOptions options_;
+  PlacementOutbox* const outbox_;
   std::unique_ptr<KeyMemory> memory_;       // the per-key memory; null under the paper's rule
   std::unique_ptr<PrefixMemory> prefixes_;  // the prefix memory; null without one
 };

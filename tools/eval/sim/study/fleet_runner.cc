@@ -40,6 +40,11 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::strin
   c.stickiness = knobs.stickiness;
   c.dispatch = knobs.dispatch;
   c.measure_turnover = knobs.measure_turnover;
+  c.share = knobs.share;
+  c.share_work = knobs.share_work;
+  c.share_interval_s = knobs.share_interval_s;
+  c.share_delay_s = knobs.share_delay_s;
+  c.share_loss = knobs.share_loss;
   c.plan_follows_cache = knobs.plan_follows_cache;
   // Without the turnover measured, remembered destinations never expire.
   if (!c.measure_turnover) c.dispatch.default_turnover = std::chrono::hours(24 * 365);

@@ -82,6 +82,13 @@ struct FleetKnobs {
   bool measure_turnover = true;
   // false: replans ignore where keys were last sent (FleetConfig::plan_follows_cache).
   bool plan_follows_cache = true;
+  // Fleet sharing among several gateways (FleetConfig::share and its delivery; docs/dispatch.md,
+  // "Several gateways"): on for CacheRoute's token-work variants, as the product ships it.
+  bool share = true;
+  bool share_work = true;
+  double share_interval_s = 0.025;
+  double share_delay_s = 0.01;
+  double share_loss = 0;
 };
 
 // A trace-driven study's requests: a Mooncake-format trace (tools/eval/workload/mooncake.h)

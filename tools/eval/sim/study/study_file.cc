@@ -173,6 +173,11 @@ const std::vector<Field<FleetKnobs>>& FleetFields() {
         F("prefix_memory_log2", &K::dispatch, &D::prefix_memory_log2),
         F("measure_turnover", &K::measure_turnover),
         F("plan_follows_cache", &K::plan_follows_cache),
+        F("share", &K::share),
+        F("share_work", &K::share_work),
+        F("share_interval_s", &K::share_interval_s),
+        F("share_delay_s", &K::share_delay_s),
+        F("share_loss", &K::share_loss),
     };
     // The dispatch's cost weights, each spelled as the dataplane names it (fleet.decode_stall, …).
     for (const dataplane::DispatchWeight& w : dataplane::kDispatchWeights) {
