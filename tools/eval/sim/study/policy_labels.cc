@@ -94,6 +94,16 @@ std::vector<PolicyLabel> MakeTable() {
   rows.push_back(From(
       "cacheroute", "cacheroute-no-plan", "cacheroute's dispatch with no plan: what the plan adds",
       [](const StudyConfig&, FleetConfig& c) { c.ablation = PlanAblation::kNone; }));
+  rows.push_back(From("cacheroute", "cacheroute-unshared",
+                      "cacheroute with several gateways that do not share: each knows only its own "
+                      "requests",
+                      [](const StudyConfig&, FleetConfig& c) { c.share = false; }));
+  rows.push_back(From("cacheroute", "cacheroute-no-plan-unshared",
+                      "cacheroute-no-plan with gateways that do not share",
+                      [](const StudyConfig&, FleetConfig& c) {
+                        c.ablation = PlanAblation::kNone;
+                        c.share = false;
+                      }));
   rows.push_back(From("cacheroute", "cacheroute-replan-10s",
                       "cacheroute replanning every 10 s from 10-s rates, LPT from scratch",
                       [](const StudyConfig&, FleetConfig& c) { ReplanEvery10s(c, 0); }));

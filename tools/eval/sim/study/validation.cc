@@ -116,6 +116,15 @@ absl::Status ValidateRequestSources(const StudyConfig& c, TracePath trace_path) 
 
 absl::Status ValidateFleetKnobs(const FleetKnobs& f) {
   if (f.gateways < 1) return Invalid("fleet.gateways", ">= 1", "0");
+  if (!(f.share_interval_s >= 0.001 && f.share_interval_s <= 10)) {
+    return Invalid("fleet.share_interval_s", "in [0.001, 10]", Num(f.share_interval_s));
+  }
+  if (!(f.share_delay_s >= 0 && f.share_delay_s <= 10)) {
+    return Invalid("fleet.share_delay_s", "in [0, 10]", Num(f.share_delay_s));
+  }
+  if (!(f.share_loss >= 0 && f.share_loss <= 1)) {
+    return Invalid("fleet.share_loss", "in [0, 1]", Num(f.share_loss));
+  }
   if (!(f.control_interval_s >= 0.001 && f.control_interval_s <= 3600)) {
     return Invalid("fleet.control_interval_s", "in [0.001, 3600]", Num(f.control_interval_s));
   }
