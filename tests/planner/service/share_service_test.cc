@@ -140,9 +140,14 @@ TEST_CASE("a share stream needs the planner's bearer token") {
 TEST_CASE("a stopping planner ends the share streams") {
   testing::InProcessPlanner planner(testing::LoopbackPlannerConfig({"d0", "d1"}));
   Stream a(planner);
+  Stream b(planner);
   REQUIRE(a.stream->Write(Batch("gw-a", 1, 1)));
-  planner.Stop();
+  REQUIRE(b.stream->Write(Batch("gw-b", 2, 1)));
+  // Once A has B's batch, A's stream is one the service holds (not a call still arriving, which
+  // the server would cancel instead).
   v1::ShareBatch got;
+  REQUIRE(a.Next(got));
+  planner.Stop();
   CHECK_FALSE(a.Next(got));
   CHECK(a.stream->Finish().error_code() == grpc::StatusCode::UNAVAILABLE);
 }
