@@ -96,11 +96,11 @@ absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
   }
   if (config.share && share.outbox != nullptr && share.clock != nullptr) {
     link->outbox_ = share.outbox;
-    link->share_ = std::make_unique<ShareLink>(
-        link->channels_, router, *share.outbox, *share.clock, link->names_,
-        ShareLinkOptions{.gateway_id = config.gateway_id,
-                         .bearer_token = link->token_,
-                         .interval = config.share_interval});
+    link->share_ = std::make_unique<ShareLink>(link->channels_, router, *share.outbox, *share.clock,
+                                               link->names_,
+                                               ShareLinkOptions{.gateway_id = config.gateway_id,
+                                                                .bearer_token = link->token_,
+                                                                .interval = config.share_interval});
     link->share_->Start();
   }
   return link;

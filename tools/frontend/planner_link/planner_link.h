@@ -20,8 +20,9 @@
 //   (*link)->Stop();                      // also the destructor: the last rate report goes out
 //
 // Reads planner, gateway_id, report_interval, table_cache, share, share_interval and
-// planner_{token,tls_*}_file of the FrontendConfig. Thread-safe: Remap, ReportDestinations and the stats may be called from any
-// thread; the Router, recorders and the link's threads outlive nothing they point to (Stop first).
+// planner_{token,tls_*}_file of the FrontendConfig. Thread-safe: Remap, ReportDestinations and the
+// stats may be called from any thread; the Router, recorders and the link's threads outlive nothing
+// they point to (Stop first).
 #pragma once
 
 #include <memory>
@@ -62,8 +63,7 @@ class PlannerLink {
   static absl::StatusOr<std::unique_ptr<PlannerLink>> Start(
       const FrontendConfig& config, dataplane::Router& router, dataplane::RateRecorder& recorder,
       dataplane::EvidenceRecorder& evidence, std::vector<std::string> destinations,
-      bool dynamic_membership, const dataplane::KeySizes* sizes = nullptr,
-      ShareSource share = {});
+      bool dynamic_membership, const dataplane::KeySizes* sizes = nullptr, ShareSource share = {});
   ~PlannerLink() { Stop(); }
   PlannerLink(const PlannerLink&) = delete;
   PlannerLink& operator=(const PlannerLink&) = delete;

@@ -119,14 +119,14 @@ class ShareLink {
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
-  bool stopping_ = false;                              // guarded by mu_
-  bool reader_done_ = false;                           // guarded by mu_
-  grpc::ClientContext* context_ = nullptr;             // guarded by mu_
-  std::vector<std::string> names_;                     // guarded by mu_
-  std::unordered_map<std::string, uint32_t> index_;    // guarded by mu_
-  std::map<std::string, Remote> remote_;               // guarded by mu_
-  uint32_t applied_count_ = 0;                         // guarded by mu_: indices given remote work
-  ShareLinkStats stats_;                               // guarded by mu_
+  bool stopping_ = false;                            // guarded by mu_
+  bool reader_done_ = false;                         // guarded by mu_
+  grpc::ClientContext* context_ = nullptr;           // guarded by mu_
+  std::vector<std::string> names_;                   // guarded by mu_
+  std::unordered_map<std::string, uint32_t> index_;  // guarded by mu_
+  std::map<std::string, Remote> remote_;             // guarded by mu_
+  uint32_t applied_count_ = 0;                       // guarded by mu_: indices given remote work
+  ShareLinkStats stats_;                             // guarded by mu_
   std::thread thread_;
 };
 
