@@ -74,6 +74,10 @@ class ShareService::Reactor final
       subscription_ = std::move(subscription);
     }
     service_->Deliver();
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_) return;  // ended meanwhile (the planner stopping): no more reads
+    }
     StartRead(&request_);
   }
 

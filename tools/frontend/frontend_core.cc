@@ -52,7 +52,10 @@ FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
                 .external_load_weight = config.external_load_weight,
                 .seed = static_cast<uint64_t>(
                     std::chrono::steady_clock::now().time_since_epoch().count()),
-                .share_placements = config.share && !config.planner.empty()},
+                // Only the token-work rule has placements and work to share.
+                .share_placements = config.share && !config.planner.empty() &&
+                                    dataplane::DispatchFor(config.policy).rule ==
+                                        dataplane::DispatchRule::kTokenWork},
                clock_),
       keys_(config_),
       membership_(
