@@ -1,6 +1,7 @@
 // See planner_link.h.
 #include "tools/frontend/planner_link/planner_link.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -96,11 +97,13 @@ absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
   }
   if (config.share && share.outbox != nullptr && share.clock != nullptr) {
     link->outbox_ = share.outbox;
-    link->share_ = std::make_unique<ShareLink>(link->channels_, router, *share.outbox, *share.clock,
-                                               link->names_,
-                                               ShareLinkOptions{.gateway_id = config.gateway_id,
-                                                                .bearer_token = link->token_,
-                                                                .interval = config.share_interval});
+    link->share_ = std::make_unique<ShareLink>(
+        link->channels_, router, *share.outbox, *share.clock, link->names_,
+        ShareLinkOptions{.gateway_id = config.gateway_id,
+                         .bearer_token = link->token_,
+                         .interval = config.share_interval,
+                         // Other gateways send as often as this one (the fleet's one setting).
+                         .remote_work_ttl = std::max(absl::Seconds(2), 4 * config.share_interval)});
     link->share_->Start();
   }
   return link;
