@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -16,7 +17,8 @@
 namespace cacheroute::service {
 
 std::string RenderMetrics(const v1::GetStatusResponse& status,
-                          const PlannerCore::Counters& counters, absl::Time now) {
+                          const PlannerCore::Counters& counters, absl::Time now,
+                          const planner::ShareExchangeStats* share) {
   base::Exposition w("cacheroute_planner_");
   w.Family("table_version", "gauge", "Number of the latest published table version.");
   w.Sample("table_version", static_cast<double>(status.version().number()),
@@ -73,7 +75,25 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
   if (status.has_ha()) {
     w.Gauge("leader", "1 while this replica leads the etcd-coordinated planners.",
             status.ha().role() == "leader" ? 1 : 0);
-    w.Gauge("ready", "1 while GET /readyz answers 200.", status.ha().ready_reason().empty() ? 1 : 0);
+    w.Gauge("ready", "1 while GET /readyz answers 200.",
+            status.ha().ready_reason().empty() ? 1 : 0);
+  }
+  if (share != nullptr) {
+    const auto count = [](uint64_t n) { return static_cast<double>(n); };
+    w.Counter("share_batches_published_total", "Share batches gateways published.",
+              count(share->batches_published));
+    w.Counter("share_placements_published_total", "Placements in the published share batches.",
+              count(share->placements_published));
+    w.Counter("share_bytes_published_total", "Serialized bytes of the published share batches.",
+              count(share->bytes_published));
+    w.Counter("share_batches_delivered_total", "Share batches written to other gateways.",
+              count(share->batches_delivered));
+    w.Counter("share_bytes_delivered_total", "Serialized bytes of the delivered share batches.",
+              count(share->bytes_delivered));
+    w.Counter("share_batches_dropped_total",
+              "Share batches dropped from a slow gateway's queue (the oldest first).",
+              count(share->batches_dropped));
+    w.Gauge("share_subscribers", "Gateways with an open Share stream.", count(share->subscribers));
   }
   if (status.has_gate()) {
     const v1::GateStatus& gate = status.gate();
@@ -110,7 +130,7 @@ std::string RenderMetrics(const v1::GetStatusResponse& status,
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& listen, PlannerCore* core, base::Clock* clock,
-    std::function<v1::HaStatus()> ha) {
+    std::function<v1::HaStatus()> ha, std::function<planner::ShareExchangeStats()> share) {
   const size_t colon = listen.rfind(':');
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
@@ -124,13 +144,16 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   }
   std::unique_ptr<MetricsServer> server(new MetricsServer());
   server->server_ = std::make_unique<httplib::Server>();
-  server->server_->Get("/metrics", [core, clock, ha](const httplib::Request&,
-                                                     httplib::Response& res) {
-    v1::GetStatusResponse status = core->Status();
-    if (ha) *status.mutable_ha() = ha();
-    res.set_content(RenderMetrics(status, core->counters(), clock->Now()),
-                    "text/plain; version=0.0.4");
-  });
+  server->server_->Get(
+      "/metrics", [core, clock, ha, share](const httplib::Request&, httplib::Response& res) {
+        v1::GetStatusResponse status = core->Status();
+        if (ha) *status.mutable_ha() = ha();
+        const std::optional<planner::ShareExchangeStats> shared =
+            share ? std::optional(share()) : std::nullopt;
+        res.set_content(
+            RenderMetrics(status, core->counters(), clock->Now(), shared ? &*shared : nullptr),
+            "text/plain; version=0.0.4");
+      });
   server->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });

@@ -15,6 +15,11 @@
 //   subscribers                     gauge  gateways with an open table stream
 //   gateway_acked_version{gateway}  gauge  version number each gateway last acknowledged
 //   leader, ready                   gauges 1/0, replicas on etcd only (GetStatusResponse.ha)
+//   share_batches_published_total, share_bytes_published_total, share_placements_published_total,
+//   share_batches_delivered_total, share_bytes_delivered_total, share_batches_dropped_total
+//                                   counters of fleet sharing (ShareExchangeStats; bytes
+//                                   serialized)
+//   share_subscribers               gauge  gateways with an open Share stream
 #pragma once
 
 #include <functional>
@@ -26,6 +31,7 @@
 #include "absl/time/time.h"
 #include "cacheroute/v1/admin.pb.h"
 #include "planner/service/planner_core.h"
+#include "planner/share/share_exchange.h"
 
 namespace httplib {
 class Server;
@@ -33,18 +39,21 @@ class Server;
 
 namespace cacheroute::service {
 
+// The share_* metrics only with `share` (the server's ShareService).
 std::string RenderMetrics(const v1::GetStatusResponse& status,
-                          const PlannerCore::Counters& counters, absl::Time now);
+                          const PlannerCore::Counters& counters, absl::Time now,
+                          const planner::ShareExchangeStats* share = nullptr);
 
 class MetricsServer {
  public:
   // Serves GET /metrics, GET /healthz and GET /readyz on `listen` (HOST:PORT; port 0 picks
   // one). `ha` (replicas on etcd; null without) gives the replica's status: /readyz is 200 when
   // its ready_reason is "" and 503 with that one-line reason otherwise; without `ha`, ready once
-  // the core has a table.
+  // the core has a table. `share` gives the fleet-sharing counters (null: none rendered).
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& listen, PlannerCore* core, base::Clock* clock,
-      std::function<v1::HaStatus()> ha = nullptr);
+      std::function<v1::HaStatus()> ha = nullptr,
+      std::function<planner::ShareExchangeStats()> share = nullptr);
   ~MetricsServer();
   int port() const { return port_; }
 

@@ -522,6 +522,13 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
   std::unique_ptr<PlannerServer> server(new PlannerServer());
   CACHEROUTE_ASSIGN_OR_RETURN(server->core_, PlannerCore::Create(config, clock));
   server->services_ = std::make_unique<PlannerServices>(config, server->core_.get());
+  // Every replica serves sharing, leader or not; a stream publishes, so it needs the token that
+  // writes do.
+  server->share_ = std::make_unique<ShareService>(
+      planner::ShareExchangeOptions{}, *clock,
+      [services = server->services_.get()](grpc::CallbackServerContext* context) {
+        return services->CheckAuth(context, /*mutating=*/true);
+      });
 
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!config.tls.cert_file.empty()) {
@@ -552,6 +559,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
   builder.RegisterService(static_cast<v1::RateService::CallbackService*>(server->services_.get()));
   builder.RegisterService(static_cast<v1::TableService::CallbackService*>(server->services_.get()));
   builder.RegisterService(static_cast<v1::AdminService::CallbackService*>(server->services_.get()));
+  builder.RegisterService(server->share_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
@@ -590,7 +598,8 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
     std::function<v1::HaStatus()> ha_status;
     if (HaReplica* ha = server->ha_.get()) ha_status = [ha] { return HaStatusOf(ha); };
     absl::StatusOr<std::unique_ptr<MetricsServer>> metrics =
-        MetricsServer::Start(config.metrics_listen, server->core_.get(), clock, ha_status);
+        MetricsServer::Start(config.metrics_listen, server->core_.get(), clock, ha_status,
+                             [share = server->share_.get()] { return share->Stats(); });
     if (!metrics.ok()) return metrics.status();
     server->metrics_ = *std::move(metrics);
   }
@@ -630,6 +639,8 @@ void PlannerServer::Shutdown() {
   }
 #endif
   metrics_.reset();
+  // Share streams never end on their own: end them so that the server stops at once.
+  if (share_ != nullptr) share_->Shutdown();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -641,6 +652,7 @@ void PlannerServer::Wait() { shutdown_.WaitForNotification(); }
 PlannerServer::~PlannerServer() {
   Shutdown();
   server_.reset();
+  share_.reset();
   services_.reset();
   ha_.reset();
 }

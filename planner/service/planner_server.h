@@ -1,8 +1,9 @@
 // PlannerServer: the gRPC edge of the planner. It serves RateService, TableService (the
 // bidirectional table stream of docs/protocol.md, driven by table::TableStream) and AdminService
-// over a PlannerCore, plus grpc.health.v1 and server reflection; enforces the optional bearer
-// token; and runs the control-interval ticker. Everything protocol-specific lives in the pure
-// pieces (RateAggregator, TableStream, PlannerCore); this file only maps between gRPC and them.
+// over a PlannerCore, ShareService (fleet sharing between gateways, share_service.h), plus
+// grpc.health.v1 and server reflection; enforces the optional bearer token; and runs the
+// control-interval ticker. Everything protocol-specific lives in the pure pieces (RateAggregator,
+// TableStream, PlannerCore); this file only maps between gRPC and them.
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<PlannerServer>> server = PlannerServer::Start(config, &clock);
@@ -20,6 +21,7 @@
 #include "planner/service/config.h"
 #include "planner/service/metrics.h"
 #include "planner/service/planner_core.h"
+#include "planner/service/share_service.h"
 
 namespace cacheroute::service {
 
@@ -42,6 +44,7 @@ class PlannerServer {
   // The /metrics and /healthz HTTP port; 0 when metrics_listen is empty.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   PlannerCore& core() { return *core_; }
+  ShareService& share() { return *share_; }
   // With an etcd section: this replica's place among the replicas (docs/ha.md); else null.
   HaReplica* ha() { return ha_.get(); }
   // Stops accepting calls, ends streams, stops the ticker; a replica first resigns its
@@ -55,6 +58,7 @@ class PlannerServer {
 
   std::unique_ptr<PlannerCore> core_;
   std::unique_ptr<PlannerServices> services_;
+  std::unique_ptr<ShareService> share_;
   std::unique_ptr<HaReplica> ha_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_;

@@ -37,13 +37,38 @@ TEST_CASE("the key table holds every shared key and none of a front end's own") 
     INFO(own);
     CHECK(keys.count(own) == 0);
   }
-  for (const char* shared :
-       {"upstreams", "upstreams_dns", "policy", "key_from", "planner", "gateway_id",
-        "connect_timeout", "health_check_interval", "load_scrape_interval"}) {
+  for (const char* shared : {"upstreams", "upstreams_dns", "policy", "key_from", "planner",
+                             "gateway_id", "connect_timeout", "health_check_interval",
+                             "load_scrape_interval", "share", "share_interval"}) {
     INFO(shared);
     CHECK(keys.count(shared) == 1);
   }
-  CHECK(keys.size() == 27);
+  CHECK(keys.size() == 29);
+}
+
+TEST_CASE("fleet sharing is on by default, every 25ms; share_interval is bounded to [1ms, 10s]") {
+  absl::StatusOr<FrontendConfig> config = Parse(kMinimal);
+  REQUIRE(config.ok());
+  CHECK(config->share);
+  CHECK(config->share_interval == absl::Milliseconds(25));
+
+  config = Parse(std::string(kMinimal) + "share: false\nshare_interval: 100ms\n");
+  REQUIRE(config.ok());
+  CHECK_FALSE(config->share);
+  CHECK(config->share_interval == absl::Milliseconds(100));
+  CHECK(ValidateFrontendConfig(*config).ok());
+
+  for (const char* value : {"20s", "500us"}) {
+    config = Parse(std::string(kMinimal) + "share_interval: " + value + "\n");
+    REQUIRE(config.ok());
+    const absl::Status s = ValidateFrontendConfig(*config);
+    INFO(s.message());
+    CHECK_THAT(std::string(s.message()),
+               Catch::StartsWith("share_interval: must be in [1ms, 10s]"));
+  }
+  const absl::StatusOr<FrontendConfig> bad = Parse(std::string(kMinimal) + "share: maybe\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::StartsWith("share"));
 }
 
 TEST_CASE("a parsed config validates, and a bad value names the key and the value") {

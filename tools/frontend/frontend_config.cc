@@ -257,6 +257,8 @@ const std::vector<base::yaml::Field<FrontendConfig>>& FrontendConfigFields() {
       StringField("planner_tls_ca_file", &FrontendConfig::planner_tls_ca_file, nullptr),
       StringField("planner_tls_cert_file", &FrontendConfig::planner_tls_cert_file, nullptr),
       StringField("planner_tls_key_file", &FrontendConfig::planner_tls_key_file, nullptr),
+      ParsedField("share", &FrontendConfig::share, YamlBool),
+      DurationField("share_interval", &FrontendConfig::share_interval),
       DurationField("connect_timeout", &FrontendConfig::connect_timeout),
       IntegerField("failure_threshold", &FrontendConfig::failure_threshold, 1, 1'000'000),
       DurationField("probe_interval", &FrontendConfig::probe_interval),
@@ -427,6 +429,10 @@ absl::Status ValidateFrontendConfig(const FrontendConfig& config) {
     return Invalid("planner_tls_ca_file", absl::StrCat("must be set with planner_tls_cert_file = ",
                                                        Quote(config.planner_tls_cert_file),
                                                        " (TLS needs the CA), got \"\""));
+  }
+  if (config.share_interval < absl::Milliseconds(1) || config.share_interval > absl::Seconds(10)) {
+    return Invalid("share_interval", absl::StrCat("must be in [1ms, 10s], got ",
+                                                  absl::FormatDuration(config.share_interval)));
   }
   if (config.failure_threshold < 1) {
     return Invalid("failure_threshold",

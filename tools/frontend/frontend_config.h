@@ -79,6 +79,11 @@ struct FrontendConfig {
   std::string planner_tls_ca_file;
   std::string planner_tls_cert_file;
   std::string planner_tls_key_file;
+  // Fleet sharing (planner_link/share_link.h): with a planner, every share_interval (1ms..10s)
+  // this front end sends the planner what its picks placed and its work in flight, and applies
+  // what the other front ends sent, so that several route as one. Off: it routes on its own.
+  bool share = true;
+  absl::Duration share_interval = absl::Milliseconds(25);
   // Connecting to an upstream (the gateway's requests, health checks, probes and load scrapes).
   absl::Duration connect_timeout = absl::Seconds(2);
   // Consecutive connect failures or resets before the response headers after which a

@@ -51,7 +51,11 @@ FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
                     absl::ToChronoNanoseconds(config.table_ttl)),
                 .external_load_weight = config.external_load_weight,
                 .seed = static_cast<uint64_t>(
-                    std::chrono::steady_clock::now().time_since_epoch().count())},
+                    std::chrono::steady_clock::now().time_since_epoch().count()),
+                // Only the token-work rule has placements and work to share.
+                .share_placements = config.share && !config.planner.empty() &&
+                                    dataplane::DispatchFor(config.policy).rule ==
+                                        dataplane::DispatchRule::kTokenWork},
                clock_),
       keys_(config_),
       membership_(
@@ -91,7 +95,8 @@ absl::Status FrontendCore::Start() {
     CACHEROUTE_ASSIGN_OR_RETURN(
         planner_,
         PlannerLink::Start(config_, routing_.router(), routing_.recorder(), routing_.evidence(),
-                           membership_.Names(), membership_.dynamic(), &routing_.key_sizes()));
+                           membership_.Names(), membership_.dynamic(), &routing_.key_sizes(),
+                           {.outbox = routing_.placement_outbox(), .clock = &routing_.clock()}));
   } else if (PolicyOf(config_).uses_table) {
     base::LogEvent("warning", "no_planner",
                    {{"detail",

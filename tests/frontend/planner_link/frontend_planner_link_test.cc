@@ -89,6 +89,8 @@ TEST_CASE("without a link the planner families are zeros") {
   CHECK(absl::StrContains(page, "g_planner_connected 0\n"));
   CHECK(absl::StrContains(page, "g_rate_reports_total 0\n"));
   CHECK(absl::StrContains(page, "g_rate_report_failures_total 0\n"));
+  CHECK(absl::StrContains(page, "g_share_connected 0\n"));
+  CHECK(absl::StrContains(page, "g_share_batches_sent_total 0\n"));
 }
 
 TEST_CASE("the link opens the table stream and reports rates, the last one at Stop") {

@@ -62,7 +62,8 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
   // Replica gauges only with etcd (GetStatusResponse.ha).
   CHECK(text.find("cacheroute_planner_leader") == std::string::npos);
   status.mutable_ha()->set_role("leader");
-  const std::string replica = RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500));
+  const std::string replica =
+      RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500));
   CHECK(replica.find("cacheroute_planner_leader 1\n") != std::string::npos);
   CHECK(replica.find("cacheroute_planner_ready 1\n") != std::string::npos);
   status.mutable_ha()->set_role("follower");
@@ -72,6 +73,27 @@ TEST_CASE("RenderMetrics writes every family in the Prometheus text format") {
   CHECK(follower.find("cacheroute_planner_leader 0\n") != std::string::npos);
   CHECK(follower.find("cacheroute_planner_ready 0\n") != std::string::npos);
   status.clear_ha();
+  // Fleet sharing's families only with the share service's counters.
+  CHECK(text.find("share_") == std::string::npos);
+  const planner::ShareExchangeStats share{.batches_published = 7,
+                                          .placements_published = 40,
+                                          .bytes_published = 900,
+                                          .batches_delivered = 14,
+                                          .bytes_delivered = 1800,
+                                          .batches_dropped = 2,
+                                          .subscribers = 3};
+  const std::string shared =
+      RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500), &share);
+  for (const char* line : {"cacheroute_planner_share_batches_published_total 7",
+                           "cacheroute_planner_share_placements_published_total 40",
+                           "cacheroute_planner_share_bytes_published_total 900",
+                           "cacheroute_planner_share_batches_delivered_total 14",
+                           "cacheroute_planner_share_bytes_delivered_total 1800",
+                           "cacheroute_planner_share_batches_dropped_total 2",
+                           "cacheroute_planner_share_subscribers 3"}) {
+    INFO(line);
+    CHECK(shared.find(std::string(line) + "\n") != std::string::npos);
+  }
   // Without a gate, no gate families.
   status.clear_gate();
   CHECK(RenderMetrics(status, counters, absl::FromUnixMillis(1'800'000'004'500)).find("gate_") ==

@@ -1,6 +1,7 @@
 // See planner_link.h.
 #include "tools/frontend/planner_link/planner_link.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -53,7 +54,7 @@ void LogStreamChange(const dataplane::TableStreamChange& change) {
 absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
     const FrontendConfig& config, dataplane::Router& router, dataplane::RateRecorder& recorder,
     dataplane::EvidenceRecorder& evidence, std::vector<std::string> destinations,
-    bool dynamic_membership, const dataplane::KeySizes* sizes) {
+    bool dynamic_membership, const dataplane::KeySizes* sizes, ShareSource share) {
   CACHEROUTE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                               PlannerCredentials(config));
   std::unique_ptr<PlannerLink> link(new PlannerLink());
@@ -94,10 +95,22 @@ absl::StatusOr<std::unique_ptr<PlannerLink>> PlannerLink::Start(
   if (dataplane::Status s = link->reporter_->Start(); !s.ok) {
     return absl::InvalidArgumentError(absl::StrCat("rate reporter: ", s.message));
   }
+  if (config.share && share.outbox != nullptr && share.clock != nullptr) {
+    link->outbox_ = share.outbox;
+    link->share_ = std::make_unique<ShareLink>(
+        link->channels_, router, *share.outbox, *share.clock, link->names_,
+        ShareLinkOptions{.gateway_id = config.gateway_id,
+                         .bearer_token = link->token_,
+                         .interval = config.share_interval,
+                         // Other gateways send as often as this one (the fleet's one setting).
+                         .remote_work_ttl = std::max(absl::Seconds(2), 4 * config.share_interval)});
+    link->share_->Start();
+  }
   return link;
 }
 
 void PlannerLink::Stop() {
+  if (share_ != nullptr) share_->Stop();
   if (subscriber_ != nullptr) subscriber_->Stop();
   if (reporter_ != nullptr) reporter_->Stop();
 }
@@ -105,6 +118,7 @@ void PlannerLink::Stop() {
 absl::Status PlannerLink::Remap(const std::vector<std::string>& names) {
   const dataplane::Status s = subscriber_->SetDestinations(names);
   if (s.ok) {
+    if (share_ != nullptr) share_->SetDestinations(names);
     std::lock_guard<std::mutex> lock(names_mu_);
     names_ = names;
   }
@@ -147,6 +161,8 @@ void RenderPlannerLink(base::Exposition& page, const PlannerLink* link) {
                reporter ? static_cast<double>(reporter->reports_sent) : 0);
   page.Counter("rate_report_failures_total", "Rate report RPCs that failed (retried).",
                reporter ? static_cast<double>(reporter->failed_attempts) : 0);
+  RenderShareLink(page, link != nullptr ? link->share() : nullptr,
+                  link != nullptr ? link->outbox() : nullptr);
 }
 
 }  // namespace cacheroute::frontend

@@ -9,6 +9,9 @@
 // table_stream_lost when an open stream ends (with the gRPC error), table_stream_back when one is
 // open again (with the seconds it was away); reconnect attempts in between log nothing.
 //
+// With `share` set and the config's `share` on, it also runs the fleet-sharing ShareLink
+// (share_link.h) on the same channels and credentials, every share_interval.
+//
 // Usage:
 //   absl::StatusOr<std::unique_ptr<PlannerLink>> link = PlannerLink::Start(
 //       config, router, recorder, evidence, membership.Names(), /*dynamic_membership=*/true);
@@ -16,9 +19,10 @@
 //   (*link)->ReportDestinations(names);   // tell the planner (the membership thread)
 //   (*link)->Stop();                      // also the destructor: the last rate report goes out
 //
-// Reads planner, gateway_id, report_interval, table_cache and planner_{token,tls_*}_file of the
-// FrontendConfig. Thread-safe: Remap, ReportDestinations and the stats may be called from any
-// thread; the Router, recorders and the link's threads outlive nothing they point to (Stop first).
+// Reads planner, gateway_id, report_interval, table_cache, share, share_interval and
+// planner_{token,tls_*}_file of the FrontendConfig. Thread-safe: Remap, ReportDestinations and the
+// stats may be called from any thread; the Router, recorders and the link's threads outlive nothing
+// they point to (Stop first).
 #pragma once
 
 #include <memory>
@@ -37,8 +41,16 @@
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router.h"
 #include "tools/frontend/frontend_config.h"
+#include "tools/frontend/planner_link/share_link.h"
 
 namespace cacheroute::frontend {
+
+// What fleet sharing reads: the RoutingCore's outbox (RoutingCoreOptions::share_placements) and
+// its clock.
+struct ShareSource {
+  dataplane::PlacementOutbox* outbox = nullptr;
+  const dataplane::Clock* clock = nullptr;
+};
 
 class PlannerLink {
  public:
@@ -51,12 +63,13 @@ class PlannerLink {
   static absl::StatusOr<std::unique_ptr<PlannerLink>> Start(
       const FrontendConfig& config, dataplane::Router& router, dataplane::RateRecorder& recorder,
       dataplane::EvidenceRecorder& evidence, std::vector<std::string> destinations,
-      bool dynamic_membership, const dataplane::KeySizes* sizes = nullptr);
+      bool dynamic_membership, const dataplane::KeySizes* sizes = nullptr, ShareSource share = {});
   ~PlannerLink() { Stop(); }
   PlannerLink(const PlannerLink&) = delete;
   PlannerLink& operator=(const PlannerLink&) = delete;
 
-  // Stops the table stream, then the reporter (which sends its last report). Idempotent.
+  // Stops the share stream, the table stream, then the reporter (which sends its last report).
+  // Idempotent.
   void Stop();
 
   // The Router's destinations are now `names` (by index): re-maps the installed table to them
@@ -68,6 +81,9 @@ class PlannerLink {
 
   dataplane::TableSubscriberStats SubscriberStats() const { return subscriber_->Stats(); }
   dataplane::RateReporterStats ReporterStats() const { return reporter_->Stats(); }
+  // Null when not sharing.
+  const ShareLink* share() const { return share_.get(); }
+  const dataplane::PlacementOutbox* outbox() const { return outbox_; }
 
  private:
   PlannerLink() = default;
@@ -78,9 +94,12 @@ class PlannerLink {
   std::vector<std::string> names_;  // the Router's destinations by index, for served_at
   std::unique_ptr<dataplane::TableSubscriber> subscriber_;
   std::unique_ptr<dataplane::RateReporter> reporter_;
+  dataplane::PlacementOutbox* outbox_ = nullptr;
+  std::unique_ptr<ShareLink> share_;
 };
 
-// planner_connected, rate_reports_total, rate_report_failures_total (zeros without a link).
+// planner_connected, rate_reports_total, rate_report_failures_total, and ShareLink's share_*
+// (RenderShareLink) (zeros without a link).
 void RenderPlannerLink(base::Exposition& page, const PlannerLink* link);
 
 // Credentials for the planner channel: TLS when planner_tls_ca_file is set (with this gateway's

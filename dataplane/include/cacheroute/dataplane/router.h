@@ -240,6 +240,10 @@ class Router {
   Status SetRemoteWork(uint32_t destination, const DestinationWork& work) {
     return signals_.SetRemoteWork(destination, work);
   }
+  // What SetRemoteWork last set for `destination` (zeros past capacity()). Any thread.
+  DestinationWork RemoteWork(uint32_t destination) const {
+    return destination < capacity() ? signals_.remote_work(destination) : DestinationWork{};
+  }
   // This Router's own ledger at `destination`, summed over every thread: what it shares with the
   // other gateways. Zeros without the token-work ledger. Control path.
   DestinationWork LedgerWork(uint32_t destination) const {
