@@ -83,7 +83,7 @@ struct FrontendConfig {
   // this front end sends the planner what its picks placed and its work in flight, and applies
   // what the other front ends sent, so that several route as one. Off: it routes on its own.
   bool share = true;
-  absl::Duration share_interval = absl::Milliseconds(25);
+  absl::Duration share_interval = absl::Milliseconds(5);
   // Connecting to an upstream (the gateway's requests, health checks, probes and load scrapes).
   absl::Duration connect_timeout = absl::Seconds(2);
   // Consecutive connect failures or resets before the response headers after which a

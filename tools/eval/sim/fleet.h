@@ -129,8 +129,8 @@ struct FleetConfig {
   // and gateway). Off: each gateway knows only its own requests.
   bool share = false;
   bool share_work = true;
-  double share_interval_s = 0.025;  // in [0.001, 10]
-  double share_delay_s = 0.01;      // in [0, 10]
+  double share_interval_s = 0.005;  // in [0.001, 10]
+  double share_delay_s = 0.002;     // in [0, 10]
   double share_loss = 0;            // in [0, 1]
 
   // The rollout gate (planner/gate.h) as the planner runs it with gate.enabled and gate_interval:

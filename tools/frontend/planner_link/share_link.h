@@ -54,7 +54,7 @@ struct ShareLinkOptions {
   std::string gateway_id;
   // Sent as "authorization: Bearer <token>" when non-empty.
   std::string bearer_token;
-  absl::Duration interval = absl::Milliseconds(25);
+  absl::Duration interval = absl::Milliseconds(5);
   // Another gateway's work stands until its next batch, or this long without one.
   absl::Duration remote_work_ttl = absl::Seconds(2);
   dataplane::Backoff backoff{.initial = std::chrono::milliseconds(250),

@@ -86,8 +86,8 @@ struct FleetKnobs {
   // "Several gateways"): on for CacheRoute's token-work variants, as the product ships it.
   bool share = true;
   bool share_work = true;
-  double share_interval_s = 0.025;
-  double share_delay_s = 0.01;
+  double share_interval_s = 0.005;
+  double share_delay_s = 0.002;
   double share_loss = 0;
 };
 
