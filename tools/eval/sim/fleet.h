@@ -12,7 +12,8 @@
 // fields become the PlannerConfig (fleet_control.h): `ablation` reproduces the paper's component
 // study (§5.2, Table 4), max_plans holds a plan for the rest of the run, stickiness > 0 is
 // placement hysteresis. Metrics leave out requests arriving before warmup_s; latencies are over
-// completed requests; KV hit is served and token-weighted.
+// completed requests; KV hit is served and token-weighted; routing precision is measured at each
+// dispatch against every engine's cache (RunResult::routing_precision).
 //
 // Determinism: the result (all but the wall-clock fields) depends only on the config and the
 // requests. Dispatch, request content, metrics and cost: docs/simulator.md, "Fleet internals".
