@@ -255,64 +255,74 @@ std::vector<uint32_t> GatewaysRun(const StudyResult& result) {
   return {counts.begin(), counts.end()};
 }
 
+namespace {
+
+// One policy behind `gateways` gateways, over the study's seeds.
+PolicySummary SummarizeRuns(const StudyResult& result, const std::string& policy,
+                            uint32_t gateways) {
+  const double common = CommonLoad(result);
+  PolicySummary s;
+  s.policy = policy;
+  s.gateways = gateways;
+  s.common_load_qps = common;
+  // One sweep per seed, in the study's seed order.
+  std::vector<std::vector<LoadPoint>> sweeps;
+  std::vector<double> hits, precisions, imbalances, p99s;
+  std::map<double, std::vector<double>> p99_by_load, hit_by_load, failure_by_load;
+  for (uint64_t seed : result.config.seeds) {
+    std::vector<LoadPoint> sweep;
+    for (const RunRecord& r : result.runs) {
+      if (r.policy != policy || r.gateways != gateways || r.seed != seed) continue;
+      // With no completed request there is no latency to report (the fleet gives 0).
+      const double p99 = r.completed > 0 ? r.ttft_p99_s : kNaN;
+      sweep.push_back({r.offered_qps, p99, r.failure_rate});
+      p99_by_load[r.offered_qps].push_back(p99);
+      hit_by_load[r.offered_qps].push_back(r.kv_hit);
+      failure_by_load[r.offered_qps].push_back(r.failure_rate);
+      if (r.offered_qps == common) {
+        hits.push_back(r.kv_hit);
+        precisions.push_back(r.routing_precision);
+        imbalances.push_back(r.imbalance);
+        p99s.push_back(p99);
+      }
+    }
+    if (!sweep.empty()) sweeps.push_back(std::move(sweep));
+  }
+  s.capacity_2s = ComputeCapacity(sweeps, 2.0);
+  s.capacity_primary = ComputeCapacity(sweeps, result.config.primary_slo_s);
+  s.capacity_5s = ComputeCapacity(sweeps, 5.0);
+  s.kv_hit = MeanCiOfFinite(hits);
+  s.routing_precision = MeanCiOfFinite(precisions);
+  s.imbalance = MeanCiOfFinite(imbalances);
+  s.p99_at_common_s = MeanCiOfFinite(p99s);
+  for (const auto& [load, v] : p99_by_load) s.p99_ttft_s[load] = MeanOfFinite(v);
+  for (const auto& [load, v] : hit_by_load) s.kv_hit_by_load[load] = MeanOfFinite(v);
+  for (const auto& [load, v] : failure_by_load) s.failure_rate[load] = MeanOfFinite(v);
+  // The ceiling at the hit the policy had where its capacity is.
+  s.ceiling_hit = s.ceiling_qps = s.ceiling_fraction = kNaN;
+  if (!s.kv_hit_by_load.empty()) {
+    const double capacity = s.capacity_primary.knee.mean;
+    double nearest = s.kv_hit_by_load.begin()->first;
+    for (const auto& [load, hit] : s.kv_hit_by_load) {
+      if (std::abs(load - capacity) < std::abs(nearest - capacity)) nearest = load;
+    }
+    s.ceiling_hit = s.kv_hit_by_load[nearest];
+    absl::StatusOr<double> ceiling = CeilingQps(result.config, result.ceiling, s.ceiling_hit);
+    if (ceiling.ok() && std::isfinite(s.ceiling_hit)) {
+      s.ceiling_qps = *ceiling;
+      s.ceiling_fraction = capacity / *ceiling;
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
 std::vector<PolicySummary> Summarize(const StudyResult& result) {
   std::vector<PolicySummary> out;
-  const double common = CommonLoad(result);
   for (const std::string& policy : result.config.policies) {
     for (const uint32_t gateways : GatewaysRun(result)) {
-      PolicySummary s;
-      s.policy = policy;
-      s.gateways = gateways;
-      s.common_load_qps = common;
-      // One sweep per seed, in the study's seed order.
-      std::vector<std::vector<LoadPoint>> sweeps;
-      std::vector<double> hits, precisions, imbalances, p99s;
-      std::map<double, std::vector<double>> p99_by_load, hit_by_load, failure_by_load;
-      for (uint64_t seed : result.config.seeds) {
-        std::vector<LoadPoint> sweep;
-        for (const RunRecord& r : result.runs) {
-          if (r.policy != policy || r.gateways != gateways || r.seed != seed) continue;
-          // With no completed request there is no latency to report (the fleet gives 0).
-          const double p99 = r.completed > 0 ? r.ttft_p99_s : kNaN;
-          sweep.push_back({r.offered_qps, p99, r.failure_rate});
-          p99_by_load[r.offered_qps].push_back(p99);
-          hit_by_load[r.offered_qps].push_back(r.kv_hit);
-          failure_by_load[r.offered_qps].push_back(r.failure_rate);
-          if (r.offered_qps == common) {
-            hits.push_back(r.kv_hit);
-            precisions.push_back(r.routing_precision);
-            imbalances.push_back(r.imbalance);
-            p99s.push_back(p99);
-          }
-        }
-        if (!sweep.empty()) sweeps.push_back(std::move(sweep));
-      }
-      s.capacity_2s = ComputeCapacity(sweeps, 2.0);
-      s.capacity_primary = ComputeCapacity(sweeps, result.config.primary_slo_s);
-      s.capacity_5s = ComputeCapacity(sweeps, 5.0);
-      s.kv_hit = MeanCiOfFinite(hits);
-      s.routing_precision = MeanCiOfFinite(precisions);
-      s.imbalance = MeanCiOfFinite(imbalances);
-      s.p99_at_common_s = MeanCiOfFinite(p99s);
-      for (const auto& [load, v] : p99_by_load) s.p99_ttft_s[load] = MeanOfFinite(v);
-      for (const auto& [load, v] : hit_by_load) s.kv_hit_by_load[load] = MeanOfFinite(v);
-      for (const auto& [load, v] : failure_by_load) s.failure_rate[load] = MeanOfFinite(v);
-      // The ceiling at the hit the policy had where its capacity is.
-      s.ceiling_hit = s.ceiling_qps = s.ceiling_fraction = kNaN;
-      if (!s.kv_hit_by_load.empty()) {
-        const double capacity = s.capacity_primary.knee.mean;
-        double nearest = s.kv_hit_by_load.begin()->first;
-        for (const auto& [load, hit] : s.kv_hit_by_load) {
-          if (std::abs(load - capacity) < std::abs(nearest - capacity)) nearest = load;
-        }
-        s.ceiling_hit = s.kv_hit_by_load[nearest];
-        absl::StatusOr<double> ceiling = CeilingQps(result.config, result.ceiling, s.ceiling_hit);
-        if (ceiling.ok() && std::isfinite(s.ceiling_hit)) {
-          s.ceiling_qps = *ceiling;
-          s.ceiling_fraction = capacity / *ceiling;
-        }
-      }
-      out.push_back(std::move(s));
+      out.push_back(SummarizeRuns(result, policy, gateways));
     }
   }
   return out;
