@@ -60,13 +60,6 @@ TEST_CASE("a sweep is ordered by (policy, gateways, load, seed) whatever the thr
   CHECK(two->simulated_requests == one->simulated_requests);
 }
 
-TEST_CASE("built-in studies run one gateway and four", "[study]") {
-  for (const std::string& name : StudyNames()) {
-    INFO(name);
-    CHECK(FindStudy(name)->gateway_counts == std::vector<uint32_t>{1, 4});
-  }
-}
-
 TEST_CASE("a failing run fails the sweep, naming the run", "[study]") {
   StudyConfig c = *FindStudy("ablation");
   auto run = [](const RunSpec& spec) -> absl::StatusOr<RunRecord> {
