@@ -1,6 +1,7 @@
 // The built-in studies (tools/eval/sim/study/builtin_studies.h): valid, set up as the paper's
 // experiments, and listed from one table.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ TEST_CASE("the built-in studies are valid and follow the paper", "[study]") {
     CHECK(c->name == name);
     if (name == "trace") c->trace.path = "given-on-the-command-line.jsonl";
     CHECK(ValidateStudy(*c).ok());
+    // One gateway and several, as deployments run them (docs/simulator.md).
+    CHECK(c->gateway_counts == std::vector<uint32_t>{1, 4});
   }
   const StudyConfig primary = *FindStudy("primary");
   CHECK(primary.policies == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap",

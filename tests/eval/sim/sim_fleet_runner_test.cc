@@ -15,13 +15,13 @@ namespace {
 
 TEST_CASE("a run's FleetConfig holds the study's knobs as they are", "[study]") {
   StudyConfig c = *FindStudy("hetero-prefix");
-  c.fleet.gateways = 3;
   c.fleet.queue_cap = 50;
   c.fleet.timeout_s = 30;
   c.fleet.dispatch.queue_wait = 0.25;
   c.fleet.dispatch.prefix_memory_log2 = 12;
   c.fleet.parameters.chwbl_epsilon = 0.5;
-  const absl::StatusOr<FleetConfig> f = MakeFleetConfig(c, "chwbl", 120, 7);
+  const absl::StatusOr<FleetConfig> f = MakeFleetConfig(
+      {.study = &c, .policy = "chwbl", .gateways = 3, .offered_qps = 120, .seed = 7});
   REQUIRE(f.ok());
   CHECK(f->policy == "chwbl");
   CHECK(f->engines == c.destinations);
@@ -38,14 +38,17 @@ TEST_CASE("a run's FleetConfig holds the study's knobs as they are", "[study]") 
   CHECK(f->dispatch.default_turnover == dataplane::DispatchOptions{}.default_turnover);
   // Without the turnover measured, remembered destinations never expire.
   c.fleet.measure_turnover = false;
-  const absl::StatusOr<FleetConfig> stale = MakeFleetConfig(c, "cacheroute", 120, 7);
+  const absl::StatusOr<FleetConfig> stale = MakeFleetConfig(
+      {.study = &c, .policy = "cacheroute", .gateways = 1, .offered_qps = 120, .seed = 7});
   REQUIRE(stale.ok());
   CHECK_FALSE(stale->measure_turnover);
   CHECK(stale->dispatch.default_turnover > std::chrono::hours(24 * 364));
   // A bad knob the study did not catch is the fleet's to name.
   c.fleet.parameters.chwbl_epsilon = 0.25;
   c.profile = "gpt-9";
-  CHECK_FALSE(MakeFleetConfig(c, "chwbl", 120, 7).ok());
+  CHECK_FALSE(MakeFleetConfig(
+                  {.study = &c, .policy = "chwbl", .gateways = 1, .offered_qps = 120, .seed = 7})
+                  .ok());
 }
 
 TEST_CASE("the real fleet: the same seed gives the same result on 1 or 2 threads", "[study]") {
@@ -56,23 +59,42 @@ TEST_CASE("the real fleet: the same seed gives the same result on 1 or 2 threads
   c.duration_s = 20;
   c.fleet.warmup_s = 10;
   c.workload.warmup_s = 0;
+  c.gateway_counts = {1};
   const absl::StatusOr<StudyResult> one = RunStudy(c, MakeFleetRunner(), {.jobs = 1});
+  c.gateway_counts = {1, 4};
   const absl::StatusOr<StudyResult> two = RunStudy(c, MakeFleetRunner(), {.jobs = 2});
   REQUIRE(one.ok());
   REQUIRE(two.ok());
   REQUIRE(one->runs.size() == 4);
-  for (size_t i = 0; i < 4; ++i) {
-    const RunRecord& a = one->runs[i];
-    const RunRecord& b = two->runs[i];
+  REQUIRE(two->runs.size() == 8);
+  auto same = [](const RunRecord& a, const RunRecord& b) {
     CHECK(a.requests > 0);
     CHECK(a.requests == b.requests);
     CHECK(a.completed == b.completed);
     CHECK(a.ttft_p99_s == b.ttft_p99_s);
     CHECK(a.e2e_p99_s == b.e2e_p99_s);
     CHECK(a.kv_hit == b.kv_hit);
+    CHECK(a.routing_precision == b.routing_precision);
     CHECK(a.imbalance == b.imbalance);
+  };
+  // Sweeping G = 4 beside G = 1 leaves the G = 1 runs as they were: runs (policy, G, seed).
+  for (size_t p = 0; p < 2; ++p) {
+    for (size_t seed = 0; seed < 2; ++seed) {
+      const RunRecord& a = one->runs[2 * p + seed];
+      const RunRecord& b = two->runs[4 * p + seed];
+      INFO(a.policy << " seed " << a.seed);
+      CHECK(b.gateways == 1);
+      same(a, b);
+      CHECK(a.routing_precision > 0);
+      CHECK(a.routing_precision <= 1);
+    }
   }
   CHECK(one->runs[0].ttft_p99_s != one->runs[1].ttft_p99_s);  // seeds differ
+  // The count reaches the fleet: CacheRoute behind four gateways routes otherwise.
+  const RunRecord& cacheroute_g1 = two->runs[4];
+  const RunRecord& cacheroute_g4 = two->runs[6];
+  REQUIRE(cacheroute_g4.gateways == 4);
+  CHECK(cacheroute_g4.routing_precision != cacheroute_g1.routing_precision);
 }
 
 TEST_CASE("the real fleet replays a trace: every seed sees the same requests", "[study][trace]") {
@@ -81,6 +103,7 @@ TEST_CASE("the real fleet replays a trace: every seed sees the same requests", "
   c.trace.path = dir.Write(
       "t.jsonl", cacheroute::testing::SmallTrace(300, 200));  // 5 QPS over 60 s as written
   c.policies = {"flat-lb", "sticky", "cacheroute"};
+  c.gateway_counts = {1};
   c.loads = {4, 8};
   c.seeds = {2, 3};
   c.fleet.warmup_s = 10;

@@ -3,6 +3,7 @@
 // exists), metric accounting against the engines' own counters, failures, ablations and config
 // errors.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -321,6 +322,40 @@ TEST_CASE("hash ids of larger blocks become 16-token blocks; partial blocks are 
   CHECK(std::equal(ha.begin(), ha.begin() + 4, hb.begin()));  // same first id: same 4 blocks
   CHECK(ha[4] != hb[4]);
   CHECK(ha[0] != ha[1]);  // blocks within one id differ
+}
+
+TEST_CASE("routing precision: 1 when sent to the engine holding the prefix, 0 elsewhere") {
+  // Two engines; request 0 (key "first") caches its prompt where Sticky sends it and finishes long
+  // before request 1, with the same prompt under another key. Only request 1 counts: no engine
+  // holds any of request 0's prompt when it arrives. Which engine a key lands on is Sticky's hash,
+  // so the keys are tried until both outcomes are seen.
+  FleetConfig config = Config("sticky", {.engines = 2, .gateways = 1});
+  config.record_dispatches = true;
+  auto request = [](double t, const std::string& key) {
+    return SimRequest{.arrival_s = t,
+                      .key_id = dataplane::KeyId(key),
+                      .input_length = 32 * 16,
+                      .output_length = 4,
+                      .block_size = 16,
+                      .hash_ids = std::vector<uint64_t>{11, 12, 13, 14, 15, 16, 17, 18}};
+  };
+  std::set<double> seen;
+  for (int k = 0; k < 16 && seen.size() < 2; ++k) {
+    const std::vector<SimRequest> requests = {request(0, "first"),
+                                              request(100, "second-" + std::to_string(k))};
+    const RunResult r = MustRun(config, requests);
+    CHECK(r.precision_requests == 1);
+    const bool same = r.dispatches[0].destination == r.dispatches[1].destination;
+    CHECK(r.routing_precision == (same ? 1.0 : 0.0));
+    CHECK((r.kv_hit > 0) == same);
+    seen.insert(r.routing_precision);
+  }
+  CHECK(seen == std::set<double>{0.0, 1.0});
+
+  // No engine holds any prefix of a lone request: no request qualifies.
+  const RunResult alone = MustRun(config, {request(0, "first")});
+  CHECK(alone.precision_requests == 0);
+  CHECK(std::isnan(alone.routing_precision));
 }
 
 TEST_CASE("bad configs and requests are rejected with the field and the value named") {

@@ -14,9 +14,17 @@
 namespace cacheroute::sim::study {
 namespace {
 
-// The run of `label` in `study` (MakeFleetConfig: the study's knobs, then the label's row).
+// The FleetConfig of `label` in `study` at `qps` (MakeFleetConfig: the study's knobs, then the
+// label's row), seed 2, one gateway.
+absl::StatusOr<FleetConfig> Make(const StudyConfig& study, const std::string& label,
+                                 double qps = 60) {
+  return MakeFleetConfig(
+      {.study = &study, .policy = label, .gateways = 1, .offered_qps = qps, .seed = 2});
+}
+
+// The run of `label` in `study`.
 FleetConfig Run(const StudyConfig& study, const std::string& label) {
-  absl::StatusOr<FleetConfig> c = MakeFleetConfig(study, label, 60, 2);
+  absl::StatusOr<FleetConfig> c = Make(study, label);
   INFO(label);
   REQUIRE(c.ok());
   return *std::move(c);
@@ -62,7 +70,7 @@ TEST_CASE("every label of the table runs in a study that can run it", "[study]")
   const StudyConfig drift = *FindStudy("drift");
   for (const PolicyLabel& row : PolicyLabels()) {
     INFO(row.label);
-    CHECK(MakeFleetConfig(drift, row.label, 160, 2).ok());
+    CHECK(Make(drift, row.label, 160).ok());
   }
 }
 
@@ -83,7 +91,7 @@ TEST_CASE("policy labels map onto the fleet", "[study]") {
   CHECK(no_plan.ablation == PlanAblation::kNone);
   CHECK(Run(c, "preble").policy == "preble");
   const StudyConfig d = *FindStudy("drift");
-  CHECK(MakeFleetConfig(d, "stale", 160, 2)->control_interval_s == 50);
+  CHECK(Make(d, "stale", 160)->control_interval_s == 50);
   CHECK(Run(d, "fresh").control_interval_s == d.fleet.control_interval_s);
   const FleetConfig held = Run(d, "held");
   CHECK(held.max_plans == 1);
@@ -104,7 +112,7 @@ TEST_CASE("policy labels map onto the fleet", "[study]") {
 TEST_CASE("held and stale need a drift study, and say so", "[study]") {
   const StudyConfig c = *FindStudy("ablation");
   for (const std::string label : {"held", "stale"}) {
-    const absl::Status s = MakeFleetConfig(c, label, 60, 2).status();
+    const absl::Status s = Make(c, label).status();
     CHECK(absl::IsInvalidArgument(s));
     CHECK(s.message() == "policies: \"" + label + "\" needs a drift study (drift.enabled)");
   }
@@ -141,7 +149,7 @@ TEST_CASE("an unknown label's error lists the table; --help lists every row", "[
   const std::string message(s.message());
   CHECK(message.starts_with("policies[3]: must be one of flat-lb, sticky, chwbl, dualmap, "));
   CHECK(message.ends_with("fresh-sticky; alias flatlb for flat-lb, got \"round-robin\""));
-  CHECK(MakeFleetConfig(*FindStudy("primary"), "round-robin", 60, 2).status().message() ==
+  CHECK(Make(*FindStudy("primary"), "round-robin").status().message() ==
         "policies" + message.substr(message.find(':')));
   const std::string listing = PolicyLabelListing();
   for (const PolicyLabel& row : PolicyLabels()) {

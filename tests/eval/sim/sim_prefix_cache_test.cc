@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <initializer_list>
+#include <random>
 #include <vector>
 
 #include "tools/eval/sim/prefix_cache.h"
@@ -170,6 +171,33 @@ TEST_CASE("two requests computing the same blocks at once publish one copy") {
   cache.Free(second);
   CHECK(cache.Match(a, 33) == 32);
   CHECK(cache.free_blocks() == 10);
+}
+
+TEST_CASE("MatchExceeds agrees with Match on a randomly churned cache") {
+  // Prompts share leading content from a small pool, so matches stop at every depth; a small
+  // cache evicts, leaving runs with holes (a block cached without its parent).
+  std::mt19937_64 rng(7);
+  PrefixCache cache(40);
+  auto prompt = [&] {
+    std::vector<uint64_t> ids;
+    const size_t n = 1 + rng() % 8;
+    for (size_t i = 0; i < n; ++i) ids.push_back(rng() % 3);
+    return ChainBlockHashes(ids);
+  };
+  size_t longer = 0;
+  for (int step = 0; step < 400; ++step) {
+    const std::vector<uint64_t> h = prompt();
+    const uint32_t tokens = static_cast<uint32_t>(h.size()) * kBlockTokens + rng() % 2;
+    const uint32_t match = cache.Match(h, tokens);
+    for (uint32_t t = 0; t <= tokens; t += kBlockTokens) {
+      INFO("step " << step << ", tokens " << t);
+      CHECK(cache.MatchExceeds(h, tokens, t) == (match > t));
+    }
+    longer += match > 0;
+    Serve(cache, h, tokens, tokens);
+  }
+  CHECK(longer > 100);
+  CHECK(cache.stats().evicted_blocks > 0);
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ whales: {count: 2, share: 0.1}
                                                  "t.yaml");
   REQUIRE(c.ok());
   const FleetKnobs& f = c->fleet;
-  CHECK(f.gateways == 4);
+  CHECK(c->gateway_counts == std::vector<uint32_t>{4});
   CHECK(f.rate_smoothing_s == 3);
   CHECK(f.q_cap == 9);
   CHECK(f.slots_per_destination == 32);
@@ -101,6 +101,32 @@ whales: {count: 2, share: 0.1}
   CHECK(c->workload.context_max_tokens == 900);
   CHECK(c->whales.count == 2);
   CHECK(c->whales.share == 0.1);
+}
+
+TEST_CASE("gateway counts: a list, or the scalar fleet.gateways, not both", "[study]") {
+  auto counts = [](const std::string& yaml) {
+    absl::StatusOr<StudyConfig> c = ParseStudyYaml(yaml, "g.yaml");
+    REQUIRE(c.ok());
+    return c->gateway_counts;
+  };
+  using Counts = std::vector<uint32_t>;
+  CHECK(counts("base: primary\n") == Counts{1, 4});  // every built-in study's
+  CHECK(counts("base: primary\ngateway_counts: [1, 2, 4, 8]\n") == Counts{1, 2, 4, 8});
+  CHECK(counts("base: primary\nfleet: {gateways: 3, queue_cap: 9}\n") == Counts{3});
+  CHECK(counts("base: primary\ngateway_counts: [2]\nfleet: {queue_cap: 9}\n") == Counts{2});
+  CHECK(Error("base: primary\ngateway_counts: [1, 4]\nfleet: {gateways: 2}\n") ==
+        "f.yaml: fleet.gateways: give it or gateway_counts, not both (fleet.gateways: N means "
+        "gateway_counts: [N]), got \"2\" beside gateway_counts");
+  CHECK(Error("base: primary\ngateway_counts: [4, 1]\n") ==
+        "f.yaml: gateway_counts: must be strictly ascending, got 4,1");
+  CHECK(Error("base: primary\ngateway_counts: [1, 0]\n") ==
+        "f.yaml: gateway_counts[1]: must be >= 1, got 0");
+  CHECK(Error("base: primary\nfleet: {gateways: 0}\n") ==
+        "f.yaml: gateway_counts[0]: must be >= 1, got 0");
+  CHECK(Error("base: primary\ngateway_counts: []\n") ==
+        "f.yaml: gateway_counts: must be non-empty, got []");
+  CHECK(Error("base: primary\ngateway_counts: 4\n") ==
+        "f.yaml: gateway_counts: expected a list such as [1, 2], got \"4\"");
 }
 
 TEST_CASE("bad study files name the file, the field and the value", "[study]") {

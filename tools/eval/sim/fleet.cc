@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <queue>
@@ -152,6 +153,8 @@ class FleetRun {
   // Metrics over the window.
   void SummarizeRequests();
   void SummarizeEngines();
+  // Routing precision (RunResult::routing_precision), at dispatch to `d`.
+  void MeasurePrecision(size_t index, uint32_t d);
 
   const FleetConfig& config_;
   const std::span<const SimRequest> requests_;
@@ -168,6 +171,8 @@ class FleetRun {
   std::vector<double> scheduled_;
   size_t next_ = 0;  // the next arrival
   uint64_t table_arm_requests_ = 0;
+  uint64_t precision_requests_ = 0;  // measured requests some engine holds a prefix of
+  uint64_t precise_requests_ = 0;    // of which sent to an engine holding the longest
   RunResult result_;
 };
 
@@ -255,6 +260,7 @@ void FleetRun::Arrive(size_t index) {
     if (gated_ && decision.reason != dataplane::Reason::kControlArm) ++table_arm_requests_;
     if (decision.planned) ++result_.planned;
   }
+  MeasurePrecision(index, d);
   const SubmitResult submitted = engines_[d].Submit({.id = index,
                                                      .prompt_tokens = request.input_length,
                                                      .output_tokens = request.output_length,
@@ -374,9 +380,29 @@ void FleetRun::SummarizeEngines() {
   result_.imbalance = total_work > 0 ? max_work / (total_work / config_.engines) : 1;
 }
 
+// Every engine's cache is asked before `d` admits the request (admission publishes its blocks
+// there). PrefixCache's queries leave its LRU state alone, so the run is the same without them.
+// A request qualifies when some engine holds any of its prefix: `d` does, or one beats it.
+void FleetRun::MeasurePrecision(size_t index, uint32_t d) {
+  const SimRequest& request = requests_[index];
+  if (request.arrival_s < config_.warmup_s) return;
+  const std::span<const uint64_t> hashes = states_[index].hashes;
+  const uint32_t held = engines_[d].cache().Match(hashes, request.input_length);
+  const bool beaten = std::any_of(engines_.begin(), engines_.end(), [&](const Engine& engine) {
+    return engine.cache().MatchExceeds(hashes, request.input_length, held);
+  });
+  if (held == 0 && !beaten) return;
+  ++precision_requests_;
+  if (!beaten) ++precise_requests_;
+}
+
 RunResult FleetRun::Finish() {
   SummarizeRequests();
   SummarizeEngines();
+  result_.precision_requests = precision_requests_;
+  result_.routing_precision = precision_requests_ > 0 ? static_cast<double>(precise_requests_) /
+                                                            static_cast<double>(precision_requests_)
+                                                      : std::numeric_limits<double>::quiet_NaN();
   if (control_ != nullptr) control_->Finish(result_);
   if (share_ != nullptr) {
     const planner::ShareExchangeStats stats = share_->stats();

@@ -12,7 +12,8 @@
 // fields become the PlannerConfig (fleet_control.h): `ablation` reproduces the paper's component
 // study (§5.2, Table 4), max_plans holds a plan for the rest of the run, stickiness > 0 is
 // placement hysteresis. Metrics leave out requests arriving before warmup_s; latencies are over
-// completed requests; KV hit is served and token-weighted.
+// completed requests; KV hit is served and token-weighted; routing precision is measured at each
+// dispatch against every engine's cache (RunResult::routing_precision).
 //
 // Determinism: the result (all but the wall-clock fields) depends only on the config and the
 // requests. Dispatch, request content, metrics and cost: docs/simulator.md, "Fleet internals".
@@ -198,9 +199,14 @@ struct RunResult {
   uint64_t seed = 0;
   double ttft_p50_s = 0, ttft_p90_s = 0, ttft_p99_s = 0;
   double e2e_p50_s = 0, e2e_p99_s = 0;
-  double kv_hit = 0;      // 0..1
-  double imbalance = 1;   // max/mean prefill work over destinations
-  uint64_t requests = 0;  // arrivals in the window
+  double kv_hit = 0;  // 0..1
+  // Routing precision: of the window's requests that some engine's cache holds a prefix of at
+  // dispatch, the share sent to an engine holding the longest such prefix (ties count as
+  // precise). NaN when no request qualified.
+  double routing_precision = 0;
+  uint64_t precision_requests = 0;  // the requests it is over
+  double imbalance = 1;             // max/mean prefill work over destinations
+  uint64_t requests = 0;            // arrivals in the window
   uint64_t completed = 0;
   uint64_t failed = 0;
   uint64_t rejected = 0;   // of failed: queue cap (or too large for the KV cache)

@@ -51,6 +51,13 @@ uint32_t PrefixCache::Match(std::span<const uint64_t> block_hashes, uint32_t pro
   return MatchBlocks(block_hashes, prompt_tokens) * kBlockTokens;
 }
 
+bool PrefixCache::MatchExceeds(std::span<const uint64_t> block_hashes, uint32_t prompt_tokens,
+                               uint32_t tokens) const {
+  const uint32_t next = tokens / kBlockTokens;
+  if (next >= block_hashes.size() || !index_.contains(block_hashes[next])) return false;
+  return MatchBlocks(block_hashes, prompt_tokens) > next;
+}
+
 bool PrefixCache::Allocate(std::span<const uint64_t> block_hashes, uint32_t prompt_tokens,
                            uint32_t total_tokens, Allocation& allocation) {
   assert(allocation.blocks.empty());

@@ -71,6 +71,10 @@ class PrefixCache {
   // cached, capped at prompt_tokens − 1 and at the prompt's full blocks, in tokens. Hashes beyond
   // the prompt's full blocks are ignored; blocks without a hash (past the span) are never cached.
   uint32_t Match(std::span<const uint64_t> block_hashes, uint32_t prompt_tokens) const;
+  // Match(block_hashes, prompt_tokens) > tokens, usually in one lookup: a longer cached run needs
+  // the block right after `tokens` (a multiple of kBlockTokens, as Match returns) to be cached.
+  bool MatchExceeds(std::span<const uint64_t> block_hashes, uint32_t prompt_tokens,
+                    uint32_t tokens) const;
 
   // Admits a request whose KV will reach `total_tokens` (≥ prompt_tokens ≥ 1): takes a reference
   // on its cached prefix and new blocks for everything else. Returns false and changes nothing but

@@ -1,12 +1,12 @@
 // cacheroute-sim: the fleet simulator's command line (issue 5). Runs the paper's studies over
-// their policies × load ladder × seeds and writes the report (tools/eval/sim/study/report.h), or
-// one run and prints its metrics. docs/simulator.md, "Studies", has the commands and what they
-// show.
+// their policies × gateway counts × load ladder × seeds and writes the report
+// (tools/eval/sim/study/report.h), or one run and prints its metrics. docs/simulator.md, "Studies",
+// has the commands and what they show.
 //
-//   cacheroute-sim --study NAME[,…] [--trace FILE] [--seeds 2,3,4] [--duration S]
+//   cacheroute-sim --study NAME[,…] [--trace FILE] [--seeds 2,3,4] [--gateways 1,4] [--duration S]
 //                  [--loads 30,60,…] [--out DIR] [--jobs N] [--config FILE]
 //   cacheroute-sim run --policy P --qps Q [--study NAME | --config FILE] [--trace FILE] [--seed S]
-//                      [--duration S]
+//                      [--gateways G] [--duration S]
 //   cacheroute-sim calibrate [--profile NAME] [--isl N] [--osl N[,N…]]
 //   cacheroute-sim bound [--study NAME | --config FILE] [--trace FILE] [--qps Q] [--seed S]
 //                        [--hit H[,H…]]
@@ -48,7 +48,7 @@ constexpr cacheroute::eval::Program kProgram{"cacheroute-sim"};
 
 // The study named by --study (or --config), with the command-line overrides applied.
 struct Overrides {
-  std::string seeds, loads;
+  std::string seeds, loads, gateways;
   double duration_s = 0;  // 0: the study's
   std::string trace;      // the trace of a trace-driven study; empty: the study's
 };
@@ -63,12 +63,17 @@ absl::StatusOr<study::StudyConfig> Configure(const std::string& name, const std:
   if (!o.loads.empty()) {
     CACHEROUTE_ASSIGN_OR_RETURN(c.loads, study::ParseNumberList(o.loads, "--loads"));
   }
+  if (!o.gateways.empty()) {
+    CACHEROUTE_ASSIGN_OR_RETURN(c.gateway_counts, study::ParseCountList(o.gateways, "--gateways"));
+  }
   if (o.duration_s > 0) c.duration_s = o.duration_s;
   if (!o.trace.empty() && c.trace.enabled) c.trace.path = o.trace;
   if (absl::Status s = study::ValidateStudy(c); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        !o.seeds.empty() || !o.loads.empty() ? "after the command-line overrides: " : "",
-        s.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(!o.seeds.empty() || !o.loads.empty() || !o.gateways.empty()
+                         ? "after the command-line overrides: "
+                         : "",
+                     s.message()));
   }
   // A missing or malformed trace is a bad argument: report it before any run starts.
   if (c.trace.enabled) {
@@ -99,7 +104,12 @@ int RunOne(const std::string& study_name, const std::string& config, const std::
   if (absl::Status s = CheckTraceUsed({*c}, overrides); !s.ok()) {
     return kProgram.Fail(2, s.message());
   }
+  if (c->gateway_counts.size() > 1 && !overrides.gateways.empty()) {
+    return kProgram.Fail(
+        2, absl::StrCat("--gateways: one count for a run, got \"", overrides.gateways, "\""));
+  }
   c->policies = {policy};
+  c->gateway_counts = {c->gateway_counts.front()};  // the study's first unless --gateways says
   c->loads = {qps};
   c->seeds = {seed};
   if (absl::Status s = study::ValidateStudy(*c); !s.ok()) {
@@ -111,15 +121,17 @@ int RunOne(const std::string& study_name, const std::string& config, const std::
   const study::RunRecord& x = r->runs.front();
   std::cout << absl::StrFormat(
       "study           %s (profile %s, R = %d, top-K %d)\n"
-      "policy          %s\noffered_qps     %g\nseed            %d\n"
+      "policy          %s\ngateways        %d\noffered_qps     %g\nseed            %d\n"
       "ttft_p50_s      %.4f\nttft_p90_s      %.4f\nttft_p99_s      %.4f\n"
-      "e2e_p50_s       %.4f\ne2e_p99_s       %.4f\nkv_hit          %.4f\nimbalance       %.4f\n"
+      "e2e_p50_s       %.4f\ne2e_p99_s       %.4f\nkv_hit          %.4f\nprecision       %.4f\n"
+      "imbalance       %.4f\n"
       "requests        %d\ncompleted       %d\nfailed          %d\nfailure_rate    %.4f\n"
       "throughput_rps  %.3f\nsimulated_s     %.1f\nwall_s          %.2f\n"
       "sim_requests/s  %.0f\n",
-      c->name, c->profile, c->destinations, c->workload.top_k, x.policy, x.offered_qps, x.seed,
-      x.ttft_p50_s, x.ttft_p90_s, x.ttft_p99_s, x.e2e_p50_s, x.e2e_p99_s, x.kv_hit, x.imbalance,
-      x.requests, x.completed, x.failed, x.failure_rate, x.throughput_rps, x.simulated_s, x.wall_s,
+      c->name, c->profile, c->destinations, c->workload.top_k, x.policy, x.gateways, x.offered_qps,
+      x.seed, x.ttft_p50_s, x.ttft_p90_s, x.ttft_p99_s, x.e2e_p50_s, x.e2e_p99_s, x.kv_hit,
+      x.routing_precision, x.imbalance, x.requests, x.completed, x.failed, x.failure_rate,
+      x.throughput_rps, x.simulated_s, x.wall_s,
       x.wall_s > 0 ? x.simulated_requests / x.wall_s : 0.0);
   if (!x.gate_state.empty()) {
     std::cout << absl::StrFormat("gate_state      %s\ngate_changes    %d\ntable_arm_share %.3f\n",
@@ -274,6 +286,8 @@ int main(int argc, char** argv) {
                  "Mooncake-format trace (JSON lines) for a trace-driven study such as `trace`");
   app.add_option("--config", config, "a YAML study file (instead of --study)");
   app.add_option("--seeds", overrides.seeds, "comma-separated seeds, e.g. 2,3,4");
+  app.add_option("--gateways", overrides.gateways,
+                 "comma-separated gateway counts G, ascending, e.g. 1,4 (default: the study's)");
   CLI::Option* duration = app.add_option("--duration", overrides.duration_s,
                                          "measured simulated seconds per run (after the warm-up)");
   app.add_option("--loads", overrides.loads, "comma-separated offered loads (QPS), ascending");
@@ -293,6 +307,7 @@ int main(int argc, char** argv) {
   run->add_option("--study", run_study, "the study whose setup to use (default primary)");
   run->add_option("--config", config, "a YAML study file whose setup to use");
   run->add_option("--trace", overrides.trace, "the trace of a trace-driven study");
+  run->add_option("--gateways", overrides.gateways, "gateways G (default: the study's first)");
   CLI::Option* run_duration =
       run->add_option("--duration", overrides.duration_s, "measured simulated seconds");
 
@@ -372,10 +387,10 @@ int main(int argc, char** argv) {
   std::vector<study::StudyResult> results;
   for (const study::StudyConfig& c : configs) {
     std::cerr << absl::StrFormat(
-        "study %s: %d policies × %d loads × %d seeds, %g simulated seconds each (+%g warm-up), "
-        "%d jobs\n",
-        c.name, c.policies.size(), c.loads.size(), c.seeds.size(), c.duration_s, c.fleet.warmup_s,
-        jobs);
+        "study %s: %d policies × G {%s} × %d loads × %d seeds, %g simulated seconds each (+%g "
+        "warm-up), %d jobs\n",
+        c.name, c.policies.size(), absl::StrJoin(c.gateway_counts, ","), c.loads.size(),
+        c.seeds.size(), c.duration_s, c.fleet.warmup_s, jobs);
     absl::StatusOr<study::StudyResult> r =
         study::RunStudy(c, runner, {.jobs = jobs, .progress = &std::cerr});
     if (!r.ok()) return kProgram.Fail(1, r.status().message());

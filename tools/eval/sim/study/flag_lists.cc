@@ -25,19 +25,35 @@ absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view text,
   return out;
 }
 
-absl::StatusOr<std::vector<uint64_t>> ParseSeedList(absl::string_view text,
-                                                    absl::string_view flag) {
-  std::vector<uint64_t> out;
+namespace {
+
+// Unsigned integers of type Int; `noun` names an item in the error ("bad seed …").
+template <typename Int>
+absl::StatusOr<std::vector<Int>> ParseIntegerList(absl::string_view text, absl::string_view flag,
+                                                  absl::string_view noun) {
+  std::vector<Int> out;
   for (absl::string_view item : absl::StrSplit(text, ',')) {
     item = absl::StripAsciiWhitespace(item);
-    uint64_t v = 0;
+    Int v = 0;
     if (item.empty() || !absl::SimpleAtoi(item, &v)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": bad seed \"", item, "\" in \"", text, "\""));
+          absl::StrCat(flag, ": bad ", noun, " \"", item, "\" in \"", text, "\""));
     }
     out.push_back(v);
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint64_t>> ParseSeedList(absl::string_view text,
+                                                    absl::string_view flag) {
+  return ParseIntegerList<uint64_t>(text, flag, "seed");
+}
+
+absl::StatusOr<std::vector<uint32_t>> ParseCountList(absl::string_view text,
+                                                     absl::string_view flag) {
+  return ParseIntegerList<uint32_t>(text, flag, "count");
 }
 
 }  // namespace cacheroute::sim::study

@@ -1,4 +1,5 @@
-// Comma-separated lists on cacheroute-sim's command line (--loads, --seeds, --hit, --osl):
+// Comma-separated lists on cacheroute-sim's command line (--loads, --seeds, --gateways, --hit,
+// --osl):
 // parsed whole or refused, the error naming the flag and the bad item.
 //
 // Usage:
@@ -19,5 +20,8 @@ namespace cacheroute::sim::study {
 absl::StatusOr<std::vector<double>> ParseNumberList(absl::string_view text, absl::string_view flag);
 // Unsigned integers.
 absl::StatusOr<std::vector<uint64_t>> ParseSeedList(absl::string_view text, absl::string_view flag);
+// Unsigned integers below 2^32 (--gateways).
+absl::StatusOr<std::vector<uint32_t>> ParseCountList(absl::string_view text,
+                                                     absl::string_view flag);
 
 }  // namespace cacheroute::sim::study

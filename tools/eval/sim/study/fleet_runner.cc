@@ -16,21 +16,21 @@
 
 namespace cacheroute::sim::study {
 
-absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::string_view policy,
-                                            double offered_qps, uint64_t seed) {
+absl::StatusOr<FleetConfig> MakeFleetConfig(const RunSpec& spec) {
+  const StudyConfig& study = *spec.study;
   CACHEROUTE_ASSIGN_OR_RETURN(EngineProfile profile, FindEngineProfile(study.profile));
-  const PolicyLabel* label = FindPolicyLabel(policy);
-  if (label == nullptr) return CheckPolicyLabel("policies", policy);
+  const PolicyLabel* label = FindPolicyLabel(spec.policy);
+  if (label == nullptr) return CheckPolicyLabel("policies", spec.policy);
   const FleetKnobs& knobs = study.fleet;
   FleetConfig c;
   c.engines = study.destinations;
-  c.gateways = knobs.gateways;
+  c.gateways = spec.gateways;
   c.profile = std::move(profile);
   if (knobs.kv_blocks > 0) c.profile.kv_blocks = knobs.kv_blocks;
   c.engine = {.max_waiting = knobs.queue_cap, .timeout_s = knobs.timeout_s};
-  c.seed = seed;
+  c.seed = spec.seed;
   c.warmup_s = knobs.warmup_s;
-  c.offered_qps = offered_qps;
+  c.offered_qps = spec.offered_qps;
   c.parameters = knobs.parameters;
   c.control_interval_s = knobs.control_interval_s;
   c.rate_smoothing_s = knobs.rate_smoothing_s;
@@ -79,6 +79,7 @@ RunRecord ToRunRecord(const RunResult& r, uint64_t simulated_requests) {
   out.e2e_p50_s = r.e2e_p50_s;
   out.e2e_p99_s = r.e2e_p99_s;
   out.kv_hit = r.kv_hit;
+  out.routing_precision = r.routing_precision;
   out.imbalance = r.imbalance;
   out.requests = r.requests;
   out.completed = r.completed;
@@ -116,7 +117,7 @@ class WorkloadCache {
     std::shared_ptr<SharedWorkload>& entry = entries_[{spec.study, spec.offered_qps, spec.seed}];
     if (entry == nullptr) {
       entry = std::make_shared<SharedWorkload>();
-      entry->remaining_uses = spec.study->policies.size();
+      entry->remaining_uses = spec.study->policies.size() * spec.study->gateway_counts.size();
     }
     return entry;
   }
@@ -137,8 +138,7 @@ class WorkloadCache {
 RunFunction MakeFleetRunner() {
   auto cache = std::make_shared<WorkloadCache>();
   return [cache](const RunSpec& spec) -> absl::StatusOr<RunRecord> {
-    CACHEROUTE_ASSIGN_OR_RETURN(
-        FleetConfig config, MakeFleetConfig(*spec.study, spec.policy, spec.offered_qps, spec.seed));
+    CACHEROUTE_ASSIGN_OR_RETURN(FleetConfig config, MakeFleetConfig(spec));
     std::shared_ptr<SharedWorkload> shared = cache->Acquire(spec);
     std::call_once(shared->once, [&] {
       absl::StatusOr<workload::Workload> w =

@@ -5,8 +5,9 @@
 // planner's timing, the dispatch and the baselines' parameters, as they are) turned into the
 // run's by its label's row of the study-label table (policy_labels.h).
 //
-// The runner generates each (load, seed) workload once and shares it between the policies that
-// use it (paired runs: every policy sees the same requests), dropping it after its last use.
+// The runner generates each (load, seed) workload once and shares it between the runs that use it
+// (paired runs: every policy behind every gateway count sees the same requests), dropping it after
+// its last use.
 //
 // Usage:
 //   RunFunction run = MakeFleetRunner();
@@ -14,7 +15,6 @@
 #pragma once
 
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,10 +26,10 @@
 
 namespace cacheroute::sim::study {
 
+// The run's FleetConfig: the study's knobs behind spec.gateways gateways, then its label's row.
 // InvalidArgument naming the policy label when it is unknown or its row refuses the study
 // ("stale" outside a drift study), or naming the field of a bad FleetConfig.
-absl::StatusOr<FleetConfig> MakeFleetConfig(const StudyConfig& study, std::string_view policy,
-                                            double offered_qps, uint64_t seed);
+absl::StatusOr<FleetConfig> MakeFleetConfig(const RunSpec& spec);
 
 std::vector<SimRequest> ToSimRequests(const workload::Workload& workload);
 

@@ -76,6 +76,19 @@ std::vector<double> LoadsRun(const StudyResult& result) {
   return {loads.begin(), loads.end()};
 }
 
+// The summaries behind `gateways` gateways, in the study's policy order.
+std::vector<PolicySummary> AtGateways(const std::vector<PolicySummary>& summary,
+                                      uint32_t gateways) {
+  std::vector<PolicySummary> out;
+  for (const PolicySummary& s : summary) {
+    if (s.gateways == gateways) out.push_back(s);
+  }
+  return out;
+}
+
+// The plots show one gateway count, the smallest run: a plot per count would repeat the policies.
+uint32_t PlottedGateways(const StudyResult& result) { return GatewaysRun(result).front(); }
+
 std::string Percent(const MeanCi& m) {
   if (!std::isfinite(m.mean)) return "–";
   if (!m.has_interval) return absl::StrFormat("%.1f%%", 100 * m.mean);
@@ -235,60 +248,82 @@ double CommonLoad(const StudyResult& result) {
   return best;
 }
 
+std::vector<uint32_t> GatewaysRun(const StudyResult& result) {
+  std::set<uint32_t> counts;
+  for (const RunRecord& r : result.runs) counts.insert(r.gateways);
+  if (counts.empty()) counts.insert(result.config.gateway_counts.front());
+  return {counts.begin(), counts.end()};
+}
+
+namespace {
+
+// One policy behind `gateways` gateways, over the study's seeds.
+PolicySummary SummarizeRuns(const StudyResult& result, const std::string& policy,
+                            uint32_t gateways) {
+  const double common = CommonLoad(result);
+  PolicySummary s;
+  s.policy = policy;
+  s.gateways = gateways;
+  s.common_load_qps = common;
+  // One sweep per seed, in the study's seed order.
+  std::vector<std::vector<LoadPoint>> sweeps;
+  std::vector<double> hits, precisions, imbalances, p99s;
+  std::map<double, std::vector<double>> p99_by_load, hit_by_load, failure_by_load;
+  for (uint64_t seed : result.config.seeds) {
+    std::vector<LoadPoint> sweep;
+    for (const RunRecord& r : result.runs) {
+      if (r.policy != policy || r.gateways != gateways || r.seed != seed) continue;
+      // With no completed request there is no latency to report (the fleet gives 0).
+      const double p99 = r.completed > 0 ? r.ttft_p99_s : kNaN;
+      sweep.push_back({r.offered_qps, p99, r.failure_rate});
+      p99_by_load[r.offered_qps].push_back(p99);
+      hit_by_load[r.offered_qps].push_back(r.kv_hit);
+      failure_by_load[r.offered_qps].push_back(r.failure_rate);
+      if (r.offered_qps == common) {
+        hits.push_back(r.kv_hit);
+        precisions.push_back(r.routing_precision);
+        imbalances.push_back(r.imbalance);
+        p99s.push_back(p99);
+      }
+    }
+    if (!sweep.empty()) sweeps.push_back(std::move(sweep));
+  }
+  s.capacity_2s = ComputeCapacity(sweeps, 2.0);
+  s.capacity_primary = ComputeCapacity(sweeps, result.config.primary_slo_s);
+  s.capacity_5s = ComputeCapacity(sweeps, 5.0);
+  s.kv_hit = MeanCiOfFinite(hits);
+  s.routing_precision = MeanCiOfFinite(precisions);
+  s.imbalance = MeanCiOfFinite(imbalances);
+  s.p99_at_common_s = MeanCiOfFinite(p99s);
+  for (const auto& [load, v] : p99_by_load) s.p99_ttft_s[load] = MeanOfFinite(v);
+  for (const auto& [load, v] : hit_by_load) s.kv_hit_by_load[load] = MeanOfFinite(v);
+  for (const auto& [load, v] : failure_by_load) s.failure_rate[load] = MeanOfFinite(v);
+  // The ceiling at the hit the policy had where its capacity is.
+  s.ceiling_hit = s.ceiling_qps = s.ceiling_fraction = kNaN;
+  if (!s.kv_hit_by_load.empty()) {
+    const double capacity = s.capacity_primary.knee.mean;
+    double nearest = s.kv_hit_by_load.begin()->first;
+    for (const auto& [load, hit] : s.kv_hit_by_load) {
+      if (std::abs(load - capacity) < std::abs(nearest - capacity)) nearest = load;
+    }
+    s.ceiling_hit = s.kv_hit_by_load[nearest];
+    absl::StatusOr<double> ceiling = CeilingQps(result.config, result.ceiling, s.ceiling_hit);
+    if (ceiling.ok() && std::isfinite(s.ceiling_hit)) {
+      s.ceiling_qps = *ceiling;
+      s.ceiling_fraction = capacity / *ceiling;
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
 std::vector<PolicySummary> Summarize(const StudyResult& result) {
   std::vector<PolicySummary> out;
-  const double common = CommonLoad(result);
   for (const std::string& policy : result.config.policies) {
-    PolicySummary s;
-    s.policy = policy;
-    s.common_load_qps = common;
-    // One sweep per seed, in the study's seed order.
-    std::vector<std::vector<LoadPoint>> sweeps;
-    std::vector<double> hits, imbalances, p99s;
-    std::map<double, std::vector<double>> p99_by_load, hit_by_load, failure_by_load;
-    for (uint64_t seed : result.config.seeds) {
-      std::vector<LoadPoint> sweep;
-      for (const RunRecord& r : result.runs) {
-        if (r.policy != policy || r.seed != seed) continue;
-        // With no completed request there is no latency to report (the fleet gives 0).
-        const double p99 = r.completed > 0 ? r.ttft_p99_s : kNaN;
-        sweep.push_back({r.offered_qps, p99, r.failure_rate});
-        p99_by_load[r.offered_qps].push_back(p99);
-        hit_by_load[r.offered_qps].push_back(r.kv_hit);
-        failure_by_load[r.offered_qps].push_back(r.failure_rate);
-        if (r.offered_qps == common) {
-          hits.push_back(r.kv_hit);
-          imbalances.push_back(r.imbalance);
-          p99s.push_back(p99);
-        }
-      }
-      if (!sweep.empty()) sweeps.push_back(std::move(sweep));
+    for (const uint32_t gateways : GatewaysRun(result)) {
+      out.push_back(SummarizeRuns(result, policy, gateways));
     }
-    s.capacity_2s = ComputeCapacity(sweeps, 2.0);
-    s.capacity_primary = ComputeCapacity(sweeps, result.config.primary_slo_s);
-    s.capacity_5s = ComputeCapacity(sweeps, 5.0);
-    s.kv_hit = MeanCiOfFinite(hits);
-    s.imbalance = MeanCiOfFinite(imbalances);
-    s.p99_at_common_s = MeanCiOfFinite(p99s);
-    for (const auto& [load, v] : p99_by_load) s.p99_ttft_s[load] = MeanOfFinite(v);
-    for (const auto& [load, v] : hit_by_load) s.kv_hit_by_load[load] = MeanOfFinite(v);
-    for (const auto& [load, v] : failure_by_load) s.failure_rate[load] = MeanOfFinite(v);
-    // The ceiling at the hit the policy had where its capacity is.
-    s.ceiling_hit = s.ceiling_qps = s.ceiling_fraction = kNaN;
-    if (!s.kv_hit_by_load.empty()) {
-      const double capacity = s.capacity_primary.knee.mean;
-      double nearest = s.kv_hit_by_load.begin()->first;
-      for (const auto& [load, hit] : s.kv_hit_by_load) {
-        if (std::abs(load - capacity) < std::abs(nearest - capacity)) nearest = load;
-      }
-      s.ceiling_hit = s.kv_hit_by_load[nearest];
-      absl::StatusOr<double> ceiling = CeilingQps(result.config, result.ceiling, s.ceiling_hit);
-      if (ceiling.ok() && std::isfinite(s.ceiling_hit)) {
-        s.ceiling_qps = *ceiling;
-        s.ceiling_fraction = capacity / *ceiling;
-      }
-    }
-    out.push_back(std::move(s));
   }
   return out;
 }
@@ -311,19 +346,19 @@ std::string FormatCapacity(const Capacity& c, double lowest_load, double highest
 
 std::string RunsCsv(std::span<const StudyResult> studies) {
   std::string out =
-      "study,policy,offered_qps,seed,ttft_p50_s,ttft_p90_s,ttft_p99_s,e2e_p50_s,e2e_p99_s,kv_hit,"
-      "imbalance,requests,completed,failed,failure_rate,throughput_rps,plans,plan_churn,simulated_"
-      "s,"
-      "wall_s\n";
+      "study,policy,gateways,offered_qps,seed,ttft_p50_s,ttft_p90_s,ttft_p99_s,e2e_p50_s,e2e_p99_"
+      "s,kv_hit,routing_precision,imbalance,requests,completed,failed,failure_rate,throughput_rps,"
+      "plans,plan_churn,simulated_s,wall_s\n";
   for (const StudyResult& study : studies) {
     for (const RunRecord& r : study.runs) {
       absl::StrAppendFormat(&out,
-                            "%s,%s,%g,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%d,%d,%d,%.6g,%.6g,"
-                            "%d,%.6g,%.6g,%.3f\n",
-                            r.study, r.policy, r.offered_qps, r.seed, r.ttft_p50_s, r.ttft_p90_s,
-                            r.ttft_p99_s, r.e2e_p50_s, r.e2e_p99_s, r.kv_hit, r.imbalance,
-                            r.requests, r.completed, r.failed, r.failure_rate, r.throughput_rps,
-                            r.plans, r.plan_churn, r.simulated_s, r.wall_s);
+                            "%s,%s,%d,%g,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%d,%d,%d,%.6g,"
+                            "%.6g,%d,%.6g,%.6g,%.3f\n",
+                            r.study, r.policy, r.gateways, r.offered_qps, r.seed, r.ttft_p50_s,
+                            r.ttft_p90_s, r.ttft_p99_s, r.e2e_p50_s, r.e2e_p99_s, r.kv_hit,
+                            r.routing_precision, r.imbalance, r.requests, r.completed, r.failed,
+                            r.failure_rate, r.throughput_rps, r.plans, r.plan_churn, r.simulated_s,
+                            r.wall_s);
     }
   }
   return out;
@@ -336,14 +371,20 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
       "failures, per seed, then mean ± 95% Student-t over seeds (paper Appendix B.2). `<30`: every "
       "seed failed at the lowest load (left-censored); `≥300`: every seed passed the highest load "
       "(right-censored); `*`: some seeds left-censored, counted as 0; `+`: some seeds "
-      "right-censored. KV hit is served and token-weighted. KV hit, imbalance (max/mean prefill "
-      "work per destination) and p99 are means over seeds at the common load.\n";
+      "right-censored. KV hit is served and token-weighted. Precision is routing precision: of the "
+      "requests some engine's cache held a prefix of when they were dispatched, the share sent to "
+      "an engine holding the longest (ties count; requests no engine held any prefix of are left "
+      "out). KV hit, precision, imbalance (max/mean prefill work per destination) and p99 are "
+      "means over seeds at the common load. G is the number of gateways, each routing with only "
+      "its own view (requests are dealt to them in turn).\n";
   for (const StudyResult& study : studies) {
     const StudyConfig& c = study.config;
     const std::vector<double> loads = LoadsRun(study);
     const double lo = loads.empty() ? 0 : loads.front();
     const double hi = loads.empty() ? 0 : loads.back();
     const std::vector<PolicySummary> summary = Summarize(study);
+    const std::vector<uint32_t> gateway_counts = GatewaysRun(study);
+    const uint32_t plotted = PlottedGateways(study);
     const std::string common = LoadText(CommonLoad(study));
     absl::StrAppendFormat(&out, "\n## Study `%s`\n\n%s\n\n", c.name, c.description);
     // A trace-driven study's window is what remains of the rescaled trace (study.h).
@@ -358,35 +399,38 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
                         : absl::StrFormat("%g simulated seconds", c.duration_s);
     absl::StrAppendFormat(
         &out,
-        "Profile `%s`, R = %d destinations, %d gateway(s), %s%s, seeds {%s}, %s per run after %g "
-        "s of warm-up, loads {%s} QPS; %d runs, %d simulated requests, %.1f s wall.\n\n",
-        c.profile, c.destinations, c.fleet.gateways, requests,
+        "Profile `%s`, R = %d destinations, G = {%s} gateways, %s%s, seeds {%s}, %s per run after "
+        "%g s of warm-up, loads {%s} QPS; %d runs, %d simulated requests, %.1f s wall.\n\n",
+        c.profile, c.destinations, absl::StrJoin(gateway_counts, ","), requests,
         c.whales.count > 0 ? absl::StrFormat(" + %d whales carrying %.0f%% of the load",
                                              c.whales.count, 100 * c.whales.share)
                            : "",
         absl::StrJoin(c.seeds, ","), window, c.fleet.warmup_s,
         absl::StrJoin(loads, ",", [](std::string* o, double l) { o->append(LoadText(l)); }),
         study.runs.size(), study.simulated_requests, study.wall_s);
-    absl::StrAppendFormat(&out,
-                          "| Policy | KV hit | Cap.@%gs | Cap.@2s | Cap.@5s | p99@%s | "
-                          "Imbalance@%s |\n| --- | --- | --- | --- | --- | --- | --- |\n",
-                          c.primary_slo_s, common, common);
+    absl::StrAppendFormat(
+        &out,
+        "| Policy | G | KV hit | Precision | Cap.@%gs | Cap.@2s | Cap.@5s | "
+        "p99@%s | Imbalance@%s |\n| --- | --- | --- | --- | --- | --- | --- | --- "
+        "| --- |\n",
+        c.primary_slo_s, common, common);
     for (const PolicySummary& s : summary) {
-      absl::StrAppendFormat(&out, "| %s | %s | %s | %s | %s | %s | %s |\n", s.policy,
-                            Percent(s.kv_hit), FormatCapacity(s.capacity_primary, lo, hi),
+      absl::StrAppendFormat(&out, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", s.policy,
+                            s.gateways, Percent(s.kv_hit), Percent(s.routing_precision),
+                            FormatCapacity(s.capacity_primary, lo, hi),
                             FormatCapacity(s.capacity_2s, lo, hi),
                             FormatCapacity(s.capacity_5s, lo, hi), Seconds(s.p99_at_common_s.mean),
                             Ratio(s.imbalance));
     }
     // p99 per load.
-    absl::StrAppendFormat(&out,
-                          "\np99 TTFT (s, mean over seeds) by offered load (QPS):\n\n| Policy |");
+    absl::StrAppendFormat(
+        &out, "\np99 TTFT (s, mean over seeds) by offered load (QPS):\n\n| Policy | G |");
     for (double l : loads) absl::StrAppendFormat(&out, " %s |", LoadText(l));
-    out += "\n| --- |";
+    out += "\n| --- | --- |";
     for (size_t i = 0; i < loads.size(); ++i) out += " --- |";
     out += "\n";
     for (const PolicySummary& s : summary) {
-      absl::StrAppendFormat(&out, "| %s |", s.policy);
+      absl::StrAppendFormat(&out, "| %s | %d |", s.policy, s.gateways);
       for (double l : loads) {
         auto it = s.p99_ttft_s.find(l);
         const double v = it == s.p99_ttft_s.end() ? kNaN : it->second;
@@ -406,8 +450,8 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
           "the workload's mean lengths (prompt %.0f, output %.0f tokens) and the policy's own KV "
           "hit where its capacity is; no router sustains its ceiling within an SLO. The reuse "
           "ceiling, one engine with an unbounded cache, is %.1f%% hit: %s QPS.\n\n"
-          "| Policy | KV hit at capacity | Ceiling (QPS) | Capacity / ceiling |\n"
-          "| --- | --- | --- | --- |\n",
+          "| Policy | G | KV hit at capacity | Ceiling (QPS) | Capacity / ceiling |\n"
+          "| --- | --- | --- | --- | --- |\n",
           study.ceiling.mean_prompt_tokens, study.ceiling.mean_output_tokens,
           100 * study.ceiling.reuse,
           reuse_ceiling.ok() ? LoadText(std::round(*reuse_ceiling * 10) / 10) : "–");
@@ -415,7 +459,7 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
         const bool censored_high =
             s.capacity_primary.knee.n > 0 && s.capacity_primary.right_censored > 0;
         absl::StrAppendFormat(
-            &out, "| %s | %s | %s | %s |\n", s.policy,
+            &out, "| %s | %d | %s | %s | %s |\n", s.policy, s.gateways,
             std::isfinite(s.ceiling_hit) ? absl::StrFormat("%.1f%%", 100 * s.ceiling_hit) : "–",
             std::isfinite(s.ceiling_qps) ? LoadText(std::round(s.ceiling_qps * 10) / 10) : "–",
             std::isfinite(s.ceiling_fraction)
@@ -427,12 +471,12 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
     {
       const double at = CommonLoad(study);
       std::string rows;
-      for (const std::string& policy : c.policies) {
+      for (const PolicySummary& s : summary) {
         double plans = 0, churn = 0, hit = 0, p99 = 0;
         int n = 0;
         for (const RunRecord& r : study.runs) {
           if (r.offered_qps != at || r.plans == 0) continue;
-          if (r.policy != policy) continue;
+          if (r.policy != s.policy || r.gateways != s.gateways) continue;
           plans += r.plans;
           churn += r.plan_churn;
           hit += r.kv_hit;
@@ -440,7 +484,8 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
           ++n;
         }
         if (n == 0) continue;
-        absl::StrAppendFormat(&rows, "| %s | %.1f | %s | %.1f%% | %s |\n", policy, plans / n,
+        absl::StrAppendFormat(&rows, "| %s | %d | %.1f | %s | %.1f%% | %s |\n", s.policy,
+                              s.gateways, plans / n,
                               plans / n > 1.5 ? absl::StrFormat("%.1f%%", 100 * churn / n) : "–",
                               100 * hit / n, Seconds(p99 / n));
       }
@@ -448,8 +493,8 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
         absl::StrAppendFormat(&out,
                               "\nCacheRoute's plans at %s QPS (means over seeds; plans include the "
                               "warm-up; churn: share of keys in two consecutive plans whose "
-                              "destinations changed):\n\n| Policy | Plans per run | Churn per "
-                              "replan | KV hit | p99 |\n| --- | --- | --- | --- | --- |\n%s",
+                              "destinations changed):\n\n| Policy | G | Plans per run | Churn per "
+                              "replan | KV hit | p99 |\n| --- | --- | --- | --- | --- | --- |\n%s",
                               common, rows);
       }
     }
@@ -469,17 +514,17 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
                                  : absl::StrFormat("%g s", t);
         }
       }
-      absl::StrAppendFormat(&gate_rows, "| %s | %s | %d | %s | %s | %s | %s |\n", r.policy,
-                            LoadText(r.offered_qps), r.seed, enabled_at, rolled_back_at,
+      absl::StrAppendFormat(&gate_rows, "| %s | %d | %s | %d | %s | %s | %s | %s |\n", r.policy,
+                            r.gateways, LoadText(r.offered_qps), r.seed, enabled_at, rolled_back_at,
                             r.gate_state, GateHistoryText(r.gate_history));
     }
     if (!gate_rows.empty()) {
       absl::StrAppendFormat(
           &out,
           "\nThe rollout gate's decisions per gated run (simulated seconds from the start, warm-up "
-          "included; history: each state change as time:state)%s:\n\n| Policy | QPS | Seed | "
+          "included; history: each state change as time:state)%s:\n\n| Policy | G | QPS | Seed | "
           "Enabled at | Rolled back at | Final | History |\n| --- | --- | --- | --- | --- | --- | "
-          "--- |\n%s",
+          "--- | --- |\n%s",
           turns ? absl::StrFormat("; the workload turns into `%s`'s at %g s, and a rollback is "
                                   "counted from then",
                                   c.regime_change.to, c.regime_change.at_s)
@@ -514,28 +559,84 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
       const PolicySummary* fresh = nullptr;
       const PolicySummary* stale = nullptr;
       for (const PolicySummary& s : summary) {
+        if (s.gateways != plotted) continue;
         if (s.policy == "fresh") fresh = &s;
         if (s.policy == "stale") stale = &s;
       }
       if (fresh != nullptr && stale != nullptr) {
         absl::StrAppendFormat(
             &out,
-            "\nIn the fleet at %s QPS, `stale` (one plan per drift interval, from the previous "
-            "interval's rates) against `fresh` (a plan every control interval): KV hit %.1f%% vs "
-            "%.1f%% (stale − fresh = %+.1f points), p99 TTFT %s vs %s.\n",
-            common, 100 * stale->kv_hit.mean, 100 * fresh->kv_hit.mean,
+            "\nIn the fleet at %s QPS behind G = %d, `stale` (one plan per drift interval, from "
+            "the "
+            "previous interval's rates) against `fresh` (a plan every control interval): KV hit "
+            "%.1f%% vs %.1f%% (stale − fresh = %+.1f points), p99 TTFT %s vs %s.\n",
+            common, plotted, 100 * stale->kv_hit.mean, 100 * fresh->kv_hit.mean,
             100 * (stale->kv_hit.mean - fresh->kv_hit.mean), Seconds(stale->p99_at_common_s.mean),
             Seconds(fresh->p99_at_common_s.mean));
       }
     }
     absl::StrAppendFormat(&out,
-                          "\n![p99 TTFT against offered load](%s-p99.svg)\n"
+                          "\nThe plots are at G = %d.\n\n"
+                          "![p99 TTFT against offered load](%s-p99.svg)\n"
                           "![SLO capacity per policy](%s-capacity.svg)\n"
                           "![KV hit per policy](%s-kv-hit.svg)\n",
-                          c.name, c.name, c.name);
+                          plotted, c.name, c.name, c.name);
   }
   return out;
 }
+
+namespace {
+
+// One policy's figures behind one gateway count, as the members of a JSON object, each line
+// opened by `indent`.
+std::string PolicyJsonFields(const PolicySummary& s, const StudyConfig& c,
+                             const std::string& indent) {
+  auto by_load = [](const std::map<double, double>& m) {
+    return absl::StrJoin(m, ", ", [](std::string* o, const std::pair<const double, double>& e) {
+      absl::StrAppend(o, workload::JsonQuote(LoadText(e.first)), ": ", JsonNumber(e.second));
+    });
+  };
+  auto capacity = [](const Capacity& c) {
+    return absl::StrFormat(
+        "{\"mean\": %s, \"ci\": %s, \"left_censored_runs\": %d, \"right_censored_runs\": %d, "
+        "\"per_seed\": [%s]}",
+        JsonNumber(c.knee.mean), c.knee.has_interval ? JsonNumber(c.knee.half_width) : "null",
+        c.left_censored, c.right_censored,
+        absl::StrJoin(c.runs, ", ", [](std::string* o, const Knee& k) {
+          o->append(JsonNumber(k.capacity_qps));
+        }));
+  };
+  auto ci = [](const MeanCi& m) { return m.has_interval ? JsonNumber(m.half_width) : "null"; };
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"gateways", absl::StrCat(s.gateways)},
+      {"capacity_qps", JsonNumber(s.capacity_primary.knee.mean)},
+      {"capacity_ci", ci(s.capacity_primary.knee)},
+      {"capacity_left_censored_runs", absl::StrCat(s.capacity_primary.left_censored)},
+      {"capacity_right_censored_runs", absl::StrCat(s.capacity_primary.right_censored)},
+      {"capacity_by_slo",
+       absl::StrFormat("{\"2\": %s, %s: %s, \"5\": %s}", capacity(s.capacity_2s),
+                       workload::JsonQuote(absl::StrFormat("%g", c.primary_slo_s)),
+                       capacity(s.capacity_primary), capacity(s.capacity_5s))},
+      {"kv_hit", JsonNumber(s.kv_hit.mean)},
+      {"kv_hit_ci", ci(s.kv_hit)},
+      {"routing_precision", JsonNumber(s.routing_precision.mean)},
+      {"routing_precision_ci", ci(s.routing_precision)},
+      {"imbalance", JsonNumber(s.imbalance.mean)},
+      {"imbalance_ci", ci(s.imbalance)},
+      {"p99_ttft_s", absl::StrCat("{", by_load(s.p99_ttft_s), "}")},
+      {"kv_hit_by_load", absl::StrCat("{", by_load(s.kv_hit_by_load), "}")},
+      {"failure_rate", absl::StrCat("{", by_load(s.failure_rate), "}")},
+      {"ceiling_kv_hit", JsonNumber(s.ceiling_hit)},
+      {"ceiling_qps", JsonNumber(s.ceiling_qps)},
+      {"ceiling_fraction", JsonNumber(s.ceiling_fraction)},
+  };
+  return absl::StrJoin(fields, ",\n",
+                       [&](std::string* o, const std::pair<std::string, std::string>& f) {
+                         absl::StrAppend(o, indent, workload::JsonQuote(f.first), ": ", f.second);
+                       });
+}
+
+}  // namespace
 
 std::string SummaryJson(std::span<const StudyResult> studies) {
   std::string out = "{\n  \"generator\": \"cacheroute-sim\",\n  \"studies\": {";
@@ -543,6 +644,7 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
   for (const StudyResult& study : studies) {
     const StudyConfig& c = study.config;
     const std::vector<PolicySummary> summary = Summarize(study);
+    const std::vector<uint32_t> gateway_counts = GatewaysRun(study);
     absl::StrAppendFormat(&out, "%s\n    %s: {\n", first_study ? "" : ",",
                           workload::JsonQuote(c.name));
     first_study = false;
@@ -551,56 +653,33 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
         "      \"description\": %s,\n      \"profile\": %s,\n      \"destinations\": %d,\n"
         "      \"top_k\": %d,\n      \"duration_s\": %s,\n      \"slo_s\": %s,\n"
         "      \"common_load_qps\": %s,\n      \"seeds\": [%s],\n      \"loads\": [%s],\n"
+        "      \"gateway_counts\": [%s],\n"
         "      \"wall_s\": %s,\n      \"simulated_requests\": %d,\n      \"policies\": {",
         workload::JsonQuote(c.description), workload::JsonQuote(c.profile), c.destinations,
         c.workload.top_k, JsonNumber(c.duration_s), JsonNumber(c.primary_slo_s),
         JsonNumber(CommonLoad(study)), absl::StrJoin(c.seeds, ", "),
         absl::StrJoin(LoadsRun(study), ", ",
                       [](std::string* o, double l) { o->append(JsonNumber(l)); }),
-        JsonNumber(study.wall_s), study.simulated_requests);
+        absl::StrJoin(gateway_counts, ", "), JsonNumber(study.wall_s), study.simulated_requests);
+    // Each policy: its figures at the smallest G (the shape from before G was swept), then every
+    // G's under "by_gateways".
     bool first_policy = true;
-    for (const PolicySummary& s : summary) {
-      auto by_load = [](const std::map<double, double>& m) {
-        return absl::StrJoin(m, ", ", [](std::string* o, const std::pair<const double, double>& e) {
-          absl::StrAppend(o, workload::JsonQuote(LoadText(e.first)), ": ", JsonNumber(e.second));
-        });
-      };
-      auto capacity = [](const Capacity& c) {
-        return absl::StrFormat(
-            "{\"mean\": %s, \"ci\": %s, \"left_censored_runs\": %d, \"right_censored_runs\": %d, "
-            "\"per_seed\": [%s]}",
-            JsonNumber(c.knee.mean), c.knee.has_interval ? JsonNumber(c.knee.half_width) : "null",
-            c.left_censored, c.right_censored,
-            absl::StrJoin(c.runs, ", ", [](std::string* o, const Knee& k) {
-              o->append(JsonNumber(k.capacity_qps));
-            }));
-      };
-      absl::StrAppendFormat(
-          &out,
-          "%s\n        %s: {\n"
-          "          \"capacity_qps\": %s,\n          \"capacity_ci\": %s,\n"
-          "          \"capacity_left_censored_runs\": %d,\n"
-          "          \"capacity_right_censored_runs\": %d,\n"
-          "          \"capacity_by_slo\": {\"2\": %s, %s: %s, \"5\": %s},\n"
-          "          \"kv_hit\": %s,\n          \"kv_hit_ci\": %s,\n"
-          "          \"imbalance\": %s,\n          \"imbalance_ci\": %s,\n"
-          "          \"p99_ttft_s\": {%s},\n          \"kv_hit_by_load\": {%s},\n"
-          "          \"failure_rate\": {%s},\n"
-          "          \"ceiling_kv_hit\": %s,\n          \"ceiling_qps\": %s,\n"
-          "          \"ceiling_fraction\": %s\n        }",
-          first_policy ? "" : ",", workload::JsonQuote(s.policy),
-          JsonNumber(s.capacity_primary.knee.mean),
-          s.capacity_primary.knee.has_interval ? JsonNumber(s.capacity_primary.knee.half_width)
-                                               : "null",
-          s.capacity_primary.left_censored, s.capacity_primary.right_censored,
-          capacity(s.capacity_2s), workload::JsonQuote(absl::StrFormat("%g", c.primary_slo_s)),
-          capacity(s.capacity_primary), capacity(s.capacity_5s), JsonNumber(s.kv_hit.mean),
-          s.kv_hit.has_interval ? JsonNumber(s.kv_hit.half_width) : "null",
-          JsonNumber(s.imbalance.mean),
-          s.imbalance.has_interval ? JsonNumber(s.imbalance.half_width) : "null",
-          by_load(s.p99_ttft_s), by_load(s.kv_hit_by_load), by_load(s.failure_rate),
-          JsonNumber(s.ceiling_hit), JsonNumber(s.ceiling_qps), JsonNumber(s.ceiling_fraction));
+    for (const std::string& policy : c.policies) {
+      std::vector<const PolicySummary*> rows;
+      for (const PolicySummary& s : summary) {
+        if (s.policy == policy) rows.push_back(&s);
+      }
+      if (rows.empty()) continue;
+      absl::StrAppendFormat(&out, "%s\n        %s: {\n%s,\n          \"by_gateways\": {",
+                            first_policy ? "" : ",", workload::JsonQuote(policy),
+                            PolicyJsonFields(*rows.front(), c, "          "));
       first_policy = false;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        absl::StrAppendFormat(&out, "%s\n            \"%d\": {\n%s\n            }",
+                              i == 0 ? "" : ",", rows[i]->gateways,
+                              PolicyJsonFields(*rows[i], c, "              "));
+      }
+      out += "\n          }\n        }";
     }
     out += "\n      }";
     if (study.has_drift) {
@@ -629,11 +708,12 @@ std::string SummaryJson(std::span<const StudyResult> studies) {
 
 std::string P99Svg(const StudyResult& study) {
   Frame f;
-  const std::vector<PolicySummary> summary = Summarize(study);
+  const uint32_t gateways = PlottedGateways(study);
+  const std::vector<PolicySummary> summary = AtGateways(Summarize(study), gateways);
   const std::vector<double> loads = LoadsRun(study);
   const double slo = study.config.primary_slo_s;
-  std::string out =
-      SvgOpen(f, absl::StrFormat("%s: p99 TTFT against offered load", study.config.name));
+  std::string out = SvgOpen(
+      f, absl::StrFormat("%s: p99 TTFT against offered load, G = %d", study.config.name, gateways));
   // Log y over whole decades that hold every point and the SLO.
   double lo = slo, hi = slo;
   for (const PolicySummary& s : summary) {
@@ -705,7 +785,8 @@ std::string P99Svg(const StudyResult& study) {
 }
 
 std::string CapacitySvg(const StudyResult& study) {
-  const std::vector<PolicySummary> summary = Summarize(study);
+  const uint32_t gateways = PlottedGateways(study);
+  const std::vector<PolicySummary> summary = AtGateways(Summarize(study), gateways);
   const std::vector<double> loads = LoadsRun(study);
   const double lo = loads.empty() ? 0 : loads.front();
   const double hi = loads.empty() ? 0 : loads.back();
@@ -716,13 +797,14 @@ std::string CapacitySvg(const StudyResult& study) {
     labels.push_back(FormatCapacity(s.capacity_primary, lo, hi));
   }
   return BarChart(study,
-                  absl::StrFormat("%s: SLO capacity at p99 ≤ %gs (mean ± 95%% t)",
-                                  study.config.name, study.config.primary_slo_s),
+                  absl::StrFormat("%s: SLO capacity at p99 ≤ %gs, G = %d (mean ± 95%% t)",
+                                  study.config.name, study.config.primary_slo_s, gateways),
                   "capacity (QPS)", values, labels, 1.0, hi);
 }
 
 std::string KvHitSvg(const StudyResult& study) {
-  const std::vector<PolicySummary> summary = Summarize(study);
+  const uint32_t gateways = PlottedGateways(study);
+  const std::vector<PolicySummary> summary = AtGateways(Summarize(study), gateways);
   std::vector<MeanCi> values;
   std::vector<std::string> labels;
   for (const PolicySummary& s : summary) {
@@ -730,10 +812,10 @@ std::string KvHitSvg(const StudyResult& study) {
     labels.push_back(Percent(s.kv_hit));
   }
   const std::string common = LoadText(CommonLoad(study));
-  return BarChart(
-      study,
-      absl::StrFormat("%s: served KV hit at %s QPS (mean ± 95%% t)", study.config.name, common),
-      "KV hit (%)", values, labels, 100.0, 100.0);
+  return BarChart(study,
+                  absl::StrFormat("%s: served KV hit at %s QPS, G = %d (mean ± 95%% t)",
+                                  study.config.name, common, gateways),
+                  "KV hit (%)", values, labels, 100.0, 100.0);
 }
 
 absl::Status WriteReport(std::span<const StudyResult> studies, const std::string& out_dir) {

@@ -1,7 +1,8 @@
-// RunRecord: the metrics of one simulated run (one policy at one offered load with one seed) as
-// the study and report layers see them, decoupled from the fleet simulator's own result type so
-// reports can be written and tested without running a fleet. StudyResult: every run of one study,
-// in (policy, load, seed) order, plus what only the drift study measures.
+// RunRecord: the metrics of one simulated run (one policy behind G gateways at one offered load
+// with one seed) as the study and report layers see them, decoupled from the fleet simulator's own
+// result type so reports can be written and tested without running a fleet. StudyResult: every
+// run of one study, in (policy, gateways, load, seed) order, plus what only the drift study
+// measures.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,8 @@ namespace cacheroute::sim::study {
 
 struct RunRecord {
   std::string study;
-  std::string policy;  // the label shown in reports (a policy, or an ablation step)
+  std::string policy;     // the label shown in reports (a policy, or an ablation step)
+  uint32_t gateways = 1;  // G
   double offered_qps = 0;
   uint64_t seed = 0;
 
@@ -24,15 +26,18 @@ struct RunRecord {
   double ttft_p99_s = 0;
   double e2e_p50_s = 0;
   double e2e_p99_s = 0;
-  double kv_hit = 0;     // served, token-weighted, 0..1
+  double kv_hit = 0;  // served, token-weighted, 0..1
+  // Of the requests some engine held a prefix of at dispatch, the share sent to one holding the
+  // longest (RunResult::routing_precision), 0..1; NaN when none qualified.
+  double routing_precision = 0;
   double imbalance = 0;  // max / mean prefill work over destinations
   uint64_t requests = 0;
   uint64_t completed = 0;
   uint64_t failed = 0;
-  double failure_rate = 0;          // 0..1
-  double throughput_rps = 0;        // completed requests per simulated second
-  uint32_t plans = 0;               // CacheRoute plans installed during the run, warm-up included
-  double plan_churn = 0;            // mean share of keys whose destinations changed per replan
+  double failure_rate = 0;    // 0..1
+  double throughput_rps = 0;  // completed requests per simulated second
+  uint32_t plans = 0;         // CacheRoute plans installed during the run, warm-up included
+  double plan_churn = 0;      // mean share of keys whose destinations changed per replan
   // Gated variants: the gate's final state ("" ungated), its changes, the table arm's share.
   std::string gate_state;
   uint32_t gate_changes = 0;

@@ -1,14 +1,15 @@
 // A study: one of the paper's experiments as data. Its policies (study labels, policy_labels.h)
-// are each run at every offered load with every seed on a fleet of `destinations` engines of
-// `profile`, with requests from the workload generator (or a trace), and the report compares them
-// at the study's SLO. Nothing here runs anything; the study layer's units take a StudyConfig:
+// are each run behind every gateway count, at every offered load, with every seed on a fleet of
+// `destinations` engines of `profile`, with requests from the workload generator (or a trace), and
+// the report compares them at the study's SLO. Nothing here runs anything; the study layer's units
+// take a StudyConfig:
 //
 //   builtin_studies.h  the paper's studies by name (FindStudy, StudyNames)
 //   study_file.h       a study from a YAML file (`base:` and overrides)
 //   validation.h       ValidateStudy: every field's range, naming the field and the value
 //   policy_labels.h    what each label in `policies` runs
 //   workloads.h        each run's requests (BuildRunWorkload)
-//   sweep.h            RunStudy: every (policy, load, seed) on a thread pool
+//   sweep.h            RunStudy: every (policy, gateways, load, seed) on a thread pool
 //   analyses.h         the drift churn, the reuse and budget ceilings, the throughput ceiling
 //   fleet_runner.h     one run on the fleet simulator
 //
@@ -56,7 +57,6 @@ struct RegimeChange {
 // What the fleet simulator is told beyond the policy (see tools/eval/sim/fleet.h): MakeFleetConfig
 // (fleet_runner.h) starts every run's FleetConfig from these, and the run's label changes it.
 struct FleetKnobs {
-  uint32_t gateways = 1;
   double control_interval_s = 10;  // CacheRoute replans this often
   double rate_smoothing_s = 10;    // the planner's rate smoothing τ
   uint32_t max_plans = 0;          // stop replanning after this many plans (1: one plan, held)
@@ -113,6 +113,10 @@ struct StudyConfig {
   // Study labels (policy_labels.h): the registry's policies, their gated variants, CacheRoute's
   // variants and the ablation and drift steps.
   std::vector<std::string> policies;
+  // G, the gateways each routing with its own view (fleet.h), strictly ascending, each >= 1. Every
+  // study runs one gateway and several (deployments run replicas, and each gateway then sees only
+  // its share of a key's requests); a study file's `fleet.gateways: N` means [N].
+  std::vector<uint32_t> gateway_counts = {1, 4};
   std::vector<double> loads;  // offered QPS, ascending
   std::vector<uint64_t> seeds;
   double duration_s = 300;     // measured simulated seconds per run (after warm-up); a trace's

@@ -157,7 +157,6 @@ const std::vector<Field<FleetKnobs>>& FleetFields() {
   using D = dataplane::DispatchOptions;
   static const auto* const fields = [] {
     auto* f = new std::vector<Field<K>>{
-        F("gateways", &K::gateways),
         F("control_interval_s", &K::control_interval_s),
         F("rate_smoothing_s", &K::rate_smoothing_s),
         F("q_cap", &K::q_cap),
@@ -198,6 +197,7 @@ const std::vector<Field<StudyConfig>>& StudyFields() {
       F("profile", &S::profile),
       F("destinations", &S::destinations),
       F("policies", &S::policies),
+      F("gateway_counts", &S::gateway_counts),
       F("loads", &S::loads),
       F("seeds", &S::seeds),
       F("duration_s", &S::duration_s),
@@ -211,7 +211,19 @@ const std::vector<Field<StudyConfig>>& StudyFields() {
          if (node.IsMap()) config.trace.enabled = true;  // trace.enabled may still say otherwise
          return Section("trace", &S::trace, TraceFields).apply(name, node, config);
        }},
-      Section("fleet", &S::fleet, FleetFields),
+      {"fleet",
+       [](absl::string_view name, const YAML::Node& node, S& config) -> absl::Status {
+         if (!node.IsMap() || !node["gateways"]) {
+           return Section("fleet", &S::fleet, FleetFields).apply(name, node, config);
+         }
+         // fleet.gateways: N, from before gateway_counts, means gateway_counts: [N].
+         CACHEROUTE_ASSIGN_OR_RETURN(uint32_t gateways,
+                                     Read<uint32_t>("fleet.gateways", node["gateways"]));
+         config.gateway_counts = {gateways};
+         YAML::Node rest = YAML::Clone(node);
+         rest.remove("gateways");
+         return Section("fleet", &S::fleet, FleetFields).apply(name, rest, config);
+       }},
   };
   return *fields;
 }
@@ -228,6 +240,13 @@ absl::StatusOr<StudyConfig> ParseStudy(absl::string_view text) {
     return absl::InvalidArgumentError(
         absl::StrCat("the document must be a mapping of keys (e.g. \"base: primary\"), got ",
                      DescribeNode(root)));
+  }
+  if (const YAML::Node fleet = root["fleet"];
+      fleet && fleet.IsMap() && fleet["gateways"] && root["gateway_counts"]) {
+    return Invalid("fleet.gateways",
+                   absl::StrCat("give it or gateway_counts, not both (fleet.gateways: N means "
+                                "gateway_counts: [N]), got ",
+                                DescribeNode(fleet["gateways"]), " beside gateway_counts"));
   }
   StudyConfig config;
   if (const YAML::Node base = root["base"]) {

@@ -42,15 +42,16 @@ absl::Status Analyze(const StudyConfig& config, StudyResult& result) {
   return absl::OkStatus();
 }
 
-// One sweep: the jobs in execution order, (load, seed, policy), so that the policies sharing one
-// workload run close together; each result goes to its slot, (policy, load, seed).
+// One sweep: the jobs in execution order, (load, seed, gateways, policy), so that the runs sharing
+// one workload run close together; each result goes to its slot, (policy, gateways, load, seed).
 class Sweep {
  public:
   Sweep(const StudyConfig& config, const RunFunction& run, const RunOptions& options)
       : config_(config),
         run_(run),
         options_(options),
-        total_(config.policies.size() * config.loads.size() * config.seeds.size()),
+        total_(config.policies.size() * config.gateway_counts.size() * config.loads.size() *
+               config.seeds.size()),
         records_(total_),
         error_job_(total_) {}
 
@@ -74,18 +75,22 @@ class Sweep {
 
  private:
   struct Job {
-    size_t policy, load, seed;
+    size_t policy, gateways, load, seed;
   };
 
-  // Job j of the execution order, (load, seed, policy).
+  // Job j of the execution order, (load, seed, gateways, policy).
   Job JobAt(size_t j) const {
-    const size_t n_policies = config_.policies.size(), n_seeds = config_.seeds.size();
+    const size_t n_policies = config_.policies.size(), n_gateways = config_.gateway_counts.size(),
+                 n_seeds = config_.seeds.size();
+    const size_t per_seed = n_policies * n_gateways;
     return {.policy = j % n_policies,
-            .load = j / n_policies / n_seeds,
-            .seed = j / n_policies % n_seeds};
+            .gateways = j / n_policies % n_gateways,
+            .load = j / per_seed / n_seeds,
+            .seed = j / per_seed % n_seeds};
   }
   size_t Slot(const Job& job) const {
-    return (job.policy * config_.loads.size() + job.load) * config_.seeds.size() + job.seed;
+    const size_t run = job.policy * config_.gateway_counts.size() + job.gateways;
+    return (run * config_.loads.size() + job.load) * config_.seeds.size() + job.seed;
   }
 
   void Work() {
@@ -95,6 +100,7 @@ class Sweep {
       const Job job = JobAt(j);
       const RunSpec spec{.study = &config_,
                          .policy = config_.policies[job.policy],
+                         .gateways = config_.gateway_counts[job.gateways],
                          .offered_qps = config_.loads[job.load],
                          .seed = config_.seeds[job.seed]};
       absl::StatusOr<RunRecord> r = run_(spec);
@@ -105,6 +111,7 @@ class Sweep {
       }
       r->study = config_.name;
       r->policy = spec.policy;
+      r->gateways = spec.gateways;
       r->offered_qps = spec.offered_qps;
       r->seed = spec.seed;
       ++done_;
@@ -118,10 +125,10 @@ class Sweep {
   void Fail(size_t j, const RunSpec& spec, const absl::Status& status) {
     if (j < error_job_) {
       error_job_ = j;
-      error_ =
-          absl::Status(status.code(),
-                       absl::StrFormat("study %s, policy %s, %g QPS, seed %d: %s", config_.name,
-                                       spec.policy, spec.offered_qps, spec.seed, status.message()));
+      error_ = absl::Status(
+          status.code(), absl::StrFormat("study %s, policy %s, G = %d, %g QPS, seed %d: %s",
+                                         config_.name, spec.policy, spec.gateways, spec.offered_qps,
+                                         spec.seed, status.message()));
     }
     stop_.store(true);
   }
@@ -130,11 +137,12 @@ class Sweep {
     if (options_.progress == nullptr) return;
     const double wall = elapsed();
     *options_.progress << absl::StrFormat(
-        "[%*d/%d] %s %-11s %5g QPS seed %-3d p99 TTFT %7.3f s  KV hit %5.1f%%  failed "
-        "%5.2f%%  %7d req in %5.1f s  (%.0f sim req/s overall)\n",
+        "[%*d/%d] %s %-11s G=%-2d %5g QPS seed %-3d p99 TTFT %7.3f s  KV hit %5.1f%%  precision "
+        "%5.1f%%  failed %5.2f%%  %7d req in %5.1f s  (%.0f sim req/s overall)\n",
         static_cast<int>(std::to_string(total_).size()), done_, total_, config_.name, spec.policy,
-        spec.offered_qps, spec.seed, r.ttft_p99_s, 100 * r.kv_hit, 100 * r.failure_rate,
-        r.simulated_requests, r.wall_s, wall > 0 ? simulated_ / wall : 0.0);
+        spec.gateways, spec.offered_qps, spec.seed, r.ttft_p99_s, 100 * r.kv_hit,
+        100 * r.routing_precision, 100 * r.failure_rate, r.simulated_requests, r.wall_s,
+        wall > 0 ? simulated_ / wall : 0.0);
     options_.progress->flush();
   }
 

@@ -1,11 +1,13 @@
-// RunStudy: a study swept over its policies × offered loads × seeds on a thread pool, then what
-// the report needs beside the runs (the drift churn, the ceiling's inputs; analyses.h).
+// RunStudy: a study swept over its policies × gateway counts × offered loads × seeds on a thread
+// pool, then what the report needs beside the runs (the drift churn, the ceiling's inputs;
+// analyses.h).
 //
 // Runs are independent. RunStudy executes them on `jobs` threads and returns them ordered by
-// (policy as listed, load ascending, seed as listed) whatever the thread count; every run is
-// seeded, so the result is the same for any number of threads (only wall_s differs). The runs
-// are executed in (load, seed, policy) order so that the policies sharing one workload run close
-// together (fleet_runner.h shares it).
+// (policy as listed, gateways ascending, load ascending, seed as listed) whatever the thread
+// count; every run is seeded, so the result is the same for any number of threads (only wall_s
+// differs), and a run behind G gateways is the same whichever other counts the study sweeps. The
+// runs are executed in (load, seed, gateways, policy) order so that the runs sharing one workload
+// run close together (fleet_runner.h shares it).
 //
 // Usage:
 //   absl::StatusOr<StudyConfig> config = FindStudy("primary");
@@ -31,6 +33,7 @@ namespace cacheroute::sim::study {
 struct RunSpec {
   const StudyConfig* study = nullptr;
   std::string policy;  // a study label (policy_labels.h)
+  uint32_t gateways = 1;
   double offered_qps = 0;
   uint64_t seed = 0;
 };
@@ -45,7 +48,7 @@ struct RunOptions {
 
 struct StudyResult {
   StudyConfig config;
-  std::vector<RunRecord> runs;  // ordered by (policy as listed, load, seed as listed)
+  std::vector<RunRecord> runs;  // ordered by (policy as listed, gateways, load, seed as listed)
   bool has_drift = false;
   DriftResult drift;
   CeilingInputs ceiling;
@@ -53,8 +56,8 @@ struct StudyResult {
   uint64_t simulated_requests = 0;
 };
 
-// Runs every (policy, load, seed) of the study, after ValidateStudy. The first failing run's
-// status is returned, naming the run (the remaining runs are skipped).
+// Runs every (policy, gateways, load, seed) of the study, after ValidateStudy. The first failing
+// run's status is returned, naming the run (the remaining runs are skipped).
 absl::StatusOr<StudyResult> RunStudy(const StudyConfig& config, const RunFunction& run,
                                      const RunOptions& options);
 

@@ -47,6 +47,15 @@ absl::Status ValidateRuns(const StudyConfig& c) {
       return Invalid(field, "distinct", Quote(c.policies[i]) + " again");
     }
   }
+  if (c.gateway_counts.empty()) return Invalid("gateway_counts", "non-empty", "[]");
+  for (size_t i = 0; i < c.gateway_counts.size(); ++i) {
+    if (c.gateway_counts[i] < 1) {
+      return Invalid(absl::StrCat("gateway_counts[", i, "]"), ">= 1", "0");
+    }
+    if (i > 0 && !(c.gateway_counts[i] > c.gateway_counts[i - 1])) {
+      return Invalid("gateway_counts", "strictly ascending", absl::StrJoin(c.gateway_counts, ","));
+    }
+  }
   if (c.loads.empty()) return Invalid("loads", "non-empty", "[]");
   for (size_t i = 0; i < c.loads.size(); ++i) {
     if (!(c.loads[i] > 0 && std::isfinite(c.loads[i]))) {
@@ -115,7 +124,6 @@ absl::Status ValidateRequestSources(const StudyConfig& c, TracePath trace_path) 
 }
 
 absl::Status ValidateFleetKnobs(const FleetKnobs& f) {
-  if (f.gateways < 1) return Invalid("fleet.gateways", ">= 1", "0");
   if (!(f.share_interval_s >= 0.001 && f.share_interval_s <= 10)) {
     return Invalid("fleet.share_interval_s", "in [0.001, 10]", Num(f.share_interval_s));
   }

@@ -5,11 +5,12 @@
 // prefixes the file's name.
 //
 // What is checked: the name (it names files), the profile, the policy labels (policy_labels.h:
-// known, distinct), the loads (finite, > 0, ascending), the seeds (distinct), every duration and
-// share in range, the trace, drift and regime-change settings together, the fleet knobs (the
-// dispatch's costs by ValidateDispatchOptions, tools/eval/sim/fleet.h, as the fleet checks them)
-// and the workload (workload::ValidateProfile). Not the trace file itself (ReadStudyTrace,
-// workloads.h) and not what a label's run refuses (`held` outside a drift study: MakeFleetConfig).
+// known, distinct), the gateway counts (>= 1, ascending), the loads (finite, > 0, ascending), the
+// seeds (distinct), every duration and share in range, the trace, drift and regime-change settings
+// together, the fleet knobs (the dispatch's costs by ValidateDispatchOptions,
+// tools/eval/sim/fleet.h, as the fleet checks them) and the workload (workload::ValidateProfile).
+// Not the trace file itself (ReadStudyTrace, workloads.h) and not what a label's run refuses
+// (`held` outside a drift study: MakeFleetConfig).
 //
 // Usage:
 //   if (absl::Status s = ValidateStudy(config); !s.ok()) return s;   // "loads: must be …"
