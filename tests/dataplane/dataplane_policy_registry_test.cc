@@ -30,7 +30,7 @@ TEST_CASE("the shipped policies, each created under its own name") {
   const PolicyRegistry& registry = BuiltinPolicies();
   CHECK(registry.Names() == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap",
                                                      "preble", "dynamo-kv", "llm-d", "cacheroute",
-                                                     "cacheroute-paper"});
+                                                     "cacheroute-paper", "prefix-hash"});
   SeededRandom random(1);
   ManualClock clock;
   Router router({.destination_count = 4}, random);
@@ -61,14 +61,14 @@ TEST_CASE("flatlb is an alias of flat-lb, accepted everywhere a name is") {
 
 TEST_CASE("the listing has one line per policy and alias, with its description") {
   const std::string listing = BuiltinPolicies().Listing();
-  CHECK(std::count(listing.begin(), listing.end(), '\n') == 10);
+  CHECK(std::count(listing.begin(), listing.end(), '\n') == 11);
   CHECK(listing.find("  flat-lb ") != std::string::npos);
   CHECK(listing.find("power of two choices") != std::string::npos);
   CHECK(listing.find("  flatlb ") != std::string::npos);
   CHECK(listing.find("the same as flat-lb") != std::string::npos);
   CHECK(BuiltinPolicies().Known() ==
-        "flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute, cacheroute-paper; "
-        "alias flatlb for flat-lb");
+        "flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute, cacheroute-paper, "
+        "prefix-hash; alias flatlb for flat-lb");
 }
 
 TEST_CASE("errors name the unknown policy, the missing context field, the bad parameter") {
@@ -77,7 +77,7 @@ TEST_CASE("errors name the unknown policy, the missing context field, the bad pa
   REQUIRE_FALSE(unknown.ok());
   CHECK(unknown.status().message ==
         "unknown policy \"round-robin\" (one of flat-lb, sticky, chwbl, dualmap, preble, "
-        "dynamo-kv, llm-d, cacheroute, cacheroute-paper; alias flatlb for flat-lb)");
+        "dynamo-kv, llm-d, cacheroute, cacheroute-paper, prefix-hash; alias flatlb for flat-lb)");
   CHECK(registry.Check("round-robin").message == unknown.status().message);
   CHECK(registry.Find("round-robin") == nullptr);
   CHECK(registry.Canonical("round-robin").empty());
@@ -133,7 +133,8 @@ TEST_CASE("the traits say which policies are built for a count and which read ac
     if (info.rebuild_when_count_changes) per_count.push_back(info.name);
     if (info.reads_active_tokens) active.push_back(info.name);
   }
-  CHECK(per_count == std::vector<std::string>{"sticky", "chwbl", "dualmap", "dynamo-kv", "llm-d"});
+  CHECK(per_count == std::vector<std::string>{"sticky", "chwbl", "dualmap", "dynamo-kv", "llm-d",
+                                              "prefix-hash"});
   CHECK(active == std::vector<std::string>{"dynamo-kv"});
 
   // What the traits claim, policy by policy: one built for 2 destinations never leaves [0, 2) of a

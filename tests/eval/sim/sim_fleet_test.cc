@@ -358,7 +358,7 @@ TEST_CASE("bad configs and requests are rejected with the field and the value na
   config = Config("round-robin");
   CHECK(message(config, requests) ==
         "fleet config policy: must be one of flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, "
-        "llm-d, cacheroute, cacheroute-paper, got \"round-robin\"");
+        "llm-d, cacheroute, cacheroute-paper, prefix-hash, got \"round-robin\"");
   config = Config("flatlb");
   CHECK(message(config, requests).find("got \"flatlb\"") != std::string::npos);
   config = Config("cacheroute");

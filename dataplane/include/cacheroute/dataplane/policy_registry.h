@@ -37,6 +37,7 @@
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/policies.h"
+#include "cacheroute/dataplane/policies_precise.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/status.h"
@@ -307,6 +308,16 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                               "the planner's table with the paper's dispatch (least-loaded "
                               "member, power of two choices for the rest)",
                               DispatchOptions::Paper())));
+  // The multi-replica modes of the routers teams run (policies_precise.h).
+  must(r.Register({.name = "prefix-hash",
+                   .description = "consistent hashing with bounded loads on the prompt's first "
+                                  "256 tokens (SGLang's prefix_hash, KubeAI's PrefixHash)",
+                   .rebuild_when_count_changes = true,
+                   .make = [](const PolicyContext& c) -> Made {
+                     if (c.random == nullptr) return Missing("prefix-hash", "random");
+                     return std::unique_ptr<Policy>(
+                         std::make_unique<PrefixHashPolicy>(c.destinations, *c.random));
+                   }}));
   // Accepted for flat-lb: the spelling existing gateway configs and replay command lines use.
   must(r.AddAlias("flatlb", "flat-lb"));
   return r;
@@ -315,7 +326,7 @@ inline PolicyRegistry MakeBuiltinPolicies() {
 }  // namespace policy_registry_internal
 
 // The shipped policies: flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute,
-// cacheroute-paper, and the alias flatlb for flat-lb.
+// cacheroute-paper, prefix-hash, and the alias flatlb for flat-lb.
 inline const PolicyRegistry& BuiltinPolicies() {
   static const PolicyRegistry registry = policy_registry_internal::MakeBuiltinPolicies();
   return registry;
