@@ -29,10 +29,10 @@ struct RunRecord {
   uint64_t requests = 0;
   uint64_t completed = 0;
   uint64_t failed = 0;
-  double failure_rate = 0;          // 0..1
-  double throughput_rps = 0;        // completed requests per simulated second
-  uint32_t plans = 0;               // CacheRoute plans installed during the run, warm-up included
-  double plan_churn = 0;            // mean share of keys whose destinations changed per replan
+  double failure_rate = 0;    // 0..1
+  double throughput_rps = 0;  // completed requests per simulated second
+  uint32_t plans = 0;         // CacheRoute plans installed during the run, warm-up included
+  double plan_churn = 0;      // mean share of keys whose destinations changed per replan
   // Gated variants: the gate's final state ("" ungated), its changes, the table arm's share.
   std::string gate_state;
   uint32_t gate_changes = 0;
@@ -43,6 +43,9 @@ struct RunRecord {
     std::string state;
   };
   std::vector<GateChange> gate_history;
+  // The precise baselines' KV event feed (RunResult's; runs.csv leaves them out).
+  uint64_t kv_event_subscriptions = 0;
+  double kv_event_bytes_per_s = 0;
   uint64_t simulated_requests = 0;  // every request simulated, warm-up included
   double simulated_s = 0;
   double wall_s = 0;  // the only field that differs between identical runs
