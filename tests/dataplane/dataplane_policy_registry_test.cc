@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/kv_event_index.h"
 #include "cacheroute/dataplane/policy_registry.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
@@ -30,12 +31,17 @@ TEST_CASE("the shipped policies, each created under its own name") {
   const PolicyRegistry& registry = BuiltinPolicies();
   CHECK(registry.Names() == std::vector<std::string>{"flat-lb", "sticky", "chwbl", "dualmap",
                                                      "preble", "dynamo-kv", "llm-d", "cacheroute",
-                                                     "cacheroute-paper"});
+                                                     "cacheroute-paper", "prefix-hash",
+                                                     "llm-d-precise", "dynamo-kv-exact"});
   SeededRandom random(1);
   ManualClock clock;
   Router router({.destination_count = 4}, random);
-  const PolicyContext context{
-      .destinations = 4, .random = &random, .router = &router, .clock = &clock};
+  KvEventIndex kv_events({.destinations = 4, .blocks_per_destination = 64});
+  const PolicyContext context{.destinations = 4,
+                              .random = &random,
+                              .router = &router,
+                              .clock = &clock,
+                              .kv_events = &kv_events};
   const EvenLoads loads(4);
   for (const std::string& name : registry.Names()) {
     INFO(name);
@@ -61,14 +67,14 @@ TEST_CASE("flatlb is an alias of flat-lb, accepted everywhere a name is") {
 
 TEST_CASE("the listing has one line per policy and alias, with its description") {
   const std::string listing = BuiltinPolicies().Listing();
-  CHECK(std::count(listing.begin(), listing.end(), '\n') == 10);
+  CHECK(std::count(listing.begin(), listing.end(), '\n') == 13);
   CHECK(listing.find("  flat-lb ") != std::string::npos);
   CHECK(listing.find("power of two choices") != std::string::npos);
   CHECK(listing.find("  flatlb ") != std::string::npos);
   CHECK(listing.find("the same as flat-lb") != std::string::npos);
   CHECK(BuiltinPolicies().Known() ==
-        "flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute, cacheroute-paper; "
-        "alias flatlb for flat-lb");
+        "flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute, cacheroute-paper, "
+        "prefix-hash, llm-d-precise, dynamo-kv-exact; alias flatlb for flat-lb");
 }
 
 TEST_CASE("errors name the unknown policy, the missing context field, the bad parameter") {
@@ -77,7 +83,9 @@ TEST_CASE("errors name the unknown policy, the missing context field, the bad pa
   REQUIRE_FALSE(unknown.ok());
   CHECK(unknown.status().message ==
         "unknown policy \"round-robin\" (one of flat-lb, sticky, chwbl, dualmap, preble, "
-        "dynamo-kv, llm-d, cacheroute, cacheroute-paper; alias flatlb for flat-lb)");
+        "dynamo-kv, llm-d, cacheroute, cacheroute-paper, prefix-hash, llm-d-precise, "
+        "dynamo-kv-exact; alias flatlb for "
+        "flat-lb)");
   CHECK(registry.Check("round-robin").message == unknown.status().message);
   CHECK(registry.Find("round-robin") == nullptr);
   CHECK(registry.Canonical("round-robin").empty());
@@ -92,6 +100,13 @@ TEST_CASE("errors name the unknown policy, the missing context field, the bad pa
   SeededRandom random(1);
   CHECK(registry.Create("dynamo-kv", {.destinations = 3, .random = &random}).status().message ==
         "policy dynamo-kv needs context.clock");
+  ManualClock clock;
+  CHECK(registry.Create("llm-d-precise", {.destinations = 3, .random = &random, .clock = &clock})
+            .status()
+            .message == "policy llm-d-precise needs context.kv_events");
+  CHECK(registry.Create("dynamo-kv-exact", {.destinations = 3, .random = &random, .clock = &clock})
+            .status()
+            .message == "policy dynamo-kv-exact needs context.kv_events");
   PolicyContext bad{.destinations = 3, .random = &random};
   bad.parameters.preble_overload_factor = 0;
   Result<std::unique_ptr<Policy>> preble = registry.Create("preble", bad);
@@ -126,15 +141,22 @@ class ActiveTokensView final : public LoadView {
   bool active_;
 };
 
-TEST_CASE("the traits say which policies are built for a count and which read active tokens") {
+TEST_CASE(
+    "the traits say which policies are built for a count, read active tokens, read KV events") {
   const PolicyRegistry& registry = BuiltinPolicies();
   std::vector<std::string> per_count, active;
   for (const PolicyInfo& info : registry.entries()) {
     if (info.rebuild_when_count_changes) per_count.push_back(info.name);
     if (info.reads_active_tokens) active.push_back(info.name);
   }
-  CHECK(per_count == std::vector<std::string>{"sticky", "chwbl", "dualmap", "dynamo-kv", "llm-d"});
-  CHECK(active == std::vector<std::string>{"dynamo-kv"});
+  CHECK(per_count == std::vector<std::string>{"sticky", "chwbl", "dualmap", "dynamo-kv", "llm-d",
+                                              "prefix-hash", "llm-d-precise", "dynamo-kv-exact"});
+  CHECK(active == std::vector<std::string>{"dynamo-kv", "dynamo-kv-exact"});
+  std::vector<std::string> events;
+  for (const PolicyInfo& info : registry.entries()) {
+    if (info.reads_kv_events) events.push_back(info.name);
+  }
+  CHECK(events == std::vector<std::string>{"llm-d-precise", "dynamo-kv-exact"});
 
   // What the traits claim, policy by policy: one built for 2 destinations never leaves [0, 2) of a
   // wider fleet exactly when it is to be rebuilt; its picks change with active tokens alone
@@ -145,10 +167,18 @@ TEST_CASE("the traits say which policies are built for a count and which read ac
     SeededRandom random_a(7), random_b(7);
     Router router_a({.destination_count = 4, .dispatch = info.dispatch}, random_a);
     Router router_b({.destination_count = 4, .dispatch = info.dispatch}, random_b);
-    Result<std::unique_ptr<Policy>> a = registry.Create(
-        info.name, {.destinations = 2, .random = &random_a, .router = &router_a, .clock = &clock});
-    Result<std::unique_ptr<Policy>> b = registry.Create(
-        info.name, {.destinations = 2, .random = &random_b, .router = &router_b, .clock = &clock});
+    KvEventIndex events_a({.destinations = 2, .blocks_per_destination = 64});
+    KvEventIndex events_b({.destinations = 2, .blocks_per_destination = 64});
+    Result<std::unique_ptr<Policy>> a = registry.Create(info.name, {.destinations = 2,
+                                                                    .random = &random_a,
+                                                                    .router = &router_a,
+                                                                    .clock = &clock,
+                                                                    .kv_events = &events_a});
+    Result<std::unique_ptr<Policy>> b = registry.Create(info.name, {.destinations = 2,
+                                                                    .random = &random_b,
+                                                                    .router = &router_b,
+                                                                    .clock = &clock,
+                                                                    .kv_events = &events_b});
     REQUIRE(a.ok());
     REQUIRE(b.ok());
     const ActiveTokensView idle(4, false), busy(4, true);

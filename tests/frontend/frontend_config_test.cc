@@ -79,6 +79,10 @@ TEST_CASE("a parsed config validates, and a bad value names the key and the valu
   CHECK(config->key_from == std::vector<std::string>{"user", "header"});
   CHECK(ValidateFrontendConfig(*config).ok());
 
+  // The precise baselines need a KV event feed that no front end has.
+  absl::StatusOr<FrontendConfig> precise = Parse(std::string(kMinimal) + "policy: llm-d-precise\n");
+  REQUIRE_FALSE(precise.ok());
+  CHECK_THAT(std::string(precise.status().message()), Catch::Contains("KV events"));
   absl::StatusOr<FrontendConfig> bad = Parse(std::string(kMinimal) + "policy: random\n");
   REQUIRE(!bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::StartsWith("policy: "));

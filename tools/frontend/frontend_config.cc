@@ -105,7 +105,15 @@ absl::Status YamlPlanners(absl::string_view name, const YAML::Node& node, Fronte
 
 absl::Status CheckPolicy(absl::string_view name, absl::string_view value) {
   const dataplane::PolicyRegistry& policies = dataplane::BuiltinPolicies();
-  if (policies.Find(std::string_view(value.data(), value.size())) != nullptr) {
+  if (const dataplane::PolicyInfo* info =
+          policies.Find(std::string_view(value.data(), value.size()));
+      info != nullptr) {
+    // The front ends subscribe to no engine's KV events: such a policy would see none.
+    if (info->reads_kv_events) {
+      return Invalid(name, absl::StrCat("reads the engines' KV events, which this front end does "
+                                        "not subscribe to (a simulator baseline); got ",
+                                        Quote(value)));
+    }
     return absl::OkStatus();
   }
   return Invalid(name, absl::StrCat("must be one of ", policies.Known(), "; got ", Quote(value)));

@@ -20,6 +20,7 @@ TEST_CASE("a run's FleetConfig holds the study's knobs as they are", "[study]") 
   c.fleet.dispatch.queue_wait = 0.25;
   c.fleet.dispatch.prefix_memory_log2 = 12;
   c.fleet.parameters.chwbl_epsilon = 0.5;
+  c.fleet.kv_event_delay_s = 0.125;
   const absl::StatusOr<FleetConfig> f = MakeFleetConfig(
       {.study = &c, .policy = "chwbl", .gateways = 3, .offered_qps = 120, .seed = 7});
   REQUIRE(f.ok());
@@ -33,6 +34,7 @@ TEST_CASE("a run's FleetConfig holds the study's knobs as they are", "[study]") 
   CHECK(f->offered_qps == 120);
   CHECK(f->warmup_s == c.fleet.warmup_s);
   CHECK(f->parameters.chwbl_epsilon == 0.5);
+  CHECK(f->kv_event_delay_s == 0.125);
   CHECK(f->dispatch.queue_wait == 0.25);
   CHECK(f->dispatch.prefix_memory_log2 == 12);
   CHECK(f->dispatch.default_turnover == dataplane::DispatchOptions{}.default_turnover);

@@ -120,6 +120,31 @@ TEST_CASE("the same config and requests give the same result, for every policy")
   }
 }
 
+TEST_CASE("the precise policies: every gateway subscribes to every engine's KV events") {
+  const std::vector<SimRequest> requests = MakeRequests({});
+  for (const std::string policy : {"llm-d-precise", "dynamo-kv-exact"}) {
+    INFO(policy);
+    FleetConfig config = Config(policy);
+    config.gateways = 3;
+    const RunResult fed = MustRun(config, requests);
+    CHECK(fed.kv_event_subscriptions == 3 * 8);
+    CHECK(fed.kv_events > 0);
+    CHECK(fed.kv_event_bytes_per_s > 0);
+    // Events that arrive after the run: the exact index stays empty, so dynamo-kv-exact sees no
+    // overlap (llm-d-precise only its speculative entries), and hits less.
+    config.kv_event_delay_s = 1e6;
+    const RunResult late = MustRun(config, requests);
+    CHECK(late.kv_hit < fed.kv_hit);
+  }
+  const RunResult other = MustRun(Config("llm-d"), requests);
+  CHECK(other.kv_event_subscriptions == 0);
+  CHECK(other.kv_events == 0);
+  FleetConfig bad = Config("llm-d-precise");
+  bad.kv_event_delay_s = -1;
+  CHECK(RunFleet(bad, requests).status().message() ==
+        "fleet config kv_event_delay_s: must be finite and >= 0, got -1");
+}
+
 TEST_CASE("Sticky sends every request of a key to one engine") {
   const std::vector<SimRequest> requests = MakeRequests({});
   FleetConfig config = Config("sticky");
@@ -393,7 +418,8 @@ TEST_CASE("bad configs and requests are rejected with the field and the value na
   config = Config("round-robin");
   CHECK(message(config, requests) ==
         "fleet config policy: must be one of flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, "
-        "llm-d, cacheroute, cacheroute-paper, got \"round-robin\"");
+        "llm-d, cacheroute, cacheroute-paper, prefix-hash, llm-d-precise, dynamo-kv-exact, got "
+        "\"round-robin\"");
   config = Config("flatlb");
   CHECK(message(config, requests).find("got \"flatlb\"") != std::string::npos);
   config = Config("cacheroute");

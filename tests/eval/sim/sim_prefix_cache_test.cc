@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "cacheroute/dataplane/kv_event_index.h"
 #include "tools/eval/sim/prefix_cache.h"
 
 namespace cacheroute::sim {
@@ -198,6 +199,44 @@ TEST_CASE("MatchExceeds agrees with Match on a randomly churned cache") {
   }
   CHECK(longer > 100);
   CHECK(cache.stats().evicted_blocks > 0);
+}
+
+TEST_CASE("the event log says what the cache holds: stored at commit, removed at eviction") {
+  PrefixCache cache(4);
+  std::vector<dataplane::KvEvent> log;
+  cache.set_event_log(&log);
+  const std::vector<uint64_t> a = Hashes({1, 2, 3});
+  Serve(cache, a, 3 * 16 + 1, 3 * 16 + 1);  // 4 blocks: 3 published, the tail private
+  REQUIRE(log.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(log[i].kind == dataplane::KvEventKind::kStored);
+    CHECK(log[i].hash == a[i]);
+  }
+  // A prompt of four fresh blocks evicts all three published ones: three removed events.
+  log.clear();
+  const std::vector<uint64_t> b = Hashes({7, 8, 9, 10});
+  Serve(cache, b, 4 * 16, 4 * 16);
+  size_t removed = 0, stored = 0;
+  for (const dataplane::KvEvent& e : log) {
+    removed += e.kind == dataplane::KvEventKind::kRemoved;
+    stored += e.kind == dataplane::KvEventKind::kStored;
+  }
+  CHECK(removed == 3);
+  CHECK(stored == 4);
+  // An index fed the log agrees with the cache.
+  log.clear();
+  PrefixCache replayed(4);
+  replayed.set_event_log(&log);
+  Serve(replayed, a, 3 * 16 + 1, 3 * 16 + 1);
+  Serve(replayed, b, 4 * 16, 4 * 16);
+  dataplane::KvEventIndex index({.destinations = 1, .blocks_per_destination = 4});
+  index.Apply(0, log);
+  std::vector<uint32_t> overlap(1);
+  index.Overlap(b, dataplane::Time{}, overlap);
+  CHECK(overlap[0] * 16 == replayed.Match(b, 4 * 16 + 1));
+  index.Overlap(a, dataplane::Time{}, overlap);
+  CHECK(overlap[0] == 0);
+  CHECK(replayed.Match(a, 3 * 16 + 1) == 0);
 }
 
 }  // namespace

@@ -69,6 +69,7 @@ fleet:
   max_plans: 0
   stickiness: 0.2
   kv_blocks: 5000
+  kv_event_delay_s: 0.2
   kv_budget_share: 0.75
   decode_stall: 0.1
   queue_stall: 2
@@ -91,6 +92,7 @@ whales: {count: 2, share: 0.1}
   CHECK(f.max_plans == 0);
   CHECK(f.stickiness == 0.2);
   CHECK(f.kv_blocks == 5000);
+  CHECK(f.kv_event_delay_s == 0.2);
   CHECK(f.kv_budget_share == 0.75);
   CHECK(f.dispatch.decode_stall == 0.1);
   CHECK(f.dispatch.queue_stall == 2);

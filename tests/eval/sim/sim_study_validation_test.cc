@@ -55,6 +55,9 @@ TEST_CASE("the fleet's knobs: the dispatch's costs as the fleet checks them", "[
   c.fleet.dispatch.memory_short = -1;
   CHECK(Message(c) == "fleet.memory_short: must be finite and >= 0, got -1");
   c = *FindStudy("primary");
+  c.fleet.kv_event_delay_s = -0.5;
+  CHECK(Message(c) == "fleet.kv_event_delay_s: must be finite and >= 0, got -0.5");
+  c = *FindStudy("primary");
   c.fleet.dispatch.decode_stall = std::numeric_limits<double>::infinity();
   CHECK(Message(c) == "fleet.decode_stall: must be finite and >= 0, got inf");
   c = *FindStudy("primary");

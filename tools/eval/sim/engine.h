@@ -115,6 +115,8 @@ class Engine {
   uint32_t running() const { return running_; }  // admitted: prefilling or decoding
   uint32_t decoding() const { return decoding_; }
   const PrefixCache& cache() const { return cache_; }
+  // Its prefix cache's KV events go to `log` (PrefixCache::set_event_log), which must outlive it.
+  void set_kv_event_log(std::vector<dataplane::KvEvent>* log) { cache_.set_event_log(log); }
   const EngineStats& stats() const { return stats_; }
   const EngineProfile& profile() const { return profile_; }
 

@@ -1,11 +1,13 @@
 // RunFleet: see fleet.h. A run is four steps (FleetRun): build the fleet (engines, gateways, and
 // for CacheRoute the control plane, fleet_control.h), the event loop, and the metrics.
 //
-// The event loop merges three sources in time order: arrivals (the sorted request span), engine
+// The event loop merges four sources in time order: arrivals (the sorted request span), engine
 // events (a min-heap of (time, engine) with lazily dropped stale entries: an entry is live only if
-// it still equals the engine's NextEventTime) and the control plane's steps. At equal times a
-// control step goes first (a plan made at t applies to arrivals at t), then arrivals, then engine
-// steps (so requests arriving at t join the iteration scheduled at t); engines by index.
+// it still equals the engine's NextEventTime), the control plane's steps and, for the policies
+// that read them, the engines' KV event batches coming due (fleet_kv_events.h). At equal times a
+// control step goes first (a plan made at t applies to arrivals at t), then KV events due, then
+// arrivals, then engine steps (so requests arriving at t join the iteration scheduled at t);
+// engines by index.
 #include "tools/eval/sim/fleet.h"
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include "tools/eval/sim/fleet_control.h"
 #include "tools/eval/sim/fleet_gateway.h"
 #include "tools/eval/sim/fleet_share.h"
+#include "tools/eval/sim/fleet_kv_events.h"
 
 namespace cacheroute::sim {
 namespace {
@@ -166,6 +169,7 @@ class FleetRun {
   dataplane::SeededRandom gateway_choice_;
   std::unique_ptr<SimControlPlane> control_;  // CacheRoute only
   std::unique_ptr<SimShare> share_;           // sharing gateways only
+  std::unique_ptr<KvEventFeed> kv_events_;    // the policies that read KV events only
   std::vector<RequestState> states_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::vector<double> scheduled_;
@@ -190,6 +194,11 @@ absl::Status FleetRun::Build() {
     gateways_.push_back(std::move(gateway));
   }
   if (SharesFleet(config_)) share_ = std::make_unique<SimShare>(config_, clock_, gateways_);
+  if (FindFleetPolicy(config_)->reads_kv_events) {
+    kv_events_ = std::make_unique<KvEventFeed>(config_.engines, config_.kv_event_delay_s);
+    for (uint32_t d = 0; d < config_.engines; ++d) engines_[d].set_kv_event_log(kv_events_->log(d));
+    result_.kv_event_subscriptions = uint64_t{config_.gateways} * config_.engines;
+  }
   if (table_) {
     result_.q_cap = QCapFor(config_, requests_);
     CACHEROUTE_ASSIGN_OR_RETURN(
@@ -206,16 +215,26 @@ absl::Status FleetRun::Loop() {
     // Plans are only needed while requests still arrive.
     const double t_control =
         control_ != nullptr && next_ < requests_.size() ? control_->next_step_s() : kForever;
+    // KV events too: they matter only to the arrivals still to come.
+    const double t_events =
+        kv_events_ != nullptr && next_ < requests_.size() ? kv_events_->next_due_s() : kForever;
     if (t_control == kForever && t_arrival == kForever && t_engine == kForever) break;
-    // Sharing runs while anything else does, first at equal times (news before the next pick).
-    if (share_ != nullptr && share_->next_event_s() <= std::min({t_control, t_arrival, t_engine})) {
+    // Sharing, while requests arrive (it matters only to their picks), first at equal times (news
+    // before the next pick).
+    if (share_ != nullptr && next_ < requests_.size() &&
+        share_->next_event_s() <= std::min({t_control, t_arrival, t_engine, t_events})) {
       clock_.now_s = share_->next_event_s();
       share_->Step();
       continue;
     }
-    if (t_control <= t_arrival && t_control <= t_engine) {
+    if (t_control <= t_arrival && t_control <= t_engine && t_control <= t_events) {
       clock_.now_s = t_control;
       if (absl::Status s = control_->Step(gateways_, result_); !s.ok()) return s;
+    } else if (t_events <= t_arrival && t_events <= t_engine) {
+      clock_.now_s = t_events;
+      kv_events_->DeliverDue(t_events, [this](uint32_t d, std::span<const dataplane::KvEvent> e) {
+        for (const std::unique_ptr<SimGateway>& g : gateways_) g->ApplyKvEvents(d, e);
+      });
     } else if (t_arrival <= t_engine) {
       clock_.now_s = t_arrival;
       Arrive(next_++);
@@ -225,6 +244,7 @@ absl::Status FleetRun::Loop() {
       scheduled_[d] = kForever;
       clock_.now_s = t_engine;
       OnEngineEvents(d, engines_[d].Step(t_engine));
+      if (kv_events_ != nullptr) kv_events_->Collect(d, t_engine);
       Schedule(d);
     }
   }
@@ -267,6 +287,7 @@ void FleetRun::Arrive(size_t index) {
                                                      .block_hashes = state.hashes},
                                                     clock_.now_s);
   if (submitted != SubmitResult::kQueued) EndRequest(index, Outcome::kRejected);
+  if (kv_events_ != nullptr) kv_events_->Collect(d, clock_.now_s);
   Schedule(d);
 }
 
@@ -409,6 +430,11 @@ RunResult FleetRun::Finish() {
     result_.share_bytes_published = stats.bytes_published;
     result_.share_placements = stats.placements_published;
   }
+  if (kv_events_ != nullptr) {
+    result_.kv_events = kv_events_->events();
+    result_.kv_event_bytes_per_s =
+        result_.simulated_s > 0 ? kv_events_->bytes() * config_.gateways / result_.simulated_s : 0;
+  }
   if (gated_) {
     result_.table_arm_share =
         result_.requests > 0 ? static_cast<double>(table_arm_requests_) / result_.requests : 0;
@@ -479,6 +505,9 @@ absl::Status ValidateFleetConfig(const FleetConfig& config) {
   if (absl::Status s = ValidateEngineOptions(config.engine); !s.ok()) return s;
   if (!std::isfinite(config.warmup_s) || config.warmup_s < 0) {
     return Invalid("warmup_s", "finite and >= 0", config.warmup_s);
+  }
+  if (!std::isfinite(config.kv_event_delay_s) || config.kv_event_delay_s < 0) {
+    return Invalid("kv_event_delay_s", "finite and >= 0", config.kv_event_delay_s);
   }
   if (!std::isfinite(config.offered_qps) || config.offered_qps < 0) {
     return Invalid("offered_qps", "finite and >= 0", config.offered_qps);

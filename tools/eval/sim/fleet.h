@@ -92,6 +92,11 @@ struct FleetConfig {
   // defaults; the factories check them).
   dataplane::PolicyParameters parameters{};
 
+  // The precise baselines (PolicyInfo::reads_kv_events): every engine's KV events (its prefix
+  // cache's stored and removed blocks, one batch per engine step) reach every gateway's index
+  // this long after they happen; finite, >= 0.
+  double kv_event_delay_s = 0.05;
+
   // CacheRoute.
   double control_interval_s = 10;  // in [0.001, 3600]
   // The per-assignment load cap, QPS. 0: CalibrateQCap(profile, mean prompt, mean prompt, mean
@@ -232,6 +237,12 @@ struct RunResult {
   // Fleet sharing: bytes the exchange received (serialized batches) and placements, whole run.
   uint64_t share_bytes_published = 0;
   uint64_t share_placements = 0;
+  // The precise baselines' event feed: subscriptions (every gateway to every engine: G × R; 0 for
+  // the other policies), the block events published, and the bytes all subscribers received per
+  // simulated second (vLLM's msgpack encoding, estimated: docs/simulator.md, "KV events").
+  uint64_t kv_event_subscriptions = 0;
+  uint64_t kv_events = 0;
+  double kv_event_bytes_per_s = 0;
   double simulated_s = 0;  // when the last request ended
   double wall_s = 0;
   double sim_requests_per_s = 0;  // all simulated requests / wall_s

@@ -64,16 +64,27 @@ absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig
   // cache_config_info; its usage Scrape reads at each pick.
   const double kv_tokens = static_cast<double>(config.profile.kv_blocks) * kBlockTokens;
   for (uint32_t d = 0; d < config.engines; ++d) (void)router.SetKvCapacity(d, kv_tokens);
+  if (info->reads_kv_events) {
+    // A replica of the engines' caches, as their events describe them: every block of every
+    // engine.
+    g->kv_events_ = std::make_unique<dataplane::KvEventIndex>(dataplane::KvEventIndexOptions{
+        .destinations = config.engines, .blocks_per_destination = config.profile.kv_blocks});
+  }
   if (!info->uses_table) {  // the table policies route by Router::Pick
     dataplane::Result<std::unique_ptr<dataplane::Policy>> policy =
         info->make({.destinations = config.engines,
                     .random = &g->routing_.random(),
                     .clock = &clock,
+                    .kv_events = g->kv_events_.get(),
                     .parameters = config.parameters});
     if (!policy.ok()) return absl::InvalidArgumentError(policy.status().message);
     g->policy_ = *std::move(policy);
   }
   return g;
+}
+
+void SimGateway::ApplyKvEvents(uint32_t destination, std::span<const dataplane::KvEvent> events) {
+  if (kv_events_ != nullptr) kv_events_->Apply(destination, events);
 }
 
 void SimGateway::Scrape() {

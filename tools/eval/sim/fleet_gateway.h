@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/kv_event_index.h"
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/rate_recorder.h"
@@ -102,6 +103,9 @@ class SimGateway {
   // added to the others').
   v1::ShareBatch ShareOut(bool with_work);
   void ShareIn(const v1::ShareBatch& batch);
+  // One batch of engine `destination`'s KV events, for the policies that read them (their index,
+  // PolicyInfo::reads_kv_events); ignored by the others.
+  void ApplyKvEvents(uint32_t destination, std::span<const dataplane::KvEvent> events);
 
   dataplane::Router* router() { return &routing_.router(); }
   const std::string& id() const { return id_; }
@@ -117,6 +121,8 @@ class SimGateway {
   std::string id_;
   std::vector<std::string> names_;  // the destinations' names, as the planner's table has them
   frontend::RoutingCore routing_;
+  // The precise policies' index of every engine's blocks; declared before policy_, which reads it.
+  std::unique_ptr<dataplane::KvEventIndex> kv_events_;
   std::unique_ptr<dataplane::Policy> policy_;  // null: the table policies (Router::Pick)
   std::unordered_map<std::string, uint32_t> index_by_name_;
   // Each other gateway's last shared work per destination, and their sum (what the Router has).

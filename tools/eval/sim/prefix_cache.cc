@@ -89,6 +89,8 @@ bool PrefixCache::Allocate(std::span<const uint64_t> block_hashes, uint32_t prom
       index_.erase(block.hash);
       block.published = false;
       ++stats_.evicted_blocks;
+      if (event_log_ != nullptr)
+        event_log_->push_back({dataplane::KvEventKind::kRemoved, block.hash});
     }
     block.refs = 1;
     allocation.blocks.push_back(b);
@@ -113,6 +115,8 @@ void PrefixCache::Commit(std::span<const uint64_t> block_hashes, uint32_t comput
     if (index_.try_emplace(block_hashes[i], allocation.blocks[i]).second) {
       block.hash = block_hashes[i];
       block.published = true;
+      if (event_log_ != nullptr)
+        event_log_->push_back({dataplane::KvEventKind::kStored, block.hash});
     }
   }
   allocation.published_blocks = std::max(allocation.published_blocks, full);

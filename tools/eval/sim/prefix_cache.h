@@ -10,6 +10,7 @@
 // evicted least recently used first, and a request's blocks are freed tail-first.
 //
 // Time-free and transport-free: the engine model drives it, and the HTTP engine emulator can too.
+// Its KV events (set_event_log) are what the precise baselines' indexes read.
 // Not thread-safe. The rules in full and the cost: docs/simulator.md, "Prefix cache internals".
 //
 // Usage:
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "cacheroute/dataplane/kv_event_index.h"
 
 namespace cacheroute::sim {
 
@@ -91,6 +93,10 @@ class PrefixCache {
   // Releases the request's blocks tail-first and clears `allocation`.
   void Free(Allocation& allocation);
 
+  // Appends the cache's KV events to `log` from now on, as vLLM publishes them (null: none): a
+  // block published by Commit is stored, a published block evicted to reuse it is removed.
+  void set_event_log(std::vector<dataplane::KvEvent>* log) { event_log_ = log; }
+
   uint32_t capacity_blocks() const { return static_cast<uint32_t>(blocks_.size()); }
   // Blocks with no reference (cached or empty): what new allocations can take.
   uint32_t free_blocks() const { return free_count_; }
@@ -123,6 +129,7 @@ class PrefixCache {
   uint32_t tail_ = kNone;
   uint32_t free_count_ = 0;
   PrefixCacheStats stats_;
+  std::vector<dataplane::KvEvent>* event_log_ = nullptr;
 };
 
 }  // namespace cacheroute::sim

@@ -133,6 +133,10 @@ int RunOne(const std::string& study_name, const std::string& config, const std::
       x.routing_precision, x.imbalance, x.requests, x.completed, x.failed, x.failure_rate,
       x.throughput_rps, x.simulated_s, x.wall_s,
       x.wall_s > 0 ? x.simulated_requests / x.wall_s : 0.0);
+  if (x.kv_event_subscriptions > 0) {
+    std::cout << absl::StrFormat("kv_event_subscriptions %d\nkv_event_bytes_per_s   %.0f\n",
+                                 x.kv_event_subscriptions, x.kv_event_bytes_per_s);
+  }
   if (!x.gate_state.empty()) {
     std::cout << absl::StrFormat("gate_state      %s\ngate_changes    %d\ntable_arm_share %.3f\n",
                                  x.gate_state, x.gate_changes, x.table_arm_share);

@@ -4,11 +4,11 @@
 //
 // Each entry has one canonical name (the policy's own name() spelling), a one-line description
 // for --help, whether it routes by the planner's table, its traits (rebuilt when the member count
-// changes; reads the ledger's active tokens), and a factory. A factory takes a
-// PolicyContext: the destination count, the caller's Random, the Router (and its Clock) for the
-// table policies, and the baselines' parameters. A table policy's Router must be built with the
-// entry's `dispatch` (DispatchFor gives it); a caller that counts in-flight requests itself (the
-// gateway) may call Router::Pick instead of the Policy.
+// changes; reads the ledger's active tokens; reads the engines' KV events), and a factory. A
+// factory takes a PolicyContext: the destination count, the caller's Random, the Router (and its
+// Clock) for the table policies, and the baselines' parameters. A table policy's Router must be
+// built with the entry's `dispatch` (DispatchFor gives it); a caller that counts in-flight requests
+// itself (the gateway) may call Router::Pick instead of the Policy.
 //
 // Contract: names and aliases are unique across the registry; Find resolves both; Create returns
 // an error naming the value for an unknown name and naming the missing context field for a
@@ -36,7 +36,9 @@
 
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
+#include "cacheroute/dataplane/kv_event_index.h"
 #include "cacheroute/dataplane/policies.h"
+#include "cacheroute/dataplane/policies_precise.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
 #include "cacheroute/dataplane/status.h"
@@ -60,6 +62,9 @@ struct PolicyContext {
   Random* random = nullptr;      // for the randomised policies
   Router* router = nullptr;      // the table policies: built with PolicyInfo::dispatch
   const Clock* clock = nullptr;  // the table policies: the Router's time
+  // The precise policies (PolicyInfo::reads_kv_events): the index the caller feeds with every
+  // destination's KV events, sized by their KV blocks (kv_event_index.h).
+  KvEventIndex* kv_events = nullptr;
   PolicyParameters parameters{};
 };
 
@@ -77,6 +82,9 @@ struct PolicyInfo {
   // Reads DestinationWork::active_tokens: the Router whose loads() it routes over must keep them
   // (RouterOptions::active_tokens).
   bool reads_active_tokens = false;
+  // Reads the engines' KV events: the caller must give context.kv_events and feed it every
+  // destination's events (KvEventIndex::Apply).
+  bool reads_kv_events = false;
   DispatchOptions dispatch{};
   PolicyFactory make{};
 };
@@ -307,6 +315,41 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                               "the planner's table with the paper's dispatch (least-loaded "
                               "member, power of two choices for the rest)",
                               DispatchOptions::Paper())));
+  // The multi-replica modes of the routers teams run (policies_precise.h).
+  must(r.Register({.name = "prefix-hash",
+                   .description = "consistent hashing with bounded loads on the prompt's first "
+                                  "256 tokens (SGLang's prefix_hash, KubeAI's PrefixHash)",
+                   .rebuild_when_count_changes = true,
+                   .make = [](const PolicyContext& c) -> Made {
+                     if (c.random == nullptr) return Missing("prefix-hash", "random");
+                     return std::unique_ptr<Policy>(
+                         std::make_unique<PrefixHashPolicy>(c.destinations, *c.random));
+                   }}));
+  must(r.Register({.name = "llm-d-precise",
+                   .description = "llm-d's precise prefix-cache scorer: the llm-d profile with the "
+                                  "prefix from the engines' KV events",
+                   .rebuild_when_count_changes = true,
+                   .reads_kv_events = true,
+                   .make = [](const PolicyContext& c) -> Made {
+                     if (c.random == nullptr) return Missing("llm-d-precise", "random");
+                     if (c.clock == nullptr) return Missing("llm-d-precise", "clock");
+                     if (c.kv_events == nullptr) return Missing("llm-d-precise", "kv_events");
+                     return std::unique_ptr<Policy>(std::make_unique<LlmdPrecisePolicy>(
+                         c.destinations, *c.random, *c.clock, *c.kv_events, c.parameters.llmd));
+                   }}));
+  must(r.Register({.name = "dynamo-kv-exact",
+                   .description = "NVIDIA Dynamo's KV router, exact mode: dynamo-kv's cost with "
+                                  "the overlap from the engines' KV events",
+                   .rebuild_when_count_changes = true,
+                   .reads_active_tokens = true,
+                   .reads_kv_events = true,
+                   .make = [](const PolicyContext& c) -> Made {
+                     if (c.random == nullptr) return Missing("dynamo-kv-exact", "random");
+                     if (c.clock == nullptr) return Missing("dynamo-kv-exact", "clock");
+                     if (c.kv_events == nullptr) return Missing("dynamo-kv-exact", "kv_events");
+                     return std::unique_ptr<Policy>(std::make_unique<DynamoKvExactPolicy>(
+                         c.destinations, *c.random, *c.kv_events, *c.clock, c.parameters.dynamo));
+                   }}));
   // Accepted for flat-lb: the spelling existing gateway configs and replay command lines use.
   must(r.AddAlias("flatlb", "flat-lb"));
   return r;
@@ -315,7 +358,7 @@ inline PolicyRegistry MakeBuiltinPolicies() {
 }  // namespace policy_registry_internal
 
 // The shipped policies: flat-lb, sticky, chwbl, dualmap, preble, dynamo-kv, llm-d, cacheroute,
-// cacheroute-paper, and the alias flatlb for flat-lb.
+// cacheroute-paper, prefix-hash, llm-d-precise, dynamo-kv-exact, and the alias flatlb for flat-lb.
 inline const PolicyRegistry& BuiltinPolicies() {
   static const PolicyRegistry registry = policy_registry_internal::MakeBuiltinPolicies();
   return registry;

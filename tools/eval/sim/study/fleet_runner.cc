@@ -32,6 +32,7 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const RunSpec& spec) {
   c.warmup_s = knobs.warmup_s;
   c.offered_qps = spec.offered_qps;
   c.parameters = knobs.parameters;
+  c.kv_event_delay_s = knobs.kv_event_delay_s;
   c.control_interval_s = knobs.control_interval_s;
   c.rate_smoothing_s = knobs.rate_smoothing_s;
   c.q_cap = knobs.q_cap;
@@ -96,6 +97,8 @@ RunRecord ToRunRecord(const RunResult& r, uint64_t simulated_requests) {
   out.table_arm_share = r.table_arm_share;
   out.simulated_requests = simulated_requests;
   out.simulated_s = r.simulated_s;
+  out.kv_event_subscriptions = r.kv_event_subscriptions;
+  out.kv_event_bytes_per_s = r.kv_event_bytes_per_s;
   out.wall_s = r.wall_s;
   return out;
 }

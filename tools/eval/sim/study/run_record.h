@@ -48,6 +48,9 @@ struct RunRecord {
     std::string state;
   };
   std::vector<GateChange> gate_history;
+  // The precise baselines' KV event feed (RunResult's; runs.csv leaves them out).
+  uint64_t kv_event_subscriptions = 0;
+  double kv_event_bytes_per_s = 0;
   uint64_t simulated_requests = 0;  // every request simulated, warm-up included
   double simulated_s = 0;
   double wall_s = 0;  // the only field that differs between identical runs

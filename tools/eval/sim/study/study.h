@@ -67,6 +67,7 @@ struct FleetKnobs {
   double timeout_s = 60;   // a request not finished this long after arrival fails
   uint32_t queue_cap = 0;  // waiting requests per destination before rejecting; 0: none
   uint32_t kv_blocks = 0;  // KV blocks per destination; 0: the profile's
+  double kv_event_delay_s = 0.05;  // the precise baselines' KV event delivery delay
   // Byte-aware planning for every CacheRoute variant but the paper's (FleetConfig::
   // plan_kv_budget_share): the share of each destination's KV reserved for planned prefixes;
   // 0: the slot model. `cacheroute-bytes` is `cacheroute` with kKvBudgetShare in any study.

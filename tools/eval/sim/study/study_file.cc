@@ -167,6 +167,7 @@ const std::vector<Field<FleetKnobs>>& FleetFields() {
         F("max_plans", &K::max_plans),
         F("stickiness", &K::stickiness),
         F("kv_blocks", &K::kv_blocks),
+        F("kv_event_delay_s", &K::kv_event_delay_s),
         F("kv_budget_share", &K::kv_budget_share),
         F("all_candidates_up_to", &K::dispatch, &D::all_candidates_up_to),
         F("prefix_memory_log2", &K::dispatch, &D::prefix_memory_log2),

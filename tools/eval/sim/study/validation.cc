@@ -136,6 +136,9 @@ absl::Status ValidateFleetKnobs(const FleetKnobs& f) {
   if (!(f.control_interval_s >= 0.001 && f.control_interval_s <= 3600)) {
     return Invalid("fleet.control_interval_s", "in [0.001, 3600]", Num(f.control_interval_s));
   }
+  if (!(f.kv_event_delay_s >= 0 && std::isfinite(f.kv_event_delay_s))) {
+    return Invalid("fleet.kv_event_delay_s", "finite and >= 0", Num(f.kv_event_delay_s));
+  }
   if (!(f.rate_smoothing_s > 0 && std::isfinite(f.rate_smoothing_s))) {
     return Invalid("fleet.rate_smoothing_s", "finite and > 0", Num(f.rate_smoothing_s));
   }
