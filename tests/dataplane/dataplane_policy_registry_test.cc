@@ -128,13 +128,16 @@ class ActiveTokensView final : public LoadView {
 
 TEST_CASE("the traits say which policies are built for a count and which read active tokens") {
   const PolicyRegistry& registry = BuiltinPolicies();
-  std::vector<std::string> per_count, active;
+  std::vector<std::string> per_count, active, scraped;
   for (const PolicyInfo& info : registry.entries()) {
     if (info.rebuild_when_count_changes) per_count.push_back(info.name);
     if (info.reads_active_tokens) active.push_back(info.name);
+    if (info.reads_scraped_metrics) scraped.push_back(info.name);
   }
   CHECK(per_count == std::vector<std::string>{"sticky", "chwbl", "dualmap", "dynamo-kv", "llm-d"});
-  CHECK(active == std::vector<std::string>{"dynamo-kv"});
+  // dynamo-kv counts its own requests' distinct blocks (DynamoActiveBlocks), not the ledger's.
+  CHECK(active.empty());
+  CHECK(scraped == std::vector<std::string>{"llm-d"});
 
   // What the traits claim, policy by policy: one built for 2 destinations never leaves [0, 2) of a
   // wider fleet exactly when it is to be rebuilt; its picks change with active tokens alone

@@ -4,7 +4,7 @@
 //
 // Each entry has one canonical name (the policy's own name() spelling), a one-line description
 // for --help, whether it routes by the planner's table, its traits (rebuilt when the member count
-// changes; reads the ledger's active tokens), and a factory. A factory takes a
+// changes; reads the ledger's active tokens; reads scraped metrics), and a factory. A factory takes a
 // PolicyContext: the destination count, the caller's Random, the Router (and its Clock) for the
 // table policies, and the baselines' parameters. A table policy's Router must be built with the
 // entry's `dispatch` (DispatchFor gives it); a caller that counts in-flight requests itself (the
@@ -77,6 +77,9 @@ struct PolicyInfo {
   // Reads DestinationWork::active_tokens: the Router whose loads() it routes over must keep them
   // (RouterOptions::active_tokens).
   bool reads_active_tokens = false;
+  // Reads the engines' scraped metrics (LoadView::Scraped: waiting, KV usage and capacity): a
+  // gateway must scrape them, or the policy sees every engine idle and empty.
+  bool reads_scraped_metrics = false;
   DispatchOptions dispatch{};
   PolicyFactory make{};
 };
@@ -281,18 +284,26 @@ inline PolicyRegistry MakeBuiltinPolicies() {
        }}));
   must(r.Register({.name = "dynamo-kv",
                    .description = "NVIDIA Dynamo's KV router, approximate mode: least prefill + "
-                                  "decode blocks, its own sends as the overlap",
+                                  "distinct active blocks, its own sends as the overlap",
                    .rebuild_when_count_changes = true,
-                   .reads_active_tokens = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("dynamo-kv", "random");
                      if (c.clock == nullptr) return Missing("dynamo-kv", "clock");
-                     return std::unique_ptr<Policy>(std::make_unique<DynamoKvPolicy>(
-                         c.destinations, *c.random, *c.clock, c.parameters.dynamo));
+                     const DynamoKvOptions& o = c.parameters.dynamo;
+                     if (!(o.overlap_score_weight >= 0) || std::isinf(o.overlap_score_weight)) {
+                       return Parameter("dynamo overlap_score_weight", o.overlap_score_weight,
+                                        "finite and >= 0");
+                     }
+                     if (!(o.temperature >= 0) || std::isinf(o.temperature)) {
+                       return Parameter("dynamo temperature", o.temperature, "finite and >= 0");
+                     }
+                     return std::unique_ptr<Policy>(
+                         std::make_unique<DynamoKvPolicy>(c.destinations, *c.random, *c.clock, o));
                    }}));
   must(r.Register({.name = "llm-d",
                    .description = "llm-d's default scorers: prefix 3, queue 2, KV utilisation 2",
                    .rebuild_when_count_changes = true,
+                   .reads_scraped_metrics = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("llm-d", "random");
                      if (c.clock == nullptr) return Missing("llm-d", "clock");
