@@ -53,8 +53,8 @@ struct DestinationWork {
 // What the engine itself reports (scraped metrics, e.g. vLLM's num_requests_waiting and
 // kv_cache_usage_perc).
 struct EngineMetrics {
-  double waiting = 0;   // requests queued, not yet running
-  double kv_usage = 0;  // share of the KV cache held by running requests, in [0, 1]
+  double waiting = 0;             // requests queued, not yet running
+  double kv_usage = 0;            // share of the KV cache held by running requests, in [0, 1]
   double kv_capacity_tokens = 0;  // the engine's KV cache, configured or reported; 0: unknown
 };
 

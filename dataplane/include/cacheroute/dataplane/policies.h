@@ -323,7 +323,8 @@ class DynamoActiveBlocks final : public RequestEnds {
     const uint64_t id = next_id_++;
     for (uint64_t h : hashes) ++blocks_[d][h];
     anonymous_[d] += anonymous;
-    requests_.emplace(id, Request{d, anonymous, std::vector<uint64_t>(hashes.begin(), hashes.end())});
+    requests_.emplace(id,
+                      Request{d, anonymous, std::vector<uint64_t>(hashes.begin(), hashes.end())});
     added_.push_back({now, id});
     return id;
   }
@@ -363,7 +364,7 @@ class DynamoActiveBlocks final : public RequestEnds {
   const Duration expiry_;
   std::mutex mu_;
   std::vector<std::unordered_map<uint64_t, uint32_t>> blocks_;  // per destination: hash → requests
-  std::vector<uint64_t> anonymous_;                              // per destination
+  std::vector<uint64_t> anonymous_;                             // per destination
   std::unordered_map<uint64_t, Request> requests_;
   std::deque<std::pair<Time, uint64_t>> added_;  // (when, id), oldest first
   uint64_t next_id_ = 1;
@@ -391,9 +392,9 @@ struct DynamoKvOptions {
   // kv_overlap_score_weight: Dynamo's default is 1; ours is what the primary study's sweep chose
   // (docs/dispatch.md, "Modern baselines").
   double overlap_score_weight = 1.0;
-  double temperature = 0;             // router_temperature; 0: the lowest cost
-  uint32_t block_tokens = 16;         // kv_cache_block_size: vLLM's block
-  uint32_t index_blocks = 1u << 20;   // the approximate indexer's capacity
+  double temperature = 0;            // router_temperature; 0: the lowest cost
+  uint32_t block_tokens = 16;        // kv_cache_block_size: vLLM's block
+  uint32_t index_blocks = 1u << 20;  // the approximate indexer's capacity
   Duration ttl = std::chrono::seconds(120);
   Duration request_expiry = std::chrono::seconds(300);  // a request never ended stops counting
 };
@@ -422,12 +423,12 @@ class DynamoKvPolicy final : public Policy {
     const uint32_t n = std::min<uint32_t>(loads.size(), index_.destinations());
     const double block = options_.block_tokens;
     const std::span<const uint64_t> hashes = request.block_hashes;
-    const double prompt = request.prompt_tokens > 0
-                              ? request.prompt_tokens
-                              : std::max<double>(1, hashes.size() * block);
+    const double prompt = request.prompt_tokens > 0 ? request.prompt_tokens
+                                                    : std::max<double>(1, hashes.size() * block);
     index_.Overlap(hashes, now, overlap_);
     // Without block hashes, its prompt's blocks, shared with nothing.
-    const uint32_t anonymous = hashes.empty() ? static_cast<uint32_t>(std::ceil(prompt / block)) : 0;
+    const uint32_t anonymous =
+        hashes.empty() ? static_cast<uint32_t>(std::ceil(prompt / block)) : 0;
     const double request_blocks = static_cast<double>(hashes.size()) + anonymous;
     uint32_t best = kNoDestination;
     double best_cost = 0, min_cost = 0, max_cost = 0;
@@ -453,7 +454,8 @@ class DynamoKvPolicy final : public Policy {
       }
     }
     if (best == kNoDestination) return {PowerOfTwoChoices(loads, random_), false, Reason::kPolicy};
-    if (options_.temperature > 0 && max_cost > min_cost) best = Sample(loads, n, min_cost, max_cost);
+    if (options_.temperature > 0 && max_cost > min_cost)
+      best = Sample(loads, n, min_cost, max_cost);
     index_.Record(hashes, best, now);
     const double best_new = std::max(0.0, prompt - overlap_[best] * block);
     Decision decision{best, false, Reason::kPolicy};

@@ -74,7 +74,8 @@ Field<Config> F(absl::string_view key, Part Config::*part, T Part::*member) {
 // fleet.dynamo_overlap_score_weight is parameters.dynamo.overlap_score_weight.
 template <typename Options, typename T>
 Field<FleetKnobs> ParameterField(absl::string_view key,
-                                 Options dataplane::PolicyParameters::*options, T Options::*member) {
+                                 Options dataplane::PolicyParameters::*options,
+                                 T Options::*member) {
   return {key,
           [options, member](absl::string_view name, const YAML::Node& node,
                             FleetKnobs& knobs) -> absl::Status {
