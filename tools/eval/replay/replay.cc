@@ -98,9 +98,9 @@ absl::StatusOr<PlanSummary> Dispatcher::InstallOfflinePlan(const RoutingOptions&
   const uint32_t n = options.destinations;
   absl::flat_hash_map<uint64_t, uint64_t> counts;
   for (const workload::Request& r : workload.requests) ++counts[dataplane::KeyId(r.key)];
-  const double span = workload.requests.empty() ? 0
-                                                : workload.requests.back().arrival_s -
-                                                      workload.requests.front().arrival_s;
+  const double span = workload.requests.empty()
+                          ? 0
+                          : workload.requests.back().arrival_s - workload.requests.front().arrival_s;
   const double seconds = span > 0 ? span : 1.0;
   std::vector<planner::KeyRate> rates;
   rates.reserve(counts.size());
@@ -109,10 +109,10 @@ absl::StatusOr<PlanSummary> Dispatcher::InstallOfflinePlan(const RoutingOptions&
     rates.push_back({key, static_cast<double>(count) / seconds});
     total += rates.back().rate;
   }
-  planner::PlanConfig config =
-      planner::PlanConfigFor(algorithm, {.destinations = n,
-                                         .q_cap = options.q_cap > 0 ? options.q_cap : total / n,
-                                         .slots_per_destination = options.slots_per_destination});
+  planner::PlanConfig config = planner::PlanConfigFor(
+      algorithm, {.destinations = n,
+                  .q_cap = options.q_cap > 0 ? options.q_cap : total / n,
+                  .slots_per_destination = options.slots_per_destination});
   if (!(config.q_cap > 0)) config.q_cap = 1;
   CACHEROUTE_ASSIGN_OR_RETURN(planner::Plan plan, planner::BuildPlan(rates, config));
   dataplane::Result<dataplane::RoutingTable> table =
