@@ -306,7 +306,10 @@ class DynamoActiveBlocks final : public RequestEnds {
   // is a prefix of its blocks, found by binary search.
   size_t SharedLocked(std::span<const uint64_t> hashes, uint32_t d) const {
     const std::unordered_map<uint64_t, uint32_t>& active = blocks_[d];
-    size_t lo = 0, hi = hashes.size();
+    // Most destinations share nothing, or all, with a request: one lookup each.
+    if (hashes.empty() || !active.contains(hashes.front())) return 0;
+    if (active.contains(hashes.back())) return hashes.size();
+    size_t lo = 1, hi = hashes.size() - 1;
     while (lo < hi) {
       const size_t mid = lo + (hi - lo) / 2;
       if (active.contains(hashes[mid])) {
