@@ -218,7 +218,7 @@ TEST_CASE(
     "[policies]") {
   SeededRandom random(19);
   ManualClock clock;
-  DynamoKvPolicy policy(3, random, clock);
+  DynamoKvPolicy policy(3, random, clock, {.overlap_score_weight = 1});  // Dynamo's default
   CHECK(policy.name() == "dynamo-kv");
   FakeLoads loads(3);
   loads.has_work = true;
@@ -257,7 +257,7 @@ TEST_CASE(
 TEST_CASE("Dynamo-style KV router: in-flight siblings share their prefix's blocks", "[policies]") {
   SeededRandom random(23);
   ManualClock clock;
-  DynamoKvPolicy policy(2, random, clock);
+  DynamoKvPolicy policy(2, random, clock, {.overlap_score_weight = 1});
   FakeLoads loads(2);
   loads.has_work = true;
   // Three siblings: 100 blocks (1600 tokens) each, the first 90 shared.

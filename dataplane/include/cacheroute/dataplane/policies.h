@@ -392,9 +392,9 @@ class DynamoActiveBlocks final : public RequestEnds {
 // Not modelled: router_queue_threshold (Dynamo holds a request at the router while every worker is
 // over the threshold; a Policy picks at once, and a gateway has no queue to hold it in).
 struct DynamoKvOptions {
-  // kv_overlap_score_weight: Dynamo's default is 1; ours is what the primary study's sweep chose
-  // (docs/dispatch.md, "Modern baselines").
-  double overlap_score_weight = 1.0;
+  // kv_overlap_score_weight: Dynamo's default is 1; 4 is what the primary study's sweep chose
+  // (docs/dispatch.md, "Baseline fidelity").
+  double overlap_score_weight = 4.0;
   double temperature = 0;            // router_temperature; 0: the lowest cost
   uint32_t block_tokens = 16;        // kv_cache_block_size: vLLM's block
   uint32_t index_blocks = 1u << 20;  // the approximate indexer's capacity
