@@ -160,28 +160,33 @@ TEST_CASE("dynamo-kv-exact: dynamo-kv's cost with the events' overlap, nothing r
   SeededRandom random(4);
   ManualClock clock;
   KvEventIndex index({.destinations = 3, .blocks_per_destination = 64});
-  DynamoKvExactPolicy policy(3, random, index, clock);
+  DynamoKvPolicy policy(3, random, clock, {.overlap_score_weight = 1}, &index);
   CHECK(policy.name() == "dynamo-kv-exact");
   FakeLoads loads(3);
+  // Each request ends at once (its ticket released), so no blocks stay active between picks.
+  auto route = [&](const PickRequest& r) {
+    const Decision d = policy.Route(r, loads);
+    (void)policy.Ticket(d);
+    return d;
+  };
   const std::vector<uint64_t> prompt = Prompt(3, 10, 0, 0);
   const std::span<const uint64_t> all(prompt);
   index.Apply(2, Stored(all.first(10)));
   const PickRequest request{.key_id = 3, .prompt_tokens = 160, .block_hashes = prompt};
-  // Idle: the 10 resident blocks make destination 2 the cheapest (0 + 1 + 10 vs 10 + 10).
-  const Decision d = policy.Route(request, loads);
+  // Idle: the 10 resident blocks make destination 2 the cheapest (0 + 10 vs 10 + 10).
+  const Decision d = route(request);
   CHECK(d.destination == 2);
   CHECK(d.expected_uncached_tokens == 1);
   CHECK(index.speculative() == 0);
   // 160 queued prefill tokens there (10 blocks) tie it with the others; 161 send it elsewhere.
   loads.work[2].queued_prefill_tokens = 161;
-  CHECK(policy.Route(request, loads).destination != 2);
+  CHECK(route(request).destination != 2);
   // Without events, an idle fleet ties: the fewest resident blocks wins the tie.
   loads.work[2].queued_prefill_tokens = 0;
   const std::vector<uint64_t> other = Prompt(4, 10, 0, 0);
   index.Apply(0, Stored(Prompt(5, 3, 0, 0)));
-  CHECK(
-      policy.Route({.key_id = 4, .prompt_tokens = 160, .block_hashes = other}, loads).destination ==
-      1);
+  CHECK(route({.key_id = 4, .prompt_tokens = 160, .block_hashes = other}).destination == 1);
+  CHECK(policy.in_flight() == 0);
 }
 
 }  // namespace

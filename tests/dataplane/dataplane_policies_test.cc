@@ -213,39 +213,146 @@ TEST_CASE("Preble keeps a key where it went until that destination is overloaded
   for (int c : count) CHECK(c > 800);
 }
 
-TEST_CASE("Dynamo-style KV router: least prefill + decode blocks, its own sends as overlap",
-          "[policies]") {
+TEST_CASE(
+    "Dynamo-style KV router: least prefill + distinct active blocks, its own sends as overlap",
+    "[policies]") {
   SeededRandom random(19);
   ManualClock clock;
-  DynamoKvPolicy policy(3, random, clock);
+  DynamoKvPolicy policy(3, random, clock, {.overlap_score_weight = 1});  // Dynamo's default
   CHECK(policy.name() == "dynamo-kv");
   FakeLoads loads(3);
   loads.has_work = true;
   const std::vector<uint64_t> blocks = Blocks(1, 10);
   const PickRequest request{.key_id = Key(1), .prompt_tokens = 160, .block_hashes = blocks};
-  // Nothing sent yet: every destination costs 160/16 prefill + 10 request blocks.
+  // Nothing sent yet: every destination costs 160/16 prefill + 0 active + 10 new blocks.
   const Decision first = policy.Route(request, loads);
   REQUIRE(first.destination < 3);
   CHECK(first.expected_uncached_tokens == 160);
   const uint32_t warm = first.destination;
-  // Its own send is the overlap: 0 + 10 there against 10 + 10 elsewhere.
-  Decision again = policy.Route(request, loads);
+  PolicyTicket first_ticket = policy.Ticket(first);
+  CHECK(policy.in_flight() == 1);
+  // Its own send is the overlap, its blocks already active there: 0 + 10 + 0 against 10 + 0 + 10.
+  const Decision again = policy.Route(request, loads);
   CHECK(again.destination == warm);
   CHECK(again.expected_uncached_tokens == 1);
   CHECK(again.expected == CacheExpectation::kPrefix);
-  // 200 tokens of prefill queued there: 12.5 + 10 against 20 elsewhere.
+  PolicyTicket again_ticket = policy.Ticket(again);
+  // The ledger's active tokens are not what it counts: its own requests' blocks are.
+  loads.work[warm].active_tokens = 1e6;
+  CHECK(policy.Route(request, loads).destination == warm);
+  // 200 tokens of prefill queued there: 12.5 + 10 + 0 against 20 elsewhere.
   loads.work[warm].queued_prefill_tokens = 200;
-  CHECK(policy.Route(request, loads).destination != warm);
-  loads.work[warm].queued_prefill_tokens = 0;
-  // Active blocks count as decode cost: 160 tokens in flight there is 10 blocks more.
-  const uint32_t other = (warm + 1) % 3;
-  loads.work[warm].active_tokens = 176;
-  loads.work[(warm + 2) % 3].active_tokens = 1000;
-  CHECK(policy.Route(request, loads).destination == other);
-  // Entries expire 120 s after the last send.
-  for (auto& w : loads.work) w = {};
+  const Decision away = policy.Route(request, loads);
+  CHECK(away.destination != warm);
+  policy.Ticket(away).End();
+  // Tickets end their requests, once; entries expire 120 s after the last send.
+  first_ticket.End();
+  first_ticket.End();
+  again_ticket.End();
+  CHECK(policy.in_flight() == 1);  // the Route above without a ticket
   clock.Advance(std::chrono::seconds(121));
   CHECK(policy.Route(request, loads).expected_uncached_tokens == 160);
+}
+
+TEST_CASE("Dynamo-style KV router: in-flight siblings share their prefix's blocks", "[policies]") {
+  SeededRandom random(23);
+  ManualClock clock;
+  DynamoKvPolicy policy(2, random, clock, {.overlap_score_weight = 1});
+  FakeLoads loads(2);
+  loads.has_work = true;
+  // Three siblings: 100 blocks (1600 tokens) each, the first 90 shared.
+  const std::vector<uint64_t> prefix = Blocks(7, 90);
+  std::vector<std::vector<uint64_t>> siblings;
+  for (uint64_t s = 0; s < 3; ++s) {
+    siblings.push_back(prefix);
+    for (uint64_t b : Blocks(100 + s, 10)) siblings.back().push_back(b);
+  }
+  auto sibling = [&](int s) {
+    return PickRequest{.key_id = Key(7), .prompt_tokens = 1600, .block_hashes = siblings[s]};
+  };
+  loads.up = {true, false};
+  PolicyTicket a = policy.Ticket(policy.Route(sibling(0), loads));
+  loads.up = {true, true};
+  // At 0: 160/16 new prefill + 100 active + 10 new blocks = 120; at 1: 100 + 0 + 100 = 200.
+  const Decision b = policy.Route(sibling(1), loads);
+  CHECK(b.destination == 0);
+  PolicyTicket b_ticket = policy.Ticket(b);
+  // Two siblings in flight at the warm worker: 10 + 110 distinct + 10 = 130 against 200. Counted as
+  // two prompts in flight (3200 tokens as the ledger has them, 200 blocks), the cold one would win.
+  loads.work[0].active_tokens = 3200;
+  const Decision c = policy.Route(sibling(2), loads);
+  CHECK(c.destination == 0);
+  CHECK(c.expected_uncached_tokens == 160);
+}
+
+TEST_CASE("Dynamo-style KV router: a request's blocks already active are not charged",
+          "[policies]") {
+  SeededRandom random(29);
+  ManualClock clock;
+  // No prefill term: cost = distinct active blocks + the request's blocks not among them.
+  DynamoKvPolicy policy(2, random, clock, {.overlap_score_weight = 0});
+  FakeLoads loads(2);
+  const std::vector<uint64_t> x = Blocks(1, 100), y = Blocks(2, 50);
+  loads.up = {true, false};
+  PolicyTicket on_0 = policy.Ticket(policy.Route({.key_id = Key(1), .block_hashes = x}, loads));
+  loads.up = {false, true};
+  PolicyTicket on_1 = policy.Ticket(policy.Route({.key_id = Key(2), .block_hashes = y}, loads));
+  loads.up = {true, true};
+  // x again: 100 + 0 at 0 against 50 + 100 at 1 (charged its blocks again, 0 would cost 200).
+  PolicyTicket again = policy.Ticket(policy.Route({.key_id = Key(1), .block_hashes = x}, loads));
+  CHECK(policy.in_flight() == 3);
+  // Once x's two requests end, 0 holds nothing: a new 60-block request costs 60 there, 110 at 1.
+  on_0.End();
+  again.End();
+  CHECK(policy.Route({.key_id = Key(3), .block_hashes = Blocks(3, 60)}, loads).destination == 0);
+}
+
+TEST_CASE("Dynamo-style KV router: requests never ended stop counting after the expiry",
+          "[policies]") {
+  SeededRandom random(31);
+  ManualClock clock;
+  DynamoKvPolicy policy(2, random, clock, {.request_expiry = std::chrono::seconds(300)});
+  FakeLoads loads(2);
+  (void)policy.Route({.key_id = Key(1), .block_hashes = Blocks(1, 10)}, loads);
+  clock.Advance(std::chrono::seconds(200));
+  (void)policy.Route({.key_id = Key(2), .block_hashes = Blocks(2, 10)}, loads);
+  clock.Advance(std::chrono::seconds(101));
+  (void)policy.Route({.key_id = Key(3), .block_hashes = Blocks(3, 10)}, loads);
+  CHECK(policy.in_flight() == 2);  // the first expired; the second has 99 s to go
+}
+
+TEST_CASE("Dynamo-style KV router: temperature samples the softmax of normalised costs",
+          "[policies]") {
+  SeededRandom random(37);
+  ManualClock clock;
+  auto frequencies = [&](double temperature) {
+    DynamoKvPolicy policy(3, random, clock,
+                          {.overlap_score_weight = 0, .temperature = temperature});
+    FakeLoads loads(3);
+    // 10 blocks in flight at 1, 20 at 2: a fresh 10-block request costs 10, 20, 30.
+    loads.up = {false, true, false};
+    PolicyTicket at_1 = policy.Ticket(policy.Route({.block_hashes = Blocks(1, 10)}, loads));
+    loads.up = {false, false, true};
+    PolicyTicket at_2 = policy.Ticket(policy.Route({.block_hashes = Blocks(2, 20)}, loads));
+    loads.up = {true, true, true};
+    std::vector<int> count(3, 0);
+    constexpr int kPicks = 20000;
+    for (int i = 0; i < kPicks; ++i) {
+      const Decision d = policy.Route({.block_hashes = Blocks(10 + i, 10)}, loads);
+      policy.Ticket(d).End();
+      ++count[d.destination];
+    }
+    std::vector<double> share;
+    for (int c : count) share.push_back(static_cast<double>(c) / kPicks);
+    return share;
+  };
+  CHECK(frequencies(0) == std::vector<double>{1, 0, 0});
+  // Normalised costs 0, 0.5, 1 at temperature 1: weights 1, e^-0.5, e^-1.
+  const std::vector<double> share = frequencies(1.0);
+  const double total = 1 + std::exp(-0.5) + std::exp(-1.0);
+  CHECK(share[0] == Approx(1 / total).margin(0.015));
+  CHECK(share[1] == Approx(std::exp(-0.5) / total).margin(0.015));
+  CHECK(share[2] == Approx(std::exp(-1.0) / total).margin(0.015));
 }
 
 TEST_CASE("llm-d-style scorer: prefix 3, queue 2, KV utilisation 2", "[policies]") {
@@ -283,6 +390,34 @@ TEST_CASE("llm-d-style scorer: prefix 3, queue 2, KV utilisation 2", "[policies]
                 .destination];
   }
   for (int c : count) CHECK(c > 60);
+}
+
+TEST_CASE("llm-d-style scorer: the prefix index holds what the engines' KV holds", "[policies]") {
+  SeededRandom random(21);
+  ManualClock clock;
+  FakeLoads loads(1);
+  auto route = [&](LlmdPolicy& policy, uint64_t seed) {
+    return policy.Route({.key_id = Key(1), .prompt_tokens = 32, .block_hashes = Blocks(seed, 2)},
+                        loads);
+  };
+  // Nothing reported: the plugin's fixed default.
+  LlmdPolicy unknown(1, random, clock);
+  (void)route(unknown, 1);
+  CHECK(unknown.index_blocks_per_server() == 31250);
+  // An engine of 4 blocks (64 tokens): two 2-block prompts fit; a third evicts the first.
+  loads.scraped[0].kv_capacity_tokens = 64;
+  LlmdPolicy tuned(1, random, clock);
+  (void)route(tuned, 1);
+  CHECK(tuned.index_blocks_per_server() == 4);
+  (void)route(tuned, 2);
+  CHECK(route(tuned, 1).expected == CacheExpectation::kPrefix);
+  (void)route(tuned, 2);
+  (void)route(tuned, 3);
+  CHECK(route(tuned, 1).expected == CacheExpectation::kTemplate);
+  // With auto_tune off, the fixed size whatever the engines report.
+  LlmdPolicy fixed(1, random, clock, {.lru_blocks_per_server = 1000, .auto_tune = false});
+  (void)route(fixed, 1);
+  CHECK(fixed.index_blocks_per_server() == 1000);
 }
 
 TEST_CASE("CacheRoute policy follows the router's table and its fallbacks", "[policies]") {

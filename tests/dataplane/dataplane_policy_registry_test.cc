@@ -144,14 +144,17 @@ class ActiveTokensView final : public LoadView {
 TEST_CASE(
     "the traits say which policies are built for a count, read active tokens, read KV events") {
   const PolicyRegistry& registry = BuiltinPolicies();
-  std::vector<std::string> per_count, active;
+  std::vector<std::string> per_count, active, scraped;
   for (const PolicyInfo& info : registry.entries()) {
     if (info.rebuild_when_count_changes) per_count.push_back(info.name);
     if (info.reads_active_tokens) active.push_back(info.name);
+    if (info.reads_scraped_metrics) scraped.push_back(info.name);
   }
   CHECK(per_count == std::vector<std::string>{"sticky", "chwbl", "dualmap", "dynamo-kv", "llm-d",
                                               "prefix-hash", "llm-d-precise", "dynamo-kv-exact"});
-  CHECK(active == std::vector<std::string>{"dynamo-kv", "dynamo-kv-exact"});
+  // dynamo-kv counts its own requests' distinct blocks (DynamoActiveBlocks), not the ledger's.
+  CHECK(active.empty());
+  CHECK(scraped == std::vector<std::string>{"llm-d", "llm-d-precise"});
   std::vector<std::string> events;
   for (const PolicyInfo& info : registry.entries()) {
     if (info.reads_kv_events) events.push_back(info.name);

@@ -97,6 +97,18 @@ TEST_CASE("a parsed config validates, and a bad value names the key and the valu
              Catch::StartsWith("upstreams: must list at least one upstream"));
 }
 
+TEST_CASE("engines are scraped when configured, or when the policy reads their metrics") {
+  FrontendConfig config;
+  config.policy = "chwbl";
+  CHECK(EffectiveLoadScrapeInterval(config) == absl::ZeroDuration());
+  config.policy = "llm-d";  // its queue and KV scores would be constant without a scrape
+  CHECK(EffectiveLoadScrapeInterval(config) == kPolicyMetricsScrapeInterval);
+  config.load_scrape_interval = absl::Milliseconds(250);
+  CHECK(EffectiveLoadScrapeInterval(config) == absl::Milliseconds(250));
+  config.policy = "flat-lb";
+  CHECK(EffectiveLoadScrapeInterval(config) == absl::Milliseconds(250));
+}
+
 TEST_CASE("the shared flags override the configuration") {
   CLI::App app;
   FrontendFlags flags;

@@ -398,6 +398,13 @@ absl::Status CheckMembershipSource(const FrontendConfig& config) {
 }
 }  // namespace
 
+absl::Duration EffectiveLoadScrapeInterval(const FrontendConfig& config) {
+  if (config.load_scrape_interval > absl::ZeroDuration()) return config.load_scrape_interval;
+  const dataplane::PolicyInfo* info = dataplane::BuiltinPolicies().Find(config.policy);
+  return info != nullptr && info->reads_scraped_metrics ? kPolicyMetricsScrapeInterval
+                                                        : absl::ZeroDuration();
+}
+
 absl::Status ValidateFrontendConfig(const FrontendConfig& config) {
   for (absl::Status s : {
            CheckMembershipSource(config),

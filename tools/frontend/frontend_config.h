@@ -100,7 +100,9 @@ struct FrontendConfig {
   // up upstream's /metrics and reads `load_metric` (summed over its label sets); the Router's load
   // of that destination is then in_flight + external_load_weight * that value (router.h, "Load
   // signal"). In-flight counts only this front end's requests; the engine's queue counts every
-  // front end's. A failed scrape, or a page without the metric, sets the reported load to 0.
+  // front end's. A failed scrape, or a page without the metric, sets the reported load to 0. Off,
+  // a policy that reads the engines' metrics (llm-d) still has them scraped every second
+  // (EffectiveLoadScrapeInterval).
   absl::Duration load_scrape_interval = absl::ZeroDuration();  // 0: off
   std::string load_metric = "vllm:num_requests_waiting";
   double external_load_weight = 1.0;
@@ -130,6 +132,13 @@ absl::Status ApplyFrontendFlags(const CLI::App& app, const FrontendFlags& flags,
 // gateway_id when a planner is set; positive durations; failure_threshold >= 1; key_from names
 // from kKeySources without repeats; a non-empty key_header made of header-name characters.
 absl::Status ValidateFrontendConfig(const FrontendConfig& config);
+
+// How often the engines' /metrics are scraped: load_scrape_interval when set; when it is off and
+// the policy reads the engines' metrics (dataplane::PolicyInfo::reads_scraped_metrics: llm-d),
+// kPolicyMetricsScrapeInterval, since without them that policy sees every engine idle and empty.
+// Zero: no scraping.
+inline constexpr absl::Duration kPolicyMetricsScrapeInterval = absl::Seconds(1);
+absl::Duration EffectiveLoadScrapeInterval(const FrontendConfig& config);
 
 // An upstream list on its own (membership/sources.h's upstreams_file): YAML, either a sequence of
 // {name, url} or a mapping whose one key `upstreams` holds it; checked as `upstreams` is (at

@@ -77,6 +77,8 @@ fleet:
   all_candidates_up_to: 30
   prefix_memory_log2: 0
   plan_follows_cache: false
+  dynamo_overlap_score_weight: 2
+  dynamo_temperature: 0.1
 workload: {context_sigma: 0.5, context_min_tokens: 100, context_max_tokens: 900}
 whales: {count: 2, share: 0.1}
 )",
@@ -100,6 +102,8 @@ whales: {count: 2, share: 0.1}
   CHECK(f.dispatch.all_candidates_up_to == 30);
   CHECK(f.dispatch.prefix_memory_log2 == 0);
   CHECK_FALSE(f.plan_follows_cache);
+  CHECK(f.parameters.dynamo.overlap_score_weight == 2);
+  CHECK(f.parameters.dynamo.temperature == 0.1);
   CHECK(c->workload.context_max_tokens == 900);
   CHECK(c->whales.count == 2);
   CHECK(c->whales.share == 0.1);
@@ -154,6 +158,8 @@ TEST_CASE("bad study files name the file, the field and the value", "[study]") {
         "f.yaml: fleet.memory_short: must be finite and >= 0, got -1");
   CHECK(Error("base: primary\nfleet: {kv_budget_share: 2}\n") ==
         "f.yaml: fleet.kv_budget_share: must be in [0, 1], got 2");
+  CHECK(Error("base: primary\nfleet: {dynamo_temperature: -0.5}\n") ==
+        "f.yaml: fleet.dynamo_temperature: must be finite and >= 0, got -0.5");
   // An unknown policy label, with every label the table has.
   const std::string label = Error("base: primary\npolicies: [flat-lb, roundrobin]\n");
   CHECK(label.starts_with("f.yaml: policies[1]: must be one of flat-lb, sticky, chwbl, "));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "cacheroute/dataplane/arm_evidence.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/routing_table.h"
 #include "tools/frontend/routing/routing_core.h"
 
@@ -81,6 +82,25 @@ TEST_CASE("another policy picks; the pick is tracked in flight like the Router's
   CHECK(f.core.Stats().in_flight[request.destination()] == 1);
   CHECK(f.Has("g_picks_total{reason=\"policy\"} 1"));
   CHECK(f.core.recorder().Drain().total == 1);  // rates are recorded whatever the policy
+}
+
+TEST_CASE("a policy that counts its own requests in flight hears of their end, once") {
+  Fixture f;
+  dataplane::DynamoKvPolicy dynamo(2, f.core.random(), f.clock);
+  {
+    RequestLifecycle request = f.core.Route("tenant-1", &dynamo, f.clock.Now());
+    RequestLifecycle other = f.core.Route("tenant-2", &dynamo, f.clock.Now());
+    CHECK(dynamo.in_flight() == 2);
+    request.UpstreamDone();
+    CHECK(dynamo.in_flight() == 1);
+    request.UpstreamDone();  // counted once
+    CHECK(dynamo.in_flight() == 1);
+  }
+  // A request that never reached its upstream ends when destroyed; so does a redirected one.
+  CHECK(dynamo.in_flight() == 0);
+  RequestLifecycle routed = f.core.Route("tenant-3", &dynamo, f.clock.Now());
+  RequestLifecycle moved = f.core.Redirect(std::move(routed), 0);
+  CHECK(dynamo.in_flight() == 0);
 }
 
 TEST_CASE("Redirect moves a routed request's in-flight count; key, rate and reason stay") {

@@ -179,6 +179,7 @@ void Dispatcher::Done(Ticket& t, const Outcome* served) {
   }
   view_.active_[t.destination].fetch_sub(t.prompt_tokens, kRelaxed);
   view_.in_flight_[t.destination].fetch_sub(1, kRelaxed);
+  policy_->Ticket(t.decision).End();  // the policies that count their own requests (dynamo-kv)
   if (router_ != nullptr && served != nullptr && served->kind == OutcomeKind::kOk) {
     router_->ObserveServed(t.decision, static_cast<uint32_t>(served->prompt_tokens),
                            static_cast<uint32_t>(served->cached_tokens));

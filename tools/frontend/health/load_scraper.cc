@@ -20,11 +20,12 @@ LoadScraper::LoadScraper(const FrontendConfig& config, uint32_t capacity,
       state_(new State[capacity]) {}
 
 void LoadScraper::Start() {
-  if (config_.load_scrape_interval <= absl::ZeroDuration()) return;
-  thread_ = std::thread([this] {
+  const absl::Duration interval = EffectiveLoadScrapeInterval(config_);
+  if (interval <= absl::ZeroDuration()) return;
+  thread_ = std::thread([this, interval] {
     do {
       ScrapeOnce();
-    } while (!stop_.WaitFor(config_.load_scrape_interval));
+    } while (!stop_.WaitFor(interval));
   });
 }
 

@@ -1,4 +1,5 @@
-// LoadScraper: engine-reported load. Every load_scrape_interval (0: never) a thread GETs each up
+// LoadScraper: engine-reported load. Every EffectiveLoadScrapeInterval (load_scrape_interval, or
+// one second for a policy that reads the engines' metrics, llm-d; 0: never) a thread GETs each up
 // member's /metrics, sums `load_metric` over its label sets (vllm:num_requests_waiting by
 // default; prometheus_text.h) and gives it to Router::SetLoad, so every policy compares
 // in_flight + external_load_weight · queue. A failed scrape, a non-200 answer or a page without a
@@ -12,7 +13,7 @@
 //
 // Usage:
 //   LoadScraper scraper(config, capacity, membership, router, stop);
-//   scraper.Start();   // a thread only when load_scrape_interval > 0
+//   scraper.Start();   // a thread only when the effective interval > 0
 //   … stop.Trigger(); scraper.Join();
 //   scraper.ScrapeOnce();   // one round on the calling thread (tests)
 //   scraper.Reset(d);       // a new member at index d: load 0, counters zeroed

@@ -42,6 +42,7 @@ void RequestLifecycle::UpstreamDone() {
   if (upstream_done_) return;
   upstream_done_ = true;
   in_flight_.Release();
+  ticket_.End();
   core_->latency_[destination()].duration.Observe(core_->clock_.Now() - start_);
 }
 

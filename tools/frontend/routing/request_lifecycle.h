@@ -12,8 +12,9 @@
 //                         and the new KV its destination took in (uncached prompt + completion
 //                         tokens: its cache turnover, RoutingCore); a keyed request's prompt and
 //                         cached tokens in its key's sizes (KeySizes, for the rate reports)
-//   UpstreamDone()        the destination's part is over: releases the in-flight count and
-//                         observes destination_request_duration_seconds (idempotent); call it
+//   UpstreamDone()        the destination's part is over: releases the in-flight count (and
+//                         the policy's own, its PolicyTicket) and observes
+//                         destination_request_duration_seconds (idempotent); call it
 //                         before the last bytes go to the client, who may send the next request
 //   Finish(status)        the request is answered: a keyed request's rollout evidence, while
 //                         the table has a rollout (5xx counts as failed)
@@ -28,6 +29,7 @@
 #include <optional>
 
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/router.h"
 #include "tools/frontend/openai_fields.h"
 
@@ -60,15 +62,18 @@ class RequestLifecycle {
  private:
   friend class RoutingCore;
   RequestLifecycle(RoutingCore& core, dataplane::InFlight in_flight, dataplane::Time start,
-                   std::optional<uint64_t> key_id, PromptSize prompt_size)
+                   std::optional<uint64_t> key_id, PromptSize prompt_size,
+                   dataplane::PolicyTicket ticket = {})
       : core_(&core),
         in_flight_(std::move(in_flight)),
+        ticket_(std::move(ticket)),
         start_(start),
         key_id_(key_id),
         prompt_size_(prompt_size) {}
 
   RoutingCore* core_;
   dataplane::InFlight in_flight_;
+  dataplane::PolicyTicket ticket_;  // the policy's count of the request (dynamo-kv's), if any
   dataplane::Time start_;
   std::optional<uint64_t> key_id_;  // the routing key's id; none for a request without a key
   PromptSize prompt_size_;  // what the body showed of the prompt (for the estimate's calibration)

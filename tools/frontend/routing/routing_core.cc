@@ -47,11 +47,15 @@ RequestLifecycle RoutingCore::Route(std::optional<uint64_t> key_id, const Prompt
       .key_id = *key_id, .prompt_tokens = prompt_tokens, .block_hashes = block_hashes};
   recorder_.Record(pick.key_id);
   key_sizes_.ObservePrompt(pick.key_id, block_hashes, prompt_tokens);
-  dataplane::InFlight in_flight =
-      policy == nullptr ? router_.Pick(pick, clock_.Now())
-                        : router_.Track(policy->Route(pick, router_.loads()), prompt_tokens);
-  picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
-  return RequestLifecycle(*this, std::move(in_flight), start, pick.key_id, prompt);
+  if (policy == nullptr) {
+    dataplane::InFlight in_flight = router_.Pick(pick, clock_.Now());
+    picks_[static_cast<int>(in_flight.reason())].fetch_add(1, std::memory_order_relaxed);
+    return RequestLifecycle(*this, std::move(in_flight), start, pick.key_id, prompt);
+  }
+  const dataplane::Decision decision = policy->Route(pick, router_.loads());
+  picks_[static_cast<int>(decision.reason)].fetch_add(1, std::memory_order_relaxed);
+  return RequestLifecycle(*this, router_.Track(decision, prompt_tokens), start, pick.key_id, prompt,
+                          policy->Ticket(decision));
 }
 
 dataplane::Explanation RoutingCore::Explain(uint64_t key_id, const PromptSize& prompt,

@@ -53,8 +53,9 @@ struct DestinationWork {
 // What the engine itself reports (scraped metrics, e.g. vLLM's num_requests_waiting and
 // kv_cache_usage_perc).
 struct EngineMetrics {
-  double waiting = 0;   // requests queued, not yet running
-  double kv_usage = 0;  // share of the KV cache held by running requests, in [0, 1]
+  double waiting = 0;             // requests queued, not yet running
+  double kv_usage = 0;            // share of the KV cache held by running requests, in [0, 1]
+  double kv_capacity_tokens = 0;  // the engine's KV cache, configured or reported; 0: unknown
 };
 
 // What a policy may read about the fleet when it picks. Implementations: Router::loads() (local
@@ -125,6 +126,9 @@ struct Decision {
   // made no estimate (the caller counts the whole prompt).
   uint32_t expected_uncached_tokens = 0;
   CacheExpectation expected = CacheExpectation::kTemplate;
+  // The policy's id of this request, for the policies that count their own requests in flight
+  // (Policy::Ticket); 0: none.
+  uint64_t policy_request = 0;
 };
 
 // A key's two hashed candidates: distinct destinations in [0, n) from the key id alone (the same

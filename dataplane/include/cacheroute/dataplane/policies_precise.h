@@ -6,8 +6,9 @@
 //                        replicas with no shared state
 //   LlmdPrecisePolicy    llm-d's precise prefix-cache scorer: the llm-d profile (prefix 3, queue
 //                        2, KV utilisation 2) with the prefix score from the engines' KV events
-//   DynamoKvExactPolicy  NVIDIA Dynamo's KV router in exact mode: dynamo-kv's cost with the
-//                        overlap from the engines' KV events
+//
+// NVIDIA Dynamo's KV router in exact mode ("dynamo-kv-exact") is DynamoKvPolicy (policies.h) given
+// a KvEventIndex: the same cost, with the overlap from the engines' KV events.
 //
 // The precise two read a KvEventIndex (kv_event_index.h) that the caller owns and feeds with every
 // engine's events (the registry's reads_kv_events trait): each replica subscribes to every engine.
@@ -165,82 +166,6 @@ class LlmdPrecisePolicy final : public Policy {
   const uint32_t n_;
   std::mutex mu_;
   std::vector<uint32_t> matched_;  // guarded by mu_
-};
-
-// NVIDIA Dynamo's KV router in exact mode (ai-dynamo/dynamo, lib/llm/src/kv_router/: the indexer
-// fed by the workers' KV events): DynamoKvPolicy's cost,
-//   cost(d) = overlap_score_weight · (active prefill tokens(d) + new tokens(d)) / block
-//             + active blocks(d) + the request's blocks,
-// with overlap(d) the longest run of the request's leading blocks resident at d in the index, ties
-// to the destination with the fewest resident blocks (the indexer's tree size), then a random one.
-// Nothing is recorded at the pick: the exact indexer learns only from events. The active terms
-// are this replica's ledger (the LoadView's queued prefill and active tokens), as Dynamo's
-// replicas keep them without router_replica_sync (its default).
-class DynamoKvExactPolicy final : public Policy {
- public:
-  DynamoKvExactPolicy(uint32_t destinations, Random& random, KvEventIndex& index,
-                      const Clock& clock, DynamoKvOptions options = {})
-      : random_(random),
-        index_(index),
-        clock_(clock),
-        options_(options),
-        n_(destinations),
-        overlap_(destinations, 0),
-        resident_(destinations, 0) {}
-  std::string_view name() const override { return "dynamo-kv-exact"; }
-  Decision Pick(uint64_t key_id, const LoadView& loads) override {
-    return Route({.key_id = key_id}, loads);
-  }
-  Decision Route(const PickRequest& request, const LoadView& loads) override {
-    const std::lock_guard<std::mutex> lock(mu_);
-    const uint32_t n = std::min<uint32_t>(loads.size(), n_);
-    const double block = options_.block_tokens;
-    const double prompt = request.prompt_tokens > 0
-                              ? request.prompt_tokens
-                              : std::max<double>(1, request.block_hashes.size() * block);
-    index_.Overlap(request.block_hashes, clock_.Now(), overlap_);
-    const double request_blocks = std::ceil(prompt / block);
-    uint32_t best = kNoDestination;
-    double best_cost = 0, best_new = prompt;
-    const uint32_t start = n > 0 ? UniformIndex(random_, n) : 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t d = (start + i) % n;
-      if (!loads.Up(d)) continue;
-      double queued, active;
-      if (loads.HasWork()) {
-        const DestinationWork w = loads.Work(d);
-        queued = w.queued_prefill_tokens;
-        active = w.active_tokens;
-      } else {
-        queued = active = loads.Load(d) * prompt;
-      }
-      const double new_tokens = std::max(0.0, prompt - overlap_[d] * block);
-      const double cost = options_.overlap_score_weight * (queued + new_tokens) / block +
-                          active / block + request_blocks;
-      resident_[d] = index_.resident(d);
-      if (best == kNoDestination || cost < best_cost ||
-          (cost == best_cost && resident_[d] < resident_[best])) {
-        best = d;
-        best_cost = cost;
-        best_new = new_tokens;
-      }
-    }
-    if (best == kNoDestination) return {PowerOfTwoChoices(loads, random_), false, Reason::kPolicy};
-    Decision decision{best, false, Reason::kPolicy};
-    decision.expected_uncached_tokens = static_cast<uint32_t>(std::max(1.0, best_new));
-    if (best_new < prompt) decision.expected = CacheExpectation::kPrefix;
-    return decision;
-  }
-
- private:
-  Random& random_;
-  KvEventIndex& index_;
-  const Clock& clock_;
-  const DynamoKvOptions options_;
-  const uint32_t n_;
-  std::mutex mu_;
-  std::vector<uint32_t> overlap_;   // guarded by mu_
-  std::vector<uint32_t> resident_;  // guarded by mu_
 };
 
 }  // namespace cacheroute::dataplane

@@ -4,7 +4,7 @@
 //
 // Each entry has one canonical name (the policy's own name() spelling), a one-line description
 // for --help, whether it routes by the planner's table, its traits (rebuilt when the member count
-// changes; reads the ledger's active tokens; reads the engines' KV events), and a factory. A
+// changes; reads the ledger's active tokens; reads the engines' KV events; reads scraped metrics), and a factory. A
 // factory takes a PolicyContext: the destination count, the caller's Random, the Router (and its
 // Clock) for the table policies, and the baselines' parameters. A table policy's Router must be
 // built with the entry's `dispatch` (DispatchFor gives it); a caller that counts in-flight requests
@@ -85,6 +85,9 @@ struct PolicyInfo {
   // Reads the engines' KV events: the caller must give context.kv_events and feed it every
   // destination's events (KvEventIndex::Apply).
   bool reads_kv_events = false;
+  // Reads the engines' scraped metrics (LoadView::Scraped: waiting, KV usage and capacity): a
+  // gateway must scrape them, or the policy sees every engine idle and empty.
+  bool reads_scraped_metrics = false;
   DispatchOptions dispatch{};
   PolicyFactory make{};
 };
@@ -289,18 +292,26 @@ inline PolicyRegistry MakeBuiltinPolicies() {
        }}));
   must(r.Register({.name = "dynamo-kv",
                    .description = "NVIDIA Dynamo's KV router, approximate mode: least prefill + "
-                                  "decode blocks, its own sends as the overlap",
+                                  "distinct active blocks, its own sends as the overlap",
                    .rebuild_when_count_changes = true,
-                   .reads_active_tokens = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("dynamo-kv", "random");
                      if (c.clock == nullptr) return Missing("dynamo-kv", "clock");
-                     return std::unique_ptr<Policy>(std::make_unique<DynamoKvPolicy>(
-                         c.destinations, *c.random, *c.clock, c.parameters.dynamo));
+                     const DynamoKvOptions& o = c.parameters.dynamo;
+                     if (!(o.overlap_score_weight >= 0) || std::isinf(o.overlap_score_weight)) {
+                       return Parameter("dynamo overlap_score_weight", o.overlap_score_weight,
+                                        "finite and >= 0");
+                     }
+                     if (!(o.temperature >= 0) || std::isinf(o.temperature)) {
+                       return Parameter("dynamo temperature", o.temperature, "finite and >= 0");
+                     }
+                     return std::unique_ptr<Policy>(
+                         std::make_unique<DynamoKvPolicy>(c.destinations, *c.random, *c.clock, o));
                    }}));
   must(r.Register({.name = "llm-d",
                    .description = "llm-d's default scorers: prefix 3, queue 2, KV utilisation 2",
                    .rebuild_when_count_changes = true,
+                   .reads_scraped_metrics = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("llm-d", "random");
                      if (c.clock == nullptr) return Missing("llm-d", "clock");
@@ -330,6 +341,7 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                                   "prefix from the engines' KV events",
                    .rebuild_when_count_changes = true,
                    .reads_kv_events = true,
+                   .reads_scraped_metrics = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("llm-d-precise", "random");
                      if (c.clock == nullptr) return Missing("llm-d-precise", "clock");
@@ -341,14 +353,13 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                    .description = "NVIDIA Dynamo's KV router, exact mode: dynamo-kv's cost with "
                                   "the overlap from the engines' KV events",
                    .rebuild_when_count_changes = true,
-                   .reads_active_tokens = true,
                    .reads_kv_events = true,
                    .make = [](const PolicyContext& c) -> Made {
                      if (c.random == nullptr) return Missing("dynamo-kv-exact", "random");
                      if (c.clock == nullptr) return Missing("dynamo-kv-exact", "clock");
                      if (c.kv_events == nullptr) return Missing("dynamo-kv-exact", "kv_events");
-                     return std::unique_ptr<Policy>(std::make_unique<DynamoKvExactPolicy>(
-                         c.destinations, *c.random, *c.kv_events, *c.clock, c.parameters.dynamo));
+                     return std::unique_ptr<Policy>(std::make_unique<DynamoKvPolicy>(
+                         c.destinations, *c.random, *c.clock, c.parameters.dynamo, c.kv_events));
                    }}));
   // Accepted for flat-lb: the spelling existing gateway configs and replay command lines use.
   must(r.AddAlias("flatlb", "flat-lb"));

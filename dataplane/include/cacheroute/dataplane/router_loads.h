@@ -192,7 +192,7 @@ class RouterLoads final : public LoadView {
     return {.prefilling = ledger_.FleetPrefillingSeen(router_internal::CurrentThreadShard())};
   }
   EngineMetrics Scraped(uint32_t d) const override {
-    return {signals_.external(d), signals_.kv_usage(d)};
+    return {signals_.external(d), signals_.kv_usage(d), signals_.kv_capacity(d)};
   }
 
   // load(d) as the thread owning `thread_shard` sees it.

@@ -70,6 +70,20 @@ Field<Config> F(absl::string_view key, Part Config::*part, T Part::*member) {
           }};
 }
 
+// The key `key`, read into a field of the baselines' parameters (FleetKnobs::parameters):
+// fleet.dynamo_overlap_score_weight is parameters.dynamo.overlap_score_weight.
+template <typename Options, typename T>
+Field<FleetKnobs> ParameterField(absl::string_view key,
+                                 Options dataplane::PolicyParameters::*options,
+                                 T Options::*member) {
+  return {key,
+          [options, member](absl::string_view name, const YAML::Node& node,
+                            FleetKnobs& knobs) -> absl::Status {
+            CACHEROUTE_ASSIGN_OR_RETURN((knobs.parameters.*options).*member, Read<T>(name, node));
+            return absl::OkStatus();
+          }};
+}
+
 // A section of the file: a mapping of `fields`, applied to config.*part with keys named
 // "<section>.<key>"; null (every key commented out) changes nothing.
 template <typename Part>
@@ -178,6 +192,11 @@ const std::vector<Field<FleetKnobs>>& FleetFields() {
         F("share_interval_s", &K::share_interval_s),
         F("share_delay_s", &K::share_delay_s),
         F("share_loss", &K::share_loss),
+        // Dynamo's two open settings, to show how the defaults were chosen (docs/dispatch.md).
+        ParameterField("dynamo_overlap_score_weight", &dataplane::PolicyParameters::dynamo,
+                       &dataplane::DynamoKvOptions::overlap_score_weight),
+        ParameterField("dynamo_temperature", &dataplane::PolicyParameters::dynamo,
+                       &dataplane::DynamoKvOptions::temperature),
     };
     // The dispatch's cost weights, each spelled as the dataplane names it (fleet.decode_stall, …).
     for (const dataplane::DispatchWeight& w : dataplane::kDispatchWeights) {

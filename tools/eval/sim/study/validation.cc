@@ -158,6 +158,14 @@ absl::Status ValidateFleetKnobs(const FleetKnobs& f) {
   if (!(f.kv_budget_share >= 0 && f.kv_budget_share <= 1)) {
     return Invalid("fleet.kv_budget_share", "in [0, 1]", Num(f.kv_budget_share));
   }
+  const dataplane::DynamoKvOptions& dynamo = f.parameters.dynamo;
+  if (!(dynamo.overlap_score_weight >= 0 && std::isfinite(dynamo.overlap_score_weight))) {
+    return Invalid("fleet.dynamo_overlap_score_weight", "finite and >= 0",
+                   Num(dynamo.overlap_score_weight));
+  }
+  if (!(dynamo.temperature >= 0 && std::isfinite(dynamo.temperature))) {
+    return Invalid("fleet.dynamo_temperature", "finite and >= 0", Num(dynamo.temperature));
+  }
   return absl::OkStatus();
 }
 
