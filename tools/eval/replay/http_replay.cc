@@ -283,7 +283,8 @@ HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* d
       continue;
     }
     Dispatcher::Ticket ticket;
-    uint32_t destination = 0;
+    // Without a dispatcher the targets are gateways, dealt the requests in turn.
+    uint32_t destination = static_cast<uint32_t>(i % targets.size());
     if (dispatcher != nullptr) {
       ticket = dispatcher->Pick(request, workload.block_size);
       destination = ticket.destination;

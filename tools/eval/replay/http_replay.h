@@ -31,7 +31,7 @@ namespace cacheroute::replay {
 enum class PromptMode { kWords, kStub };
 
 struct HttpReplayOptions {
-  std::vector<std::string> targets;  // base URLs; one gateway, or the engines
+  std::vector<std::string> targets;  // base URLs: gateways (dealt requests in turn), or engines
   std::string model;                 // the "model" field; empty: omitted
   bool stream = true;
   double timeout_s = 60;       // per request: connect, and no byte for this long
@@ -44,7 +44,7 @@ struct HttpReplayResult {
   double wall_s = 0;              // from the first arrival to the last response
 };
 
-// `dispatcher` null: every request goes to targets[0] (a gateway routes it).
+// `dispatcher` null: the targets are gateways, request i goes to targets[i % targets.size()].
 HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* dispatcher,
                                const HttpReplayOptions& options);
 

@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
   app.add_option("--key-blocks", key_blocks,
                  "Routing key = the first N hash ids (default: a line's \"key\", else 2 ids)");
   auto* gw = app.add_option("--gateway", gateway,
-                            "Send everything to this gateway URL (it routes on X-CacheRoute-Key)");
+                            "Send everything to this gateway URL (it routes on X-CacheRoute-Key); "
+                            "several, comma-separated: the requests are dealt to them in turn, "
+                            "as a load balancer in front of gateway replicas would");
   auto* en = app.add_option("--engines", engines,
                             "Comma-separated engine URLs; the replay routes with --policy");
   gw->excludes(en);
@@ -89,12 +91,9 @@ int main(int argc, char** argv) {
   http.stream = !no_stream;
   http.prompt = prompt_mode == "stub" ? PromptMode::kStub : PromptMode::kWords;
   std::vector<std::string> targets;
-  if (!gateway.empty()) {
-    targets.push_back(NormalizeUrl(gateway));
-  } else {
-    for (const auto& part : absl::StrSplit(engines, ',', absl::SkipWhitespace())) {
-      targets.push_back(NormalizeUrl(std::string(part)));
-    }
+  for (const auto& part :
+       absl::StrSplit(gateway.empty() ? engines : gateway, ',', absl::SkipWhitespace())) {
+    targets.push_back(NormalizeUrl(std::string(part)));
   }
   if (targets.empty()) return kProgram.Fail(2, "give --gateway URL or --engines URL1,URL2,...");
   const cacheroute::dataplane::PolicyInfo* policy =
