@@ -28,7 +28,8 @@ std::vector<uint64_t> Blocks(uint64_t seed, uint32_t blocks) {
 
 TEST_CASE("PlacementOutbox keeps the grid hashes from the first news", "[placement_outbox]") {
   PlacementOutbox outbox;
-  const std::vector<uint64_t> blocks = Blocks(1, 40);  // grid: 0..7, 8, 10, …, 28, 32 (17 positions)
+  const std::vector<uint64_t> blocks =
+      Blocks(1, 40);  // grid: 0..7, 8, 10, …, 28, 32 (17 positions)
   REQUIRE(PrefixMemory::GridCount(blocks.size()) == 17);
   outbox.Offer(KeyId("a"), /*key_news=*/true, 3, 640, At(100), /*first_grid=*/0, blocks);
   outbox.Offer(KeyId("b"), /*key_news=*/false, 2, 640, At(110), /*first_grid=*/10, blocks);

@@ -47,9 +47,9 @@ int main(int argc, char** argv) {
   auto* en = app.add_option("--engines", engines,
                             "Comma-separated engine URLs; the replay routes with --policy");
   gw->excludes(en);
-  app.add_option("--policy", routing.policy,
-                 "Routing policy, with --engines:\n" +
-                     cacheroute::dataplane::BuiltinPolicies().Listing())
+  app.add_option(
+         "--policy", routing.policy,
+         "Routing policy, with --engines:\n" + cacheroute::dataplane::BuiltinPolicies().Listing())
       ->capture_default_str();
   app.add_option("--seed", routing.seed, "Seed of the policies' randomness")->capture_default_str();
   app.add_flag("--plan-from-workload", plan_from_workload,

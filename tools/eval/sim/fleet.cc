@@ -32,8 +32,8 @@
 #include "tools/eval/sim/calibration.h"
 #include "tools/eval/sim/fleet_control.h"
 #include "tools/eval/sim/fleet_gateway.h"
-#include "tools/eval/sim/fleet_share.h"
 #include "tools/eval/sim/fleet_kv_events.h"
+#include "tools/eval/sim/fleet_share.h"
 
 namespace cacheroute::sim {
 namespace {

@@ -4,11 +4,11 @@
 //
 // Each entry has one canonical name (the policy's own name() spelling), a one-line description
 // for --help, whether it routes by the planner's table, its traits (rebuilt when the member count
-// changes; reads the ledger's active tokens; reads the engines' KV events; reads scraped metrics), and a factory. A
-// factory takes a PolicyContext: the destination count, the caller's Random, the Router (and its
-// Clock) for the table policies, and the baselines' parameters. A table policy's Router must be
-// built with the entry's `dispatch` (DispatchFor gives it); a caller that counts in-flight requests
-// itself (the gateway) may call Router::Pick instead of the Policy.
+// changes; reads the ledger's active tokens; reads the engines' KV events; reads scraped metrics),
+// and a factory. A factory takes a PolicyContext: the destination count, the caller's Random, the
+// Router (and its Clock) for the table policies, and the baselines' parameters. A table policy's
+// Router must be built with the entry's `dispatch` (DispatchFor gives it); a caller that counts
+// in-flight requests itself (the gateway) may call Router::Pick instead of the Policy.
 //
 // Contract: names and aliases are unique across the registry; Find resolves both; Create returns
 // an error naming the value for an unknown name and naming the missing context field for a
