@@ -257,6 +257,23 @@ class PlannerServices final : public v1::RateService::CallbackService,
   void Unregister(StreamTableReactor* reactor);
   PlannerCore* core() { return core_; }
   const PlannerConfig& config() const { return config_; }
+  // Whether this replica serves fleet sharing: without etcd always; with replicas only the leader,
+  // so that every gateway shares through one exchange (the others answer FAILED_PRECONDITION
+  // naming the leader, and the gateway's share stream moves on to another replica).
+  grpc::Status ShareAllowed() {
+    HaReplica* ha = ha_.load();
+    if (config_.etcd.enabled && ha == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "replica starting");
+    }
+    if (ha == nullptr || HaLeads(ha)) return grpc::Status::OK;
+    const auto [id, address] = HaLeader(ha);
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        id.empty() ? std::string("not the leader, and no leader is known (etcd "
+                                                 "unreachable?): fleet sharing is the leader's")
+                                   : absl::StrCat("not the leader: fleet sharing is the leader's, ",
+                                                  id, " at ", address));
+  }
+
   grpc::Status CheckAuth(grpc::CallbackServerContext* context, bool mutating) const {
     if (config_.token.empty() || (!mutating && !config_.token_required_for_reads)) {
       return grpc::Status::OK;
@@ -522,13 +539,15 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(const Planne
   std::unique_ptr<PlannerServer> server(new PlannerServer());
   CACHEROUTE_ASSIGN_OR_RETURN(server->core_, PlannerCore::Create(config, clock));
   server->services_ = std::make_unique<PlannerServices>(config, server->core_.get());
-  // Every replica serves sharing, leader or not; a stream publishes, so it needs the token that
-  // writes do.
+  // A stream publishes, so it needs the token that writes do; with replicas only the leader
+  // serves sharing (ShareAllowed), at the stream's start and at every batch.
   server->share_ = std::make_unique<ShareService>(
       planner::ShareExchangeOptions{}, *clock,
       [services = server->services_.get()](grpc::CallbackServerContext* context) {
-        return services->CheckAuth(context, /*mutating=*/true);
-      });
+        grpc::Status status = services->CheckAuth(context, /*mutating=*/true);
+        return status.ok() ? services->ShareAllowed() : status;
+      },
+      [services = server->services_.get()] { return services->ShareAllowed(); });
 
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!config.tls.cert_file.empty()) {

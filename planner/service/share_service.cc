@@ -46,6 +46,13 @@ class ShareService::Reactor final
       RequestFinishLocked(grpc::Status::OK);
       return;
     }
+    if (service_->serving_) {
+      if (grpc::Status serving = service_->serving_(); !serving.ok()) {
+        absl::MutexLock lock(&mu_);
+        RequestFinishLocked(serving);
+        return;
+      }
+    }
     // gateway_id_ is written only here, and reads are serialised.
     const std::string& sender = request_.batch().gateway_id();
     if (!gateway_id_.empty() && sender != gateway_id_) {
@@ -167,8 +174,8 @@ class ShareService::Reactor final
 };
 
 ShareService::ShareService(const planner::ShareExchangeOptions& options, base::Clock& clock,
-                           Authorize authorize)
-    : exchange_(options, clock), authorize_(std::move(authorize)) {}
+                           Authorize authorize, Serving serving)
+    : exchange_(options, clock), authorize_(std::move(authorize)), serving_(std::move(serving)) {}
 
 ShareService::~ShareService() { Shutdown(); }
 

@@ -1,8 +1,10 @@
 // ShareService: the planner's gRPC edge of fleet sharing (proto/cacheroute/v1/share.proto). Each
 // gateway or endpoint picker keeps one bidirectional Share stream open; every batch it sends is
 // published to this process's ShareExchange (planner/share/share_exchange.h), and every batch the
-// other gateways publish is written back to it, the recent past first. Every replica serves it
-// (no leader check): gateways that reach the same replica share.
+// other gateways publish is written back to it, the recent past first. Without etcd the planner
+// serves it; with etcd, only the leader (the planner's `serving` check: the others answer
+// FAILED_PRECONDITION naming it, at the stream's start and at every batch), so that every gateway
+// shares through one exchange.
 //
 // A stream's gateway is the first batch's gateway_id (then it subscribes); a later batch naming
 // another, or a batch the exchange refuses, ends the stream with INVALID_ARGUMENT naming the
@@ -38,8 +40,12 @@ class ShareService final : public v1::ShareService::CallbackService {
   // OK, or the status a stream is refused with (the bearer-token check).
   using Authorize = std::function<grpc::Status(grpc::CallbackServerContext*)>;
 
+  // OK while this process serves sharing (checked at every batch read; null: always): a replica
+  // that stops leading ends its streams with the status, so that they move to the leader.
+  using Serving = std::function<grpc::Status()>;
+
   ShareService(const planner::ShareExchangeOptions& options, base::Clock& clock,
-               Authorize authorize);
+               Authorize authorize, Serving serving = nullptr);
   ~ShareService() override;
 
   grpc::ServerBidiReactor<v1::ShareRequest, v1::ShareUpdate>* Share(
@@ -60,6 +66,7 @@ class ShareService final : public v1::ShareService::CallbackService {
 
   planner::ShareExchange exchange_;
   const Authorize authorize_;
+  const Serving serving_;
   absl::Mutex streams_mu_;
   std::set<Reactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
   bool shut_down_ ABSL_GUARDED_BY(streams_mu_) = false;

@@ -2,6 +2,9 @@
 // gateway publishes reaches every other gateway and never its sender, the recent past first on a
 // new stream; a malformed batch or a second gateway id ends the stream with INVALID_ARGUMENT
 // naming the field; the bearer token is required; a stopping planner ends the streams.
+#include "planner/service/share_service.h"
+
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
@@ -9,7 +12,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "base/clock.h"
 #include "cacheroute/v1/share.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "support/planner_fixture.h"
 #include "tests/support/planner_config.h"
 
@@ -150,6 +155,54 @@ TEST_CASE("a stopping planner ends the share streams") {
   planner.Stop();
   CHECK_FALSE(a.Next(got));
   CHECK(a.stream->Finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_CASE("a replica that does not serve sharing refuses streams, and ends them when it stops") {
+  // The ShareService alone on a loopback port, with the serving check a replicated planner gives
+  // it (only the leader serves).
+  base::RealClock clock;
+  std::atomic<bool> leading{false};
+  ShareService share({}, clock, nullptr, [&leading] {
+    return leading.load() ? grpc::Status::OK
+                          : grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                         "not the leader: fleet sharing is the leader's");
+  });
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&share);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  const std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  auto open = [&channel](grpc::ClientContext& context) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return v1::ShareService::NewStub(channel)->Share(&context);
+  };
+  {
+    grpc::ClientContext context;
+    auto stream = open(context);
+    stream->Write(Batch("gw-a", 1, 1));
+    stream->WritesDone();
+    v1::ShareUpdate update;
+    while (stream->Read(&update)) {
+    }
+    const grpc::Status status = stream->Finish();
+    CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(absl::StrContains(status.error_message(), "not the leader"));
+  }
+  leading = true;
+  grpc::ClientContext context;
+  auto stream = open(context);
+  REQUIRE(stream->Write(Batch("gw-a", 1, 1)));
+  leading = false;  // leadership lost: the next batch ends the stream
+  stream->Write(Batch("gw-a", 2, 2));
+  v1::ShareUpdate update;
+  while (stream->Read(&update)) {
+  }
+  CHECK(stream->Finish().error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  share.Shutdown();
+  server->Shutdown();
 }
 
 }  // namespace

@@ -95,6 +95,9 @@ void ShareLink::Run() {
                      {{"error", absl::StrCat(status.error_code(), " ", status.error_message())}});
     }
     channels_->Failed(pick.index);
+    // A follower of replicated planners: the next replica is tried at the first backoff step, so
+    // that the stream finds the leader quickly.
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) attempt = 0;
     const dataplane::Duration delay =
         options_.backoff.Delay(static_cast<uint32_t>(attempt++ / channels_->size()), random_);
     std::unique_lock<std::mutex> lock(mu_);
