@@ -321,6 +321,9 @@ TEST_CASE("the EPP and cacheroute-gateway choose the same endpoints for one sequ
   dataplane.upstreams = upstreams;
   dataplane.planner = {planner.target()};
   dataplane.report_interval = absl::Hours(1);  // the planner plans only when asked anyway
+  // The two front ends must decide alone to be compared: sharing through the planner would give
+  // each the other's placements and work (docs/dispatch.md, "Several gateways").
+  dataplane.share = false;
   dataplane.listen = "127.0.0.1:0";
   dataplane.read_timeout = absl::Seconds(120);
   gateway::GatewayConfig gateway_config = dataplane;

@@ -50,7 +50,7 @@ TEST_CASE("fleet sharing is on by default, every 25ms; share_interval is bounded
   absl::StatusOr<FrontendConfig> config = Parse(kMinimal);
   REQUIRE(config.ok());
   CHECK(config->share);
-  CHECK(config->share_interval == absl::Milliseconds(25));
+  CHECK(config->share_interval == absl::Milliseconds(5));
 
   config = Parse(std::string(kMinimal) + "share: false\nshare_interval: 100ms\n");
   REQUIRE(config.ok());
