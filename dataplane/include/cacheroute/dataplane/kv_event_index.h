@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "cacheroute/dataplane/clock.h"
+#include "cacheroute/dataplane/prefix_index.h"
 #include "cacheroute/dataplane/random.h"
 
 namespace cacheroute::dataplane {
@@ -109,24 +110,8 @@ class KvEventIndex {
   // speculatively there and not expired at `now`.
   void Overlap(std::span<const uint64_t> hashes, Time now, std::span<uint32_t> out) const {
     const std::lock_guard<std::mutex> lock(mu_);
-    std::fill(out.begin(), out.end(), 0);
-    if (hashes.empty()) return;
-    active_.clear();
-    for (uint32_t d = 0; d < out.size() && d < options_.destinations; ++d) {
-      if (Live(Find(hashes[0], d), now)) {
-        out[d] = 1;
-        active_.push_back(d);
-      }
-    }
-    for (size_t i = 1; i < hashes.size() && !active_.empty(); ++i) {
-      size_t kept = 0;
-      for (uint32_t d : active_) {
-        if (!Live(Find(hashes[i], d), now)) continue;
-        out[d] = static_cast<uint32_t>(i + 1);
-        active_[kept++] = d;
-      }
-      active_.resize(kept);
-    }
+    LeadingOverlap(hashes, options_.destinations, out, active_,
+                   [&](uint64_t hash, uint32_t d) { return Live(Find(hash, d), now); });
   }
 
   // Speculative entries for every block of `hashes` at `destination`, live until now + ttl (a

@@ -42,6 +42,33 @@ struct PrefixIndexOptions {
   Duration ttl = Duration::zero();  // zero: entries never expire by age
 };
 
+// For each destination d < min(out.size(), destinations), the number of leading blocks of `hashes`
+// that `holds(hash, d)`: the overlap both prefix indexes compute (ApproxPrefixIndex here,
+// KvEventIndex over the engines' events). `active` is the caller's scratch (no allocation once it
+// has room for the destinations).
+template <typename Holds>
+void LeadingOverlap(std::span<const uint64_t> hashes, uint32_t destinations,
+                    std::span<uint32_t> out, std::vector<uint32_t>& active, Holds holds) {
+  std::fill(out.begin(), out.end(), 0);
+  if (hashes.empty()) return;
+  active.clear();
+  for (uint32_t d = 0; d < out.size() && d < destinations; ++d) {
+    if (holds(hashes[0], d)) {
+      out[d] = 1;
+      active.push_back(d);
+    }
+  }
+  for (size_t i = 1; i < hashes.size() && !active.empty(); ++i) {
+    size_t kept = 0;
+    for (uint32_t d : active) {
+      if (!holds(hashes[i], d)) continue;
+      out[d] = static_cast<uint32_t>(i + 1);
+      active[kept++] = d;
+    }
+    active.resize(kept);
+  }
+}
+
 class ApproxPrefixIndex {
  public:
   explicit ApproxPrefixIndex(const PrefixIndexOptions& options)
@@ -71,24 +98,8 @@ class ApproxPrefixIndex {
   // For each destination d < out.size(), the number of leading blocks of `hashes` recorded at d and
   // not expired at `now`.
   void Overlap(std::span<const uint64_t> hashes, Time now, std::span<uint32_t> out) const {
-    std::fill(out.begin(), out.end(), 0);
-    if (hashes.empty()) return;
-    active_.clear();
-    for (uint32_t d = 0; d < out.size() && d < options_.destinations; ++d) {
-      if (Live(Find(hashes[0], d), now)) {
-        out[d] = 1;
-        active_.push_back(d);
-      }
-    }
-    for (size_t i = 1; i < hashes.size() && !active_.empty(); ++i) {
-      size_t kept = 0;
-      for (uint32_t d : active_) {
-        if (!Live(Find(hashes[i], d), now)) continue;
-        out[d] = static_cast<uint32_t>(i + 1);
-        active_[kept++] = d;
-      }
-      active_.resize(kept);
-    }
+    LeadingOverlap(hashes, options_.destinations, out, active_,
+                   [&](uint64_t hash, uint32_t d) { return Live(Find(hash, d), now); });
   }
 
   // Records every block of `hashes` at `destination` as of `now` (most recent first, so that a
