@@ -133,11 +133,7 @@ void SimGateway::ShareIn(const v1::ShareBatch& batch) {
   remote_work_[batch.gateway_id()] = *in.work;
   for (uint32_t d = 0; d < config_.engines; ++d) {
     dataplane::DestinationWork sum;
-    for (const auto& [gateway, work] : remote_work_) {
-      sum.queued_prefill_tokens += work[d].queued_prefill_tokens;
-      sum.prefilling += work[d].prefilling;
-      sum.decoding += work[d].decoding;
-    }
+    for (const auto& [gateway, work] : remote_work_) sum += work[d];
     (void)router.SetRemoteWork(d, sum);
   }
 }

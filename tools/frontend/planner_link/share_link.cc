@@ -221,10 +221,7 @@ void ShareLink::ApplyRemoteWorkLocked() {
     dataplane::DestinationWork sum;
     for (const auto& [gateway, remote] : remote_) {
       const auto it = remote.work.find(names_[d]);
-      if (it == remote.work.end()) continue;
-      sum.queued_prefill_tokens += it->second.queued_prefill_tokens;
-      sum.prefilling += it->second.prefilling;
-      sum.decoding += it->second.decoding;
+      if (it != remote.work.end()) sum += it->second;
     }
     (void)router_.SetRemoteWork(d, sum);
   }

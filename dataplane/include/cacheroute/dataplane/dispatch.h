@@ -50,6 +50,16 @@ struct DestinationWork {
   double active_tokens = 0;  // prompt tokens of every request in flight there
 };
 
+// Field by field: the work of several ledgers at one destination (fleet sharing sums the other
+// gateways' with this one's).
+inline DestinationWork& operator+=(DestinationWork& a, const DestinationWork& b) {
+  a.queued_prefill_tokens += b.queued_prefill_tokens;
+  a.prefilling += b.prefilling;
+  a.decoding += b.decoding;
+  a.active_tokens += b.active_tokens;
+  return a;
+}
+
 // What the engine itself reports (scraped metrics, e.g. vLLM's num_requests_waiting and
 // kv_cache_usage_perc).
 struct EngineMetrics {

@@ -327,12 +327,7 @@ class TokenWorkRule {
     CandidateSignals s;
     if (o.has_work) {
       DestinationWork w = ledger.Work(d);
-      if (o.remote_work) {
-        const DestinationWork r = signals.remote_work(d);
-        w.queued_prefill_tokens += r.queued_prefill_tokens;
-        w.prefilling += r.prefilling;
-        w.decoding += r.decoding;
-      }
+      if (o.remote_work) w += signals.remote_work(d);
       s.queued_tokens = w.queued_prefill_tokens;
       s.queued_prefill_tokens = w.queued_prefill_tokens;
       s.prefilling = w.prefilling;
