@@ -55,6 +55,22 @@ TEST_CASE("a file that is not a replay report is refused, naming the field") {
   CHECK(std::string(missing.status().message()).find("succeeded") != std::string::npos);
 }
 
+TEST_CASE("repeats of one set-up fold into their medians, figure by figure") {
+  std::vector<ReplayRun> repeats;
+  for (uint64_t cached : {90, 10, 50}) repeats.push_back(*ReadRun("r", ReportJson(cached, "e0", "e1")));
+  repeats[0].ttft_p99_s = 3;
+  repeats[1].ttft_p99_s = 1;
+  repeats[2].ttft_p99_s = 2;
+  const ReplayRun median = MedianRun("three", repeats);
+  CHECK(median.label == "three");
+  CHECK(median.kv_hit == Approx(0.25));  // 50 of 200 prompt tokens: the middle repeat
+  CHECK(median.ttft_p99_s == 2);
+  REQUIRE(median.destinations.size() == 2);
+  CHECK(median.destinations[0].kv_hit == Approx(0.5));
+  repeats.pop_back();  // an even count: the mean of the middle two
+  CHECK(MedianRun("two", repeats).ttft_p99_s == 2);
+}
+
 TEST_CASE("the table, the Markdown and the charts show every run") {
   std::vector<ReplayRun> runs = {*ReadRun("flatlb", ReportJson(10, "e0", "e1")),
                                  *ReadRun("cacheroute", ReportJson(90, "e0", "e1"))};
@@ -91,6 +107,11 @@ TEST_CASE("cacheroute-replay-compare writes the report; bad arguments exit 2") {
   CHECK(dir.Read("report.md").find("cacheroute") != std::string::npos);
   CHECK(dir.Read("kv-hit.svg").find("</svg>") != std::string::npos);
 
+  testing::CommandResult folded = testing::RunCommand(
+      CACHEROUTE_REPLAY_COMPARE_PATH, {"both=" + dir.File("a.json") + "," + dir.File("b.json")});
+  INFO(folded.out << folded.err);
+  CHECK(folded.exit_code == 0);
+  CHECK(folded.out.find("both (median of 2)") != std::string::npos);
   testing::CommandResult bad = testing::RunCommand(CACHEROUTE_REPLAY_COMPARE_PATH, {"nolabel"});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("nolabel") != std::string::npos);

@@ -1,7 +1,8 @@
 // cacheroute-replay as a real process against three in-process engine emulators at time scale 0,
 // over real HTTP on loopback: its served KV hit equals the engines' own prefix-cache counters, its
 // per-destination counts equal what each engine served, failures are counted when an engine is
-// down, and routing decisions are a function of the seed.
+// down, routing decisions are a function of the seed, and through two in-process endpoint pickers
+// (--ext-proc) every request is routed by the picker it was dealt and served where it named.
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
@@ -11,9 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/eventually.h"
+#include "tests/support/require_ok.h"
+#include "tools/epp/epp.h"
+#include "tools/epp/epp_config.h"
 #include "tools/eval/engine_emu/server.h"
 #include "tools/eval/replay/replay.h"
 #include "tools/eval/workload/json_line.h"
@@ -231,6 +238,75 @@ TEST_CASE("through a gateway, destinations come from its X-CacheRoute-Destinatio
   CHECK(report.planned == 2);
   CHECK(report.succeeded == 4);
   CHECK(report.prefill_imbalance == Approx(50.0 / 45.0));
+}
+
+TEST_CASE("through endpoint pickers: each request routed by the picker it was dealt, then served") {
+  testing::TempDir dir("replay_test");
+  const std::string workload = WriteWorkload(dir);
+  std::vector<std::unique_ptr<engine_emu::EmuServer>> engines;
+  epp::EppConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  for (int i = 0; i < 3; ++i) {
+    engines.push_back(StartEmu(i));
+    config.dataplane.upstreams.push_back({absl::StrCat("u", i), Url(*engines.back())});
+  }
+  std::vector<std::unique_ptr<epp::Epp>> pickers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 2; ++i) {
+    pickers.push_back(testing::RequireOk(epp::Epp::Start(config)));
+    addresses.push_back(absl::StrCat("127.0.0.1:", pickers.back()->port()));
+  }
+  Run run = Replay({"--workload", workload, "--ext-proc", absl::StrJoin(addresses, ","),
+                    "--speedup", "4", "--prompt", "stub"},
+                   dir.File("pickers.json"));
+  const JsonValue& r = run.report;
+  CHECK(U(r, "failed") == 0);
+  const uint64_t requests = U(r, "requests");
+  CHECK(U(r, "succeeded") == requests);
+  CHECK(r.Find("policy")->text == "endpoint-picker");
+  // Where each request went is what its picker said (the member name it added to the response);
+  // the engines served exactly that.
+  const JsonValue& destinations = *r.Find("destinations");
+  REQUIRE(destinations.items.size() == 3);
+  uint64_t hits = 0;
+  for (int i = 0; i < 3; ++i) {
+    const engine_emu::EngineMetrics m = engines[i]->runner().Metrics();
+    CHECK(destinations.items[i].Find("name")->text == absl::StrCat("u", i));
+    CHECK(U(destinations.items[i], "requests") == m.finished);
+    CHECK(U(destinations.items[i], "cached_tokens") == m.prefix_hits);
+    hits += m.prefix_hits;
+  }
+  CHECK(U(r, "cached_tokens") == hits);
+  // Dealt in turn: each picker answered half the requests, every one 2xx (it followed each
+  // response to its end).
+  for (int i = 0; i < 2; ++i) {
+    const uint64_t dealt = requests / 2 + (i == 0 ? requests % 2 : 0);
+    CHECK(absl::StrContains(pickers[i]->RenderMetrics(),
+                            absl::StrCat("requests_total{endpoint=\"completions\",code=\"2xx\"} ",
+                                         dealt, "\n")));
+  }
+}
+
+TEST_CASE("through an endpoint picker with no member up, requests fail with its 503") {
+  testing::TempDir dir("replay_test");
+  const std::string workload = WriteWorkload(dir);
+  epp::EppConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
+  config.dataplane.upstreams.push_back({"down", "http://127.0.0.1:1"});
+  config.dataplane.health_check_interval = absl::Milliseconds(20);
+  config.dataplane.health_check_timeout = absl::Milliseconds(200);
+  config.dataplane.failure_threshold = 1;
+  std::unique_ptr<epp::Epp> picker = testing::RequireOk(epp::Epp::Start(config));
+  REQUIRE(testing::Eventually([&] { return !picker->ready(); }));
+  Run run = Replay({"--workload", workload, "--ext-proc",
+                    absl::StrCat("127.0.0.1:", picker->port()), "--duration", "0.2", "--prompt",
+                    "stub"},
+                   dir.File("down.json"));
+  CHECK(U(run.report, "succeeded") == 0);
+  CHECK(U(run.report, "failed") == U(run.report, "requests"));
+  CHECK(absl::StrContains(run.output, "http_error"));
 }
 
 }  // namespace

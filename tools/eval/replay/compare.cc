@@ -156,13 +156,62 @@ const Row kRows[] = {
 
 }  // namespace
 
+namespace {
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+ReplayRun MedianRun(const std::string& label, const std::vector<ReplayRun>& repeats) {
+  ReplayRun median = repeats.front();
+  median.label = label;
+  const auto fold = [&](double ReplayRun::*field) {
+    std::vector<double> v;
+    for (const ReplayRun& r : repeats) v.push_back(r.*field);
+    median.*field = MedianOf(std::move(v));
+  };
+  for (double ReplayRun::*field :
+       {&ReplayRun::requests, &ReplayRun::succeeded, &ReplayRun::failed, &ReplayRun::ttft_p50_s,
+        &ReplayRun::ttft_p99_s, &ReplayRun::latency_p50_s, &ReplayRun::latency_p99_s,
+        &ReplayRun::kv_hit, &ReplayRun::planned, &ReplayRun::request_imbalance,
+        &ReplayRun::prefill_imbalance}) {
+    fold(field);
+  }
+  for (ReplayRunDestination& d : median.destinations) {
+    std::vector<double> requests, prefill, hit;
+    for (const ReplayRun& r : repeats) {
+      for (const ReplayRunDestination& x : r.destinations) {
+        if (x.name != d.name) continue;
+        requests.push_back(x.requests);
+        prefill.push_back(x.prefill_tokens);
+        hit.push_back(x.kv_hit);
+      }
+    }
+    d.requests = MedianOf(std::move(requests));
+    d.prefill_tokens = MedianOf(std::move(prefill));
+    d.kv_hit = MedianOf(std::move(hit));
+  }
+  return median;
+}
+
 std::string CompareTable(const std::vector<ReplayRun>& runs) {
+  // Each column as wide as its label, at least 14.
+  std::vector<int> width;
+  for (const ReplayRun& r : runs) width.push_back(std::max<int>(14, r.label.size()));
   std::string out = absl::StrFormat("  %-26s", "");
-  for (const ReplayRun& r : runs) absl::StrAppendFormat(&out, " %14s", r.label);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    absl::StrAppendFormat(&out, "  %*s", width[i], runs[i].label);
+  }
   out += "\n";
   for (const Row& row : kRows) {
     absl::StrAppendFormat(&out, "  %-26s", row.name);
-    for (const ReplayRun& r : runs) absl::StrAppendFormat(&out, " %14s", row.format(r));
+    for (size_t i = 0; i < runs.size(); ++i) {
+      absl::StrAppendFormat(&out, "  %*s", width[i], row.format(runs[i]));
+    }
     out += "\n";
   }
   return out;

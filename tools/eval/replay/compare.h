@@ -1,7 +1,9 @@
 // Side-by-side comparison of cacheroute-replay runs (their --json reports): the shadow-replay
 // gate of the paper's §5.3 (the same trace, plan vs Flat-LB) and the local demo's report.
 //
-// ReadRun parses one report. CompareTable prints the runs as columns (served KV hit, TTFT p50 and
+// ReadRun parses one report; MedianRun folds repeats of one set-up into a run whose every figure
+// is the median over them (machines are noisy: a tail latency means something only as a median of
+// repeated runs). CompareTable prints the runs as columns (served KV hit, TTFT p50 and
 // p99, latency p99, failures, prefill imbalance, planned share); CompareMarkdown adds per-run
 // destination tables; BarChartSvg draws one metric per run as a labelled bar chart, and
 // DestinationLoadSvg the prefill work per destination of every run, grouped. The SVG is plain
@@ -39,6 +41,11 @@ struct ReplayRun {
 
 // InvalidArgument naming the field when `json` is not a replay report.
 absl::StatusOr<ReplayRun> ReadRun(const std::string& label, const std::string& json);
+
+// The repeats' medians, figure by figure (an even count: the mean of the middle two); destinations
+// are the first repeat's, each figure the median over the repeats that have that destination.
+// `repeats` must not be empty.
+ReplayRun MedianRun(const std::string& label, const std::vector<ReplayRun>& repeats);
 
 std::string CompareTable(const std::vector<ReplayRun>& runs);
 std::string CompareMarkdown(const std::vector<ReplayRun>& runs, const std::string& title);

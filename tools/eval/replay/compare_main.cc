@@ -3,6 +3,8 @@
 //
 //   cacheroute-replay-compare LABEL=report.json LABEL=report.json ... [--out DIR] [--title T]
 //
+// LABEL=a.json,b.json,c.json: repeats of one set-up, shown as their medians (MedianRun).
+//
 // Prints the comparison; with --out writes DIR/report.md, DIR/kv-hit.svg, DIR/ttft-p99.svg and
 // DIR/destination-load.svg. Exit 2 for bad arguments or an unreadable report, naming it.
 #include <fstream>
@@ -12,6 +14,8 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tools/eval/main_helpers.h"
 #include "tools/eval/replay/compare.h"
 
@@ -29,7 +33,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> specs;
   std::string out_dir;
   std::string title = "Replay comparison";
-  app.add_option("runs", specs, "LABEL=FILE: a cacheroute-replay --json report")->required();
+  app.add_option("runs", specs,
+                 "LABEL=FILE: a cacheroute-replay --json report; LABEL=FILE,FILE,...: repeats "
+                 "of one set-up, shown as their medians")
+      ->required();
   app.add_option("--out", out_dir, "Write report.md and SVG charts into this directory");
   app.add_option("--title", title, "Title of report.md");
   if (std::optional<int> code = cacheroute::eval::ParseCommandLine(app, argc, argv)) return *code;
@@ -40,15 +47,26 @@ int main(int argc, char** argv) {
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
       return kProgram.Fail(2, "runs: expected LABEL=FILE, got \"" + spec + "\"");
     }
-    const std::string label = spec.substr(0, eq), path = spec.substr(eq + 1);
-    std::ifstream in(path);
-    if (!in) return kProgram.Fail(2, label + ": cannot read " + path);
-    std::stringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<ReplayRun> run = ReadRun(label, text.str());
-    if (!run.ok()) {
-      return kProgram.Fail(2, label + ": " + path + ": " + std::string(run.status().message()));
+    const std::string label = spec.substr(0, eq);
+    std::vector<ReplayRun> repeats;
+    const std::vector<std::string> paths =
+        absl::StrSplit(spec.substr(eq + 1), ',', absl::SkipEmpty());
+    for (const std::string& path : paths) {
+      std::ifstream in(path);
+      if (!in) return kProgram.Fail(2, label + ": cannot read " + path);
+      std::stringstream text;
+      text << in.rdbuf();
+      absl::StatusOr<ReplayRun> run = ReadRun(label, text.str());
+      if (!run.ok()) {
+        return kProgram.Fail(2, label + ": " + path + ": " + std::string(run.status().message()));
+      }
+      repeats.push_back(*std::move(run));
     }
+    if (repeats.empty()) return kProgram.Fail(2, "runs: no file in \"" + spec + "\"");
+    absl::StatusOr<ReplayRun> run =
+        repeats.size() == 1
+            ? repeats.front()
+            : MedianRun(absl::StrCat(label, " (median of ", repeats.size(), ")"), repeats);
     runs.push_back(*std::move(run));
   }
   std::cout << CompareTable(runs);

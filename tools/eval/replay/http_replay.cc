@@ -8,12 +8,14 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "cacheroute/dataplane/key_id.h"
+#include "tools/eval/replay/envoy_filter.h"
 #include "tools/eval/workload/json_line.h"
 
 namespace cacheroute::replay {
@@ -33,10 +35,10 @@ constexpr std::string_view kWords[64] = {
     "long", "make",  "many",  "mind",  "name",  "near", "next", "open", "over"};
 
 // A pool of worker threads grown on demand up to `max`; each owns its HTTP clients, one per
-// target, kept alive between requests.
+// base URL, kept alive between requests.
 class WorkerPool {
  public:
-  using Clients = std::vector<std::unique_ptr<httplib::Client>>;
+  using Clients = std::map<std::string, std::unique_ptr<httplib::Client>>;
   using Task = std::function<void(Clients&)>;
 
   explicit WorkerPool(size_t max) : max_(max) {}
@@ -144,9 +146,13 @@ bool ParseBody(const std::string& body, bool stream, Outcome& out) {
 }
 
 // `first_chunk` runs once, when the first chunk of the response arrives (its first token when it
-// streams; the whole response otherwise).
+// streams; the whole response otherwise). `start` is when the request left the client. With a
+// `filter` (an endpoint picker's ext_proc stream) the response's headers and each chunk pass
+// through the picker first, as Envoy forwards them, and the picker's response headers say where
+// the request went.
 Outcome Send(httplib::Client& client, const std::string& body, const std::string& key,
-             const HttpReplayOptions& options, const std::function<void()>& first_chunk) {
+             const HttpReplayOptions& options, Clock::time_point start, EnvoyFilter* filter,
+             const std::function<void()>& first_chunk) {
   Outcome out;
   httplib::Request req;
   req.method = "POST";
@@ -154,9 +160,20 @@ Outcome Send(httplib::Client& client, const std::string& body, const std::string
   req.headers = {{"Content-Type", "application/json"}, {"X-CacheRoute-Key", key}};
   req.body = body;
   std::string received;
-  const Clock::time_point start = Clock::now();
   Clock::time_point first = Clock::time_point::min();
+  bool relayed = true;  // every part the picker was sent came back
+  EnvoyFilter::Headers added;
+  if (filter != nullptr) {
+    req.response_handler = [&](const httplib::Response& response) {
+      relayed = filter->ResponseHeaders(response.status, &added);
+      return relayed;
+    };
+  }
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (filter != nullptr && !filter->ResponseBody(absl::string_view(data, n), false)) {
+      relayed = false;
+      return false;
+    }
     if (first == Clock::time_point::min()) {
       first = Clock::now();
       first_chunk();
@@ -166,13 +183,19 @@ Outcome Send(httplib::Client& client, const std::string& body, const std::string
   };
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
-  const bool sent = client.send(req, res, error);
+  bool sent = client.send(req, res, error);
+  if (sent && filter != nullptr) {
+    relayed = relayed && filter->ResponseBody("", true) && filter->Finish().ok();
+    sent = relayed;
+  }
   const Clock::time_point end = Clock::now();
   out.latency_s = Seconds(end - start);
   out.ttft_s =
       options.stream && first != Clock::time_point::min() ? Seconds(first - start) : out.latency_s;
   if (!sent) {
-    if (error == httplib::Error::Connection) {
+    if (!relayed) {
+      out.kind = OutcomeKind::kTransportError;
+    } else if (error == httplib::Error::Connection) {
       out.kind = OutcomeKind::kConnectError;
     } else if (out.latency_s >= options.timeout_s * 0.99) {
       out.kind = OutcomeKind::kTimeout;
@@ -182,8 +205,15 @@ Outcome Send(httplib::Client& client, const std::string& body, const std::string
     return out;
   }
   out.http_status = res.status;
-  out.via = res.get_header_value("X-CacheRoute-Destination");
-  out.planned = res.get_header_value("X-CacheRoute-Planned") == "1";
+  if (filter != nullptr) {
+    for (const auto& [name, value] : added) {
+      if (name == "x-cacheroute-destination") out.via = value;
+      if (name == "x-cacheroute-planned") out.planned = value == "1";
+    }
+  } else {
+    out.via = res.get_header_value("X-CacheRoute-Destination");
+    out.planned = res.get_header_value("X-CacheRoute-Planned") == "1";
+  }
   if (res.status < 200 || res.status >= 300) {
     out.kind = OutcomeKind::kHttpError;
     return out;
@@ -194,6 +224,32 @@ Outcome Send(httplib::Client& client, const std::string& body, const std::string
                    ? OutcomeKind::kHttpError
                    : OutcomeKind::kTransportError;
   }
+  return out;
+}
+
+// Routes request `body` through the endpoint picker `stub` and sends it where the picker said.
+Outcome SendThroughPicker(WorkerPool::Clients& clients,
+                          envoy::service::ext_proc::v3::ExternalProcessor::Stub& stub,
+                          const std::string& body, const std::string& key,
+                          const HttpReplayOptions& options,
+                          const std::function<void()>& first_chunk) {
+  const Clock::time_point start = Clock::now();
+  EnvoyFilter filter(stub, std::chrono::seconds(static_cast<int64_t>(options.timeout_s * 10) + 1));
+  absl::StatusOr<std::string> endpoint =
+      filter.Route({{"x-cacheroute-key", key}, {"content-length", absl::StrCat(body.size())}},
+                   body);
+  if (!endpoint.ok()) {
+    Outcome out;
+    out.latency_s = out.ttft_s = Seconds(Clock::now() - start);
+    out.http_status = filter.ImmediateStatus();
+    out.kind = out.http_status != 0 ? OutcomeKind::kHttpError : OutcomeKind::kTransportError;
+    return out;
+  }
+  const std::string url = NormalizeUrl(*endpoint);
+  std::unique_ptr<httplib::Client>& client = clients[url];
+  if (client == nullptr) client = MakeClient(url, options.timeout_s);
+  Outcome out = Send(*client, body, key, options, start, &filter, first_chunk);
+  if (out.kind != OutcomeKind::kOk) client.reset();
   return out;
 }
 
@@ -268,6 +324,13 @@ HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* d
   result.outcomes.resize(n);
   std::vector<std::string> targets;
   for (const std::string& t : options.targets) targets.push_back(NormalizeUrl(t));
+  // Endpoint pickers: one channel each, shared by the workers (a channel is thread-safe).
+  std::vector<std::unique_ptr<envoy::service::ext_proc::v3::ExternalProcessor::Stub>> pickers;
+  for (const std::string& address : options.pickers) {
+    pickers.push_back(envoy::service::ext_proc::v3::ExternalProcessor::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
+  }
+  const size_t fronts = pickers.empty() ? targets.size() : pickers.size();
   const uint32_t concurrency = std::max<uint32_t>(1, options.concurrency);
 
   std::atomic<uint32_t> open{0};
@@ -283,8 +346,9 @@ HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* d
       continue;
     }
     Dispatcher::Ticket ticket;
-    // Without a dispatcher the targets are gateways, dealt the requests in turn.
-    uint32_t destination = static_cast<uint32_t>(i % targets.size());
+    // Without a dispatcher the targets are gateways (or endpoint pickers), dealt the requests in
+    // turn.
+    uint32_t destination = static_cast<uint32_t>(i % fronts);
     if (dispatcher != nullptr) {
       ticket = dispatcher->Pick(request, workload.block_size);
       destination = ticket.destination;
@@ -295,16 +359,22 @@ HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* d
     }
     open.fetch_add(1, std::memory_order_acq_rel);
     pool.Submit([&, i, destination, ticket](WorkerPool::Clients& clients) mutable {
-      if (clients.size() < targets.size()) clients.resize(targets.size());
-      std::unique_ptr<httplib::Client>& client = clients[destination];
-      if (client == nullptr) client = MakeClient(targets[destination], options.timeout_s);
       const workload::Request& r = workload.requests[i];
-      Outcome outcome =
-          Send(*client, RequestBody(r, workload.block_size, i, options), r.key, options, [&] {
-            if (dispatcher != nullptr) dispatcher->FirstToken(ticket);
-          });
+      const std::string body = RequestBody(r, workload.block_size, i, options);
+      const auto first_chunk = [&] {
+        if (dispatcher != nullptr) dispatcher->FirstToken(ticket);
+      };
+      Outcome outcome;
+      if (!pickers.empty()) {
+        outcome = SendThroughPicker(clients, *pickers[destination], body, r.key, options,
+                                    first_chunk);
+      } else {
+        std::unique_ptr<httplib::Client>& client = clients[targets[destination]];
+        if (client == nullptr) client = MakeClient(targets[destination], options.timeout_s);
+        outcome = Send(*client, body, r.key, options, Clock::now(), nullptr, first_chunk);
+        if (outcome.kind != OutcomeKind::kOk) client.reset();  // reconnect next time
+      }
       outcome.destination = dispatcher != nullptr ? destination : dataplane::kNoDestination;
-      if (outcome.kind != OutcomeKind::kOk) client.reset();  // reconnect next time
       result.outcomes[i] = outcome;
       if (dispatcher != nullptr) dispatcher->Done(ticket, &outcome);
       open.fetch_sub(1, std::memory_order_acq_rel);

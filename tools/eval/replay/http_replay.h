@@ -32,6 +32,10 @@ enum class PromptMode { kWords, kStub };
 
 struct HttpReplayOptions {
   std::vector<std::string> targets;  // base URLs: gateways (dealt requests in turn), or engines
+  // Endpoint pickers' gRPC addresses (HOST:PORT), instead of targets: requests are dealt to them
+  // in turn, and each goes through its picker's ext_proc stream as Envoy's filter sends it
+  // (EnvoyFilter), then to the endpoint the picker named.
+  std::vector<std::string> pickers;
   std::string model;                 // the "model" field; empty: omitted
   bool stream = true;
   double timeout_s = 60;       // per request: connect, and no byte for this long
@@ -44,7 +48,8 @@ struct HttpReplayResult {
   double wall_s = 0;              // from the first arrival to the last response
 };
 
-// `dispatcher` null: the targets are gateways, request i goes to targets[i % targets.size()].
+// `dispatcher` null: the targets are gateways, request i goes to targets[i % targets.size()] (or
+// through pickers[i % pickers.size()] when pickers are given).
 HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* dispatcher,
                                const HttpReplayOptions& options);
 

@@ -1,6 +1,6 @@
 // cacheroute-replay: replays a workload (the generator's JSONL or a Mooncake trace) open-loop
 // against OpenAI-compatible endpoints, routing it itself with a shipped policy or through a
-// gateway, and reports served KV hit, TTFT and latency percentiles, failures and per-destination
+// gateway (or through endpoint pickers, playing Envoy's ext_proc filter), and reports served KV hit, TTFT and latency percentiles, failures and per-destination
 // load (docs/replay.md).
 #include <CLI/CLI.hpp>
 #include <fstream>
@@ -27,7 +27,7 @@ using cacheroute::eval::WriteFile;
 int main(int argc, char** argv) {
   using namespace cacheroute::replay;
 
-  std::string workload_path, gateway, engines, json_path, assignments_path, prompt_mode = "words";
+  std::string workload_path, gateway, engines, pickers, json_path, assignments_path, prompt_mode = "words";
   std::optional<uint32_t> key_blocks;
   LoadOptions load;
   RoutingOptions routing;
@@ -46,7 +46,14 @@ int main(int argc, char** argv) {
                             "as a load balancer in front of gateway replicas would");
   auto* en = app.add_option("--engines", engines,
                             "Comma-separated engine URLs; the replay routes with --policy");
+  auto* ep = app.add_option(
+      "--ext-proc", pickers,
+      "Comma-separated endpoint pickers' gRPC addresses (HOST:PORT): the requests are dealt to "
+      "them in turn; each goes through its picker's ext_proc stream as Envoy's filter sends it "
+      "(FULL_DUPLEX_STREAMED), then to the endpoint the picker named (docs/replay.md)");
   gw->excludes(en);
+  ep->excludes(gw);
+  ep->excludes(en);
   app.add_option(
          "--policy", routing.policy,
          "Routing policy, with --engines:\n" + cacheroute::dataplane::BuiltinPolicies().Listing())
@@ -95,7 +102,13 @@ int main(int argc, char** argv) {
        absl::StrSplit(gateway.empty() ? engines : gateway, ',', absl::SkipWhitespace())) {
     targets.push_back(NormalizeUrl(std::string(part)));
   }
-  if (targets.empty()) return kProgram.Fail(2, "give --gateway URL or --engines URL1,URL2,...");
+  for (const auto& part : absl::StrSplit(pickers, ',', absl::SkipWhitespace())) {
+    http.pickers.emplace_back(part);
+  }
+  const bool fronted = !gateway.empty() || !http.pickers.empty();  // routed by someone else
+  if (targets.empty() && http.pickers.empty()) {
+    return kProgram.Fail(2, "give --gateway URL, --ext-proc HOST:PORT or --engines URL1,URL2,...");
+  }
   const cacheroute::dataplane::PolicyInfo* policy =
       cacheroute::dataplane::BuiltinPolicies().Find(routing.policy);
   if (policy != nullptr && policy->uses_table && !plan_from_workload) {
@@ -108,7 +121,7 @@ int main(int argc, char** argv) {
   if (!workload.ok()) return kProgram.Fail(2, std::string(workload.status().message()));
 
   std::unique_ptr<Dispatcher> dispatcher;
-  if (gateway.empty()) {
+  if (!fronted) {
     routing.destinations = static_cast<uint32_t>(targets.size());
     absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(routing, *workload);
     if (!d.ok()) return kProgram.Fail(2, std::string(d.status().message()));
@@ -118,7 +131,7 @@ int main(int argc, char** argv) {
   HttpReplayResult result;
   if (dry_run) {
     if (dispatcher == nullptr) {
-      return kProgram.Fail(2, "--dry-run routes with --engines, not --gateway");
+      return kProgram.Fail(2, "--dry-run routes with --engines, not --gateway or --ext-proc");
     }
     for (const cacheroute::workload::Request& r : workload->requests) {
       Outcome o;
@@ -128,13 +141,17 @@ int main(int argc, char** argv) {
       result.outcomes.push_back(o);
     }
   } else {
-    if (http.model.empty()) http.model = DiscoverModel(targets[0], http.timeout_s);
+    if (http.model.empty() && !targets.empty()) {
+      http.model = DiscoverModel(targets[0], http.timeout_s);
+    }
     result = RunHttpReplay(*workload, dispatcher.get(), http);
   }
 
   ReplayReport report = BuildReport(
       result.outcomes, dispatcher != nullptr ? targets : std::vector<std::string>{}, result.wall_s);
-  report.policy = dispatcher != nullptr ? routing.policy : "gateway";
+  report.policy = dispatcher != nullptr ? routing.policy
+                  : http.pickers.empty() ? "gateway"
+                                         : "endpoint-picker";
   if (dispatcher != nullptr) report.plan = dispatcher->plan();
   if (dry_run) std::cout << "Dry run: routing decisions only, nothing was sent\n";
   std::cout << FormatReportTable(report);

@@ -301,9 +301,9 @@ std::string FormatReportTable(const ReplayReport& r) {
                         r.latency_p99_s);
   absl::StrAppendFormat(&out, "  served KV hit       %.2f%%  (%d cached of %d prompt tokens)\n",
                         100 * r.kv_hit, r.cached_tokens, r.prompt_tokens);
-  if (r.policy == "gateway") {
+  if (r.policy == "gateway" || r.policy == "endpoint-picker") {
     absl::StrAppendFormat(
-        &out, "  planned (gateway)   %.2f%% of successes routed by the table\n",
+        &out, "  planned (front)     %.2f%% of successes routed by the table\n",
         r.succeeded > 0 ? 100.0 * static_cast<double>(r.planned) / static_cast<double>(r.succeeded)
                         : 0.0);
   }
