@@ -1,10 +1,12 @@
 // The multi-replica baselines: prefix-hash sends prompts sharing their first 256 tokens to one
 // destination, whatever follows, on every replica alike, and spills under its load bound; the
 // precise llm-d scorer and the exact Dynamo router read their prefix from the engines' events
-// (and llm-d's from its speculative entries until those arrive), with their profiles' load terms.
+// (and llm-d's from its speculative entries until those arrive), with their profiles' load terms;
+// Dynamo's replicas with replica sync count each other's blocks in flight.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <span>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/dispatch.h"
 #include "cacheroute/dataplane/kv_event_index.h"
+#include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/policies_precise.h"
 #include "cacheroute/dataplane/random.h"
 
@@ -187,6 +190,37 @@ TEST_CASE("dynamo-kv-exact: dynamo-kv's cost with the events' overlap, nothing r
   index.Apply(0, Stored(Prompt(5, 3, 0, 0)));
   CHECK(route({.key_id = 4, .prompt_tokens = 160, .block_hashes = other}).destination == 1);
   CHECK(policy.in_flight() == 0);
+}
+
+TEST_CASE("dynamo-kv-exact with replica sync: every replica counts every replica's blocks",
+          "[policies]") {
+  SeededRandom random_a(4), random_b(5);
+  ManualClock clock;
+  KvEventIndex index({.destinations = 2, .blocks_per_destination = 64});
+  auto synced = std::make_shared<DynamoActiveBlocks>(2, std::chrono::seconds(300));
+  DynamoKvPolicy a(2, random_a, clock, {.overlap_score_weight = 1}, &index, synced);
+  DynamoKvPolicy b(2, random_b, clock, {.overlap_score_weight = 1}, &index, synced);
+  DynamoKvPolicy alone(2, random_b, clock, {.overlap_score_weight = 1}, &index);
+  FakeLoads loads(2);
+  // Replica a sends a 10-block prompt to destination 0, the cheaper at a tie of idle engines only
+  // by its random start; its blocks stay in flight there.
+  const std::vector<uint64_t> first = Prompt(1, 10, 0, 0);
+  const Decision placed = a.Route({.key_id = 1, .prompt_tokens = 160, .block_hashes = first}, loads);
+  PolicyTicket ticket = a.Ticket(placed);
+  CHECK(b.in_flight() == 1);  // one count, two replicas
+  // A request with nothing in common now costs 10 active blocks more where a sent the first one:
+  // replica b goes to the other engine; a replica that does not sync sees an idle fleet (and, with
+  // no events, either engine; its in-flight count is its own: none).
+  const std::vector<uint64_t> second = Prompt(2, 10, 0, 0);
+  const Decision other =
+      b.Route({.key_id = 2, .prompt_tokens = 160, .block_hashes = second}, loads);
+  CHECK(other.destination == 1 - placed.destination);
+  CHECK(alone.in_flight() == 0);
+  PolicyTicket second_ticket = b.Ticket(other);
+  CHECK(a.in_flight() == 2);
+  ticket.End();
+  second_ticket.End();
+  CHECK(a.in_flight() == 0);
 }
 
 }  // namespace

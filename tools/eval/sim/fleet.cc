@@ -188,9 +188,15 @@ absl::Status FleetRun::Build() {
   engines_.reserve(config_.engines);
   for (uint32_t d = 0; d < config_.engines; ++d)
     engines_.emplace_back(config_.profile, config_.engine);
+  // Dynamo's replica sync: one count of the blocks in flight for every gateway's policy.
+  std::shared_ptr<dataplane::DynamoActiveBlocks> synced_blocks;
+  if (config_.replica_sync) {
+    synced_blocks = std::make_shared<dataplane::DynamoActiveBlocks>(
+        config_.engines, config_.parameters.dynamo.request_expiry);
+  }
   for (uint32_t g = 0; g < config_.gateways; ++g) {
     CACHEROUTE_ASSIGN_OR_RETURN(std::unique_ptr<SimGateway> gateway,
-                                SimGateway::Create(config_, g, clock_, engines_));
+                                SimGateway::Create(config_, g, clock_, engines_, synced_blocks));
     gateways_.push_back(std::move(gateway));
   }
   if (SharesFleet(config_)) share_ = std::make_unique<SimShare>(config_, clock_, gateways_);

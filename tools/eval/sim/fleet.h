@@ -82,6 +82,11 @@ struct FleetConfig {
   uint32_t engines = 30;  // R
   uint32_t gateways = 1;  // G
   GatewayAssignment gateway_assignment = GatewayAssignment::kRoundRobin;
+  // dynamo-kv and dynamo-kv-exact behind several gateways: every gateway's policy counts the blocks
+  // in flight of every gateway's requests (one DynamoActiveBlocks), as Dynamo's router replicas do
+  // with router_replica_sync, here with no delay (an upper bound). Their prefill-token term stays
+  // each gateway's own.
+  bool replica_sync = false;
   EngineProfile profile;  // e.g. *FindEngineProfile("llama-70b-fp8-tp2-h100")
   EngineOptions engine = {.max_waiting = 0, .timeout_s = 60};
   uint64_t seed = 1;       // seeds the policies' randomness and the gateway choice

@@ -47,10 +47,10 @@ SimGateway::SimGateway(const FleetConfig& config, uint32_t index, const SimClock
           clock),
       index_by_name_(dataplane::DestinationIndexOf(names_)) {}
 
-absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig& config,
-                                                               uint32_t index,
-                                                               const SimClock& clock,
-                                                               const std::vector<Engine>& engines) {
+absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(
+    const FleetConfig& config, uint32_t index, const SimClock& clock,
+    const std::vector<Engine>& engines,
+    std::shared_ptr<dataplane::DynamoActiveBlocks> synced_blocks) {
   const dataplane::PolicyInfo* info = FindFleetPolicy(config);
   if (info == nullptr) {
     return absl::InternalError(absl::StrFormat("policy %s is not registered", config.policy));
@@ -76,7 +76,8 @@ absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(const FleetConfig
                     .random = &g->routing_.random(),
                     .clock = &clock,
                     .kv_events = g->kv_events_.get(),
-                    .parameters = config.parameters});
+                    .parameters = config.parameters,
+                    .dynamo_active = std::move(synced_blocks)});
     if (!policy.ok()) return absl::InvalidArgumentError(policy.status().message);
     g->policy_ = *std::move(policy);
   }

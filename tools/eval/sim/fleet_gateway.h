@@ -74,10 +74,12 @@ class SimGateway {
   // Gateway `index` of `config`: its seed, its routing core (the Router with config.dispatch for
   // a table policy, the registry's defaults for the others, a RateRecorder) and its policy
   // (config.policy from the registry, with config.parameters). `engines` (scraped) and `clock`
-  // must outlive the gateway.
-  static absl::StatusOr<std::unique_ptr<SimGateway>> Create(const FleetConfig& config,
-                                                            uint32_t index, const SimClock& clock,
-                                                            const std::vector<Engine>& engines);
+  // must outlive the gateway. `synced_blocks`: the Dynamo policies' blocks in flight, shared with
+  // the other gateways' (FleetConfig::replica_sync); null: the policy's own.
+  static absl::StatusOr<std::unique_ptr<SimGateway>> Create(
+      const FleetConfig& config, uint32_t index, const SimClock& clock,
+      const std::vector<Engine>& engines,
+      std::shared_ptr<dataplane::DynamoActiveBlocks> synced_blocks = nullptr);
 
   // Routes `request` (its key id, its prompt's exact tokens and block hashes) through the routing
   // core; the lifecycle counts it in flight and in the ledger until it ends.

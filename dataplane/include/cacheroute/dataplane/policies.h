@@ -407,14 +407,18 @@ class DynamoKvPolicy final : public Policy {
  public:
   // With `events` (not owned; must outlive the policy) it is Dynamo's exact mode,
   // "dynamo-kv-exact": the overlap is the engines' residency from their KV events, and its own
-  // routing records nothing.
+  // routing records nothing. With `active`, the blocks in flight are that object's, shared with
+  // other replicas' policies (Dynamo's router_replica_sync, with no delay); else its own.
   DynamoKvPolicy(uint32_t destinations, Random& random, const Clock& clock,
-                 DynamoKvOptions options = {}, KvEventIndex* events = nullptr)
+                 DynamoKvOptions options = {}, KvEventIndex* events = nullptr,
+                 std::shared_ptr<DynamoActiveBlocks> active = nullptr)
       : random_(random),
         clock_(clock),
         options_(options),
         events_(events),
-        active_(std::make_shared<DynamoActiveBlocks>(destinations, options.request_expiry)),
+        active_(active != nullptr ? std::move(active)
+                                  : std::make_shared<DynamoActiveBlocks>(destinations,
+                                                                         options.request_expiry)),
         index_({.destinations = destinations,
                 .total_blocks = options.index_blocks,
                 .ttl = options.ttl}),

@@ -66,6 +66,9 @@ struct PolicyContext {
   // destination's KV events, sized by their KV blocks (kv_event_index.h).
   KvEventIndex* kv_events = nullptr;
   PolicyParameters parameters{};
+  // dynamo-kv and dynamo-kv-exact: the blocks in flight, shared by several replicas' policies
+  // (Dynamo's router_replica_sync); null: each policy its own.
+  std::shared_ptr<DynamoActiveBlocks> dynamo_active;
 };
 
 using PolicyFactory = std::function<Result<std::unique_ptr<Policy>>(const PolicyContext&)>;
@@ -305,8 +308,8 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                      if (!(o.temperature >= 0) || std::isinf(o.temperature)) {
                        return Parameter("dynamo temperature", o.temperature, "finite and >= 0");
                      }
-                     return std::unique_ptr<Policy>(
-                         std::make_unique<DynamoKvPolicy>(c.destinations, *c.random, *c.clock, o));
+                     return std::unique_ptr<Policy>(std::make_unique<DynamoKvPolicy>(
+                         c.destinations, *c.random, *c.clock, o, nullptr, c.dynamo_active));
                    }}));
   must(r.Register({.name = "llm-d",
                    .description = "llm-d's default scorers: prefix 3, queue 2, KV utilisation 2",
@@ -359,7 +362,8 @@ inline PolicyRegistry MakeBuiltinPolicies() {
                      if (c.clock == nullptr) return Missing("dynamo-kv-exact", "clock");
                      if (c.kv_events == nullptr) return Missing("dynamo-kv-exact", "kv_events");
                      return std::unique_ptr<Policy>(std::make_unique<DynamoKvPolicy>(
-                         c.destinations, *c.random, *c.clock, c.parameters.dynamo, c.kv_events));
+                         c.destinations, *c.random, *c.clock, c.parameters.dynamo, c.kv_events,
+                         c.dynamo_active));
                    }}));
   // Accepted for flat-lb: the spelling existing gateway configs and replay command lines use.
   must(r.AddAlias("flatlb", "flat-lb"));

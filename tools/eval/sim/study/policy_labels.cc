@@ -104,6 +104,13 @@ std::vector<PolicyLabel> MakeTable() {
                         c.ablation = PlanAblation::kNone;
                         c.share = false;
                       }));
+  for (const char* dynamo : {"dynamo-kv", "dynamo-kv-exact"}) {
+    rows.push_back(From(dynamo, absl::StrCat(dynamo, "-sync"),
+                        absl::StrCat(dynamo,
+                                     " with Dynamo's router_replica_sync: every gateway counts "
+                                     "every gateway's blocks in flight, with no delay"),
+                        [](const StudyConfig&, FleetConfig& c) { c.replica_sync = true; }));
+  }
   rows.push_back(From("cacheroute", "cacheroute-replan-10s",
                       "cacheroute replanning every 10 s from 10-s rates, LPT from scratch",
                       [](const StudyConfig&, FleetConfig& c) { ReplanEvery10s(c, 0); }));
