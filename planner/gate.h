@@ -1,5 +1,6 @@
 // Gate: the self-gating rollout of routing tables (issue 13; docs/gate.md). Gateways split keys
-// into a table arm (routed by the table) and a control arm (plain load balancing) with
+// into a table arm (routed by the table) and a control arm (routed without it: CacheRoute's
+// dispatch with no table, or power of two choices under the paper's rule) with
 // dataplane::ArmOf(key_id, table_fraction) and report per-arm Evidence; once per control interval
 // the planner feeds the merged Evidence to Observe, which decides the rollout state and the
 // fraction of keys on the table arm: shadow → canary → enabled, rolled_back from canary or

@@ -89,7 +89,7 @@ TEST_CASE("Admitted keys are planned, others fall back", "[router]") {
   CHECK(stats.version == TableVersion{1, 1});
 }
 
-TEST_CASE("A rollout's control arm routes its keys by power of two, off the table", "[router]") {
+TEST_CASE("A rollout's control arm routes its keys off the table", "[router]") {
   SeededRandom random(21);
   ManualClock clock;
   Router router({.destination_count = 8}, random);
@@ -485,6 +485,46 @@ TEST_CASE("Token work: the decision is the cheapest candidate, however the fleet
   // cold destination did.
   CHECK(skipped_cases > 100);
   CHECK(moved > 100);
+}
+
+TEST_CASE("Token work: the control arm is the dispatch without the table; the paper's is power of two",
+          "[router]") {
+  SeededRandom random(22);
+  ManualClock clock;
+  // One key planned on destination 5 alone, on the control arm (table fraction 0).
+  const uint64_t key = KeyId("control-key");
+  const std::vector<TableEntry> entries = {{.key_id = key, .destinations = {5}}};
+  auto table = [&] {
+    auto built = RoutingTable::Build({1, 1}, 8, std::vector<double>(8, 1.0), entries, 0.0);
+    REQUIRE(built.ok());
+    return std::make_shared<const RoutingTable>(*std::move(built));
+  };
+  Router router({.destination_count = 8, .dispatch = PlainTokenWork()}, random);
+  REQUIRE(router.Install(table(), clock.Now()).ok);
+  const PickRequest request{.key_id = key, .prompt_tokens = 1000};
+  InFlight first = router.Pick(request, clock.Now());
+  CHECK(first.reason() == Reason::kControlArm);
+  CHECK_FALSE(first.planned());
+  const uint32_t went = first.destination();
+  first.Release();
+  // The dispatch remembers where the key went and sends it back there, as it would with no table
+  // at all; the planned destination is not a candidate of its own.
+  for (int i = 0; i < 20; ++i) {
+    InFlight again = router.Pick(request, clock.Now());
+    CHECK(again.reason() == Reason::kControlArm);
+    CHECK(again.destination() == went);
+    CHECK(again.decision().expected == CacheExpectation::kKey);
+  }
+  // The paper's rule: power of two choices, remembering nothing.
+  Router paper({.destination_count = 8, .dispatch = DispatchOptions::Paper()}, random);
+  REQUIRE(paper.Install(table(), clock.Now()).ok);
+  std::set<uint32_t> destinations;
+  for (int i = 0; i < 40; ++i) {
+    InFlight r = paper.Pick(request, clock.Now());
+    CHECK(r.reason() == Reason::kControlArm);
+    destinations.insert(r.destination());
+  }
+  CHECK(destinations.size() >= 4);
 }
 
 TEST_CASE("Token work: a remembered destination is cold after its turnover", "[router]") {

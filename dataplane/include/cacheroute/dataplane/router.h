@@ -3,7 +3,9 @@
 // planned spill or a random destination; every other request to the lighter of its hashed pair
 // within a margin (DispatchOptions; DispatchOptions::Paper() is the paper's rule: least-loaded
 // member, power of two choices for the rest). Gateways call Pick on every request. No table, a
-// table not refreshed within table_ttl, an unadmitted key or a wholly down set: the tail rule.
+// table not refreshed within table_ttl, an unadmitted key or a wholly down set: the tail rule. A
+// key on the rollout's control arm (RoutingTable::table_fraction): the token-work rule's dispatch
+// without the table, or power of two choices under the paper's rule.
 // Install() keeps the last good table unless the new one is strictly newer and has the Router's
 // destination count (the NACK rule, docs/protocol.md); Resize changes the count with the table.
 // load(d) = in_flight(d) + external_load_weight · external(d) (the last SetLoad(d)); loads() sees
@@ -325,10 +327,15 @@ class Router {
     const TableSlots::ReadGuard guard(tables_, ledger_.Readers(thread_shard.index()),
                                       thread_shard.owned());
     const TableLookup lookup = tables_.Lookup(guard.table(), request.key_id, now);
-    if (lookup.reason == Reason::kControlArm) {
-      return PowerOfTwoDecision(loads, random, Reason::kControlArm, trace);
+    // The rollout's control arm: the paper's rule sends it to power of two choices; the token-work
+    // rule to its own dispatch without the table (the lookup's set is empty), so that the gate
+    // compares the table with what routing would be without it (docs/gate.md, "Arms").
+    if (!token_work()) {
+      if (lookup.reason == Reason::kControlArm) {
+        return PowerOfTwoDecision(loads, random, Reason::kControlArm, trace);
+      }
+      return DecidePaperRule(lookup, loads, random, thread_shard, trace);
     }
-    if (!token_work()) return DecidePaperRule(lookup, loads, random, thread_shard, trace);
     if constexpr (std::is_same_v<View, RouterLoads>) {
       OwnLedgerReader reader(ledger_, thread_shard);
       return token_work_.Decide(request, loads, reader, now, lookup, signals_, learning_, random,
