@@ -550,6 +550,49 @@ struct LlmdOptions {
   bool auto_tune = true;
 };
 
+// llm-d's pick over the up destinations below `n`, shared by its approximate and precise prefix
+// scorers: the highest prefix_weight · prefix(d) + queue_weight · queue + kv_weight · (1 − KV
+// usage), the queue score min-max normalised over [min_waiting, max_waiting] (1 when they are
+// equal); ties broken uniformly (reservoir sampling, one draw per tie). kNoDestination when none
+// is up.
+template <typename PrefixScore>
+uint32_t LlmdBest(const LoadView& loads, uint32_t n, const LlmdOptions& options, Random& random,
+                  double min_waiting, double max_waiting, PrefixScore&& prefix_score) {
+  uint32_t best = kNoDestination;
+  double best_score = 0;
+  uint32_t ties = 0;
+  for (uint32_t d = 0; d < n; ++d) {
+    if (!loads.Up(d)) continue;
+    const EngineMetrics m = loads.Scraped(d);
+    const double prefix = prefix_score(d);
+    const double queue = max_waiting == min_waiting
+                             ? 1.0
+                             : (max_waiting - m.waiting) / (max_waiting - min_waiting);
+    const double kv = 1.0 - std::clamp(m.kv_usage, 0.0, 1.0);
+    const double score =
+        options.prefix_weight * prefix + options.queue_weight * queue + options.kv_weight * kv;
+    if (best == kNoDestination || score > best_score) {
+      best = d;
+      best_score = score;
+      ties = 1;
+    } else if (score == best_score && UniformIndex(random, ++ties) == 0) {
+      best = d;  // reservoir sampling: each tied destination equally likely
+    }
+  }
+  return best;
+}
+
+// llm-d's decision for `best`, whose prefix matched `matched` blocks of the request's.
+inline Decision LlmdDecision(uint32_t best, uint32_t prompt_tokens, uint32_t matched,
+                             const LlmdOptions& options) {
+  Decision decision{best, false, Reason::kPolicy};
+  const double prompt = prompt_tokens > 0 ? prompt_tokens : 1.0;
+  const double cached = std::min(prompt - 1, static_cast<double>(matched) * options.block_tokens);
+  decision.expected_uncached_tokens = static_cast<uint32_t>(std::max(1.0, prompt - cached));
+  if (matched > 0) decision.expected = CacheExpectation::kPrefix;
+  return decision;
+}
+
 class LlmdPolicy final : public Policy {
  public:
   LlmdPolicy(uint32_t destinations, Random& random, const Clock& clock, LlmdOptions options = {})
@@ -582,36 +625,13 @@ class LlmdPolicy final : public Policy {
     }
     if (options_.auto_tune && kv_capacity > 0) Resize(kv_capacity);
     index_->Overlap(hashes, now, matched_);
-    uint32_t best = kNoDestination;
-    double best_score = 0;
-    uint32_t ties = 0;
-    for (uint32_t d = 0; d < n; ++d) {
-      if (!loads.Up(d)) continue;
-      const EngineMetrics m = loads.Scraped(d);
-      const double prefix = hashes.empty() ? 0.0 : static_cast<double>(matched_[d]) / hashes.size();
-      const double queue = max_waiting == min_waiting
-                               ? 1.0
-                               : (max_waiting - m.waiting) / (max_waiting - min_waiting);
-      const double kv = 1.0 - std::clamp(m.kv_usage, 0.0, 1.0);
-      const double score =
-          options_.prefix_weight * prefix + options_.queue_weight * queue + options_.kv_weight * kv;
-      if (best == kNoDestination || score > best_score) {
-        best = d;
-        best_score = score;
-        ties = 1;
-      } else if (score == best_score && UniformIndex(random_, ++ties) == 0) {
-        best = d;  // reservoir sampling: each tied destination equally likely
-      }
-    }
+    const uint32_t best =
+        LlmdBest(loads, n, options_, random_, min_waiting, max_waiting, [&](uint32_t d) {
+          return hashes.empty() ? 0.0 : static_cast<double>(matched_[d]) / hashes.size();
+        });
     if (best == kNoDestination) return {PowerOfTwoChoices(loads, random_), false, Reason::kPolicy};
     index_->Record(hashes, best, now);
-    Decision decision{best, false, Reason::kPolicy};
-    const double prompt = request.prompt_tokens > 0 ? request.prompt_tokens : 1.0;
-    const double cached =
-        std::min(prompt - 1, static_cast<double>(matched_[best]) * options_.block_tokens);
-    decision.expected_uncached_tokens = static_cast<uint32_t>(std::max(1.0, prompt - cached));
-    if (matched_[best] > 0) decision.expected = CacheExpectation::kPrefix;
-    return decision;
+    return LlmdDecision(best, request.prompt_tokens, matched_[best], options_);
   }
 
   // The blocks per server the prefix index holds now (for tests).

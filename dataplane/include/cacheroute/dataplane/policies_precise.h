@@ -122,40 +122,17 @@ class LlmdPrecisePolicy final : public Policy {
       min_match = min_match == 0 ? matched_[d] : std::min(min_match, matched_[d]);
       max_match = std::max(max_match, matched_[d]);
     }
-    uint32_t best = kNoDestination;
-    double best_score = 0;
-    uint32_t ties = 0;
-    for (uint32_t d = 0; d < n; ++d) {
-      if (!loads.Up(d)) continue;
-      const EngineMetrics m = loads.Scraped(d);
-      const double prefix =
-          matched_[d] == 0 ? 0.0
-          : max_match == min_match
-              ? 1.0
-              : static_cast<double>(matched_[d] - min_match) / (max_match - min_match);
-      const double queue = max_waiting == min_waiting
-                               ? 1.0
-                               : (max_waiting - m.waiting) / (max_waiting - min_waiting);
-      const double kv = 1.0 - std::clamp(m.kv_usage, 0.0, 1.0);
-      const double score =
-          options_.prefix_weight * prefix + options_.queue_weight * queue + options_.kv_weight * kv;
-      if (best == kNoDestination || score > best_score) {
-        best = d;
-        best_score = score;
-        ties = 1;
-      } else if (score == best_score && UniformIndex(random_, ++ties) == 0) {
-        best = d;  // reservoir sampling: each tied destination equally likely
-      }
-    }
+    // The precise scorer's prefix score: min-max normalised over the destinations with a match.
+    const uint32_t best =
+        LlmdBest(loads, n, options_, random_, min_waiting, max_waiting, [&](uint32_t d) {
+          return matched_[d] == 0         ? 0.0
+                 : max_match == min_match ? 1.0
+                                          : static_cast<double>(matched_[d] - min_match) /
+                                                (max_match - min_match);
+        });
     if (best == kNoDestination) return {PowerOfTwoChoices(loads, random_), false, Reason::kPolicy};
     index_.Record(request.block_hashes, best, now);
-    Decision decision{best, false, Reason::kPolicy};
-    const double prompt = request.prompt_tokens > 0 ? request.prompt_tokens : 1.0;
-    const double cached =
-        std::min(prompt - 1, static_cast<double>(matched_[best]) * options_.block_tokens);
-    decision.expected_uncached_tokens = static_cast<uint32_t>(std::max(1.0, prompt - cached));
-    if (matched_[best] > 0) decision.expected = CacheExpectation::kPrefix;
-    return decision;
+    return LlmdDecision(best, request.prompt_tokens, matched_[best], options_);
   }
 
  private:
