@@ -140,7 +140,7 @@ class KvEventIndex {
   }
 
  private:
-  static constexpr uint32_t kNil = 0;
+  static constexpr uint32_t kNil = prefix_index_internal::kNil;
   struct Node {
     uint64_t hash = 0;
     Duration::rep expires = 0;  // speculative entries only
@@ -149,16 +149,8 @@ class KvEventIndex {
     uint32_t chain = kNil;              // hash bucket chain
     bool resident = false;
   };
-  struct List {
-    uint32_t newest = kNil, oldest = kNil;
-    uint32_t size = 0, capacity = 0;
-  };
-
-  static size_t BucketCount(size_t nodes) {
-    size_t n = 1;
-    while (n < 2 * nodes) n <<= 1;
-    return n;
-  }
+  using List = prefix_index_internal::NodeList;
+  static size_t BucketCount(size_t nodes) { return prefix_index_internal::BucketCount(nodes); }
   // Lists 0..destinations−1 hold each destination's resident entries; the last, the speculative.
   uint32_t Speculative() const { return options_.destinations; }
 
@@ -176,21 +168,8 @@ class KvEventIndex {
            (nodes_[node].resident || now.time_since_epoch().count() <= nodes_[node].expires);
   }
 
-  void Unlink(List& list, uint32_t i) {
-    Node& n = nodes_[i];
-    (n.prev != kNil ? nodes_[n.prev].next : list.newest) = n.next;
-    (n.next != kNil ? nodes_[n.next].prev : list.oldest) = n.prev;
-    n.prev = n.next = kNil;
-    --list.size;
-  }
-  void PushNewest(List& list, uint32_t i) {
-    Node& n = nodes_[i];
-    n.prev = kNil;
-    n.next = list.newest;
-    (list.newest != kNil ? nodes_[list.newest].prev : list.oldest) = i;
-    list.newest = i;
-    ++list.size;
-  }
+  void Unlink(List& list, uint32_t i) { prefix_index_internal::Unlink(nodes_, list, i); }
+  void PushNewest(List& list, uint32_t i) { prefix_index_internal::PushNewest(nodes_, list, i); }
   // Takes `i` off list `l` and its bucket chain, onto the free list.
   void Release(uint32_t l, uint32_t i) {
     Unlink(lists_[l], i);

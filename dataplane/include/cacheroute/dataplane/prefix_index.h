@@ -69,6 +69,46 @@ void LeadingOverlap(std::span<const uint64_t> hashes, uint32_t destinations,
   }
 }
 
+// The node arrays both prefix indexes keep (ApproxPrefixIndex here, KvEventIndex): nodes addressed
+// by index, 0 (kNil) meaning none; each node on one doubly linked LRU list (`prev`/`next`, next
+// toward older) and one hash-bucket chain. The list operations, written once for both node types.
+namespace prefix_index_internal {
+
+inline constexpr uint32_t kNil = 0;
+
+struct NodeList {
+  uint32_t newest = kNil, oldest = kNil;
+  uint32_t size = 0, capacity = 0;
+};
+
+// Buckets for `nodes`: the power of two at least twice their number.
+inline size_t BucketCount(size_t nodes) {
+  size_t n = 1;
+  while (n < 2 * nodes) n <<= 1;
+  return n;
+}
+
+template <typename Node>
+void Unlink(std::vector<Node>& nodes, NodeList& list, uint32_t i) {
+  Node& n = nodes[i];
+  (n.prev != kNil ? nodes[n.prev].next : list.newest) = n.next;
+  (n.next != kNil ? nodes[n.next].prev : list.oldest) = n.prev;
+  n.prev = n.next = kNil;
+  --list.size;
+}
+
+template <typename Node>
+void PushNewest(std::vector<Node>& nodes, NodeList& list, uint32_t i) {
+  Node& n = nodes[i];
+  n.prev = kNil;
+  n.next = list.newest;
+  (list.newest != kNil ? nodes[list.newest].prev : list.oldest) = i;
+  list.newest = i;
+  ++list.size;
+}
+
+}  // namespace prefix_index_internal
+
 class ApproxPrefixIndex {
  public:
   explicit ApproxPrefixIndex(const PrefixIndexOptions& options)
@@ -110,7 +150,7 @@ class ApproxPrefixIndex {
   }
 
  private:
-  static constexpr uint32_t kNil = 0;
+  static constexpr uint32_t kNil = prefix_index_internal::kNil;
   struct Node {
     uint64_t hash = 0;
     Duration::rep touched = 0;
@@ -118,16 +158,8 @@ class ApproxPrefixIndex {
     uint32_t prev = kNil, next = kNil;  // LRU list (next: toward older), or the free list
     uint32_t chain = kNil;              // hash bucket chain
   };
-  struct List {
-    uint32_t newest = kNil, oldest = kNil;
-    uint32_t size = 0, capacity = 0;
-  };
-
-  static size_t BucketCount(size_t capacity) {
-    size_t n = 1;
-    while (n < 2 * capacity) n <<= 1;
-    return n;
-  }
+  using List = prefix_index_internal::NodeList;
+  static size_t BucketCount(size_t capacity) { return prefix_index_internal::BucketCount(capacity); }
   size_t Bucket(uint64_t hash, uint32_t destination) const {
     return Mix64(hash ^ (uint64_t{destination} * 0x9e3779b97f4a7c15ULL)) & (buckets_.size() - 1);
   }
@@ -144,21 +176,8 @@ class ApproxPrefixIndex {
   }
   List& ListOf(uint32_t destination) { return lists_[per_destination_ ? destination : 0]; }
 
-  void Unlink(List& list, uint32_t i) {
-    Node& n = nodes_[i];
-    (n.prev != kNil ? nodes_[n.prev].next : list.newest) = n.next;
-    (n.next != kNil ? nodes_[n.next].prev : list.oldest) = n.prev;
-    n.prev = n.next = kNil;
-    --list.size;
-  }
-  void PushNewest(List& list, uint32_t i) {
-    Node& n = nodes_[i];
-    n.prev = kNil;
-    n.next = list.newest;
-    (list.newest != kNil ? nodes_[list.newest].prev : list.oldest) = i;
-    list.newest = i;
-    ++list.size;
-  }
+  void Unlink(List& list, uint32_t i) { prefix_index_internal::Unlink(nodes_, list, i); }
+  void PushNewest(List& list, uint32_t i) { prefix_index_internal::PushNewest(nodes_, list, i); }
   void Unchain(uint32_t i) {
     uint32_t* link = &buckets_[Bucket(nodes_[i].hash, nodes_[i].destination)];
     while (*link != i) link = &nodes_[*link].chain;
