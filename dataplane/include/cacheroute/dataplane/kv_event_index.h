@@ -155,13 +155,10 @@ class KvEventIndex {
   uint32_t Speculative() const { return options_.destinations; }
 
   size_t Bucket(uint64_t hash, uint32_t destination) const {
-    return Mix64(hash ^ (uint64_t{destination} * 0x9e3779b97f4a7c15ULL)) & (buckets_.size() - 1);
+    return prefix_index_internal::Bucket(hash, destination, buckets_.size());
   }
   uint32_t Find(uint64_t hash, uint32_t destination) const {
-    for (uint32_t i = buckets_[Bucket(hash, destination)]; i != kNil; i = nodes_[i].chain) {
-      if (nodes_[i].hash == hash && nodes_[i].destination == destination) return i;
-    }
-    return kNil;
+    return prefix_index_internal::Find(nodes_, buckets_, hash, destination);
   }
   bool Live(uint32_t node, Time now) const {
     return node != kNil &&

@@ -71,7 +71,8 @@ void LeadingOverlap(std::span<const uint64_t> hashes, uint32_t destinations,
 
 // The node arrays both prefix indexes keep (ApproxPrefixIndex here, KvEventIndex): nodes addressed
 // by index, 0 (kNil) meaning none; each node on one doubly linked LRU list (`prev`/`next`, next
-// toward older) and one hash-bucket chain. The list operations, written once for both node types.
+// toward older) and one hash-bucket chain (`chain`) keyed by (hash, destination). The list and
+// bucket operations, written once for both node types.
 namespace prefix_index_internal {
 
 inline constexpr uint32_t kNil = 0;
@@ -86,6 +87,22 @@ inline size_t BucketCount(size_t nodes) {
   size_t n = 1;
   while (n < 2 * nodes) n <<= 1;
   return n;
+}
+
+// The bucket of (hash, destination) among `buckets` (a power of two).
+inline size_t Bucket(uint64_t hash, uint32_t destination, size_t buckets) {
+  return Mix64(hash ^ (uint64_t{destination} * 0x9e3779b97f4a7c15ULL)) & (buckets - 1);
+}
+
+// The node holding (hash, destination), or kNil.
+template <typename Node>
+uint32_t Find(const std::vector<Node>& nodes, const std::vector<uint32_t>& buckets, uint64_t hash,
+              uint32_t destination) {
+  for (uint32_t i = buckets[Bucket(hash, destination, buckets.size())]; i != kNil;
+       i = nodes[i].chain) {
+    if (nodes[i].hash == hash && nodes[i].destination == destination) return i;
+  }
+  return kNil;
 }
 
 template <typename Node>
@@ -161,13 +178,10 @@ class ApproxPrefixIndex {
   using List = prefix_index_internal::NodeList;
   static size_t BucketCount(size_t capacity) { return prefix_index_internal::BucketCount(capacity); }
   size_t Bucket(uint64_t hash, uint32_t destination) const {
-    return Mix64(hash ^ (uint64_t{destination} * 0x9e3779b97f4a7c15ULL)) & (buckets_.size() - 1);
+    return prefix_index_internal::Bucket(hash, destination, buckets_.size());
   }
   uint32_t Find(uint64_t hash, uint32_t destination) const {
-    for (uint32_t i = buckets_[Bucket(hash, destination)]; i != kNil; i = nodes_[i].chain) {
-      if (nodes_[i].hash == hash && nodes_[i].destination == destination) return i;
-    }
-    return kNil;
+    return prefix_index_internal::Find(nodes_, buckets_, hash, destination);
   }
   bool Live(uint32_t node, Time now) const {
     if (node == kNil) return false;
