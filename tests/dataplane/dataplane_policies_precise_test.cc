@@ -17,25 +17,13 @@
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/policies_precise.h"
 #include "cacheroute/dataplane/random.h"
+#include "tests/support/fake_loads.h"
 
 namespace cacheroute::dataplane {
 namespace {
 
-// A LoadView the test sets by hand.
-class FakeLoads final : public LoadView {
- public:
-  explicit FakeLoads(uint32_t n) : load(n, 0.0), up(n, true), work(n), scraped(n) {}
-  uint32_t size() const override { return static_cast<uint32_t>(load.size()); }
-  double Load(uint32_t d) const override { return load[d]; }
-  bool Up(uint32_t d) const override { return up[d]; }
-  bool HasWork() const override { return true; }
-  DestinationWork Work(uint32_t d) const override { return work[d]; }
-  EngineMetrics Scraped(uint32_t d) const override { return scraped[d]; }
-  std::vector<double> load;
-  std::vector<bool> up;
-  std::vector<DestinationWork> work;
-  std::vector<EngineMetrics> scraped;
-};
+// Every view here has token work (HasWork), as the Router's has.
+using testing::FakeLoads;
 
 // `shared` leading blocks of prefix `prefix`, then `rest` blocks of suffix `suffix`, chained as
 // block hashes are (each stands for everything before it).
@@ -53,7 +41,7 @@ TEST_CASE("prefix-hash: the first 256 tokens decide, the rest does not", "[polic
   SeededRandom random(3);
   PrefixHashPolicy policy(16, random);
   CHECK(policy.name() == "prefix-hash");
-  const FakeLoads loads(16);
+  const FakeLoads loads(16, /*has_work=*/true);
   std::set<uint32_t> spread;
   for (uint64_t prefix = 1; prefix <= 40; ++prefix) {
     const std::vector<uint64_t> a = Prompt(prefix, 16, 1, 20);
@@ -78,7 +66,7 @@ TEST_CASE("prefix-hash: the first 256 tokens decide, the rest does not", "[polic
 TEST_CASE("prefix-hash: two replicas agree with no shared state", "[policies]") {
   SeededRandom random_a(1), random_b(2);
   PrefixHashPolicy a(8, random_a), b(8, random_b);
-  const FakeLoads loads(8);
+  const FakeLoads loads(8, /*has_work=*/true);
   for (uint64_t prefix = 1; prefix <= 50; ++prefix) {
     const std::vector<uint64_t> hashes = Prompt(prefix, 20, 0, 0);
     const PickRequest request{.key_id = prefix, .prompt_tokens = 320, .block_hashes = hashes};
@@ -89,7 +77,7 @@ TEST_CASE("prefix-hash: two replicas agree with no shared state", "[policies]") 
 TEST_CASE("prefix-hash: a destination at its load bound is walked past", "[policies]") {
   SeededRandom random(5);
   PrefixHashPolicy policy(4, random);
-  FakeLoads loads(4);
+  FakeLoads loads(4, /*has_work=*/true);
   const std::vector<uint64_t> hashes = Prompt(3, 16, 0, 0);
   const PickRequest request{.key_id = 3, .prompt_tokens = 256, .block_hashes = hashes};
   const uint32_t home = policy.Route(request, loads).destination;
@@ -117,7 +105,7 @@ TEST_CASE("llm-d-precise: the events' longest prefix, min-max normalised, then l
   KvEventIndex index({.destinations = 4, .blocks_per_destination = 64});
   LlmdPrecisePolicy policy(4, random, clock, index);
   CHECK(policy.name() == "llm-d-precise");
-  FakeLoads loads(4);
+  FakeLoads loads(4, /*has_work=*/true);
   const std::vector<uint64_t> prompt = Prompt(1, 10, 0, 0);
   const std::span<const uint64_t> all(prompt);
   index.Apply(0, Stored(all.first(2)));
@@ -142,7 +130,7 @@ TEST_CASE("llm-d-precise: siblings follow the first pick before its events arriv
                       .blocks_per_destination = 64,
                       .speculative_ttl = std::chrono::seconds(2)});
   LlmdPrecisePolicy policy(8, random, clock, index);
-  const FakeLoads loads(8);
+  const FakeLoads loads(8, /*has_work=*/true);
   const std::vector<uint64_t> prompt = Prompt(2, 6, 0, 0);
   const PickRequest request{.key_id = 2, .prompt_tokens = 100, .block_hashes = prompt};
   const uint32_t first = policy.Route(request, loads).destination;
@@ -165,7 +153,7 @@ TEST_CASE("dynamo-kv-exact: dynamo-kv's cost with the events' overlap, nothing r
   KvEventIndex index({.destinations = 3, .blocks_per_destination = 64});
   DynamoKvPolicy policy(3, random, clock, {.overlap_score_weight = 1}, &index);
   CHECK(policy.name() == "dynamo-kv-exact");
-  FakeLoads loads(3);
+  FakeLoads loads(3, /*has_work=*/true);
   // Each request ends at once (its ticket released), so no blocks stay active between picks.
   auto route = [&](const PickRequest& r) {
     const Decision d = policy.Route(r, loads);
@@ -201,7 +189,7 @@ TEST_CASE("dynamo-kv-exact with replica sync: every replica counts every replica
   DynamoKvPolicy a(2, random_a, clock, {.overlap_score_weight = 1}, &index, synced);
   DynamoKvPolicy b(2, random_b, clock, {.overlap_score_weight = 1}, &index, synced);
   DynamoKvPolicy alone(2, random_b, clock, {.overlap_score_weight = 1}, &index);
-  FakeLoads loads(2);
+  FakeLoads loads(2, /*has_work=*/true);
   // Replica a sends a 10-block prompt to destination 0, the cheaper at a tie of idle engines only
   // by its random start; its blocks stay in flight there.
   const std::vector<uint64_t> first = Prompt(1, 10, 0, 0);

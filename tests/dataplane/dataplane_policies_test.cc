@@ -15,26 +15,12 @@
 #include "cacheroute/dataplane/policies.h"
 #include "cacheroute/dataplane/random.h"
 #include "cacheroute/dataplane/router.h"
+#include "tests/support/fake_loads.h"
 
 namespace cacheroute::dataplane {
 namespace {
 
-// A LoadView the test sets by hand, as the simulator would.
-class FakeLoads final : public LoadView {
- public:
-  explicit FakeLoads(uint32_t n) : load(n, 0.0), up(n, true), work(n), scraped(n) {}
-  uint32_t size() const override { return static_cast<uint32_t>(load.size()); }
-  double Load(uint32_t d) const override { return load[d]; }
-  bool Up(uint32_t d) const override { return up[d]; }
-  bool HasWork() const override { return has_work; }
-  DestinationWork Work(uint32_t d) const override { return work[d]; }
-  EngineMetrics Scraped(uint32_t d) const override { return scraped[d]; }
-  std::vector<double> load;
-  std::vector<bool> up;
-  bool has_work = false;
-  std::vector<DestinationWork> work;
-  std::vector<EngineMetrics> scraped;
-};
+using testing::FakeLoads;
 
 std::vector<uint64_t> Blocks(uint64_t seed, size_t n) {
   std::vector<uint64_t> out;
