@@ -258,8 +258,7 @@ void Gate::ResetCounters() {
   better_streak_ = 0;
   intervals_in_state_ = 0;
   envelope_chunk_ = {};
-  envelope_run_ = {};
-  envelope_breaches_ = 0;
+  envelope_checks_.clear();
 }
 
 std::optional<std::string> Gate::EnvelopeBreached(const Evidence& interval_evidence) {
@@ -270,27 +269,33 @@ std::optional<std::string> Gate::EnvelopeBreached(const Evidence& interval_evide
   const double envelope = options_.ttft_envelope_seconds;
   envelope_chunk_.Merge(interval_evidence);
   if (envelope_chunk_.table.ttft.count() < options_.envelope_min_samples) return std::nullopt;
-  const Evidence chunk = std::exchange(envelope_chunk_, Evidence{});
-  const double chunk_quantile = chunk.table.ttft.Quantile(q);
+  EnvelopeCheck check{.evidence = std::exchange(envelope_chunk_, Evidence{})};
+  const double chunk_quantile = check.evidence.table.ttft.Quantile(q);
   // A breach only when the quantile's whole bucket is above the envelope (its lower bound at or
   // above it): a quantile in the bucket holding the envelope may be inside it.
-  const size_t chunk_bucket = chunk.table.ttft.QuantileBucket(q);
+  const size_t chunk_bucket = check.evidence.table.ttft.QuantileBucket(q);
   const double chunk_lower = chunk_bucket == 0 ? 0.0 : TtftHistogram::bounds()[chunk_bucket - 1];
-  if (chunk_lower < envelope) {
-    envelope_breaches_ = 0;
-    envelope_run_ = {};
-    return std::nullopt;
+  check.breach = chunk_lower >= envelope;
+  const uint64_t chunk_samples = check.evidence.table.ttft.count();
+  // The last 2·N − 1 checks; N breaches among them (a majority) decide.
+  const uint32_t needed = options_.envelope_rollback_after;
+  envelope_checks_.push_back(std::move(check));
+  while (envelope_checks_.size() > 2 * size_t{needed} - 1) envelope_checks_.pop_front();
+  if (!envelope_checks_.back().breach) return std::nullopt;
+  uint32_t breaches = 0;
+  Evidence run;
+  for (const EnvelopeCheck& c : envelope_checks_) {
+    breaches += c.breach ? 1 : 0;
+    run.Merge(c.evidence);
   }
-  ++envelope_breaches_;
-  envelope_run_.Merge(chunk);
-  if (envelope_breaches_ < options_.envelope_rollback_after) return std::nullopt;
+  if (breaches < needed) return std::nullopt;
   const std::string pq = absl::StrFormat("p%g", 100 * q);
   const std::string breach =
-      absl::StrCat("table ", pq, " TTFT above the ", Seconds(envelope), " envelope in ",
-                   envelope_breaches_, " checks in a row (the last ", Seconds(chunk_lower), "-",
-                   Seconds(chunk_quantile),
-                   " over ", chunk.table.ttft.count(), " samples)");
-  const ArmEvidence& control = envelope_run_.control;
+      absl::StrCat("table ", pq, " TTFT above the ", Seconds(envelope), " envelope in ", breaches,
+                   " of the last ", envelope_checks_.size(), " checks (the last ",
+                   Seconds(chunk_lower), "-", Seconds(chunk_quantile), " over ", chunk_samples,
+                   " samples)");
+  const ArmEvidence& control = run.control;
   const double control_quantile = control.ttft.Quantile(q);
   // Inside: the quantile's bucket (its upper bound) is at or below the envelope.
   if (control.ttft.count() > 0 && control_quantile <= envelope) {
@@ -298,10 +303,10 @@ std::optional<std::string> Gate::EnvelopeBreached(const Evidence& interval_evide
                         control.ttft.count(), " samples in the same intervals, inside it");
   }
   // Control is out of the envelope too: roll back only if the table is significantly worse
-  // over the run (Compare with envelope_min_samples per arm).
+  // over those checks (Compare with envelope_min_samples per arm).
   GateOptions run_options = options_;
   run_options.min_samples = options_.envelope_min_samples;
-  const Verdict v = Compare(envelope_run_.table, control, run_options);
+  const Verdict v = Compare(run.table, control, run_options);
   if (v.kind == Verdict::kWorse) return absl::StrCat(breach, ", and over those checks ", v.why);
   return std::nullopt;
 }

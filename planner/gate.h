@@ -92,11 +92,12 @@ struct GateOptions {
   double ttft_envelope_seconds = 0;
   // The envelope rule (with ttft_envelope_seconds > 0, while enabled): the table arm's evidence
   // is checked in chunks of at least envelope_min_samples TTFT samples (an interval, or several
-  // at low traffic); a chunk whose q-quantile bucket lies wholly above the envelope is a breach. After
-  // envelope_rollback_after breaches in a row, the table is rolled back if, over those chunks,
-  // the control arm's q-quantile is inside the envelope (control meets the SLO the table
-  // misses), or Compare with envelope_min_samples per arm says worse (both miss it, the table
-  // by significantly more). An overloaded fleet, where both arms miss it alike, is not the
+  // at low traffic); a chunk whose q-quantile bucket lies wholly above the envelope is a breach.
+  // When N = envelope_rollback_after of the last 2·N − 1 chunks are breaches (a majority; the
+  // last one among them), the table is rolled back if, over those chunks, the control arm's
+  // q-quantile is inside the envelope (control meets the SLO the table misses), or Compare with
+  // envelope_min_samples per arm says worse (both miss it, the table by significantly more). A
+  // tail that leaves the envelope in every other chunk is caught; a lone breach is not. An overloaded fleet, where both arms miss it alike, is not the
   // table's fault. It acts on a small control arm long before the batches of Compare can.
   // envelope_rollback_after 0 turns the rule off; envelope_min_samples ≥ 1.
   uint32_t envelope_rollback_after = 3;
@@ -210,11 +211,13 @@ class Gate {
   uint32_t good_streak_ = 0;    // kNotWorse or kBetter, in canary
   uint32_t better_streak_ = 0;  // kBetter, in canary
   std::deque<dataplane::Evidence> window_;
-  // The envelope rule (enabled only): the chunk being filled, the breaches in a row and both
-  // arms' evidence over them.
+  // The envelope rule (enabled only): the check being filled and the last 2·N − 1 checks.
+  struct EnvelopeCheck {
+    dataplane::Evidence evidence;
+    bool breach = false;
+  };
   dataplane::Evidence envelope_chunk_;
-  dataplane::Evidence envelope_run_;
-  uint32_t envelope_breaches_ = 0;
+  std::deque<EnvelopeCheck> envelope_checks_;
 };
 
 }  // namespace cacheroute::planner

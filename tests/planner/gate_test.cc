@@ -528,17 +528,30 @@ TEST_CASE("Gate: enabled falls back when the table's p99 leaves the envelope, co
   Gate gate(Envelope(), GateState::kEnabled);
   CHECK_FALSE(gate.Observe(breach).changed);
   CHECK_FALSE(gate.Observe(breach).changed);
-  CHECK_FALSE(gate.Observe(inside).changed);  // restarts the count
-  CHECK_FALSE(gate.Observe(breach).changed);
-  CHECK_FALSE(gate.Observe(breach).changed);
-  const Gate::Decision d = gate.Observe(breach);
+  CHECK_FALSE(gate.Observe(inside).changed);  // 2 of the last 3
+  const Gate::Decision d = gate.Observe(breach);  // 3 of the last 4: a majority of 5 or fewer
   CHECK(d.changed);
   CHECK(d.state == GateState::kRolledBack);
   CHECK(d.verdict.kind == Verdict::kTooFewSamples);  // Compare alone would have waited
   CHECK_THAT(d.why, Contains("enabled -> rolled_back by the envelope rule: table p99 TTFT above "
-                             "the 3.5 s envelope in 3 checks in a row (the last 7.5 s-10 s over "
-                             "200 samples), control p99 0.3 s over 30 samples in the same "
+                             "the 3.5 s envelope in 3 of the last 4 checks (the last 7.5 s-10 s "
+                             "over 200 samples), control p99 0.3 s over 40 samples in the same "
                              "intervals, inside it"));
+  // A tail out of the envelope in every other check (turn-bad's paper table, 20 QPS) is caught
+  // on the fifth: 3 of 5.
+  Gate alternating(Envelope(), GateState::kEnabled);
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE_FALSE(alternating.Observe(i % 2 == 0 ? breach : inside).changed);
+  }
+  CHECK(alternating.Observe(breach).state == GateState::kRolledBack);
+  // Lone breaches, two checks apart, never make a majority of five (2 control samples an
+  // interval keep Compare's batches below min_samples throughout).
+  const Evidence lone_breach{.table = TableTail(200, 10), .control = Samples({{0.3, 2}})};
+  const Evidence lone_inside{.table = TableTail(200, 2.5), .control = Samples({{0.3, 2}})};
+  Gate lone(Envelope(), GateState::kEnabled);
+  for (int i = 0; i < 60; ++i) {
+    REQUIRE_FALSE(lone.Observe(i % 3 == 0 ? lone_breach : lone_inside).changed);
+  }
   // At low traffic a check waits for envelope_min_samples (100): 50 table samples an interval
   // make a check every second interval, so the third check, and the rollback, is the sixth.
   Gate slow(Envelope(), GateState::kEnabled);
