@@ -35,6 +35,7 @@ namespace {
 using ::cacheroute::testing::EngineStub;
 using ::cacheroute::testing::Eventually;
 using ::cacheroute::testing::InProcessPlanner;
+using ProcessingMode = ::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 
 struct Fleet {
   explicit Fleet(int n) {
@@ -91,9 +92,14 @@ struct Answer {
   std::string immediate_body;
 };
 
-std::string Endpoint(const ext_proc::ProcessingResponse& r) {
-  for (const auto& h : r.request_headers().response().header_mutation().set_headers()) {
-    if (h.header().key() == "x-gateway-destination-endpoint") return h.header().raw_value();
+// The endpoint header of a request_headers (or, `in_body`, request_body) answer, read as Envoy
+// reads it: from raw_value, or only from value when it sends header values there (`raw` off).
+std::string Endpoint(const ext_proc::ProcessingResponse& r, bool raw = true, bool in_body = false) {
+  const auto& common = in_body ? r.request_body().response() : r.request_headers().response();
+  for (const auto& h : common.header_mutation().set_headers()) {
+    if (h.header().key() == "x-gateway-destination-endpoint") {
+      return raw ? h.header().raw_value() : h.header().value();
+    }
   }
   return "";
 }
@@ -326,6 +332,59 @@ TEST_CASE("the response's signals: a stream's first token, the served KV hit, th
   REQUIRE(Eventually([&] { return epp->active_streams() == 0; }));
   CHECK(epp->RouterStats().in_flight[0] + epp->RouterStats().in_flight[1] == 0);
   CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_abandoned_total 1\n"));
+}
+
+TEST_CASE("an Envoy sending header values in `value` reads a non-empty endpoint from `value`") {
+  // envoy.reloadable_features.send_header_raw_value off: Envoy sends values in `value` and reads
+  // only `value` from header mutations.
+  Fleet fleet(2);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(ConfigFor(fleet)));
+  Client client(*epp);
+  const std::vector<std::string> endpoints = epp->DestinationEndpoints();
+  for (const BodySendMode mode : {ProcessingMode::FULL_DUPLEX_STREAMED, ProcessingMode::BUFFERED}) {
+    CAPTURE(mode);
+    EnvoyStream s(*client.stub);
+    REQUIRE(s.Send(InValueField(WithConfig(Headers(false, {{"x-cacheroute-key", "v"}}), mode,
+                                           ProcessingMode::FULL_DUPLEX_STREAMED))));
+    const bool buffered = mode == ProcessingMode::BUFFERED;
+    if (buffered) CHECK(s.Read().has_request_headers());  // answered at once, empty
+    REQUIRE(s.Send(Body(R"({"prompt":"p"})", true)));
+    const ext_proc::ProcessingResponse routed = s.Read();
+    const std::string endpoint = Endpoint(routed, /*raw=*/false, /*in_body=*/buffered);
+    CHECK(std::find(endpoints.begin(), endpoints.end(), endpoint) != endpoints.end());
+    CHECK(Endpoint(routed, /*raw=*/true, /*in_body=*/buffered).empty());
+    if (!buffered) CHECK(s.Read().has_request_body());
+    REQUIRE(s.Send(InValueField(ResponseHeaders("200", true))));
+    const ext_proc::ProcessingResponse answered = s.Read();
+    const auto& added = answered.response_headers().response().header_mutation().set_headers();
+    REQUIRE(added.size() == 2);
+    CHECK(added[0].header().value() == NameOf(*epp, endpoint));
+    CHECK(s.Finish().ok());
+  }
+}
+
+TEST_CASE("max_request_body: 413 for a body held for routing, FULL_DUPLEX_STREAMED or BUFFERED") {
+  Fleet fleet(2);
+  EppConfig config = ConfigFor(fleet);
+  config.max_request_body = 100 << 10;  // 100 KB
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(config));
+  Client client(*epp);
+  const std::string big = absl::StrCat(R"({"prompt":")", std::string(200 << 10, 'x'), R"("})");
+  for (const BodySendMode mode : {ProcessingMode::FULL_DUPLEX_STREAMED, ProcessingMode::BUFFERED}) {
+    CAPTURE(mode);
+    EnvoyStream s(*client.stub);
+    REQUIRE(s.Send(WithConfig(Headers(), mode, ProcessingMode::FULL_DUPLEX_STREAMED)));
+    if (mode == ProcessingMode::BUFFERED) CHECK(s.Read().has_request_headers());
+    REQUIRE(s.Send(Body(big, true)));  // in one message, as BUFFERED sends it
+    const ext_proc::ProcessingResponse refused = s.Read();
+    REQUIRE(refused.has_immediate_response());
+    CHECK(refused.immediate_response().status().code() == 413);
+    CHECK(absl::StrContains(refused.immediate_response().body(), "\"code\":\"body_too_large\""));
+    CHECK(s.Finish().ok());
+  }
+  CHECK(absl::StrContains(epp->RenderMetrics(),
+                          "cacheroute_epp_immediate_responses_total{status=\"413\"} 2\n"));
+  CHECK(epp->RouterStats().in_flight[0] + epp->RouterStats().in_flight[1] == 0);
 }
 
 TEST_CASE("GIE's subset hint: a pick outside it moves inside; none up inside is a 503") {

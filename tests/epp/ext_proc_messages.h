@@ -1,5 +1,6 @@
 // Test-only: the ProcessingRequests Envoy's ext_proc filter sends, built the way it builds them
-// (header values in raw_value, pseudo-headers included), for the tests of cacheroute-epp.
+// (header values in raw_value, or with InValueField in value; pseudo-headers included), for the
+// tests of cacheroute-epp.
 //
 // Usage:
 //   Receive(Headers());  Receive(Body("{...}", true));  Receive(ResponseHeaders("200"));
@@ -30,6 +31,22 @@ inline ext_proc::ProcessingRequest Headers(bool end_of_stream = false,
     h->set_raw_value(value);
   }
   r.mutable_request_headers()->set_end_of_stream(end_of_stream);
+  return r;
+}
+
+// `r` as an Envoy with envoy.reloadable_features.send_header_raw_value off sends it: every
+// header value in `value` instead of raw_value.
+inline ext_proc::ProcessingRequest InValueField(ext_proc::ProcessingRequest r) {
+  envoy::config::core::v3::HeaderMap* map =
+      r.has_request_headers()    ? r.mutable_request_headers()->mutable_headers()
+      : r.has_response_headers() ? r.mutable_response_headers()->mutable_headers()
+                                 : nullptr;
+  if (map == nullptr) return r;
+  for (auto& h : *map->mutable_headers()) {
+    if (h.raw_value().empty()) continue;
+    h.set_value(h.raw_value());
+    h.clear_raw_value();
+  }
   return r;
 }
 

@@ -54,24 +54,31 @@ class RecordingExchange : public Exchange {
   void Finished(bool complete) override { finished.push_back(complete); }
 };
 
-// The set_headers of a mutation as (key, raw_value); CHECKs that value is never set beside it and
-// that every header overwrites.
-HeaderList SetHeaders(const ext_proc::HeaderMutation& mutation) {
+// The set_headers of a mutation as (key, value) read as Envoy's ext_proc filter reads them: from
+// raw_value (`raw`, its default) or only from value (send_header_raw_value off). CHECKs that the
+// other field is never set beside it and that every header replaces any of its name: `append`
+// set to false (the only field the filter reads) and append_action left at its default (Envoy's
+// HeaderValueOption refuses both).
+HeaderList SetHeaders(const ext_proc::HeaderMutation& mutation, bool raw = true) {
   HeaderList out;
   for (const auto& option : mutation.set_headers()) {
-    CHECK(option.header().value().empty());
+    CHECK((raw ? option.header().value() : option.header().raw_value()).empty());
+    CHECK(option.has_append());
+    CHECK_FALSE(option.append().value());
     CHECK(option.append_action() ==
-          envoy::config::core::v3::HeaderValueOption::OVERWRITE_IF_EXISTS_OR_ADD);
-    out.emplace_back(option.header().key(), option.header().raw_value());
+          envoy::config::core::v3::HeaderValueOption::APPEND_IF_EXISTS_OR_ADD);
+    out.emplace_back(option.header().key(),
+                     raw ? option.header().raw_value() : option.header().value());
   }
   return out;
 }
 
 // CHECKs that `common` routes to `endpoint` (header, cleared route cache) and that `response`
-// carries it as envoy.lb dynamic metadata.
+// carries it as envoy.lb dynamic metadata; `raw`: as SetHeaders.
 void CheckRoutes(const ext_proc::ProcessingResponse& response,
-                 const ext_proc::CommonResponse& common, const std::string& endpoint) {
-  CHECK(FindHeader(SetHeaders(common.header_mutation()), "x-gateway-destination-endpoint") ==
+                 const ext_proc::CommonResponse& common, const std::string& endpoint,
+                 bool raw = true) {
+  CHECK(FindHeader(SetHeaders(common.header_mutation(), raw), "x-gateway-destination-endpoint") ==
         std::optional<absl::string_view>(endpoint));
   CHECK(common.clear_route_cache());
   const auto& ns = response.dynamic_metadata().fields();
@@ -259,6 +266,24 @@ TEST_CASE("a body held for routing beyond max_request_body gets an immediate 413
   CheckImmediate(stream.Receive(Body("x", true)), 413, "invalid_request_error", "body_too_large",
                  "max_request_body (10 bytes)");
   CHECK(exchange.routes.empty());
+  // BUFFERED and BUFFERED_PARTIAL: the body held for routing arrives in one message.
+  for (const BodySendMode mode : {Mode::BUFFERED, Mode::BUFFERED_PARTIAL}) {
+    CAPTURE(mode);
+    RecordingExchange buffered;
+    ExtProcStream whole({.request_body_mode = mode, .max_request_body = 10}, buffered);
+    REQUIRE(whole.Receive(Headers()).responses.size() == 1);  // answered at once
+    CheckImmediate(whole.Receive(Body("01234567890", mode == Mode::BUFFERED)), 413,
+                   "invalid_request_error", "body_too_large", "max_request_body (10 bytes)");
+    CHECK(buffered.routes.empty());
+    CHECK(whole.done());
+    RecordingExchange at_limit;
+    ExtProcStream fits({.request_body_mode = mode, .max_request_body = 10}, at_limit);
+    fits.Receive(Headers());
+    const Step routed = fits.Receive(Body("0123456789", true));  // 10: at the limit
+    REQUIRE(routed.responses.size() == 1);
+    CheckRoutes(routed.responses[0], routed.responses[0].request_body().response(),
+                "10.0.0.7:8000");
+  }
   // Once routed on the headers, the body is only passed through: no limit.
   RecordingExchange by_header;
   by_header.needs_body = false;
@@ -466,6 +491,57 @@ TEST_CASE("out-of-order and malformed messages end the stream with a status nami
     CHECK(status.message() == c.message);
     // A routed request finishes exactly once, by the response's end or when the stream closes.
     CHECK(exchange.finished.size() == exchange.routes.size());
+  }
+}
+
+// Envoy's ext_proc filter applying a header mutation to `headers` as its mutation_utils.cc does:
+// the value from raw_value (or only from value when `raw` is off), and `append` (unset: false)
+// adding a value beside those of the name, else replacing all of them.
+void ApplyAsEnvoy(const ext_proc::HeaderMutation& mutation, bool raw, HeaderList& headers) {
+  for (const auto& option : mutation.set_headers()) {
+    const std::string& value = raw ? option.header().raw_value() : option.header().value();
+    if (!option.has_append() || !option.append().value()) {
+      std::erase_if(headers, [&](const auto& h) { return h.first == option.header().key(); });
+    }
+    headers.emplace_back(option.header().key(), value);
+  }
+}
+
+TEST_CASE("header values are answered in the field the request's headers came in") {
+  for (const bool raw : {true, false}) {
+    CAPTURE(raw);
+    const auto as_sent = [raw](ext_proc::ProcessingRequest r) {
+      return raw ? r : InValueField(std::move(r));
+    };
+    RecordingExchange exchange;
+    ExtProcStream stream({}, exchange);
+    // The client sent its own destination header: Envoy must end up with the picker's alone.
+    const HeaderList client = {{"x-gateway-destination-endpoint", "10.9.9.9:1"}};
+    stream.Receive(as_sent(Headers(false, client)));
+    Step step = stream.Receive(Body("{}", true));
+    REQUIRE(step.responses.size() == 2);
+    const auto& common = step.responses[0].request_headers().response();
+    CheckRoutes(step.responses[0], common, "10.0.0.7:8000", raw);
+    CHECK(FindHeader(SetHeaders(common.header_mutation(), raw), "content-length") ==
+          std::optional<absl::string_view>("2"));
+    HeaderList applied = {{":path", "/v1/chat/completions"}, client[0]};
+    ApplyAsEnvoy(common.header_mutation(), raw, applied);
+    CHECK(applied == HeaderList{{":path", "/v1/chat/completions"},
+                                {"x-gateway-destination-endpoint", "10.0.0.7:8000"},
+                                {"content-length", "2"}});
+    // The response's headers and an immediate response's, likewise.
+    step = stream.Receive(as_sent(ResponseHeaders("200")));
+    REQUIRE(step.responses.size() == 1);
+    CHECK(SetHeaders(step.responses[0].response_headers().response().header_mutation(), raw) ==
+          HeaderList{{"x-cacheroute-destination", "engine-7"}});
+    RecordingExchange none;
+    none.endpoint.clear();
+    ExtProcStream refused({}, none);
+    refused.Receive(as_sent(Headers()));
+    step = refused.Receive(Body("{}", true));
+    REQUIRE(step.responses.size() == 1);
+    CHECK(SetHeaders(step.responses[0].immediate_response().headers(), raw) ==
+          HeaderList{{"content-type", "application/json"}});
   }
 }
 

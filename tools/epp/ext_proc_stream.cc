@@ -26,17 +26,26 @@ bool Buffered(BodySendMode mode) {
 }
 
 // The headers of `map` (`where` names it in errors): values from raw_value, else value.
-absl::Status ReadHeaders(const HeaderMap& map, absl::string_view where, HeaderList& out) {
+// *raw (when given): whether the data plane encodes values in raw_value, which is Envoy's default
+// (envoy.reloadable_features.send_header_raw_value); false only when some value came in `value`
+// and none in raw_value.
+absl::Status ReadHeaders(const HeaderMap& map, absl::string_view where, HeaderList& out,
+                         bool* raw = nullptr) {
   out.clear();
   out.reserve(map.headers_size());
+  bool any_raw = false;
+  bool any_value = false;
   for (int i = 0; i < map.headers_size(); ++i) {
     const auto& h = map.headers(i);
     if (h.key().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ".headers[", i, "]: empty header name"));
     }
+    any_raw = any_raw || !h.raw_value().empty();
+    any_value = any_value || !h.value().empty();
     out.emplace_back(h.key(), h.raw_value().empty() ? h.value() : h.raw_value());
   }
+  if (raw != nullptr) *raw = any_raw || !any_value;
   return absl::OkStatus();
 }
 
@@ -65,14 +74,24 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ReadSubset(
   return subset;
 }
 
-void SetHeader(ext_proc::HeaderMutation& mutation, absl::string_view key, absl::string_view value) {
+}  // namespace
+
+void ExtProcStream::SetHeader(ext_proc::HeaderMutation& mutation, absl::string_view key,
+                              absl::string_view value) const {
   HeaderValueOption* option = mutation.add_set_headers();
   option->mutable_header()->set_key(std::string(key));
-  option->mutable_header()->set_raw_value(std::string(value));
-  option->set_append_action(HeaderValueOption::OVERWRITE_IF_EXISTS_OR_ADD);
+  // Envoy reads a mutation's value from the field it sends values in, and refuses a header with
+  // both set.
+  if (raw_values_) {
+    option->mutable_header()->set_raw_value(std::string(value));
+  } else {
+    option->mutable_header()->set_value(std::string(value));
+  }
+  // Envoy's ext_proc filter reads only the deprecated `append` (unset: false), and replaces every
+  // value of the header when it is false. Said explicitly; append_action stays at its default, as
+  // Envoy's HeaderValueOption refuses both set elsewhere (docs/epp.md).
+  option->mutable_append()->set_value(false);
 }
-
-}  // namespace
 
 std::optional<absl::string_view> FindHeader(const HeaderList& headers, absl::string_view name) {
   for (const auto& [key, value] : headers) {
@@ -201,8 +220,8 @@ ExtProcStream::Step ExtProcStream::RequestHeaders(const ext_proc::ProcessingRequ
                              " is not supported: use FULL_DUPLEX_STREAMED, BUFFERED, STREAMED or "
                              "NONE"));
   }
-  if (absl::Status s =
-          ReadHeaders(request.request_headers().headers(), "request_headers", request_headers_);
+  if (absl::Status s = ReadHeaders(request.request_headers().headers(), "request_headers",
+                                   request_headers_, &raw_values_);
       !s.ok()) {
     return Fail(s.code(), std::string(s.message()));
   }
@@ -245,13 +264,7 @@ ExtProcStream::Step ExtProcStream::RequestBody(const ext_proc::HttpBody& body) {
       Echo(step, /*request=*/true, body.body(), end);
       return step;
     }
-    if (body_.size() + body.body().size() > options_.max_request_body) {
-      Immediate(step, 413,
-                absl::StrCat("the request body exceeds the endpoint picker's max_request_body (",
-                             options_.max_request_body, " bytes)"),
-                "invalid_request_error", "body_too_large", "cacheroute_body_too_large");
-      return step;
-    }
+    if (TooLarge(step, body_.size() + body.body().size())) return step;
     body_ += body.body();
     if (end) Release(step, /*end_of_stream=*/true);
     return step;
@@ -260,6 +273,7 @@ ExtProcStream::Step ExtProcStream::RequestBody(const ext_proc::HttpBody& body) {
   // BUFFERED_PARTIAL, where end_of_stream may then be false).
   if (!routed_ && !body_answered_) {
     body_answered_ = true;
+    if (TooLarge(step, body.body().size())) return step;
     body_ = body.body();
     body_read_ = true;
     RouteNow(step, /*as_body_answer=*/true);
@@ -268,6 +282,15 @@ ExtProcStream::Step ExtProcStream::RequestBody(const ext_proc::HttpBody& body) {
   }
   step.responses.emplace_back().mutable_request_body();
   return step;
+}
+
+bool ExtProcStream::TooLarge(Step& step, size_t bytes) {
+  if (bytes <= options_.max_request_body) return false;
+  Immediate(step, 413,
+            absl::StrCat("the request body exceeds the endpoint picker's max_request_body (",
+                         options_.max_request_body, " bytes)"),
+            "invalid_request_error", "body_too_large", "cacheroute_body_too_large");
+  return true;
 }
 
 void ExtProcStream::Release(Step& step, bool end_of_stream) {

@@ -6,8 +6,8 @@
 //
 // What it answers (docs/epp.md, "The ext_proc exchange", has the sequences):
 //   - every phase with the ProcessingResponse of the same phase, in order per direction;
-//   - the chosen endpoint as the request header x-gateway-destination-endpoint (raw_value,
-//     overwriting any the client sent, route cache cleared) and the same value in
+//   - the chosen endpoint as the request header x-gateway-destination-endpoint (overwriting any
+//     the client sent: `append` false; route cache cleared) and the same value in
 //     dynamic_metadata {"envoy.lb": {"x-gateway-destination-endpoint": "IP:PORT"}}, on the
 //     request_headers answer, or in BUFFERED request mode on the request_body answer (Envoy picks
 //     the upstream only after the body answer there);
@@ -16,7 +16,10 @@
 //     content-length set to the body's size, followed by the body echoed in streamed_response
 //     chunks of at most kMaxStreamedChunk bytes; once routed, every body chunk is echoed at once;
 //   - no endpoint: immediate_response with the Route's status (503) and an OpenAI error body; a
-//     request body over max_request_body: immediate_response 413. The stream is then done.
+//     request body held for routing (FULL_DUPLEX_STREAMED's chunks, or BUFFERED's one message)
+//     over max_request_body: immediate_response 413. The stream is then done.
+//   - header values in the field the request headers came in: raw_value (Envoy's default), or
+//     value when the data plane sends values there (it then reads only `value` from mutations).
 //
 // Body modes: request NONE, BUFFERED, BUFFERED_PARTIAL, FULL_DUPLEX_STREAMED; response NONE,
 // STREAMED, BUFFERED, BUFFERED_PARTIAL, FULL_DUPLEX_STREAMED. The configured modes hold unless the
@@ -153,6 +156,11 @@ class ExtProcStream {
   void RouteNow(Step& step, bool as_body_answer);
   // FULL_DUPLEX_STREAMED, holding: routes on the body read, then echoes it.
   void Release(Step& step, bool end_of_stream);
+  // A body of `bytes` held for routing beyond max_request_body: appends the immediate 413.
+  bool TooLarge(Step& step, size_t bytes);
+  // Appends a header that replaces any of that name, in the stream's value encoding.
+  void SetHeader(ext_proc::HeaderMutation& mutation, absl::string_view key,
+                 absl::string_view value) const;
   void Immediate(Step& step, int status, absl::string_view message, absl::string_view type,
                  absl::string_view code, absl::string_view details);
   // Appends request_body (or response_body) answers echoing `bytes` as streamed_response chunks.
@@ -173,6 +181,9 @@ class ExtProcStream {
   Side response_phase_ = Side::kNotStarted;
   bool done_ = false;  // an error or an immediate response ended it, or Close
   HeaderList request_headers_;
+  // Header values travel in raw_value (Envoy's default) or, when the request headers came in
+  // `value` (send_header_raw_value off), in `value`: answers use the same field.
+  bool raw_values_ = true;
   std::optional<std::vector<std::string>> subset_;
   bool holding_ = false;        // FULL_DUPLEX: the request_headers answer waits for the body
   bool body_answered_ = false;  // BUFFERED: the body message was answered
