@@ -2,7 +2,8 @@
 // over real HTTP on loopback: its served KV hit equals the engines' own prefix-cache counters, its
 // per-destination counts equal what each engine served, failures are counted when an engine is
 // down, routing decisions are a function of the seed, and through two in-process endpoint pickers
-// (--ext-proc) every request is routed by the picker it was dealt and served where it named.
+// (--ext-proc) every request is routed by the picker it was dealt and served where it named, with
+// header values in raw_value or (--ext-proc-header-value) in value.
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
@@ -241,6 +242,11 @@ TEST_CASE("through a gateway, destinations come from its X-CacheRoute-Destinatio
 }
 
 TEST_CASE("through endpoint pickers: each request routed by the picker it was dealt, then served") {
+  // Header values in raw_value (Envoy's default) or, as an Envoy with send_header_raw_value off,
+  // in value: the filter then reads the endpoint from value alone, so a picker answering in
+  // raw_value would route nothing.
+  const bool header_value = GENERATE(false, true);
+  CAPTURE(header_value);
   testing::TempDir dir("replay_test");
   const std::string workload = WriteWorkload(dir);
   std::vector<std::unique_ptr<engine_emu::EmuServer>> engines;
@@ -257,9 +263,11 @@ TEST_CASE("through endpoint pickers: each request routed by the picker it was de
     pickers.push_back(testing::RequireOk(epp::Epp::Start(config)));
     addresses.push_back(absl::StrCat("127.0.0.1:", pickers.back()->port()));
   }
-  Run run = Replay({"--workload", workload, "--ext-proc", absl::StrJoin(addresses, ","),
-                    "--speedup", "4", "--prompt", "stub"},
-                   dir.File("pickers.json"));
+  std::vector<std::string> args = {"--workload", workload, "--ext-proc",
+                                   absl::StrJoin(addresses, ","), "--speedup", "4", "--prompt",
+                                   "stub"};
+  if (header_value) args.push_back("--ext-proc-header-value");
+  Run run = Replay(args, dir.File("pickers.json"));
   const JsonValue& r = run.report;
   CHECK(U(r, "failed") == 0);
   const uint64_t requests = U(r, "requests");

@@ -11,17 +11,6 @@ namespace ext_proc = ::envoy::service::ext_proc::v3;
 
 constexpr absl::string_view kEndpointHeader = "x-gateway-destination-endpoint";
 
-void AddHeader(ext_proc::HttpHeaders& headers, absl::string_view key, absl::string_view value) {
-  auto* h = headers.mutable_headers()->add_headers();
-  h->set_key(std::string(key));
-  h->set_raw_value(std::string(value));
-}
-
-// A header mutation's value: raw_value, or value where the processor set only that.
-std::string MutationValue(const envoy::config::core::v3::HeaderValue& header) {
-  return header.raw_value().empty() ? header.value() : header.raw_value();
-}
-
 // The streamed body an answer carries back, and whether it ends the body; false when the answer
 // is not a body answer of that side.
 bool StreamedBody(const ext_proc::ProcessingResponse& answer, bool request, size_t* bytes,
@@ -37,7 +26,24 @@ bool StreamedBody(const ext_proc::ProcessingResponse& answer, bool request, size
 
 }  // namespace
 
-EnvoyFilter::EnvoyFilter(ext_proc::ExternalProcessor::Stub& stub, std::chrono::seconds deadline) {
+void EnvoyFilter::AddHeader(ext_proc::HttpHeaders& headers, absl::string_view key,
+                            absl::string_view value) const {
+  auto* h = headers.mutable_headers()->add_headers();
+  h->set_key(std::string(key));
+  if (field_ == HeaderField::kRawValue) {
+    h->set_raw_value(std::string(value));
+  } else {
+    h->set_value(std::string(value));
+  }
+}
+
+std::string EnvoyFilter::MutationValue(const envoy::config::core::v3::HeaderValue& header) const {
+  return field_ == HeaderField::kRawValue ? header.raw_value() : header.value();
+}
+
+EnvoyFilter::EnvoyFilter(ext_proc::ExternalProcessor::Stub& stub, std::chrono::seconds deadline,
+                         HeaderField field)
+    : field_(field) {
   context_.set_deadline(std::chrono::system_clock::now() + deadline);
   stream_ = stub.Process(&context_);
 }
@@ -72,9 +78,9 @@ absl::StatusOr<std::string> EnvoyFilter::Route(const Headers& headers, absl::str
   if (!stream_->Read(&answer)) return absl::UnavailableError("ext_proc stream ended unanswered");
   if (answer.has_immediate_response()) {
     immediate_status_ = static_cast<int>(answer.immediate_response().status().code());
-    return absl::FailedPreconditionError(
-        absl::StrCat("the endpoint picker answered ", immediate_status_, ": ",
-                     answer.immediate_response().body()));
+    return absl::FailedPreconditionError(absl::StrCat("the endpoint picker answered ",
+                                                      immediate_status_, ": ",
+                                                      answer.immediate_response().body()));
   }
   if (!answer.has_request_headers()) {
     return absl::InternalError("the endpoint picker's first answer is not request_headers");

@@ -16,18 +16,22 @@
 //   filter.ResponseBody("", true);
 //   filter.Finish();
 //
+// Header values travel as Envoy's runtime flag envoy.reloadable_features.send_header_raw_value
+// puts them: in raw_value (on, Envoy's default) or in value (off); the filter reads the picker's
+// header mutations from that field alone, as Envoy does (HeaderField).
+//
 // Route's errors: Unavailable when the stream broke; FailedPrecondition carrying the HTTP status
 // the picker answered itself (an immediate response, e.g. 503 when no endpoint is up), available
 // from ImmediateStatus(); Internal when the answer names no endpoint.
 #pragma once
+
+#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,12 +40,15 @@
 
 namespace cacheroute::replay {
 
+// Which field of Envoy's HeaderValue carries header values, both ways.
+enum class HeaderField { kRawValue, kValue };
+
 class EnvoyFilter {
  public:
   using Headers = std::vector<std::pair<std::string, std::string>>;
 
   EnvoyFilter(envoy::service::ext_proc::v3::ExternalProcessor::Stub& stub,
-              std::chrono::seconds deadline);
+              std::chrono::seconds deadline, HeaderField field = HeaderField::kRawValue);
   ~EnvoyFilter();
   EnvoyFilter(const EnvoyFilter&) = delete;
   EnvoyFilter& operator=(const EnvoyFilter&) = delete;
@@ -66,6 +73,12 @@ class EnvoyFilter {
   // back, and its end when `end_of_stream`.
   bool ReadEcho(bool request, size_t bytes, bool end_of_stream);
 
+  void AddHeader(envoy::service::ext_proc::v3::HttpHeaders& headers, absl::string_view key,
+                 absl::string_view value) const;
+  // A header mutation's value, from the field Envoy reads.
+  std::string MutationValue(const envoy::config::core::v3::HeaderValue& header) const;
+
+  const HeaderField field_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<envoy::service::ext_proc::v3::ProcessingRequest,
                                            envoy::service::ext_proc::v3::ProcessingResponse>>

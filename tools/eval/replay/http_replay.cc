@@ -234,7 +234,8 @@ Outcome SendThroughPicker(WorkerPool::Clients& clients,
                           const HttpReplayOptions& options,
                           const std::function<void()>& first_chunk) {
   const Clock::time_point start = Clock::now();
-  EnvoyFilter filter(stub, std::chrono::seconds(static_cast<int64_t>(options.timeout_s * 10) + 1));
+  EnvoyFilter filter(stub, std::chrono::seconds(static_cast<int64_t>(options.timeout_s * 10) + 1),
+                     options.picker_header_value ? HeaderField::kValue : HeaderField::kRawValue);
   absl::StatusOr<std::string> endpoint =
       filter.Route({{"x-cacheroute-key", key}, {"content-length", absl::StrCat(body.size())}},
                    body);

@@ -36,6 +36,9 @@ struct HttpReplayOptions {
   // in turn, and each goes through its picker's ext_proc stream as Envoy's filter sends it
   // (EnvoyFilter), then to the endpoint the picker named.
   std::vector<std::string> pickers;
+  // The pickers' streams carry header values in HeaderValue.value, as an Envoy with
+  // send_header_raw_value off (EnvoyFilter, HeaderField::kValue); else in raw_value.
+  bool picker_header_value = false;
   std::string model;                 // the "model" field; empty: omitted
   bool stream = true;
   double timeout_s = 60;       // per request: connect, and no byte for this long

@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
       "Comma-separated endpoint pickers' gRPC addresses (HOST:PORT): the requests are dealt to "
       "them in turn; each goes through its picker's ext_proc stream as Envoy's filter sends it "
       "(FULL_DUPLEX_STREAMED), then to the endpoint the picker named (docs/replay.md)");
+  bool header_value = false;
+  app.add_flag("--ext-proc-header-value", header_value,
+               "With --ext-proc: header values in HeaderValue.value, both ways, as an Envoy with "
+               "envoy.reloadable_features.send_header_raw_value off (default: raw_value)");
   gw->excludes(en);
   ep->excludes(gw);
   ep->excludes(en);
@@ -96,6 +100,10 @@ int main(int argc, char** argv) {
 
   load.key_blocks = key_blocks;
   http.stream = !no_stream;
+  if (header_value) {
+    if (pickers.empty()) return kProgram.Fail(2, "--ext-proc-header-value needs --ext-proc");
+    http.picker_header_value = true;
+  }
   http.prompt = prompt_mode == "stub" ? PromptMode::kStub : PromptMode::kWords;
   std::vector<std::string> targets;
   for (const auto& part :
