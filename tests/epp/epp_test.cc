@@ -411,6 +411,79 @@ TEST_CASE("GIE's subset hint: a pick outside it moves inside; none up inside is 
   CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_subset_refusals_total 1\n"));
 }
 
+TEST_CASE("a served endpoint naming another member credits the request's outcome to it") {
+  Fleet fleet(3);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(ConfigFor(fleet)));
+  Client client(*epp);
+  const std::vector<std::string> endpoints = epp->DestinationEndpoints();
+  const std::vector<std::string> names = epp->DestinationNames();
+  const auto index_of = [&](const std::string& endpoint) {
+    return static_cast<uint32_t>(std::find(endpoints.begin(), endpoints.end(), endpoint) -
+                                 endpoints.begin());
+  };
+  // One streamed request; the data plane reports `served` on its response headers ("next": the
+  // member after the one picked, "picked": that one).
+  const auto stream_with = [&](const std::string& served, uint32_t* picked, uint32_t* credited) {
+    EnvoyStream s(*client.stub);
+    REQUIRE(s.Send(Headers(false, {{"x-cacheroute-key", "retried"}})));
+    REQUIRE(s.Send(Body(R"({"prompt":"p"})", true)));
+    *picked = index_of(Endpoint(s.Read()));
+    REQUIRE(*picked < endpoints.size());
+    CHECK(s.Read().has_request_body());
+    const std::string target = served == "next"     ? endpoints[(*picked + 1) % 3]
+                               : served == "picked" ? endpoints[*picked]
+                                                    : served;
+    REQUIRE(s.Send(WithServed(ResponseHeaders("200"), String(target))));
+    const ext_proc::ProcessingResponse answer = s.Read();
+    std::string destination;
+    for (const auto& h : answer.response_headers().response().header_mutation().set_headers()) {
+      if (h.header().key() == "x-cacheroute-destination") destination = h.header().raw_value();
+    }
+    *credited =
+        static_cast<uint32_t>(std::find(names.begin(), names.end(), destination) - names.begin());
+    // In flight at the member credited, not at the one picked.
+    const dataplane::RouterStats mid = epp->RouterStats();
+    CHECK(mid.in_flight[*credited] == 1);
+    CHECK(mid.in_flight[0] + mid.in_flight[1] + mid.in_flight[2] == 1);
+    REQUIRE(
+        s.Send(ResponseBody("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,"
+                            "\"prompt_tokens_details\":{\"cached_tokens\":6}}}\n\n",
+                            true)));
+    CHECK(s.Read().has_response_body());
+    CHECK(s.Finish().ok());
+  };
+
+  uint32_t picked = 0, credited = 0;
+  stream_with("next", &picked, &credited);
+  CHECK(credited == (picked + 1) % 3);
+  std::string metrics = epp->RenderMetrics();
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_served_redirects_total 1\n"));
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_served_unknown_total 0\n"));
+  // Its first token and its usage are the served member's.
+  CHECK(absl::StrContains(metrics, absl::StrCat("cacheroute_epp_time_to_first_token_seconds_count{"
+                                                "destination=\"",
+                                                names[credited], "\"} 1\n")));
+  CHECK(absl::StrContains(metrics, absl::StrCat("cacheroute_epp_time_to_first_token_seconds_count{"
+                                                "destination=\"",
+                                                names[picked], "\"} 0\n")));
+  CHECK(absl::StrContains(metrics, absl::StrCat("cacheroute_epp_cached_tokens_total{destination=\"",
+                                                names[credited], "\",planned=\"0\"} 6\n")));
+  CHECK(epp->RouterStats().in_flight[credited] == 0);
+
+  // Unknown values are ignored: the picked member keeps the request; each is counted.
+  for (const std::string unknown : {"10.255.0.1:1", "not an endpoint"}) {
+    stream_with(unknown, &picked, &credited);
+    CHECK(credited == picked);
+  }
+  metrics = epp->RenderMetrics();
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_served_redirects_total 1\n"));
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_served_unknown_total 2\n"));
+  // The member picked, named as served: nothing moves.
+  stream_with("picked", &picked, &credited);
+  CHECK(credited == picked);
+  CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_served_redirects_total 1\n"));
+}
+
 TEST_CASE("the cacheroute-epp binary serves on the port it logs and drains on SIGTERM") {
   Fleet fleet(2);
   const std::string log = "epp_test_binary.log";

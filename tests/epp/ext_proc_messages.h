@@ -65,6 +65,21 @@ inline ext_proc::ProcessingRequest WithSubset(ext_proc::ProcessingRequest r,
   return r;
 }
 
+// GIE's served endpoint in the message's metadata_context, as the data plane reports it on the
+// response headers.
+inline ext_proc::ProcessingRequest WithServed(ext_proc::ProcessingRequest r,
+                                              const google::protobuf::Value& value) {
+  (*(*r.mutable_metadata_context()->mutable_filter_metadata())["envoy.lb"]
+        .mutable_fields())["x-gateway-destination-endpoint-served"] = value;
+  return r;
+}
+
+inline google::protobuf::Value String(const std::string& s) {
+  google::protobuf::Value v;
+  v.set_string_value(s);
+  return v;
+}
+
 inline google::protobuf::Value StringList(const std::vector<std::string>& items) {
   google::protobuf::Value v;
   auto* list = v.mutable_list_value();

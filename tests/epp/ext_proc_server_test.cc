@@ -50,7 +50,7 @@ class CountingExchange : public Exchange {
     route.message = "no upstream is up";
     return route;
   }
-  void ResponseHeaders(int, const HeaderList&) override {}
+  HeaderList ResponseHeaders(const ResponseView&) override { return {}; }
   void ResponseBody(absl::string_view) override {}
   void Finished(bool complete) override { ++(complete ? tally_.complete : tally_.incomplete); }
 

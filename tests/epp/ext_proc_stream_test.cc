@@ -32,6 +32,7 @@ class RecordingExchange : public Exchange {
   };
   std::vector<Routed> routes;
   std::vector<int> statuses;
+  std::vector<std::optional<std::string>> served;  // each response's served endpoint
   std::string response_body;
   std::vector<bool> finished;  // the `complete` of each Finished call
 
@@ -42,11 +43,12 @@ class RecordingExchange : public Exchange {
     Route route;
     route.endpoint = endpoint;
     if (endpoint.empty()) route.message = "no upstream is up";
-    route.response_headers = {{"x-cacheroute-destination", "engine-7"}};
     return route;
   }
-  void ResponseHeaders(int status, const HeaderList& headers) override {
-    statuses.push_back(status);
+  HeaderList ResponseHeaders(const ResponseView& response) override {
+    statuses.push_back(response.status);
+    served.push_back(response.served);
+    return {{"x-cacheroute-destination", "engine-7"}};
   }
   void ResponseBody(absl::string_view chunk) override {
     response_body.append(chunk.data(), chunk.size());
@@ -568,6 +570,31 @@ TEST_CASE("the subset hint reaches the routing side; header values fall back to 
   ExtProcStream empty_list({}, empty);
   empty_list.Receive(WithSubset(Headers(true), StringList({})));
   CHECK(empty.routes.at(0).subset == std::optional(std::vector<std::string>{}));
+}
+
+TEST_CASE("the served endpoint reaches the routing side: metadata first, else the header") {
+  const auto served_by = [](const ext_proc::ProcessingRequest& response_headers) {
+    RecordingExchange exchange;
+    ExtProcStream stream({}, exchange);
+    stream.Receive(Headers(true));
+    const Step step = stream.Receive(response_headers);
+    CHECK(step.status.ok());
+    REQUIRE(exchange.served.size() == 1);
+    return exchange.served[0];
+  };
+  CHECK_FALSE(served_by(ResponseHeaders("200")).has_value());
+  CHECK(served_by(WithServed(ResponseHeaders("200"), String("10.0.0.8:8000"))) ==
+        std::optional<std::string>("10.0.0.8:8000"));
+  ext_proc::ProcessingRequest with_header = ResponseHeaders("200");
+  auto* h = with_header.mutable_response_headers()->mutable_headers()->add_headers();
+  h->set_key("x-gateway-destination-endpoint-served");
+  h->set_raw_value("10.0.0.9:8000");
+  CHECK(served_by(with_header) == std::optional<std::string>("10.0.0.9:8000"));
+  CHECK(served_by(WithServed(with_header, String("10.0.0.8:8000"))) ==
+        std::optional<std::string>("10.0.0.8:8000"));
+  // Not a string: passed on as its JSON text, which names no endpoint; the stream goes on.
+  CHECK(served_by(WithServed(ResponseHeaders("200"), StringList({"10.0.0.8:8000"}))) ==
+        std::optional<std::string>(R"(["10.0.0.8:8000"])"));
 }
 
 TEST_CASE("a stream that ends before the response's end finishes the request once, incomplete") {

@@ -55,6 +55,9 @@ struct Epp::Counters {
   std::atomic<uint64_t> abandoned{0};         // streams that ended before their response
   std::atomic<uint64_t> subset_redirects{0};  // picks moved into GIE's subset hint
   std::atomic<uint64_t> subset_refusals{0};   // 503s for a subset with no up member
+  std::atomic<uint64_t> served_redirects{0};  // outcomes credited to the member that served
+  std::atomic<uint64_t> served_unknown{0};    // served endpoints that name no member
+  std::atomic<bool> served_unknown_logged{false};
 };
 
 // The routing side of one stream: the gateway's HandleCompletion, split at the ext_proc phases.
@@ -97,19 +100,23 @@ class Epp::RequestExchange : public Exchange {
       routed_.reset();
       return route;
     }
+    address_ = address;
     route.endpoint = std::move(address);
-    route.response_headers = {{"x-cacheroute-destination", member->name},
-                              {"x-cacheroute-planned", routed_->lifecycle.planned() ? "1" : "0"}};
     return route;
   }
 
-  void ResponseHeaders(int status, const HeaderList& headers) override {
-    status_ = status;
+  HeaderList ResponseHeaders(const ResponseView& response) override {
+    status_ = response.status;
     responded_ = true;
-    const std::optional<absl::string_view> type = FindHeader(headers, "content-type");
+    const std::optional<absl::string_view> type = FindHeader(response.headers, "content-type");
     streamed_ =
         type.has_value() && absl::StrContains(absl::AsciiStrToLower(*type), "text/event-stream");
     if (streamed_) epp_.counters_->requests.StreamOpened();
+    if (!routed_.has_value()) return {};
+    if (response.served.has_value() && *response.served != address_) Served(*response.served);
+    // The member that serves, and whether the table chose it.
+    return {{"x-cacheroute-destination", routed_->member()->name},
+            {"x-cacheroute-planned", routed_->lifecycle.planned() ? "1" : "0"}};
   }
 
   void ResponseBody(absl::string_view chunk) override {
@@ -173,10 +180,35 @@ class Epp::RequestExchange : public Exchange {
     return routed_->members->At(best);
   }
 
+  // GIE's served endpoint names another member than the one picked (the data plane retried on a
+  // fallback): the request's outcome from here on (first token, usage, served hit, in flight) is
+  // that member's. A value naming no member is ignored, counted, and logged once per process.
+  void Served(const std::string& served) {
+    const frontend::Members& members = *routed_->members;
+    for (uint32_t d = 0; d < members.count; ++d) {
+      const frontend::Member* member = members.At(d);
+      if (member == nullptr || AddressOf(*member) != served) continue;
+      routed_.emplace(core_.Redirect(*std::move(routed_), d));
+      address_ = served;
+      epp_.counters_->served_redirects.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    epp_.counters_->served_unknown.fetch_add(1, std::memory_order_relaxed);
+    if (!epp_.counters_->served_unknown_logged.exchange(true)) {
+      base::LogEvent("warning", "served_endpoint_unknown",
+                     {{"value", served},
+                      {"picked", address_},
+                      {"detail",
+                       "the data plane's x-gateway-destination-endpoint-served names no member: "
+                       "ignored (counted in served_unknown_total; logged once)"}});
+    }
+  }
+
   Epp& epp_;
   frontend::FrontendCore& core_;
   const dataplane::Time start_;
   std::optional<frontend::RoutedRequest> routed_;
+  std::string address_;  // the endpoint the request is credited to (IP:PORT)
   frontend::Endpoint kind_ = frontend::Endpoint::kCompletions;
   int status_ = 0;
   bool responded_ = false;
@@ -372,6 +404,14 @@ std::string Epp::RenderMetrics() const {
   page.Counter("subset_refusals_total",
                "Requests answered 503 because no member of the subset hint was up.",
                relaxed(counters_->subset_refusals));
+  page.Counter("served_redirects_total",
+               "Requests whose served endpoint (x-gateway-destination-endpoint-served) named "
+               "another member than the one picked: their outcome was credited to it.",
+               relaxed(counters_->served_redirects));
+  page.Counter("served_unknown_total",
+               "Served endpoints (x-gateway-destination-endpoint-served) that named no member: "
+               "ignored.",
+               relaxed(counters_->served_unknown));
   return page.Take();
 }
 

@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
 #include "tools/frontend/openai_fields.h"  // ErrorBody
 
 namespace cacheroute::epp {
@@ -74,6 +75,26 @@ absl::StatusOr<std::optional<std::vector<std::string>>> ReadSubset(
   return subset;
 }
 
+// GIE's served endpoint: in the response's metadata_context, else its response header; a
+// metadata value that is not a string as its JSON text (the routing side finds no member by it).
+std::optional<std::string> ReadServed(const ext_proc::ProcessingRequest& request,
+                                      const HeaderList& response_headers) {
+  const auto& namespaces = request.metadata_context().filter_metadata();
+  if (const auto ns = namespaces.find(std::string(kDestinationNamespace)); ns != namespaces.end()) {
+    const auto& fields = ns->second.fields();
+    if (const auto entry = fields.find(std::string(kServedKey)); entry != fields.end()) {
+      if (entry->second.has_string_value()) return entry->second.string_value();
+      std::string text;
+      (void)google::protobuf::util::MessageToJsonString(entry->second, &text);
+      return text;
+    }
+  }
+  if (std::optional<absl::string_view> header = FindHeader(response_headers, kServedKey)) {
+    return std::string(*header);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void ExtProcStream::SetHeader(ext_proc::HeaderMutation& mutation, absl::string_view key,
@@ -128,7 +149,7 @@ ExtProcStream::Step ExtProcStream::Receive(const ext_proc::ProcessingRequest& re
     case ext_proc::ProcessingRequest::kRequestTrailers:
       return RequestTrailers();
     case ext_proc::ProcessingRequest::kResponseHeaders:
-      return ResponseHeaders(request.response_headers());
+      return ResponseHeaders(request);
     case ext_proc::ProcessingRequest::kResponseBody:
       return ResponseBody(request.response_body());
     case ext_proc::ProcessingRequest::kResponseTrailers:
@@ -165,7 +186,6 @@ void ExtProcStream::RouteNow(Step& step, bool as_body_answer) {
     return;
   }
   routed_ = true;
-  response_headers_to_add_ = std::move(route.response_headers);
   ext_proc::ProcessingResponse& answer = step.responses.emplace_back();
   ext_proc::CommonResponse* common = as_body_answer
                                          ? answer.mutable_request_body()->mutable_response()
@@ -325,7 +345,8 @@ ExtProcStream::Step ExtProcStream::RequestTrailers() {
   return step;
 }
 
-ExtProcStream::Step ExtProcStream::ResponseHeaders(const ext_proc::HttpHeaders& headers) {
+ExtProcStream::Step ExtProcStream::ResponseHeaders(const ext_proc::ProcessingRequest& request) {
+  const ext_proc::HttpHeaders& headers = request.response_headers();
   if (!routed_) {
     return Fail(absl::StatusCode::kFailedPrecondition,
                 "response_headers before the request was routed (its request_headers answer was "
@@ -348,12 +369,13 @@ ExtProcStream::Step ExtProcStream::ResponseHeaders(const ext_proc::HttpHeaders& 
     }
   }
   response_phase_ = Side::kBody;
-  exchange_.ResponseHeaders(status, list);
+  const HeaderList to_add = exchange_.ResponseHeaders(
+      {.status = status, .headers = list, .served = ReadServed(request, list)});
   Step step;
   ext_proc::HeadersResponse* answer = step.responses.emplace_back().mutable_response_headers();
-  if (!response_headers_to_add_.empty()) {
+  if (!to_add.empty()) {
     ext_proc::HeaderMutation* mutation = answer->mutable_response()->mutable_header_mutation();
-    for (const auto& [key, value] : response_headers_to_add_) SetHeader(*mutation, key, value);
+    for (const auto& [key, value] : to_add) SetHeader(*mutation, key, value);
   }
   if (headers.end_of_stream()) Complete();
   return step;

@@ -67,6 +67,10 @@ inline constexpr absl::string_view kDestinationHeader = "x-gateway-destination-e
 inline constexpr absl::string_view kDestinationNamespace = "envoy.lb";
 inline constexpr absl::string_view kSubsetNamespace = "envoy.lb.subset_hint";
 inline constexpr absl::string_view kSubsetKey = "x-gateway-destination-endpoint-subset";
+// The endpoint that served the request (after the data plane's retries over the endpoints named),
+// in the response's metadata_context under kDestinationNamespace (the protocol since GIE v1.0.0);
+// some data planes send it as a response header of this name instead.
+inline constexpr absl::string_view kServedKey = "x-gateway-destination-endpoint-served";
 
 // Header names as Envoy sends them (lower case, pseudo-headers included) and their values.
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
@@ -91,8 +95,16 @@ struct Route {
   std::string message;
   std::string type = "service_unavailable";
   std::string code = "no_upstream";
-  // Headers added to the HTTP response (response_headers answer), e.g. X-CacheRoute-Destination.
-  HeaderList response_headers;
+};
+
+// What the machine knows of the response when its headers arrive.
+struct ResponseView {
+  int status = 0;  // :status; 0 when missing
+  const HeaderList& headers;
+  // The endpoint the data plane says served the request (kServedKey: metadata_context, else the
+  // response header), as sent (a metadata value that is not a string in its JSON text); none when
+  // not said.
+  std::optional<std::string> served;
 };
 
 // The routing side of one request (the EPP's request lifecycle).
@@ -103,8 +115,9 @@ class Exchange {
   // the body before routing when the body mode allows).
   virtual bool NeedsBody(const HeaderList& headers) = 0;
   virtual Route RouteRequest(const RequestView& request) = 0;
-  // The response's :status (0 when missing) and headers, then its body as it passes.
-  virtual void ResponseHeaders(int status, const HeaderList& headers) = 0;
+  // The response's status and headers; returns the headers to add to the HTTP response (the
+  // response_headers answer), e.g. X-CacheRoute-Destination. Then its body as it passes.
+  virtual HeaderList ResponseHeaders(const ResponseView& response) = 0;
   virtual void ResponseBody(absl::string_view chunk) = 0;
   // The request is over: complete when the response's end was seen, else the stream ended first.
   virtual void Finished(bool complete) = 0;
@@ -168,7 +181,7 @@ class ExtProcStream {
   Step RequestHeaders(const ext_proc::ProcessingRequest& request);
   Step RequestBody(const ext_proc::HttpBody& body);
   Step RequestTrailers();
-  Step ResponseHeaders(const ext_proc::HttpHeaders& headers);
+  Step ResponseHeaders(const ext_proc::ProcessingRequest& request);
   Step ResponseBody(const ext_proc::HttpBody& body);
   Step ResponseTrailers();
   void Complete();
@@ -191,7 +204,6 @@ class ExtProcStream {
   std::string body_;            // held for routing
   bool routed_ = false;         // an endpoint was chosen
   bool finished_ = false;       // Exchange::Finished was called
-  HeaderList response_headers_to_add_;
 };
 
 }  // namespace cacheroute::epp

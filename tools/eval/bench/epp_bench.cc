@@ -97,7 +97,9 @@ class FixedExchange : public cacheroute::epp::Exchange {
     route.endpoint = "127.0.0.1:8000";
     return route;
   }
-  void ResponseHeaders(int, const cacheroute::epp::HeaderList&) override {}
+  cacheroute::epp::HeaderList ResponseHeaders(const cacheroute::epp::ResponseView&) override {
+    return {};
+  }
   void ResponseBody(absl::string_view) override {}
   void Finished(bool) override {}
 };
