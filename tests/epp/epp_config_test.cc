@@ -65,6 +65,7 @@ TEST_CASE("defaults: GIE's body modes and port; the dataplane keys keep the gate
   CHECK(config->request_body_mode == Mode::FULL_DUPLEX_STREAMED);
   CHECK(config->response_body_mode == Mode::FULL_DUPLEX_STREAMED);
   CHECK(config->max_request_body == 32u << 20);
+  CHECK(config->fallback_endpoints == 0);  // GIE's reference pickers name one endpoint
   CHECK(config->drain_timeout == absl::Seconds(30));
   const frontend::FrontendConfig gateway_defaults;
   CHECK(config->dataplane.policy == gateway_defaults.policy);
@@ -80,6 +81,7 @@ metrics_listen: 127.0.0.1:0
 request_body_mode: BUFFERED
 response_body_mode: STREAMED
 max_request_body: 1024
+fallback_endpoints: 3
 tls_cert_file: /c.pem
 tls_key_file: /k.pem
 tls_client_ca_file: /ca.pem
@@ -101,6 +103,7 @@ load_scrape_interval: 1s
   CHECK(config->request_body_mode == Mode::BUFFERED);
   CHECK(config->response_body_mode == Mode::STREAMED);
   CHECK(config->max_request_body == 1024);
+  CHECK(config->fallback_endpoints == 3);
   CHECK(config->tls_client_ca_file == "/ca.pem");
   CHECK(config->drain_delay == absl::Seconds(5));
   CHECK(config->drain_timeout == absl::Minutes(1));
@@ -133,6 +136,8 @@ TEST_CASE("bad configurations name the key and the value") {
   // The exact texts of the shared checks are theirs; here, that they name the key.
   for (const auto& [yaml, key] : std::vector<std::pair<std::string, std::string>>{
            {m + "max_request_body: 0\n", "max_request_body"},
+           {m + "fallback_endpoints: 17\n", "fallback_endpoints"},
+           {m + "fallback_endpoints: -1\n", "fallback_endpoints"},
            {m + "listen: 9002\n", "listen"},
            {m + "metrics_listen: nowhere\n", "metrics_listen"},
            {m + "drain_timeout: 0s\n", "drain_timeout"},

@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cacheroute/dataplane/key_id.h"
 #include "epp/envoy_stream.h"
 #include "epp/ext_proc_messages.h"
@@ -409,6 +410,60 @@ TEST_CASE("GIE's subset hint: a pick outside it moves inside; none up inside is 
   CHECK(absl::StrContains(refused.immediate_response().body(), "subset hint"));
   CHECK(s.Finish().ok());
   CHECK(absl::StrContains(epp->RenderMetrics(), "cacheroute_epp_subset_refusals_total 1\n"));
+}
+
+TEST_CASE("fallback_endpoints: the pick, then other up members least loaded first") {
+  Fleet fleet(3);
+  EppConfig config = ConfigFor(fleet);
+  config.fallback_endpoints = 2;
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(config));
+  Client client(*epp);
+  const std::vector<std::string> endpoints = epp->DestinationEndpoints();
+  // The endpoints a request is answered with (header; the metadata must say the same).
+  const auto list_for = [&](EnvoyStream& s, const ext_proc::ProcessingRequest& headers) {
+    REQUIRE(s.Send(headers));
+    REQUIRE(s.Send(Body(R"({"prompt":"p"})", true)));
+    const ext_proc::ProcessingResponse routed = s.Read();
+    CHECK(s.Read().has_request_body());
+    const std::string header = Endpoint(routed);
+    CHECK(routed.dynamic_metadata()
+              .fields()
+              .at("envoy.lb")
+              .struct_value()
+              .fields()
+              .at("x-gateway-destination-endpoint")
+              .string_value() == header);
+    return std::vector<std::string>(absl::StrSplit(header, ','));
+  };
+  // A request held open: its member has one in flight. Every member is named once.
+  EnvoyStream held(*client.stub);
+  const std::vector<std::string> first =
+      list_for(held, Headers(false, {{"x-cacheroute-key", "held"}}));
+  REQUIRE(first.size() == 3);
+  CHECK(std::set<std::string>(first.begin(), first.end()) ==
+        std::set<std::string>(endpoints.begin(), endpoints.end()));
+  const std::string busy = first[0];
+  // A request picked elsewhere names the idle member before the busy one.
+  bool elsewhere = false;
+  for (int i = 0; i < 50 && !elsewhere; ++i) {
+    EnvoyStream s(*client.stub);
+    const std::vector<std::string> list =
+        list_for(s, Headers(false, {{"x-cacheroute-key", absl::StrCat("k", i)}}));
+    REQUIRE(list.size() == 3);
+    if (list[0] == busy) continue;
+    elsewhere = true;
+    CHECK(list[1] != busy);
+    CHECK(list[2] == busy);
+  }
+  CHECK(elsewhere);
+  // Within GIE's subset hint only.
+  EnvoyStream hinted(*client.stub);
+  const std::vector<std::string> in_subset =
+      list_for(hinted, WithSubset(Headers(false, {{"x-cacheroute-key", "s"}}),
+                                  StringList({endpoints[0], endpoints[2]})));
+  CHECK(std::set<std::string>(in_subset.begin(), in_subset.end()) ==
+        std::set<std::string>{endpoints[0], endpoints[2]});
+  CHECK(in_subset.size() == 2);
 }
 
 TEST_CASE("a served endpoint naming another member credits the request's outcome to it") {

@@ -24,6 +24,7 @@ class RecordingExchange : public Exchange {
  public:
   bool needs_body = true;
   std::string endpoint = "10.0.0.7:8000";
+  std::vector<std::string> fallbacks;
   struct Routed {
     HeaderList headers;
     std::string body;
@@ -42,6 +43,7 @@ class RecordingExchange : public Exchange {
                       request.subset != nullptr ? std::optional(*request.subset) : std::nullopt});
     Route route;
     route.endpoint = endpoint;
+    route.fallbacks = fallbacks;
     if (endpoint.empty()) route.message = "no upstream is up";
     return route;
   }
@@ -570,6 +572,22 @@ TEST_CASE("the subset hint reaches the routing side; header values fall back to 
   ExtProcStream empty_list({}, empty);
   empty_list.Receive(WithSubset(Headers(true), StringList({})));
   CHECK(empty.routes.at(0).subset == std::optional(std::vector<std::string>{}));
+}
+
+TEST_CASE("fallbacks follow the endpoint, comma-separated, in the header and the metadata alike") {
+  for (const BodySendMode mode : {Mode::FULL_DUPLEX_STREAMED, Mode::BUFFERED}) {
+    CAPTURE(mode);
+    RecordingExchange exchange;
+    exchange.fallbacks = {"10.0.0.8:8000", "[fd00::9]:8000"};
+    ExtProcStream stream({.request_body_mode = mode}, exchange);
+    stream.Receive(Headers());
+    const Step step = stream.Receive(Body("{}", true));
+    const ext_proc::ProcessingResponse& routed = step.responses.at(0);
+    CheckRoutes(routed,
+                mode == Mode::BUFFERED ? routed.request_body().response()
+                                       : routed.request_headers().response(),
+                "10.0.0.7:8000,10.0.0.8:8000,[fd00::9]:8000");
+  }
 }
 
 TEST_CASE("the served endpoint reaches the routing side: metadata first, else the header") {

@@ -102,6 +102,10 @@ class Epp::RequestExchange : public Exchange {
     }
     address_ = address;
     route.endpoint = std::move(address);
+    for (const uint32_t d : LeastLoaded(request.subset, routed_->lifecycle.destination(),
+                                        epp_.config_.fallback_endpoints)) {
+      route.fallbacks.push_back(AddressOf(*routed_->members->At(d)));
+    }
     return route;
   }
 
@@ -156,24 +160,34 @@ class Epp::RequestExchange : public Exchange {
   }
 
  private:
+  // Up to `n` up members other than `exclude` (and within `subset` when given), least loaded
+  // first (the lower index on a tie).
+  std::vector<uint32_t> LeastLoaded(const std::vector<std::string>* subset, uint32_t exclude,
+                                    size_t n) const {
+    const frontend::Members& members = *routed_->members;
+    const dataplane::Router& router = core_.routing().router();
+    std::vector<std::pair<double, uint32_t>> up;
+    for (uint32_t d = 0; d < members.count && n > 0; ++d) {
+      if (d == exclude || members.At(d) == nullptr || !router.loads().Up(d)) continue;
+      if (subset != nullptr &&
+          std::find(subset->begin(), subset->end(), AddressOf(*members.At(d))) == subset->end()) {
+        continue;
+      }
+      up.emplace_back(router.loads().Load(d), d);
+    }
+    const size_t k = std::min(n, up.size());
+    std::partial_sort(up.begin(), up.begin() + static_cast<long>(k), up.end());
+    std::vector<uint32_t> out;
+    for (size_t i = 0; i < k; ++i) out.push_back(up[i].second);
+    return out;
+  }
+
   // GIE's subset hint: the least-loaded up member whose address is in `subset`, the request
   // moved there; null when none is.
   const frontend::Member* InSubset(const std::vector<std::string>& subset, std::string& address) {
-    const frontend::Members& members = *routed_->members;
-    const dataplane::Router& router = core_.routing().router();
-    uint32_t best = dataplane::kNoDestination;
-    double best_load = 0;
-    for (uint32_t d = 0; d < members.count; ++d) {
-      if (!router.loads().Up(d)) continue;
-      const std::string a = AddressOf(*members.At(d));
-      if (std::find(subset.begin(), subset.end(), a) == subset.end()) continue;
-      const double load = router.loads().Load(d);
-      if (best == dataplane::kNoDestination || load < best_load) {
-        best = d;
-        best_load = load;
-      }
-    }
-    if (best == dataplane::kNoDestination) return nullptr;
+    const std::vector<uint32_t> least = LeastLoaded(&subset, dataplane::kNoDestination, 1);
+    if (least.empty()) return nullptr;
+    const uint32_t best = least.front();
     routed_.emplace(core_.Redirect(*std::move(routed_), best));
     epp_.counters_->subset_redirects.fetch_add(1, std::memory_order_relaxed);
     address = AddressOf(*routed_->members->At(best));

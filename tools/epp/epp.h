@@ -4,9 +4,11 @@
 // rollout evidence reported to the planner, membership from the same sources, health, load) and
 // serves Envoy's ext_proc protocol (ExtProcServer) instead of proxying HTTP: for every request the
 // gateway streams to it, it picks a member and answers with its address in
-// x-gateway-destination-endpoint and envoy.lb dynamic metadata, then follows the response to its
-// end for the in-flight count, time to first token, served KV hit and evidence. docs/epp.md has
-// the operator's view.
+// x-gateway-destination-endpoint and envoy.lb dynamic metadata (then up to fallback_endpoints
+// other up members, least loaded first, for the gateway's retries), then follows the response to
+// its end for the in-flight count, time to first token, served KV hit and evidence, credited to
+// the member the gateway reports as served (x-gateway-destination-endpoint-served) when it names
+// another. docs/epp.md has the operator's view.
 //
 //   gRPC  envoy.service.ext_proc.v3.ExternalProcessor/Process, grpc.health.v1.Health
 //   HTTP  GET /metrics (cacheroute_epp_*), GET /healthz (200 while ready), POST /debug/explain

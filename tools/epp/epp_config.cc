@@ -20,6 +20,7 @@ using EppField = Field<EppConfig>;
 using Mode = ::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 
 constexpr absl::string_view kIpv6Example = "[::]:9002";
+constexpr uint64_t kMaxFallbacks = 16;
 
 absl::Status CheckListen(absl::string_view name, absl::string_view value) {
   return CheckHostPort(name, value, /*allow_empty=*/false, kIpv6Example);
@@ -44,6 +45,7 @@ const std::vector<EppField>& Fields() {
         ModeField("request_body_mode", &EppConfig::request_body_mode, /*request=*/true),
         ModeField("response_body_mode", &EppConfig::response_body_mode, /*request=*/false),
         IntegerField("max_request_body", &EppConfig::max_request_body, 1, uint64_t{1} << 30),
+        IntegerField("fallback_endpoints", &EppConfig::fallback_endpoints, 0, kMaxFallbacks),
         StringField("tls_cert_file", &EppConfig::tls_cert_file, nullptr),
         StringField("tls_key_file", &EppConfig::tls_key_file, nullptr),
         StringField("tls_client_ca_file", &EppConfig::tls_client_ca_file, nullptr),

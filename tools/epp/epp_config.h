@@ -35,6 +35,10 @@ struct EppConfig {
   BodySendMode request_body_mode = ExtProcStreamOptions().request_body_mode;
   BodySendMode response_body_mode = ExtProcStreamOptions().response_body_mode;
   size_t max_request_body = ExtProcStreamOptions().max_request_body;
+  // Other up members named after the pick, least loaded first, for the data plane to retry on in
+  // order (GIE's endpoint-picker protocol: "IP:PORT,IP:PORT,..."). 0: the pick alone, as GIE's
+  // reference pickers (maxNumOfEndpoints 1).
+  uint32_t fallback_endpoints = 0;
   // TLS of the gRPC listener: certificate chain and key (both or neither); a client CA requires
   // client certificates it signed (only with the pair).
   std::string tls_cert_file;

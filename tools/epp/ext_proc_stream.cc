@@ -191,7 +191,9 @@ void ExtProcStream::RouteNow(Step& step, bool as_body_answer) {
                                          ? answer.mutable_request_body()->mutable_response()
                                          : answer.mutable_request_headers()->mutable_response();
   ext_proc::HeaderMutation* mutation = common->mutable_header_mutation();
-  SetHeader(*mutation, kDestinationHeader, route.endpoint);
+  std::string endpoints = std::move(route.endpoint);
+  for (const std::string& fallback : route.fallbacks) absl::StrAppend(&endpoints, ",", fallback);
+  SetHeader(*mutation, kDestinationHeader, endpoints);
   // FULL_DUPLEX_STREAMED drops content-length; the body was read whole, so its size is known.
   if (body_read_ && FullDuplex(request_mode_)) {
     SetHeader(*mutation, "content-length", absl::StrCat(body_.size()));
@@ -200,7 +202,7 @@ void ExtProcStream::RouteNow(Step& step, bool as_body_answer) {
   google::protobuf::Struct& lb =
       *(*answer.mutable_dynamic_metadata()->mutable_fields())[std::string(kDestinationNamespace)]
            .mutable_struct_value();
-  (*lb.mutable_fields())[std::string(kDestinationHeader)].set_string_value(route.endpoint);
+  (*lb.mutable_fields())[std::string(kDestinationHeader)].set_string_value(std::move(endpoints));
 }
 
 void ExtProcStream::Echo(Step& step, bool request, absl::string_view bytes, bool end_of_stream) {

@@ -6,7 +6,8 @@
 //
 // What it answers (docs/epp.md, "The ext_proc exchange", has the sequences):
 //   - every phase with the ProcessingResponse of the same phase, in order per direction;
-//   - the chosen endpoint as the request header x-gateway-destination-endpoint (overwriting any
+//   - the chosen endpoint (then Route::fallbacks, "IP:PORT,IP:PORT,…", GIE's fallback list) as
+//     the request header x-gateway-destination-endpoint (overwriting any
 //     the client sent: `append` false; route cache cleared) and the same value in
 //     dynamic_metadata {"envoy.lb": {"x-gateway-destination-endpoint": "IP:PORT"}}, on the
 //     request_headers answer, or in BUFFERED request mode on the request_body answer (Envoy picks
@@ -89,6 +90,9 @@ struct RequestView {
 // The routing side's answer.
 struct Route {
   std::string endpoint;  // IP:PORT; empty: no endpoint can serve
+  // Endpoints for the data plane to try next, in order (GIE's fallback list); named after
+  // `endpoint`, comma-separated, in the header and the metadata alike.
+  std::vector<std::string> fallbacks;
   // Without an endpoint: the immediate response's status and the OpenAI error's message, type and
   // code (a string, as OpenAI's are).
   int status = 503;
