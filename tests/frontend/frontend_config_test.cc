@@ -43,7 +43,7 @@ TEST_CASE("the key table holds every shared key and none of a front end's own") 
     INFO(shared);
     CHECK(keys.count(shared) == 1);
   }
-  CHECK(keys.size() == 29);
+  CHECK(keys.size() == 35);
 }
 
 TEST_CASE("fleet sharing is on by default, every 25ms; share_interval is bounded to [1ms, 10s]") {
@@ -95,6 +95,48 @@ TEST_CASE("a parsed config validates, and a bad value names the key and the valu
   FrontendConfig empty;
   CHECK_THAT(std::string(ValidateFrontendConfig(empty).message()),
              Catch::StartsWith("upstreams: must list at least one upstream"));
+}
+
+TEST_CASE("shedding is off by default; its keys parse, validate and name the key and value") {
+  absl::StatusOr<FrontendConfig> config = Parse(kMinimal);
+  REQUIRE(config.ok());
+  CHECK_FALSE(config->shed);
+  CHECK(config->objectives.empty());
+  CHECK(PriorityOf(*config, std::nullopt) == 0);
+
+  config = Parse(std::string(kMinimal) +
+                 "shed: true\nshed_saturation_tokens: 8000\nshed_queue_capacity: 0\n"
+                 "shed_queue_timeout: 2s\nshed_retry_after: 3s\n"
+                 "objectives: {chat: 10, batch: -1}\n");
+  REQUIRE(config.ok());
+  CHECK(ValidateFrontendConfig(*config).ok());
+  CHECK(config->shed);
+  CHECK(config->shed_saturation_tokens == 8000);
+  CHECK(config->shed_queue_capacity == 0);
+  CHECK(config->shed_queue_timeout == absl::Seconds(2));
+  CHECK(config->shed_retry_after == absl::Seconds(3));
+  CHECK(PriorityOf(*config, "chat") == 10);
+  CHECK(PriorityOf(*config, "batch") == -1);
+  CHECK(PriorityOf(*config, "unknown") == 0);
+
+  const auto error = [](const std::string& yaml) {
+    absl::StatusOr<FrontendConfig> c = Parse(std::string(kMinimal) + yaml);
+    if (c.ok()) return std::string(ValidateFrontendConfig(*c).message());
+    return std::string(c.status().message());
+  };
+  CHECK_THAT(error("shed_saturation_tokens: -5\n"),
+             Catch::Contains("shed_saturation_tokens") && Catch::Contains("-5"));
+  CHECK_THAT(error("shed_queue_capacity: lots\n"),
+             Catch::Contains("shed_queue_capacity") && Catch::Contains("lots"));
+  CHECK_THAT(error("shed_queue_timeout: 0s\n"), Catch::Contains("shed_queue_timeout"));
+  CHECK_THAT(error("objectives: {chat: high}\n"),
+             Catch::Contains("objectives.chat") && Catch::Contains("high"));
+  CHECK_THAT(error("objectives: [chat]\n"), Catch::Contains("objectives"));
+  // The paper's dispatch keeps no queued prefill: nothing to measure saturation by.
+  CHECK_THAT(error("shed: true\npolicy: cacheroute-paper\n"),
+             Catch::Contains("shed") && Catch::Contains("cacheroute-paper"));
+  // Off, the paper's policy is fine.
+  CHECK(error("policy: cacheroute-paper\n").empty());
 }
 
 TEST_CASE("engines are scraped when configured, or when the policy reads their metrics") {

@@ -64,11 +64,14 @@ class FakeUpstream {
       std::chrono::milliseconds delay{0};
       int cached = 0;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::unique_lock<std::mutex> lock(mu_);
         last_body_ = req.body;
         last_authorization_ = req.get_header_value("Authorization");
         delay = header_delay_;
         cached = cached_tokens_;
+        ++arrived_;
+        // Held requests wait for Release (bounded, so that a failing test still ends).
+        held_cv_.wait_for(lock, std::chrono::seconds(30), [this] { return !holding_; });
       }
       std::this_thread::sleep_for(delay);
       if (frontend::ScanRequestFields(req.body).stream) {
@@ -179,6 +182,20 @@ class FakeUpstream {
     std::lock_guard<std::mutex> lock(mu_);
     cached_tokens_ = n;
   }
+  // From Hold until Release, completions wait before answering; arrived() counts those that came.
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_ = false;
+    held_cv_.notify_all();
+  }
+  int arrived() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return arrived_;
+  }
   // What GET /health answers, and how often it was asked.
   void set_health_status(int status) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -217,6 +234,9 @@ class FakeUpstream {
   int health_requests_ = 0;                    // guarded by mu_
   std::chrono::milliseconds header_delay_{0};  // guarded by mu_
   int cached_tokens_ = 0;                      // guarded by mu_
+  std::condition_variable held_cv_;
+  bool holding_ = false;  // guarded by mu_
+  int arrived_ = 0;       // guarded by mu_
 };
 
 struct Fleet {
@@ -1407,6 +1427,110 @@ TEST_CASE(
   // /health healthy again: the prober brings u0 back.
   fleet.upstreams[0]->set_health_status(200);
   REQUIRE(Eventually([&]() -> bool { return gateway->RouterStats().up[0]; }));  // not the proxy
+}
+
+}  // namespace
+}  // namespace cacheroute::gateway
+
+namespace cacheroute::gateway {
+namespace {
+
+// A completion with a long prompt (its prefill saturates a destination at shed_saturation_tokens
+// 1) and the objective header when `objective` is set.
+httplib::Result SendObjective(httplib::Client& client, const std::string& objective) {
+  httplib::Headers headers;
+  if (!objective.empty()) headers.emplace("x-gateway-inference-objective", objective);
+  const std::string body = absl::StrCat(R"({"model":"fake","prompt":")", std::string(4000, 'x'),
+                                        R"(","max_tokens":1})");
+  return client.Post("/v1/completions", headers, body, "application/json");
+}
+
+std::string MetricsPage(const Gateway& gateway) {
+  httplib::Client client = ClientFor(gateway);
+  httplib::Result page = client.Get("/metrics");
+  return page ? page->body : "";
+}
+
+TEST_CASE("shed: a saturated fleet answers 429 with Retry-After, queues by priority, admits") {
+  Fleet fleet(1);
+  GatewayConfig config = ConfigFor(fleet);
+  config.shed = true;
+  config.shed_saturation_tokens = 1;  // any queued prefill saturates the one destination
+  config.shed_queue_capacity = 1;
+  config.shed_queue_timeout = absl::Seconds(60);
+  config.shed_retry_after = absl::Milliseconds(2500);
+  config.objectives = {{"batch", -1}, {"chat", 5}};
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  FakeUpstream& upstream = *fleet.upstreams[0];
+
+  // A: admitted, held at the engine before its first byte: its prefill is queued there.
+  upstream.Hold();
+  std::thread a([&] {
+    httplib::Client client = ClientFor(*gateway);
+    httplib::Result r = SendObjective(client, "");
+    CHECK((r && r->status == 200));
+  });
+  REQUIRE(Eventually([&] { return upstream.arrived() == 1; }));
+
+  // B, sheddable: 429 at once, in OpenAI's rate-limit shape, with Retry-After in whole seconds.
+  httplib::Client client = ClientFor(*gateway);
+  httplib::Result b = SendObjective(client, "batch");
+  REQUIRE(b);
+  CHECK(b->status == 429);
+  CHECK(b->get_header_value("Retry-After") == "3");
+  CHECK_THAT(b->body, Catch::Contains(R"("type":"requests")") &&
+                          Catch::Contains(R"("code":"rate_limit_exceeded")") &&
+                          Catch::Contains("sheddable"));
+
+  // C, priority 0: waits in the queue (its one place) without reaching the engine.
+  std::thread c([&] {
+    httplib::Client own = ClientFor(*gateway);
+    httplib::Result r = SendObjective(own, "");
+    CHECK((r && r->status == 200));
+  });
+  REQUIRE(Eventually(
+      [&] { return absl::StrContains(MetricsPage(*gateway), "admission_queue_length 1\n"); }));
+  CHECK(upstream.arrived() == 1);
+
+  // D, priority 0 too: the queue is full of its priority, so 429 queue_full.
+  httplib::Result d = SendObjective(client, "");
+  REQUIRE(d);
+  CHECK(d->status == 429);
+  CHECK_THAT(d->body, Catch::Contains("queue_full"));
+
+  // A's first byte frees the room: C is admitted and answered.
+  upstream.Release();
+  a.join();
+  c.join();
+  CHECK(upstream.arrived() == 2);
+
+  const std::string page = MetricsPage(*gateway);
+  CHECK_THAT(page, Catch::Contains("cacheroute_gateway_admission_admitted_total{priority=\"0\"} 2"));
+  CHECK_THAT(page, Catch::Contains("cacheroute_gateway_admission_queued_total{priority=\"0\"} 1"));
+  CHECK_THAT(page, Catch::Contains("cacheroute_gateway_admission_shed_total{priority=\"-1\","
+                                   "reason=\"sheddable\"} 1"));
+  CHECK_THAT(page, Catch::Contains("cacheroute_gateway_admission_shed_total{priority=\"0\","
+                                   "reason=\"queue_full\"} 1"));
+  CHECK_THAT(page, Catch::Contains("cacheroute_gateway_admission_queue_length 0"));
+}
+
+TEST_CASE("shed off (the default): a busy fleet sends every request on") {
+  Fleet fleet(1);
+  std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet));
+  FakeUpstream& upstream = *fleet.upstreams[0];
+  upstream.Hold();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.emplace_back([&] {
+      httplib::Client own = ClientFor(*gateway);
+      httplib::Result r = SendObjective(own, "batch");
+      CHECK((r && r->status == 200));
+    });
+  }
+  REQUIRE(Eventually([&] { return upstream.arrived() == 3; }));
+  upstream.Release();
+  for (std::thread& t : clients) t.join();
+  CHECK_THAT(MetricsPage(*gateway), !Catch::Contains("admission_"));
 }
 
 }  // namespace

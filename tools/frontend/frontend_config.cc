@@ -239,7 +239,55 @@ absl::Status KeyFrom(absl::string_view name, const YAML::Node& node, FrontendCon
   return absl::OkStatus();
 }
 
+// objectives: a mapping of objective name → integer priority.
+absl::Status YamlObjectives(absl::string_view name, const YAML::Node& node,
+                            FrontendConfig& config) {
+  if (!node.IsMap()) {
+    return Invalid(name, absl::StrCat("expected a mapping of objective name to priority, got ",
+                                      DescribeNode(node)));
+  }
+  std::map<std::string, int> objectives;
+  for (const auto& entry : node) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    const std::string field = absl::StrCat(name, ".", absl::CHexEscape(key));
+    if (key.empty()) return Invalid(field, "an objective name must be non-empty");
+    CACHEROUTE_ASSIGN_OR_RETURN(std::string text, YamlPlainScalar(field, entry.second, "an integer"));
+    int priority = 0;
+    if (!absl::SimpleAtoi(text, &priority) || priority < -1'000'000 || priority > 1'000'000) {
+      return Invalid(field,
+                     absl::StrCat("must be an integer in [-1000000, 1000000], got ", Quote(text)));
+    }
+    if (!objectives.emplace(key, priority).second) return Invalid(field, "given more than once");
+  }
+  config.objectives = std::move(objectives);
+  return absl::OkStatus();
+}
+
+// The shedding keys, when shed is on.
+absl::Status CheckShedding(const FrontendConfig& config) {
+  if (!config.shed) return absl::OkStatus();
+  if (dataplane::DispatchFor(config.policy).rule != dataplane::DispatchRule::kTokenWork) {
+    return Invalid("shed", absl::StrCat("needs a policy whose dispatch counts queued prefill "
+                                        "tokens (every policy but cacheroute-paper); policy is ",
+                                        Quote(config.policy)));
+  }
+  for (absl::Status s : {
+           CheckPositiveFinite("shed_saturation_tokens", config.shed_saturation_tokens),
+           CheckPositiveDuration("shed_queue_timeout", config.shed_queue_timeout),
+           CheckPositiveDuration("shed_retry_after", config.shed_retry_after),
+       }) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+int PriorityOf(const FrontendConfig& config, const std::optional<std::string_view>& objective) {
+  if (!objective.has_value()) return 0;
+  const auto it = config.objectives.find(std::string(*objective));
+  return it == config.objectives.end() ? 0 : it->second;
+}
 
 const std::vector<base::yaml::Field<FrontendConfig>>& FrontendConfigFields() {
   static const auto* const fields = new std::vector<YamlField>{
@@ -279,6 +327,12 @@ const std::vector<base::yaml::Field<FrontendConfig>>& FrontendConfigFields() {
                     /*zero_is_off=*/true),
       StringField("load_metric", &FrontendConfig::load_metric, CheckMetricName),
       NonNegativeNumberField("external_load_weight", &FrontendConfig::external_load_weight),
+      ParsedField("shed", &FrontendConfig::shed, YamlBool),
+      PositiveNumberField("shed_saturation_tokens", &FrontendConfig::shed_saturation_tokens),
+      IntegerField("shed_queue_capacity", &FrontendConfig::shed_queue_capacity, 0, 1'000'000),
+      DurationField("shed_queue_timeout", &FrontendConfig::shed_queue_timeout),
+      DurationField("shed_retry_after", &FrontendConfig::shed_retry_after),
+      YamlField{"objectives", YamlObjectives},
   };
   return *fields;
 }
@@ -454,6 +508,7 @@ absl::Status ValidateFrontendConfig(const FrontendConfig& config) {
                    absl::StrCat("must be >= 1, got ", config.failure_threshold));
   }
   if (absl::Status s = CheckKeyFrom("key_from", config.key_from); !s.ok()) return s;
+  if (absl::Status s = CheckShedding(config); !s.ok()) return s;
   return absl::OkStatus();
 }
 

@@ -17,7 +17,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -106,7 +109,30 @@ struct FrontendConfig {
   absl::Duration load_scrape_interval = absl::ZeroDuration();  // 0: off
   std::string load_metric = "vllm:num_requests_waiting";
   double external_load_weight = 1.0;
+  // Shedding and priority (routing/admission.h; docs/gateway.md, "Shedding and priority"); off by
+  // default. On, a destination is saturated when the prefill tokens the dispatch counts queued
+  // there (its ledger plus the other gateways' shared work) reach shed_saturation_tokens (an
+  // engine's prefill rate in tokens/s times the seconds of queue it may hold); when every up
+  // destination is, a request waits in a queue of shed_queue_capacity requests (higher priority
+  // first) for at most shed_queue_timeout, or is answered 429 with Retry-After
+  // (shed_retry_after, whole seconds). Needs a policy whose dispatch keeps the token-work ledger
+  // (every policy but cacheroute-paper).
+  bool shed = false;
+  double shed_saturation_tokens = 16384;
+  uint32_t shed_queue_capacity = 128;
+  absl::Duration shed_queue_timeout = absl::Seconds(5);
+  absl::Duration shed_retry_after = absl::Seconds(1);
+  // A request's priority: the integer of the objective its x-gateway-inference-objective header
+  // names (GIE's InferenceObjective: higher first, negative sheddable); a request without the
+  // header, or naming no objective here, has priority 0.
+  std::map<std::string, int> objectives;
 };
+
+// The request header naming a request's objective (GIE's InferenceObjective).
+inline constexpr char kObjectiveHeader[] = "x-gateway-inference-objective";
+// The priority of a request whose objective header is `objective` (none: absent): its entry in
+// config.objectives, else 0.
+int PriorityOf(const FrontendConfig& config, const std::optional<std::string_view>& objective);
 
 // The YAML keys of FrontendConfig, one Field each (base/yaml_fields.h): a front end puts them in
 // its own key table. Keys mirror the fields; `upstreams` is a list of {name, url} mappings;

@@ -70,7 +70,39 @@ FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
            .install = [this](const std::vector<std::string>& names) { return Install(names); }}),
       health_(capacity_, config.failure_threshold, routing_.router()),
       scraper_(config_, capacity_, membership_, routing_.router(), stop),
-      prober_(config_, membership_, health_, stop) {}
+      prober_(config_, membership_, health_, stop),
+      admission_(config.shed ? std::make_unique<AdmissionQueue>(AdmissionOptionsOf(config))
+                             : nullptr) {}
+
+AdmissionOptions AdmissionOptionsOf(const FrontendConfig& config) {
+  return {.saturation_tokens = config.shed_saturation_tokens,
+          .queue_capacity = config.shed_queue_capacity,
+          .queue_timeout = std::chrono::duration_cast<dataplane::Duration>(
+              absl::ToChronoNanoseconds(config.shed_queue_timeout)),
+          .retry_after = std::chrono::duration_cast<dataplane::Duration>(
+              absl::ToChronoNanoseconds(config.shed_retry_after))};
+}
+
+int FrontendCore::Priority(HeaderLookup headers) const {
+  const std::optional<absl::string_view> objective = headers(kObjectiveHeader);
+  return objective.has_value()
+             ? PriorityOf(config_, std::string_view(objective->data(), objective->size()))
+             : 0;
+}
+
+double FrontendCore::AdmissionTokens(absl::string_view body) const {
+  return std::max<double>(1, routing_.prompt_estimate().Tokens({.text_bytes = body.size()}));
+}
+
+double FrontendCore::AdmissionRoom() const {
+  return FleetRoom(routing_.router(), config_.shed_saturation_tokens);
+}
+
+void FrontendCore::PumpAdmission() {
+  if (admission_ != nullptr && admission_->queued() > 0) {
+    admission_->Pump(AdmissionRoom(), routing_.clock().Now());
+  }
+}
 
 FrontendCore::~FrontendCore() { Stop(); }
 

@@ -9,6 +9,9 @@
 //                                a snapshot that knows the picked index (re-taken when the
 //                                membership just changed), and the member: RoutedRequest
 //   RouteAny(start)              a request any up member can answer (GET /v1/models)
+//   admission()                  with `shed` on, the admission queue a front end asks before
+//                                Route (Offer with Priority, AdmissionTokens, AdmissionRoom) and
+//                                pumps (PumpAdmission) when a request's prefill is over; null off
 //
 // The front end then forwards (the proxy) or names the member (the endpoint picker) and tells the
 // lifecycle what happens (routing/request_lifecycle.h). The fleet simulator's gateways run the
@@ -48,6 +51,7 @@
 #include "tools/frontend/membership/members.h"
 #include "tools/frontend/membership/membership_watcher.h"
 #include "tools/frontend/planner_link/planner_link.h"
+#include "tools/frontend/routing/admission.h"
 #include "tools/frontend/routing/key_deriver.h"
 #include "tools/frontend/routing/request_lifecycle.h"
 #include "tools/frontend/routing/routing_core.h"
@@ -98,6 +102,17 @@ class FrontendCore {
   // (only the table policies' rule explains itself); InvalidArgument for a request without a
   // routing key (it goes by power of two choices).
   absl::StatusOr<std::string> Explain(HeaderLookup headers, absl::string_view body);
+  // The admission queue (routing/admission.h) when `shed` is on; null otherwise.
+  AdmissionQueue* admission() { return admission_.get(); }
+  const AdmissionQueue* admission() const { return admission_.get(); }
+  // A request's priority: config.objectives of its x-gateway-inference-objective header (0).
+  int Priority(HeaderLookup headers) const;
+  // The prompt tokens a request of this body is estimated to bring (at least 1).
+  double AdmissionTokens(absl::string_view body) const;
+  // The fleet's room below saturation now (FleetRoom with shed_saturation_tokens).
+  double AdmissionRoom() const;
+  // Sheds the queue's expired waiters and admits what the room allows; nothing without a queue.
+  void PumpAdmission();
   // Sends `routed` to the up destination `d` instead (RoutingCore::Redirect).
   RoutedRequest Redirect(RoutedRequest routed, uint32_t d);
   // This thread's copy of the membership snapshot: re-taken when the membership's generation
@@ -143,6 +158,10 @@ class FrontendCore {
   HealthProber prober_;
   std::unique_ptr<PlannerLink> planner_;
   std::unique_ptr<MembershipWatcher> watcher_;
+  std::unique_ptr<AdmissionQueue> admission_;  // null unless config_.shed
 };
+
+// The admission queue's options from the shed_* keys.
+AdmissionOptions AdmissionOptionsOf(const FrontendConfig& config);
 
 }  // namespace cacheroute::frontend

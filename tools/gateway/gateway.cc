@@ -108,6 +108,7 @@ std::string Gateway::RenderMetrics() {
   health.RenderErrorKinds(page, labels);
   routing.served_hit().Render(page, labels);
   core_->membership().Render(page);
+  if (core_->admission() != nullptr) core_->admission()->Render(page);
   if (proxy_ != nullptr) proxy_->RenderServer(page);
   frontend::RenderPlannerLink(page, core_->planner());
   return page.Take();

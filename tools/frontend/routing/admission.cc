@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tools/frontend/openai_fields.h"
 
 namespace cacheroute::frontend {
 
@@ -24,6 +25,18 @@ const char* ShedCauseName(ShedCause cause) {
       return "queue_timeout";
   }
   return "none";
+}
+
+std::string ShedErrorBody(ShedCause cause, int retry_after_seconds) {
+  const char* why = cause == ShedCause::kSheddable ? "the fleet is saturated and the request is sheddable"
+                    : cause == ShedCause::kQueueTimeout
+                        ? "the fleet stayed saturated for the request's whole wait in the queue"
+                        : cause == ShedCause::kDisplaced
+                              ? "a request of higher priority took its place in the full queue"
+                              : "the fleet is saturated and the queue is full";
+  return ErrorBody(absl::StrCat("request shed (", ShedCauseName(cause), "): ", why,
+                                "; retry after ", retry_after_seconds, " s"),
+                   "requests", "rate_limit_exceeded");
 }
 
 double FleetRoom(const dataplane::Router& router, double saturation_tokens) {

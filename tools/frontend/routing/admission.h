@@ -41,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "base/exposition.h"
@@ -75,6 +76,11 @@ enum class ShedCause : uint8_t {
 inline constexpr int kShedCauses = 5;
 // "sheddable", "queue_full", "displaced", "queue_timeout" ("none" for kNone): the metrics' label.
 const char* ShedCauseName(ShedCause cause);
+
+// The body of a shed request's 429, in the shape OpenAI's API answers a rate limit with
+// ({"error":{"message":…,"type":"requests","param":null,"code":"rate_limit_exceeded"}}), the
+// message naming the cause and the Retry-After.
+std::string ShedErrorBody(ShedCause cause, int retry_after_seconds);
 
 struct AdmissionResult {
   Verdict verdict = Verdict::kAdmit;

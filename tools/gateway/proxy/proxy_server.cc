@@ -2,9 +2,18 @@
 #include "tools/gateway/proxy/proxy_server.h"
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +26,9 @@ namespace {
 
 namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
+
+// How often a held request looks at the fleet's room and its deadline again.
+constexpr std::chrono::milliseconds kAdmissionPoll{5};
 
 absl::string_view View(boost::beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -217,10 +229,52 @@ asio::awaitable<void> ProxyServer::HandleHealthz(http::Exchange& x) {
                                               : "no upstream is up\n"));
 }
 
+asio::awaitable<frontend::AdmissionResult> ProxyServer::Admit(http::Exchange& x) {
+  frontend::AdmissionQueue& queue = *core_.admission();
+  // What the queue's wake tells the waiting coroutine, on its own thread's context (one per I/O
+  // thread), which the wake posts to: no lock.
+  struct Waiting {
+    explicit Waiting(const asio::any_io_executor& executor) : timer(executor) {}
+    asio::steady_timer timer;
+    std::optional<frontend::AdmissionResult> outcome;
+  };
+  auto waiting = std::make_shared<Waiting>(co_await asio::this_coro::executor);
+  const frontend::AdmissionResult offered = queue.Offer(
+      core_.Priority([&x](absl::string_view name) { return Header(x.request(), name); }),
+      core_.AdmissionTokens(x.request().body()), core_.AdmissionRoom(),
+      core_.routing().clock().Now(), [waiting](frontend::Verdict v, frontend::ShedCause c) {
+        asio::post(waiting->timer.get_executor(), [waiting, v, c] {
+          waiting->outcome = frontend::AdmissionResult{v, c, 0};
+          waiting->timer.cancel();
+        });
+      });
+  if (offered.verdict != frontend::Verdict::kQueued) co_return offered;
+  while (!waiting->outcome.has_value()) {
+    waiting->timer.expires_after(kAdmissionPoll);
+    co_await waiting->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    // Room comes as prefills end (their first tokens), deadlines as time passes: look again.
+    if (!waiting->outcome.has_value()) core_.PumpAdmission();
+  }
+  co_return *waiting->outcome;
+}
+
 asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, frontend::Endpoint endpoint,
                                                 const std::optional<std::string>& model) {
   const dataplane::Clock& clock = core_.routing().clock();
   const dataplane::Time start = clock.Now();
+  if (core_.admission() != nullptr && endpoint != frontend::Endpoint::kModels) {
+    const frontend::AdmissionResult admitted = co_await Admit(x);
+    if (admitted.verdict == frontend::Verdict::kShed) {
+      const int retry_after = core_.admission()->retry_after_seconds();
+      http::Response response =
+          http::TextResponse(x.request(), 429, "application/json",
+                             frontend::ShedErrorBody(admitted.cause, retry_after));
+      response.set(bhttp::field::retry_after, std::to_string(retry_after));
+      co_await x.Send(std::move(response));
+      metrics_.Answered(endpoint, 429, clock.Now() - start);
+      co_return;
+    }
+  }
   frontend::RoutedRequest routed =
       endpoint == frontend::Endpoint::kModels
           ? core_.RouteAny(start)
@@ -240,6 +294,7 @@ asio::awaitable<void> ProxyServer::HandleRouted(http::Exchange& x, frontend::End
   }
   metrics_.Answered(endpoint, status, clock.Now() - start);
   routed.lifecycle.Finish(status);
+  core_.PumpAdmission();  // its work left the ledger: room for a waiter
 }
 
 }  // namespace cacheroute::gateway

@@ -15,6 +15,10 @@
 //   GET  /healthz                               200 "ok", or 503 while draining or with no
 //                                               member up
 //
+// With `shed` on, a completion request first asks the core's admission queue (Admit): it is sent
+// on, held asynchronously until the fleet has room, or answered 429 in OpenAI's rate-limit shape
+// with Retry-After (docs/gateway.md, "Shedding and priority").
+//
 // and refuses the rest before routing (404 unknown path, 405 wrong method with Allow naming the
 // right one, 401 without a listed API key), every refusal through one place (Refuse) that counts
 // it; /metrics also counts what the HTTP layer refused itself (400, 413, 431). Errors are in
@@ -90,6 +94,10 @@ class ProxyServer {
   // GET /v1/models/{model}, answered from the member's GET /v1/models.
   http::asio::awaitable<void> HandleRouted(http::Exchange& x, frontend::Endpoint endpoint,
                                            const std::optional<std::string>& model = std::nullopt);
+  // With shedding on (FrontendCore::admission), a completion request's turn: admitted at once,
+  // or held (a timer on this thread, no thread blocked: it pumps the queue every kAdmissionPoll and
+  // is woken by the queue) until admitted or shed. Returns the verdict and, with kShed, why.
+  http::asio::awaitable<frontend::AdmissionResult> Admit(http::Exchange& x);
   bool Authorized(const http::Request& request) const;
   // Turns the request away before routing, counted in RequestMetrics::Refused; `allow` (405):
   // the method the path takes, sent as Allow.
