@@ -120,6 +120,33 @@ TEST_CASE("the same config and requests give the same result, for every policy")
   }
 }
 
+TEST_CASE("shedding: an overloaded fleet sheds what it cannot serve and serves the rest in time") {
+  const std::vector<SimRequest> requests = MakeRequests({.qps = 400, .duration_s = 30});
+  FleetConfig config = Config("cacheroute", {.engines = 2, .gateways = 1});
+  config.goodput_slo_s = 1;
+  const RunResult off = MustRun(config, requests);
+  config.shed = true;
+  config.admission = {.saturation_tokens = 2000,
+                      .queue_capacity = 16,
+                      .queue_timeout = std::chrono::milliseconds(500),
+                      .retry_after = std::chrono::seconds(1)};
+  const RunResult on = MustRun(config, requests);
+  INFO("off: p99 " << off.ttft_p99_s << " goodput " << off.goodput_qps << " failed " << off.failed
+                   << "; on: p99 " << on.ttft_p99_s << " goodput " << on.goodput_qps << " shed "
+                   << on.shed << " failed " << on.failed);
+  CHECK(off.shed == 0);
+  CHECK(on.shed > 0);
+  CHECK(on.completed + on.failed + on.shed == on.requests);
+  CHECK(off.completed + off.failed == off.requests);
+  CHECK(on.within_slo <= on.completed);
+  CHECK(on.goodput_qps > off.goodput_qps);
+  CHECK(on.ttft_p99_s < off.ttft_p99_s);
+  // Deterministic on simulated time.
+  const RunResult again = MustRun(config, requests);
+  CHECK(again.shed == on.shed);
+  CHECK(again.within_slo == on.within_slo);
+}
+
 TEST_CASE("the precise policies: every gateway subscribes to every engine's KV events") {
   const std::vector<SimRequest> requests = MakeRequests({});
   for (const std::string policy : {"llm-d-precise", "dynamo-kv-exact"}) {

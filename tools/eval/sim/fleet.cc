@@ -40,7 +40,7 @@ namespace {
 
 using dataplane::Mix64;
 
-enum class Outcome : uint8_t { kPending, kCompleted, kRejected, kTimedOut };
+enum class Outcome : uint8_t { kPending, kCompleted, kRejected, kTimedOut, kShed };
 
 struct RequestState {
   double first_token = -1;
@@ -145,8 +145,15 @@ class FleetRun {
  private:
   using Timer = std::pair<double, uint32_t>;
 
-  // The per-request flow: a gateway routes, its engine queues.
+  // The per-request flow: a gateway admits (with shedding), routes, its engine queues.
   void Arrive(size_t index);
+  void Dispatch(size_t index);
+  // Shedding: each gateway's queue, pumped after every event (room comes as prefills end and as
+  // shared work arrives; deadlines pass); the earliest deadline of any waiter.
+  void PumpAdmission(dataplane::Time now);
+  // In simulated seconds (kForever: none); `exact`, the deadline itself, which the seconds may
+  // round below.
+  double NextAdmissionDeadline(dataplane::Time* exact) const;
   void OnEngineEvents(uint32_t d, std::span<const EngineEvent> events);
   void EndRequest(uint64_t index, Outcome outcome);
   uint32_t GatewayFor(size_t index);
@@ -185,6 +192,9 @@ absl::Status FleetRun::Build() {
   result_.seed = config_.seed;
   result_.engines.resize(config_.engines);
   if (config_.record_dispatches) result_.dispatches.resize(requests_.size());
+  if (config_.shed && !(config_.admission.saturation_tokens > 0)) {
+    return Invalid("admission.saturation_tokens", "> 0", config_.admission.saturation_tokens);
+  }
   engines_.reserve(config_.engines);
   for (uint32_t d = 0; d < config_.engines; ++d)
     engines_.emplace_back(config_.profile, config_.engine);
@@ -224,7 +234,17 @@ absl::Status FleetRun::Loop() {
     // KV events too: they matter only to the arrivals still to come.
     const double t_events =
         kv_events_ != nullptr && next_ < requests_.size() ? kv_events_->next_due_s() : kForever;
-    if (t_control == kForever && t_arrival == kForever && t_engine == kForever) break;
+    dataplane::Time deadline{};
+    const double t_admission = NextAdmissionDeadline(&deadline);
+    if (t_control == kForever && t_arrival == kForever && t_engine == kForever &&
+        t_admission == kForever) {
+      break;
+    }
+    if (t_admission < std::min({t_control, t_arrival, t_engine, t_events})) {
+      clock_.now_s = t_admission;
+      PumpAdmission(std::max(deadline, clock_.Now()));
+      continue;
+    }
     // Sharing, while requests arrive (it matters only to their picks), first at equal times (news
     // before the next pick).
     if (share_ != nullptr && next_ < requests_.size() &&
@@ -253,8 +273,31 @@ absl::Status FleetRun::Loop() {
       if (kv_events_ != nullptr) kv_events_->Collect(d, t_engine);
       Schedule(d);
     }
+    if (config_.shed) PumpAdmission(clock_.Now());
   }
   return absl::OkStatus();
+}
+
+double FleetRun::NextAdmissionDeadline(dataplane::Time* exact) const {
+  double next = kForever;
+  if (!config_.shed) return next;
+  for (const std::unique_ptr<SimGateway>& g : gateways_) {
+    const std::optional<dataplane::Time> t = g->admission()->NextDeadline();
+    if (!t.has_value()) continue;
+    const double s = std::chrono::duration<double>(t->time_since_epoch()).count();
+    if (s < next) {
+      next = s;
+      *exact = *t;
+    }
+  }
+  return next;
+}
+
+void FleetRun::PumpAdmission(dataplane::Time now) {
+  for (const std::unique_ptr<SimGateway>& g : gateways_) {
+    frontend::AdmissionQueue& queue = *g->admission();
+    if (queue.queued() > 0) queue.Pump(g->AdmissionRoom(), now);
+  }
 }
 
 uint32_t FleetRun::GatewayFor(size_t index) {
@@ -264,9 +307,29 @@ uint32_t FleetRun::GatewayFor(size_t index) {
 }
 
 void FleetRun::Arrive(size_t index) {
-  const SimRequest& request = requests_[index];
   RequestState& state = states_[index];
   state.gateway = GatewayFor(index);
+  if (!config_.shed) {
+    Dispatch(index);
+    return;
+  }
+  SimGateway& gateway = *gateways_[state.gateway];
+  const frontend::AdmissionResult r = gateway.admission()->Offer(
+      0, requests_[index].input_length, gateway.AdmissionRoom(), clock_.Now(),
+      [this, index](frontend::Verdict verdict, frontend::ShedCause) {
+        if (verdict == frontend::Verdict::kAdmit) {
+          Dispatch(index);
+        } else {
+          states_[index].outcome = Outcome::kShed;
+        }
+      });
+  if (r.verdict == frontend::Verdict::kAdmit) Dispatch(index);
+  if (r.verdict == frontend::Verdict::kShed) state.outcome = Outcome::kShed;
+}
+
+void FleetRun::Dispatch(size_t index) {
+  const SimRequest& request = requests_[index];
+  RequestState& state = states_[index];
   AppendSimRequestBlockHashes(request, state.hashes);
   state.request.emplace(gateways_[state.gateway]->Route({.key_id = request.key_id,
                                                          .prompt_tokens = request.input_length,
@@ -366,6 +429,7 @@ void FleetRun::SummarizeRequests() {
       case Outcome::kCompleted:
         ++result_.completed;
         ttft.push_back(state.first_token - requests_[i].arrival_s);
+        if (state.first_token - requests_[i].arrival_s <= config_.goodput_slo_s) ++result_.within_slo;
         e2e.push_back(state.finish - requests_[i].arrival_s);
         cached_tokens += state.cached;
         prompt_tokens += requests_[i].input_length;
@@ -375,6 +439,9 @@ void FleetRun::SummarizeRequests() {
         break;
       case Outcome::kTimedOut:
         ++result_.timed_out;
+        break;
+      case Outcome::kShed:
+        ++result_.shed;
         break;
       case Outcome::kPending:
         break;  // unreachable: the loop runs until every engine is idle
@@ -391,6 +458,7 @@ void FleetRun::SummarizeRequests() {
   result_.kv_hit = prompt_tokens > 0 ? cached_tokens / prompt_tokens : 0;
   const double span = last_arrival - config_.warmup_s;
   result_.throughput_rps = span > 0 ? result_.completed / span : 0;
+  result_.goodput_qps = span > 0 ? result_.within_slo / span : 0;
   result_.offered_qps =
       config_.offered_qps > 0 ? config_.offered_qps : (span > 0 ? result_.requests / span : 0);
 }

@@ -46,6 +46,7 @@
 #include "tools/eval/sim/engine.h"
 #include "tools/eval/sim/engine_profile.h"
 #include "tools/eval/sim/prefix_cache.h"
+#include "tools/frontend/routing/admission.h"
 
 namespace cacheroute::sim {
 
@@ -155,6 +156,16 @@ struct FleetConfig {
   planner::GateOptions gate_options;
   double gate_interval_s = 10;  // the shipped gateway's report_interval default
 
+  // Shedding (the front ends' `shed`, tools/frontend/routing/admission.h): each gateway asks its
+  // own admission queue, on simulated time, before it routes a request; a request admitted from
+  // the queue is routed when room comes, a shed one is answered 429 and never reaches an engine
+  // (RunResult::shed; not a failure). Every request has priority 0.
+  bool shed = false;
+  frontend::AdmissionOptions admission{};
+  // Goodput: RunResult::within_slo counts the window's completed requests whose TTFT is at most
+  // this (0: none counted).
+  double goodput_slo_s = 0;
+
   // Keep a DispatchRecord per request and a PlanRecord per plan built in the result (tests,
   // debugging).
   bool record_dispatches = false;
@@ -221,6 +232,9 @@ struct RunResult {
   uint64_t failed = 0;
   uint64_t rejected = 0;   // of failed: queue cap (or too large for the KV cache)
   uint64_t timed_out = 0;  // of failed
+  uint64_t shed = 0;       // answered 429 by a gateway's admission queue (FleetConfig::shed)
+  uint64_t within_slo = 0;  // completed with TTFT <= FleetConfig::goodput_slo_s
+  double goodput_qps = 0;   // within_slo / (last arrival − warmup_s)
   double failure_rate = 0;
   double throughput_rps = 0;  // completed / (last arrival − warmup_s)
   uint64_t planned = 0;       // requests routed by a table (CacheRoute), in the window

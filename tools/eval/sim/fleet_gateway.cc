@@ -45,7 +45,9 @@ SimGateway::SimGateway(const FleetConfig& config, uint32_t index, const SimClock
            .measure_turnover = config.measure_turnover,
            .share_placements = SharesFleet(config)},
           clock),
-      index_by_name_(dataplane::DestinationIndexOf(names_)) {}
+      index_by_name_(dataplane::DestinationIndexOf(names_)),
+      admission_(config.shed ? std::make_unique<frontend::AdmissionQueue>(config.admission)
+                             : nullptr) {}
 
 absl::StatusOr<std::unique_ptr<SimGateway>> SimGateway::Create(
     const FleetConfig& config, uint32_t index, const SimClock& clock,

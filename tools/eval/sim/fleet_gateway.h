@@ -35,6 +35,7 @@
 #include "planner/rate_aggregator.h"
 #include "tools/eval/sim/engine.h"
 #include "tools/eval/sim/fleet.h"
+#include "tools/frontend/routing/admission.h"
 #include "tools/frontend/routing/request_lifecycle.h"
 #include "tools/frontend/routing/routing_core.h"
 
@@ -110,6 +111,12 @@ class SimGateway {
   void ApplyKvEvents(uint32_t destination, std::span<const dataplane::KvEvent> events);
 
   dataplane::Router* router() { return &routing_.router(); }
+  // The gateway's admission queue (FleetConfig::shed); null without shedding.
+  frontend::AdmissionQueue* admission() { return admission_.get(); }
+  // The room its Router's ledger (and the shared work) leaves below saturation (FleetRoom).
+  double AdmissionRoom() const {
+    return frontend::FleetRoom(routing_.router(), config_.admission.saturation_tokens);
+  }
   const std::string& id() const { return id_; }
 
  private:
@@ -129,6 +136,7 @@ class SimGateway {
   std::unordered_map<std::string, uint32_t> index_by_name_;
   // Each other gateway's last shared work per destination, and their sum (what the Router has).
   std::map<std::string, std::vector<dataplane::DestinationWork>> remote_work_;
+  std::unique_ptr<frontend::AdmissionQueue> admission_;
 };
 
 }  // namespace cacheroute::sim

@@ -126,12 +126,14 @@ int RunOne(const std::string& study_name, const std::string& config, const std::
       "e2e_p50_s       %.4f\ne2e_p99_s       %.4f\nkv_hit          %.4f\nprecision       %.4f\n"
       "imbalance       %.4f\n"
       "requests        %d\ncompleted       %d\nfailed          %d\nfailure_rate    %.4f\n"
-      "throughput_rps  %.3f\nsimulated_s     %.1f\nwall_s          %.2f\n"
-      "sim_requests/s  %.0f\n",
+      "throughput_rps  %.3f\nshed            %d\nshed_fraction   %.4f\n"
+      "within_slo      %d\ngoodput_qps     %.3f\n"
+      "simulated_s     %.1f\nwall_s          %.2f\nsim_requests/s  %.0f\n",
       c->name, c->profile, c->destinations, c->workload.top_k, x.policy, x.gateways, x.offered_qps,
       x.seed, x.ttft_p50_s, x.ttft_p90_s, x.ttft_p99_s, x.e2e_p50_s, x.e2e_p99_s, x.kv_hit,
       x.routing_precision, x.imbalance, x.requests, x.completed, x.failed, x.failure_rate,
-      x.throughput_rps, x.simulated_s, x.wall_s,
+      x.throughput_rps, x.shed, x.requests > 0 ? static_cast<double>(x.shed) / x.requests : 0.0,
+      x.within_slo, x.goodput_qps, x.simulated_s, x.wall_s,
       x.wall_s > 0 ? x.simulated_requests / x.wall_s : 0.0);
   if (x.kv_event_subscriptions > 0) {
     std::cout << absl::StrFormat("kv_event_subscriptions %d\nkv_event_bytes_per_s   %.0f\n",

@@ -50,6 +50,7 @@ absl::StatusOr<FleetConfig> MakeFleetConfig(const RunSpec& spec) {
   // Without the turnover measured, remembered destinations never expire.
   if (!c.measure_turnover) c.dispatch.default_turnover = std::chrono::hours(24 * 365);
   c.plan_kv_budget_share = knobs.kv_budget_share;
+  c.goodput_slo_s = study.primary_slo_s;
   if (absl::Status s = label->apply(study, c); !s.ok()) return s;
   if (absl::Status s = ValidateFleetConfig(c); !s.ok()) return s;
   return c;
@@ -86,6 +87,9 @@ RunRecord ToRunRecord(const RunResult& r, uint64_t simulated_requests) {
   out.completed = r.completed;
   out.failed = r.failed;
   out.failure_rate = r.failure_rate;
+  out.shed = r.shed;
+  out.within_slo = r.within_slo;
+  out.goodput_qps = r.goodput_qps;
   out.throughput_rps = r.throughput_rps;
   out.plans = r.plans;
   out.plan_churn = r.plan_churn;

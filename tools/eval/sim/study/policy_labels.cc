@@ -17,6 +17,20 @@
 namespace cacheroute::sim::study {
 namespace {
 
+// cacheroute-shed's admission, chosen once on the primary study at 1.5x its capacity (900 QPS,
+// seed 2; of 0.1, 0.25, 0.5 and 1 s of queued prefill and 1 or 2 s of queue, the most goodput)
+// and held: a destination is saturated at 0.1 s of queued prefill at the profile's prefill rate
+// (1,250 tokens for llama-70b-fp8-tp2-h100), a request waits at most 1 s in a queue of 256.
+void UseShedding(FleetConfig& c) {
+  c.shed = true;
+  c.admission = {.saturation_tokens = c.profile.prefill_per_token_s > 0
+                                          ? 0.1 / c.profile.prefill_per_token_s
+                                          : 16384,
+                 .queue_capacity = 256,
+                 .queue_timeout = std::chrono::milliseconds(1000),
+                 .retry_after = std::chrono::seconds(1)};
+}
+
 const dataplane::PolicyRegistry& Registry() { return dataplane::BuiltinPolicies(); }
 
 // The registry's policy `info`. A table policy plans with the planner's algorithm of the same
@@ -111,6 +125,10 @@ std::vector<PolicyLabel> MakeTable() {
                                      "every gateway's blocks in flight, with no delay"),
                         [](const StudyConfig&, FleetConfig& c) { c.replica_sync = true; }));
   }
+  rows.push_back(From("cacheroute", "cacheroute-shed",
+                      "cacheroute with shedding: saturated at 0.1 s of queued prefill, queue of 256 "
+                      "for up to 1 s, then 429",
+                      [](const StudyConfig&, FleetConfig& c) { UseShedding(c); }));
   rows.push_back(From("cacheroute", "cacheroute-replan-10s",
                       "cacheroute replanning every 10 s from 10-s rates, LPT from scratch",
                       [](const StudyConfig&, FleetConfig& c) { ReplanEvery10s(c, 0); }));

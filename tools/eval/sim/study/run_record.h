@@ -35,6 +35,9 @@ struct RunRecord {
   uint64_t completed = 0;
   uint64_t failed = 0;
   double failure_rate = 0;    // 0..1
+  uint64_t shed = 0;          // answered 429 by a gateway's admission queue (not failed)
+  uint64_t within_slo = 0;    // completed with TTFT <= the study's primary SLO
+  double goodput_qps = 0;     // within_slo per second of the window
   double throughput_rps = 0;  // completed requests per simulated second
   uint32_t plans = 0;         // CacheRoute plans installed during the run, warm-up included
   double plan_churn = 0;      // mean share of keys whose destinations changed per replan
