@@ -573,3 +573,54 @@ TEST_CASE("the cacheroute-epp binary serves on the port it logs and drains on SI
 
 }  // namespace
 }  // namespace cacheroute::epp
+
+namespace cacheroute::epp {
+namespace {
+
+TEST_CASE("shed: a saturated fleet gets an immediate 429 with Retry-After; room frees, admitted") {
+  Fleet fleet(1);
+  EppConfig config = ConfigFor(fleet);
+  config.dataplane.shed = true;
+  config.dataplane.shed_saturation_tokens = 1;  // one request's prefill saturates the engine
+  config.dataplane.shed_queue_capacity = 0;     // no waiting: shed at once
+  config.dataplane.shed_retry_after = absl::Seconds(2);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(config));
+  Client client(*epp);
+  REQUIRE(Eventually([&] { return epp->ready(); }));
+  const std::string body =
+      absl::StrCat(R"({"model":"m","prompt":")", std::string(4000, 'x'), R"("})");
+
+  // The first request is routed and stays before its first token: its prefill is queued.
+  auto first = std::make_unique<EnvoyStream>(*client.stub);
+  REQUIRE(first->Send(Headers(false, {})));
+  REQUIRE(first->Send(Body(body, true)));
+  REQUIRE(first->Read().has_request_headers());
+
+  EnvoyStream s(*client.stub);
+  REQUIRE(s.Send(Headers(false, {})));
+  REQUIRE(s.Send(Body(body, true)));
+  const ext_proc::ProcessingResponse shed = s.Read();
+  REQUIRE(shed.has_immediate_response());
+  CHECK(shed.immediate_response().status().code() == 429);
+  std::string retry_after;
+  for (const auto& h : shed.immediate_response().headers().set_headers()) {
+    if (h.header().key() == "retry-after") retry_after = h.header().raw_value();
+  }
+  CHECK(retry_after == "2");
+  CHECK_THAT(shed.immediate_response().body(),
+             Catch::Contains(R"("code":"rate_limit_exceeded")") &&
+                 Catch::Contains(R"("type":"requests")"));
+  CHECK(s.Finish().ok());
+
+  // The first request's stream ends: its work leaves the ledger and the next one is admitted.
+  first->Finish();
+  first.reset();
+  // (The stream's end reaches the EPP asynchronously: until it does, a request is still shed.)
+  CHECK(Eventually([&] { return !Exchange(client, {}, body).endpoint.empty(); }));
+  CHECK(absl::StrContains(
+      epp->RenderMetrics(),
+      "cacheroute_epp_admission_shed_total{priority=\"0\",reason=\"queue_full\"} "));
+}
+
+}  // namespace
+}  // namespace cacheroute::epp

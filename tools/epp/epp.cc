@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -21,6 +25,9 @@
 
 namespace cacheroute::epp {
 namespace {
+
+// How often a held request looks at the fleet's room and its deadline again.
+constexpr std::chrono::milliseconds kAdmissionPoll{5};
 
 namespace asio = boost::asio;
 
@@ -73,6 +80,7 @@ class Epp::RequestExchange : public Exchange {
 
   Route RouteRequest(const RequestView& request) override {
     kind_ = EndpointOf(FindHeader(request.headers, ":path").value_or(""));
+    if (std::optional<Route> shed = Admit(request); shed.has_value()) return *std::move(shed);
     routed_.emplace(
         kind_ == frontend::Endpoint::kModels
             ? core_.RouteAny(start_)
@@ -106,6 +114,54 @@ class Epp::RequestExchange : public Exchange {
                                         epp_.config_.fallback_endpoints)) {
       route.fallbacks.push_back(AddressOf(*routed_->members->At(d)));
     }
+    return route;
+  }
+
+  // With `shed` on, a completion's turn in the admission queue: none when admitted (at once, or
+  // after waiting on this stream's thread, which pumps the queue every kAdmissionPoll), else the
+  // 429 immediate response with Retry-After (docs/epp.md, "Shedding and priority").
+  std::optional<Route> Admit(const RequestView& request) {
+    frontend::AdmissionQueue* queue = core_.admission();
+    if (queue == nullptr || kind_ == frontend::Endpoint::kModels) return std::nullopt;
+    struct Waiting {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::optional<frontend::AdmissionResult> outcome;  // guarded by mu
+    };
+    auto waiting = std::make_shared<Waiting>();
+    const auto headers = [&request](absl::string_view name) {
+      return FindHeader(request.headers, name);
+    };
+    frontend::AdmissionResult result = queue->Offer(
+        core_.Priority(headers), core_.AdmissionTokens(request.body), core_.AdmissionRoom(),
+        core_.routing().clock().Now(), [waiting](frontend::Verdict v, frontend::ShedCause c) {
+          std::lock_guard<std::mutex> lock(waiting->mu);
+          waiting->outcome = frontend::AdmissionResult{v, c, 0};
+          waiting->cv.notify_all();
+        });
+    if (result.verdict == frontend::Verdict::kQueued) {
+      std::unique_lock<std::mutex> lock(waiting->mu);
+      while (!waiting->outcome.has_value()) {
+        if (waiting->cv.wait_for(lock, kAdmissionPoll,
+                                 [&] { return waiting->outcome.has_value(); })) {
+          break;
+        }
+        lock.unlock();
+        core_.PumpAdmission();  // room as prefills end; the deadline as time passes
+        lock.lock();
+      }
+      result = *waiting->outcome;
+    }
+    if (result.verdict != frontend::Verdict::kShed) return std::nullopt;
+    const int retry_after = queue->retry_after_seconds();
+    Route route;
+    route.status = 429;
+    route.type = "requests";
+    route.code = "rate_limit_exceeded";
+    route.message = absl::StrCat("request shed (", frontend::ShedCauseName(result.cause),
+                                 "): the fleet is saturated; retry after ", retry_after, " s");
+    route.immediate_headers = {{"retry-after", absl::StrCat(retry_after)}};
+    epp_.counters_->requests.Answered(kind_, 429, core_.routing().clock().Now() - start_);
     return route;
   }
 
@@ -426,6 +482,7 @@ std::string Epp::RenderMetrics() const {
                "Served endpoints (x-gateway-destination-endpoint-served) that named no member: "
                "ignored.",
                relaxed(counters_->served_unknown));
+  if (core_->admission() != nullptr) core_->admission()->Render(page);
   return page.Take();
 }
 

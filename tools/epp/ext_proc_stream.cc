@@ -182,7 +182,12 @@ void ExtProcStream::RouteNow(Step& step, bool as_body_answer) {
                    .subset = subset_.has_value() ? &*subset_ : nullptr};
   Route route = exchange_.RouteRequest(view);
   if (route.endpoint.empty()) {
-    Immediate(step, route.status, route.message, route.type, route.code, "cacheroute_no_endpoint");
+    Immediate(step, route.status, route.message, route.type, route.code,
+              route.status == 429 ? "cacheroute_shed" : "cacheroute_no_endpoint");
+    for (const auto& [name, value] : route.immediate_headers) {
+      SetHeader(*step.responses.back().mutable_immediate_response()->mutable_headers(), name,
+                value);
+    }
     return;
   }
   routed_ = true;

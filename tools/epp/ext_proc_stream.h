@@ -99,6 +99,9 @@ struct Route {
   std::string message;
   std::string type = "service_unavailable";
   std::string code = "no_upstream";
+  // Without an endpoint: headers of the immediate response besides content-type (a shed
+  // request's Retry-After).
+  HeaderList immediate_headers;
 };
 
 // What the machine knows of the response when its headers arrive.
