@@ -37,13 +37,15 @@ TEST_CASE("the key table holds every shared key and none of a front end's own") 
     INFO(own);
     CHECK(keys.count(own) == 0);
   }
-  for (const char* shared : {"upstreams", "upstreams_dns", "policy", "key_from", "planner",
+  for (const char* shared : {"upstreams", "upstreams_dns", "upstreams_inference_pool",
+                             "inference_pool_namespace", "kube_api_server", "kube_token_file",
+                             "kube_ca_file", "policy", "key_from", "planner",
                              "gateway_id", "connect_timeout", "health_check_interval",
                              "load_scrape_interval", "share", "share_interval"}) {
     INFO(shared);
     CHECK(keys.count(shared) == 1);
   }
-  CHECK(keys.size() == 35);
+  CHECK(keys.size() == 40);
 }
 
 TEST_CASE("fleet sharing is on by default, every 25ms; share_interval is bounded to [1ms, 10s]") {
@@ -162,11 +164,13 @@ TEST_CASE("the shared flags override the configuration") {
   app.parse(args);
   FrontendConfig config;
   config.upstreams_dns = "vllm.test:8000";
+  config.upstreams_inference_pool = "vllm-pool";
   REQUIRE(ApplyFrontendFlags(app, flags, config).ok());
   CHECK(config.policy == "preble");
   REQUIRE(config.upstreams.size() == 2);
   CHECK(config.upstreams[0].name == "y");
   CHECK(config.upstreams_dns.empty());  // the flags replace the membership, whatever its source
+  CHECK(config.upstreams_inference_pool.empty());
   CHECK(ValidateFrontendConfig(config).ok());
 
   CLI::App bad_app;
@@ -175,6 +179,46 @@ TEST_CASE("the shared flags override the configuration") {
   bad_app.parse(std::vector<std::string>{"nourl", "--upstream"});
   const absl::Status s = ApplyFrontendFlags(bad_app, bad_flags, config);
   CHECK_THAT(std::string(s.message()), Catch::StartsWith("--upstream: expected NAME=URL"));
+}
+
+TEST_CASE("the InferencePool source: its keys, checked, and only with a pool") {
+  absl::StatusOr<FrontendConfig> config = Parse(
+      "upstreams_inference_pool: vllm-pool\ninference_pool_namespace: serving\n"
+      "kube_api_server: \"https://10.96.0.1:443\"\nkube_token_file: /t\nkube_ca_file: /ca\n");
+  REQUIRE(config.ok());
+  CHECK(config->upstreams_inference_pool == "vllm-pool");
+  CHECK(config->inference_pool_namespace == "serving");
+  CHECK(config->kube_token_file == "/t");
+  CHECK(config->kube_ca_file == "/ca");
+  CHECK(ValidateFrontendConfig(*config).ok());
+
+  const auto error = [](const std::string& yaml) {
+    absl::StatusOr<FrontendConfig> parsed = Parse(yaml);
+    if (!parsed.ok()) return std::string(parsed.status().message());
+    return std::string(ValidateFrontendConfig(*parsed).message());
+  };
+  CHECK_THAT(error("upstreams_inference_pool: Vllm_Pool\n"),
+             Catch::StartsWith("upstreams_inference_pool: must be a Kubernetes name") &&
+                 Catch::Contains("\"Vllm_Pool\""));
+  CHECK_THAT(error("upstreams_inference_pool: p\ninference_pool_namespace: a.b\n"),
+             Catch::StartsWith("inference_pool_namespace: must be a Kubernetes name (a DNS label"));
+  CHECK_THAT(error("upstreams_inference_pool: p\nkube_api_server: \"10.0.0.1:443\"\n"),
+             Catch::StartsWith("kube_api_server: must be https://HOST:PORT") &&
+                 Catch::Contains("\"10.0.0.1:443\""));
+  CHECK_THAT(error("upstreams_inference_pool: p\nkube_api_server: \"https://h:443/api\"\n"),
+             Catch::StartsWith("kube_api_server: "));
+  CHECK_THAT(error("upstreams_inference_pool: p\nupstreams_dns: \"vllm.test:8000\"\n"),
+             Catch::StartsWith("upstreams_inference_pool: give one membership source"));
+  CHECK_THAT(error(std::string(kMinimal) + "kube_token_file: /t\n"),
+             Catch::StartsWith("kube_token_file: is only used with upstreams_inference_pool"));
+
+  absl::StatusOr<KubeServerAddress> server = ParseKubeApiServer("k", "http://[::1]:8080/");
+  REQUIRE(server.ok());
+  CHECK_FALSE(server->tls);
+  CHECK(server->host == "::1");
+  CHECK(server->port == 8080);
+  CHECK(ParseKubeApiServer("k", "https://kubernetes.default.svc:443")->tls);
+  CHECK_FALSE(ParseKubeApiServer("k", "https://:443").ok());
 }
 
 TEST_CASE("CheckHostPort and ParseDnsServer name the key and the value") {

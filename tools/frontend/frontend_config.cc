@@ -156,6 +156,27 @@ absl::Status CheckDnsServer(absl::string_view name, absl::string_view value) {
   return ParseDnsServer(name, value).status();
 }
 
+// A Kubernetes object name: a DNS-1123 subdomain (pools) or label (namespaces): lowercase
+// letters, digits and '-' ('.' too in a subdomain), starting and ending with a letter or digit,
+// at most 253 (63) characters (Kubernetes docs, "Object Names and IDs"). Empty: not used.
+absl::Status CheckKubeName(absl::string_view name, absl::string_view value, bool subdomain) {
+  if (value.empty()) return absl::OkStatus();
+  const size_t max = subdomain ? 253 : 63;
+  const auto alnum = [](char c) { return absl::ascii_islower(c) || absl::ascii_isdigit(c); };
+  bool ok = value.size() <= max && alnum(value.front()) && alnum(value.back());
+  for (char c : value) ok = ok && (alnum(c) || c == '-' || (subdomain && c == '.'));
+  if (ok) return absl::OkStatus();
+  return Invalid(name, absl::StrCat("must be a Kubernetes name (a DNS ",
+                                    subdomain ? "subdomain" : "label", ": lowercase letters, "
+                                    "digits, '-'", subdomain ? ", '.'" : "", "; at most ", max,
+                                    " characters), got ", Quote(value)));
+}
+
+absl::Status CheckKubeApiServer(absl::string_view name, absl::string_view value) {
+  if (value.empty()) return absl::OkStatus();
+  return ParseKubeApiServer(name, value).status();
+}
+
 absl::Status CheckUpstreams(absl::string_view name, const std::vector<Upstream>& upstreams) {
   if (upstreams.empty()) return Invalid(name, "must list at least one upstream, got none");
   std::set<std::string> names;
@@ -300,6 +321,17 @@ const std::vector<base::yaml::Field<FrontendConfig>>& FrontendConfigFields() {
       StringField("upstreams_file", &FrontendConfig::upstreams_file, nullptr),
       StringField("upstreams_dns", &FrontendConfig::upstreams_dns, CheckDnsName),
       StringField("dns_server", &FrontendConfig::dns_server, CheckDnsServer),
+      StringField("upstreams_inference_pool", &FrontendConfig::upstreams_inference_pool,
+                  [](absl::string_view name, absl::string_view value) {
+                    return CheckKubeName(name, value, /*subdomain=*/true);
+                  }),
+      StringField("inference_pool_namespace", &FrontendConfig::inference_pool_namespace,
+                  [](absl::string_view name, absl::string_view value) {
+                    return CheckKubeName(name, value, /*subdomain=*/false);
+                  }),
+      StringField("kube_api_server", &FrontendConfig::kube_api_server, CheckKubeApiServer),
+      StringField("kube_token_file", &FrontendConfig::kube_token_file, nullptr),
+      StringField("kube_ca_file", &FrontendConfig::kube_ca_file, nullptr),
       DurationField("membership_interval", &FrontendConfig::membership_interval),
       IntegerField("max_upstreams", &FrontendConfig::max_upstreams, 1, 4096),
       StringField("policy", &FrontendConfig::policy, CheckPolicy),
@@ -377,6 +409,7 @@ absl::Status ApplyFrontendFlags(const CLI::App& app, const FrontendFlags& flags,
     config.upstreams = std::move(upstreams);
     config.upstreams_file.clear();  // the flags replace the file's membership, whatever its source
     config.upstreams_dns.clear();
+    config.upstreams_inference_pool.clear();
   }
   return absl::OkStatus();
 }
@@ -436,14 +469,33 @@ absl::StatusOr<std::vector<Upstream>> ParseUpstreamListYaml(absl::string_view ya
 }
 
 namespace {
-// Exactly one of upstreams, upstreams_file and upstreams_dns; a static list within
-// max_upstreams is not required (the Router is sized by it), but a dynamic source needs room.
+// Exactly one of upstreams, upstreams_file, upstreams_dns and upstreams_inference_pool; a static
+// list within max_upstreams is not required (the Router is sized by it), but a dynamic source
+// needs room. The pool's own keys only with a pool.
 absl::Status CheckMembershipSource(const FrontendConfig& config) {
   const int sources = (config.upstreams.empty() ? 0 : 1) + (config.upstreams_file.empty() ? 0 : 1) +
-                      (config.upstreams_dns.empty() ? 0 : 1);
+                      (config.upstreams_dns.empty() ? 0 : 1) +
+                      (config.upstreams_inference_pool.empty() ? 0 : 1);
   if (sources > 1) {
-    return Invalid(!config.upstreams_dns.empty() ? "upstreams_dns" : "upstreams_file",
-                   "give one membership source: upstreams, upstreams_file or upstreams_dns");
+    const char* key = !config.upstreams_inference_pool.empty() ? "upstreams_inference_pool"
+                      : !config.upstreams_dns.empty()          ? "upstreams_dns"
+                                                               : "upstreams_file";
+    return Invalid(key, "give one membership source: upstreams, upstreams_file, upstreams_dns or "
+                        "upstreams_inference_pool");
+  }
+  if (config.upstreams_inference_pool.empty()) {
+    for (const auto& [key, value] :
+         {std::pair<const char*, const std::string*>{"inference_pool_namespace",
+                                                     &config.inference_pool_namespace},
+          {"kube_api_server", &config.kube_api_server},
+          {"kube_token_file", &config.kube_token_file},
+          {"kube_ca_file", &config.kube_ca_file}}) {
+      if (!value->empty()) {
+        return Invalid(key, absl::StrCat("is only used with upstreams_inference_pool, which is "
+                                         "not set; got ",
+                                         Quote(*value)));
+      }
+    }
   }
   if (sources == 0 || !config.upstreams.empty())
     return CheckUpstreams("upstreams", config.upstreams);
@@ -464,6 +516,9 @@ absl::Status ValidateFrontendConfig(const FrontendConfig& config) {
            CheckMembershipSource(config),
            CheckDnsName("upstreams_dns", config.upstreams_dns),
            CheckDnsServer("dns_server", config.dns_server),
+           CheckKubeName("upstreams_inference_pool", config.upstreams_inference_pool, true),
+           CheckKubeName("inference_pool_namespace", config.inference_pool_namespace, false),
+           CheckKubeApiServer("kube_api_server", config.kube_api_server),
            CheckPositiveDuration("membership_interval", config.membership_interval),
            CheckPolicy("policy", config.policy),
            CheckHeaderName("key_header", config.key_header),
@@ -535,6 +590,27 @@ absl::StatusOr<DnsServerAddress> ParseDnsServer(absl::string_view key, absl::str
 
 absl::Status CheckHostPort(absl::string_view name, absl::string_view value) {
   return CheckHostPort(name, value, /*allow_empty=*/false);
+}
+
+absl::StatusOr<KubeServerAddress> ParseKubeApiServer(absl::string_view key,
+                                                     absl::string_view value) {
+  const absl::Status invalid =
+      Invalid(key, absl::StrCat("must be https://HOST:PORT or http://HOST:PORT (no path), got ",
+                                Quote(value)));
+  KubeServerAddress address;
+  absl::string_view rest = value;
+  if (absl::ConsumePrefix(&rest, "https://")) {
+    address.tls = true;
+  } else if (!absl::ConsumePrefix(&rest, "http://")) {
+    return invalid;
+  }
+  absl::ConsumeSuffix(&rest, "/");
+  if (absl::StrContains(rest, '/')) return invalid;
+  absl::StatusOr<UpstreamAddress> split = SplitHostPort(key, rest);
+  if (!split.ok() || split->port == 0 || split->host.empty()) return invalid;
+  address.host = std::move(split->host);
+  address.port = split->port;
+  return address;
 }
 
 absl::StatusOr<std::string> ReadNonEmptyFile(absl::string_view key, const std::string& path) {

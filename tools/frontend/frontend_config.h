@@ -42,15 +42,29 @@ struct Upstream {
 
 struct FrontendConfig {
   // Membership, from exactly one source: the static `upstreams` list; `upstreams_file`, a file
-  // of the same list (membership/sources.h) re-read every membership_interval; or `upstreams_dns`,
+  // of the same list (membership/sources.h) re-read every membership_interval; `upstreams_dns`,
   // NAME:PORT, whose A/AAAA records are the engines (a Kubernetes headless Service), re-resolved
   // as often, each address named "IP:PORT" (`dns_server` HOST:PORT overrides the system
-  // resolver). With a dynamic source, changes reach the planner (SetDestinations) and at most
-  // max_upstreams members are routed to.
+  // resolver); or `upstreams_inference_pool`, the name of a GIE InferencePool watched through the
+  // Kubernetes API (membership/inference_pool_source.h): one member "IP:PORT" per ready pod its
+  // selector matches and target port, changed as soon as the API server reports it. With a
+  // dynamic source, changes reach the planner (SetDestinations) and at most max_upstreams
+  // members are routed to.
   std::vector<Upstream> upstreams;
   std::string upstreams_file;
   std::string upstreams_dns;
   std::string dns_server;
+  std::string upstreams_inference_pool;
+  // The pool's namespace; "": this pod's own (kInClusterNamespaceFile).
+  std::string inference_pool_namespace;
+  // The Kubernetes API server, http(s)://HOST:PORT; "": in-cluster (KUBERNETES_SERVICE_HOST and
+  // _PORT, with the service account's token and CA). kube_token_file holds the bearer token,
+  // re-read for every request (bound tokens rotate); kube_ca_file the PEM CA bundle that the
+  // server's certificate must chain to. With kube_api_server set, no token file means no token
+  // and no CA file the system's CAs; without it both default to the service account's files.
+  std::string kube_api_server;
+  std::string kube_token_file;
+  std::string kube_ca_file;
   absl::Duration membership_interval = absl::Seconds(5);
   uint32_t max_upstreams = 256;
   // A name of cacheroute/dataplane/policy_registry.h (BuiltinPolicies): "cacheroute" routes by
@@ -153,10 +167,12 @@ absl::Status ApplyFrontendFlags(const CLI::App& app, const FrontendFlags& flags,
                                 FrontendConfig& config);
 
 // Checks consistency: one membership source (at least one static upstream, or upstreams_file,
-// or upstreams_dns), names distinct and non-empty, URLs http://HOST:PORT; each planner address
-// HOST:PORT, without repeats (the list may be empty); a policy of dataplane::BuiltinPolicies(); a
-// gateway_id when a planner is set; positive durations; failure_threshold >= 1; key_from names
-// from kKeySources without repeats; a non-empty key_header made of header-name characters.
+// upstreams_dns or upstreams_inference_pool; inference_pool_namespace and the kube_* keys only
+// with the last; a pool name a DNS subdomain, a namespace a DNS label), names distinct and
+// non-empty, URLs http://HOST:PORT; each planner address HOST:PORT, without repeats (the list may
+// be empty); a policy of dataplane::BuiltinPolicies(); a gateway_id when a planner is set;
+// positive durations; failure_threshold >= 1; key_from names from kKeySources without repeats; a
+// non-empty key_header made of header-name characters.
 absl::Status ValidateFrontendConfig(const FrontendConfig& config);
 
 // How often the engines' /metrics are scraped: load_scrape_interval when set; when it is off and
@@ -177,6 +193,21 @@ struct UpstreamAddress {
   int port = 0;
 };
 absl::StatusOr<UpstreamAddress> ParseUpstreamUrl(absl::string_view name, absl::string_view url);
+
+// The service account's directory in a pod, and the files of it the pool source reads.
+inline constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
+inline constexpr char kInClusterNamespaceFile[] =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+// kube_api_server: http://HOST:PORT or https://HOST:PORT (no path; an IPv6 host in brackets);
+// InvalidArgument naming `key` and the value otherwise.
+struct KubeServerAddress {
+  bool tls = false;
+  std::string host;  // without brackets
+  int port = 0;
+};
+absl::StatusOr<KubeServerAddress> ParseKubeApiServer(absl::string_view key,
+                                                     absl::string_view value);
 
 // HOST:PORT (an IPv6 host in brackets; port 0 allowed: "pick a free one"); InvalidArgument naming
 // `name` and the value otherwise.
