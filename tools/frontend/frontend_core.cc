@@ -19,7 +19,8 @@ namespace cacheroute::frontend {
 namespace {
 
 bool Dynamic(const FrontendConfig& config) {
-  return !config.upstreams_file.empty() || !config.upstreams_dns.empty();
+  return !config.upstreams_file.empty() || !config.upstreams_dns.empty() ||
+         !config.upstreams_inference_pool.empty();
 }
 
 // Tells cores apart in the per-thread snapshot cache (an address may be reused).
