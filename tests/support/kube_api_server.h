@@ -135,7 +135,11 @@ class KubeApiServer {
     ++drops_;
     changed_.notify_all();
   }
-  void SendGarbage() { Append("", "", "GARBAGE", nlohmann::json::object()); }
+  void SendGarbage() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++garbage_;
+    changed_.notify_all();
+  }
   void set_delay(std::chrono::milliseconds delay) {
     std::lock_guard<std::mutex> lock(mu_);
     delay_ = delay;
@@ -196,7 +200,7 @@ class KubeApiServer {
   void AppendLocked(const std::string& kind, const std::string& ns, const std::string& type,
                     nlohmann::json object, const std::string& name) {
     ++version_;
-    if (type != "GARBAGE") object["metadata"]["resourceVersion"] = std::to_string(version_);
+    object["metadata"]["resourceVersion"] = std::to_string(version_);
     if (!name.empty()) objects_[{kind, ns, name}] = object;
     events_.push_back({version_, kind, ns, type, std::move(object)});
     changed_.notify_all();
@@ -294,10 +298,11 @@ class KubeApiServer {
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
     const uint64_t drops = drops_;
+    const uint64_t garbage = garbage_;
     lock.unlock();
     res.set_chunked_content_provider(
         "application/json",
-        [this, kind, ns, labels, fields, cursor = from, drops, deadline, opened = false](
+        [this, kind, ns, labels, fields, cursor = from, drops, garbage_seen = garbage, deadline, opened = false](
             size_t, httplib::DataSink& sink) mutable {
           if (!opened) {
             opened = true;
@@ -308,16 +313,19 @@ class KubeApiServer {
           {
             std::unique_lock<std::mutex> lock(mu_);
             changed_.wait_for(lock, std::chrono::milliseconds(20), [&] {
-              return closing_ || drops_ != drops || events_.back().version > cursor;
+              return closing_ || drops_ != drops || garbage_ != garbage_seen ||
+                     events_.back().version > cursor;
             });
             drop = closing_ || drops_ != drops;
+            if (garbage_ != garbage_seen) {  // to the watches open now only, never replayed
+              garbage_seen = garbage_;
+              out += "this is not JSON {\n";
+            }
             for (const Event& e : events_) {
               if (drop || e.version <= cursor) continue;
               cursor = e.version;
               if (!e.kind.empty() && (e.kind != kind || e.ns != ns)) continue;
-              if (e.type == "GARBAGE") {
-                out += "this is not JSON {\n";
-              } else if (e.type == "BOOKMARK") {
+              if (e.type == "BOOKMARK") {
                 out += nlohmann::json({{"type", "BOOKMARK"},
                                        {"object",
                                         {{"kind", kind == "pods" ? "Pod" : "InferencePool"},
@@ -360,6 +368,7 @@ class KubeApiServer {
   std::map<Key, nlohmann::json> objects_;
   std::vector<Event> events_ = {{1, "-", "", "NONE", {}}};  // never empty
   uint64_t drops_ = 0;
+  uint64_t garbage_ = 0;
   int fail_count_ = 0;
   int fail_status_ = 500;
   std::chrono::milliseconds delay_{0};

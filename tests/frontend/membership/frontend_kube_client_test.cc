@@ -188,7 +188,8 @@ TEST_CASE("in-cluster configuration: the service host and port, the service acco
   FrontendConfig config;
   config.upstreams_inference_pool = "pool";
   testing::TempDir dir("kube_client_test");
-  InClusterEnvironment environment{.service_account_dir = dir.path().string()};
+  InClusterEnvironment environment{
+      .service_host = "", .service_port = "", .service_account_dir = dir.path().string()};
   const absl::Status outside = KubeApiFor(config, environment).status();
   CHECK_THAT(std::string(outside.message()),
              Catch::StartsWith("kube_api_server: not set, and KUBERNETES_SERVICE_HOST"));

@@ -17,7 +17,8 @@
 //    the last resourceVersion (a watch restart); a failed list is retried the same way;
 //  - a watch the server ends (its timeoutSeconds) resumes at once;
 //  - a changed pool selector or port list restarts the pods' list and watch. A pool that does
-//    not exist (or is deleted) is logged and waited for; the members stay as they were.
+//    not exist is logged and waited for (no members until it does); a pool deleted, or edited
+//    into a spec that cannot be used, is logged and the last usable selection stays in force.
 //
 // Usage:
 //   InferencePoolSource source(client, {.pool = "vllm-pool", .pool_namespace = "serving",
