@@ -3,12 +3,14 @@
 // and the real planner in-process: routing by key from the header, `user` and the system prompt,
 // the planner's table followed and kept while the planner is away, rate reports, an immediate 503
 // when no member is up with readiness following, the response's signals (time to first token,
-// served KV hit), the subset hint, /metrics and /healthz, drain.
+// served KV hit), the subset hint, /metrics and /healthz, drain; members from an InferencePool
+// through a Kubernetes API-server double.
 #include "tools/epp/epp.h"
 
 #include <httplib.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <set>
@@ -24,6 +26,7 @@
 #include "tests/support/engine_stub.h"
 #include "tests/support/eventually.h"
 #include "tests/support/grpc_health.h"
+#include "tests/support/kube_api_server.h"
 #include "tests/support/planner_config.h"
 #include "tests/support/planner_fixture.h"
 #include "tests/support/require_ok.h"
@@ -569,6 +572,41 @@ TEST_CASE("the cacheroute-epp binary serves on the port it logs and drains on SI
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   std::remove(log.c_str());
+}
+
+TEST_CASE("members from an InferencePool: the pool's ready pods, following their readiness") {
+  Fleet fleet(2);  // one pod, 127.0.0.1, serving on the pool's two target ports
+  std::vector<int> ports;
+  for (const auto& engine : fleet.engines) {
+    ports.push_back(std::stoi(engine->url().substr(engine->url().rfind(':') + 1)));
+  }
+  testing::KubeApiServer api;
+  REQUIRE(api.ok());
+  api.SetPool("serving", "vllm-pool", {{"app", "vllm"}}, ports);
+  api.SetPod("serving", "vllm-0", {{"app", "vllm"}}, "127.0.0.1", true);
+  EppConfig config = ConfigFor(fleet);
+  config.dataplane.upstreams.clear();
+  config.dataplane.upstreams_inference_pool = "vllm-pool";
+  config.dataplane.inference_pool_namespace = "serving";
+  config.dataplane.kube_api_server = api.url();
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(config));
+  Client client(*epp);
+  std::vector<std::string> expected;
+  for (const auto& engine : fleet.engines) expected.push_back(engine->url().substr(7));
+  std::sort(expected.begin(), expected.end());
+  REQUIRE(Eventually([&] { return epp->DestinationEndpoints().size() == 2; }));
+  std::vector<std::string> endpoints = epp->DestinationEndpoints();
+  std::sort(endpoints.begin(), endpoints.end());
+  CHECK(endpoints == expected);
+  const Answer routed = Exchange(client, {}, UserBody("tenant-a"));
+  CHECK(std::find(expected.begin(), expected.end(), routed.endpoint) != expected.end());
+
+  api.SetPod("serving", "vllm-0", {{"app", "vllm"}}, "127.0.0.1", false);  // unready: none
+  REQUIRE(Eventually([&] { return epp->DestinationEndpoints().empty(); }));
+  CHECK(Exchange(client, {}, UserBody("tenant-a")).immediate == 503);
+  api.SetPod("serving", "vllm-0", {{"app", "vllm"}}, "127.0.0.1", true);
+  REQUIRE(Eventually([&] { return epp->DestinationEndpoints().size() == 2; }));
+  CHECK_FALSE(Exchange(client, {}, UserBody("tenant-a")).endpoint.empty());
 }
 
 }  // namespace

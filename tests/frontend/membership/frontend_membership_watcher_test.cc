@@ -11,6 +11,7 @@
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router.h"
 #include "support/dns_server.h"
+#include "tests/support/kube_api_server.h"
 #include "support/planner_fixture.h"
 #include "tests/support/planner_config.h"
 #include "tests/support/require_ok.h"
@@ -50,6 +51,40 @@ TEST_CASE("InitialMembers: the static list, the file read once, a DNS name with 
   CHECK(testing::RequireOk(InitialMembers(config)).empty());  // engines not ready: none yet
   dns.SetA("engines.test", {"127.0.0.2", "127.0.0.3"});
   CHECK(testing::RequireOk(InitialMembers(config)).size() == 2);
+}
+
+TEST_CASE("InitialMembers and the watcher with an InferencePool: read once, then each change") {
+  testing::KubeApiServer api;
+  REQUIRE(api.ok());
+  FrontendConfig config;
+  config.upstreams_inference_pool = "pool";
+  config.inference_pool_namespace = "ns";
+  config.kube_api_server = api.url();
+  CHECK(testing::RequireOk(InitialMembers(config)).empty());  // no pool yet: none, logged
+  api.SetPool("ns", "pool", {{"app", "vllm"}}, {8000});
+  api.SetPod("ns", "a", {{"app", "vllm"}}, "127.0.0.2", true);
+  const std::vector<Upstream> initial = testing::RequireOk(InitialMembers(config));
+  REQUIRE(initial.size() == 1);
+  CHECK(initial[0].name == "127.0.0.2:8000");
+
+  Membership membership = MakeMembership(true);
+  REQUIRE(membership.Apply(initial).ok());
+  StopSignal stop;
+  MembershipWatcher watcher(config, membership, nullptr, stop);
+  watcher.Start();
+  api.SetPod("ns", "b", {{"app", "vllm"}}, "127.0.0.3", true);
+  CHECK(testing::Eventually([&] { return membership.Names().size() == 2; }));
+  api.SetPod("ns", "a", {{"app", "vllm"}}, "127.0.0.2", false);
+  CHECK(testing::Eventually(
+      [&] { return membership.Names() == std::vector<std::string>{"127.0.0.3:8000"}; }));
+  stop.Trigger();
+  watcher.Join();
+
+  config.kube_api_server = "https://127.0.0.1:1";  // a configuration that cannot work
+  config.kube_ca_file = "/nonexistent/ca.crt";
+  const absl::Status bad = InitialMembers(config).status();
+  CHECK(absl::IsInvalidArgument(bad));
+  CHECK_THAT(std::string(bad.message()), Catch::StartsWith("kube_ca_file"));
 }
 
 TEST_CASE("PollOnce applies a changed upstreams_file and keeps the members when it cannot read") {
