@@ -210,10 +210,11 @@ std::map<std::string, YAML::Node> InferenceManifests() {
   return by_name;
 }
 
-TEST_CASE("deploy/k8s/inference: the pool, its endpoint picker and its members agree") {
+TEST_CASE("deploy/k8s/inference: the pool, its endpoint picker and its access agree") {
   std::map<std::string, YAML::Node> m = InferenceManifests();
   for (const char* object :
-       {"InferencePool/vllm-pool", "Service/cacheroute-epp", "Service/vllm-pool-members",
+       {"InferencePool/vllm-pool", "Service/cacheroute-epp", "ServiceAccount/cacheroute-epp",
+        "Role/cacheroute-epp", "RoleBinding/cacheroute-epp",
         "ConfigMap/cacheroute-epp-config", "Deployment/cacheroute-epp",
         "PodDisruptionBudget/cacheroute-epp", "Kustomization/kustomization.yaml",
         "Gateway/inference-gateway", "HTTPRoute/llm"}) {
@@ -223,7 +224,6 @@ TEST_CASE("deploy/k8s/inference: the pool, its endpoint picker and its members a
   const YAML::Node pool = m["InferencePool/vllm-pool"];
   CHECK(pool["apiVersion"].Scalar() == "inference.networking.k8s.io/v1");
   const YAML::Node service = m["Service/cacheroute-epp"];
-  const YAML::Node members = m["Service/vllm-pool-members"];
   const YAML::Node deployment = m["Deployment/cacheroute-epp"];
   const YAML::Node container = deployment["spec"]["template"]["spec"]["containers"][0];
 
@@ -234,17 +234,35 @@ TEST_CASE("deploy/k8s/inference: the pool, its endpoint picker and its members a
   CHECK(pool["spec"]["endpointPickerRef"]["port"]["number"].as<int>() ==
         grpc_port["port"].as<int>());
   CHECK(grpc_port["appProtocol"].Scalar() == "http2");
-  // The members Service selects the pool's pods on its target port, headless.
-  CHECK(members["spec"]["clusterIP"].Scalar() == "None");
-  CHECK(YAML::Dump(members["spec"]["selector"]) ==
-        YAML::Dump(pool["spec"]["selector"]["matchLabels"]));
-  CHECK(members["spec"]["ports"][0]["port"].as<int>() ==
-        pool["spec"]["targetPorts"][0]["number"].as<int>());
+  // The Deployment runs as the ServiceAccount that the RoleBinding gives the Role: get, list
+  // and watch of pods and inferencepools, what the pool source asks.
+  const YAML::Node pod_spec = deployment["spec"]["template"]["spec"];
+  CHECK(pod_spec["serviceAccountName"].Scalar() == "cacheroute-epp");
+  CHECK(pod_spec["automountServiceAccountToken"].as<bool>());
+  const YAML::Node binding = m["RoleBinding/cacheroute-epp"];
+  CHECK(binding["subjects"][0]["kind"].Scalar() == "ServiceAccount");
+  CHECK(binding["subjects"][0]["name"].Scalar() == "cacheroute-epp");
+  CHECK(binding["roleRef"]["kind"].Scalar() == "Role");
+  CHECK(binding["roleRef"]["name"].Scalar() == "cacheroute-epp");
+  std::set<std::string> granted;
+  for (const YAML::Node& rule : m["Role/cacheroute-epp"]["rules"]) {
+    for (const YAML::Node& group : rule["apiGroups"]) {
+      for (const YAML::Node& resource : rule["resources"]) {
+        for (const YAML::Node& verb : rule["verbs"]) {
+          granted.insert(group.Scalar() + "/" + resource.Scalar() + ":" + verb.Scalar());
+        }
+      }
+    }
+  }
+  for (const char* verb : {"get", "list", "watch"}) {
+    CHECK(granted.count(std::string("/pods:") + verb) == 1);
+    CHECK(granted.count(std::string("inference.networking.k8s.io/inferencepools:") + verb) == 1);
+  }
   CHECK(YAML::Dump(service["spec"]["selector"]) ==
         YAML::Dump(deployment["spec"]["selector"]["matchLabels"]));
 
   // The ConfigMap's epp.yaml loads, listens where the Deployment's ports and probes look, and
-  // reads its members from that Service in the kustomization's namespace.
+  // reads its members from the pool (in its own namespace, the kustomization's).
   const std::string text = m["ConfigMap/cacheroute-epp-config"]["data"]["epp.yaml"].Scalar();
   absl::StatusOr<EppConfig> config = ParseEppConfigYaml(text);
   INFO(config.status().ToString());
@@ -252,10 +270,9 @@ TEST_CASE("deploy/k8s/inference: the pool, its endpoint picker and its members a
   CHECK(config->dataplane.gateway_id.empty());  // each pod passes its own (below)
   config->dataplane.gateway_id = "cacheroute-epp-0";
   CHECK(ValidateEppConfig(*config).ok());
-  const std::string ns = m["Kustomization/kustomization.yaml"]["namespace"].Scalar();
-  CHECK(config->dataplane.upstreams_dns ==
-        absl::StrCat(members["metadata"]["name"].Scalar(), ".", ns,
-                     ".svc.cluster.local:", members["spec"]["ports"][0]["port"].as<int>()));
+  CHECK(config->dataplane.upstreams_inference_pool == pool["metadata"]["name"].Scalar());
+  CHECK(config->dataplane.inference_pool_namespace.empty());
+  CHECK(config->dataplane.kube_api_server.empty());  // in-cluster
   std::map<std::string, int> ports;
   for (const YAML::Node& p : container["ports"])
     ports[p["name"].Scalar()] = p["containerPort"].as<int>();
