@@ -279,7 +279,7 @@ absl::StatusOr<KubeResponse> KubeClient::Exchange(
   };
   ec = secure ? read(*secure, true) : read(*plain, true);
   if (ec) return failed("reading the response header", ec);
-  KubeResponse response{.status = parser.get().result_int()};
+  KubeResponse response{.status = static_cast<int>(parser.get().result_int())};
 
   char piece[16 * 1024];
   while (!parser.is_done()) {
