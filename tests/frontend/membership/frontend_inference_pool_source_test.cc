@@ -101,6 +101,8 @@ TEST_CASE("the first list: one member per ready pod and target port, sorted") {
                            "[fd00::7]:8000", "[fd00::7]:8001"}));
   CHECK(f.Urls().front() == "http://10.0.0.1:8000");
   CHECK(f.Urls().back() == "http://[fd00::7]:8001");
+  // The members come from the list; the watches follow it.
+  REQUIRE(testing::Eventually([&] { return f.api.open_watches() == 2; }));
   const auto watch = f.api.last_watch("pods");
   CHECK(watch.at("labelSelector") == "app=vllm");
   CHECK(watch.at("allowWatchBookmarks") == "true");
@@ -135,6 +137,7 @@ TEST_CASE("a bookmark advances the resourceVersion resumed from, and changes not
   f.api.SetPod("ns", "a", kVllm, "10.0.0.1", true);
   f.Start();
   REQUIRE(f.MembersBecome({"10.0.0.1:8000"}));
+  REQUIRE(testing::Eventually([&] { return f.api.watches("pods") >= 1; }));
   const std::string first = f.api.last_watch("pods").at("resourceVersion");
   f.api.SetPod("ns", "elsewhere", kVllm, "10.0.0.9", true);
   f.api.DeletePod("ns", "elsewhere");  // two events the pod watch sees, no net change
@@ -218,7 +221,8 @@ TEST_CASE("editing the pool's selector or ports restarts the pods' watch; member
   REQUIRE(f.MembersBecome({"10.0.0.1:8000"}));
   f.api.SetPool("ns", "pool", {{"app", "vllm-next"}}, {8000});
   CHECK(f.MembersBecome({"10.0.0.2:8000"}));
-  CHECK(f.api.last_watch("pods").at("labelSelector") == "app=vllm-next");
+  CHECK(testing::Eventually(
+      [&] { return f.api.last_watch("pods")["labelSelector"] == "app=vllm-next"; }));
   f.api.SetPool("ns", "pool", {{"app", "vllm-next"}}, {9000, 9001});
   CHECK(f.MembersBecome({"10.0.0.2:9000", "10.0.0.2:9001"}));
   CHECK(f.source->pool_changes() == 3);
