@@ -174,14 +174,17 @@ class KubeApiServer {
     uint64_t version;
     std::string kind, ns, type;  // kind "" : every kind
     nlohmann::json object;
+    nlohmann::json previous;  // MODIFIED: the object before (null otherwise)
   };
   using Key = std::tuple<std::string, std::string, std::string>;  // kind, namespace, name
 
   void Put(const std::string& kind, const std::string& ns, const std::string& name,
            nlohmann::json object) {
     std::lock_guard<std::mutex> lock(mu_);
-    const bool exists = objects_.count({kind, ns, name}) > 0;
-    AppendLocked(kind, ns, exists ? "MODIFIED" : "ADDED", std::move(object), name);
+    const auto it = objects_.find({kind, ns, name});
+    nlohmann::json previous = it == objects_.end() ? nlohmann::json() : it->second;
+    AppendLocked(kind, ns, it == objects_.end() ? "ADDED" : "MODIFIED", std::move(object), name,
+                 std::move(previous));
   }
   void Delete(const std::string& kind, const std::string& ns, const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -198,11 +201,12 @@ class KubeApiServer {
   }
   // name non-empty: the object is stored under it.
   void AppendLocked(const std::string& kind, const std::string& ns, const std::string& type,
-                    nlohmann::json object, const std::string& name) {
+                    nlohmann::json object, const std::string& name,
+                    nlohmann::json previous = nlohmann::json()) {
     ++version_;
     object["metadata"]["resourceVersion"] = std::to_string(version_);
     if (!name.empty()) objects_[{kind, ns, name}] = object;
-    events_.push_back({version_, kind, ns, type, std::move(object)});
+    events_.push_back({version_, kind, ns, type, std::move(object), std::move(previous)});
     changed_.notify_all();
   }
 
@@ -333,8 +337,16 @@ class KubeApiServer {
                                           {{"resourceVersion", std::to_string(e.version)}}}}}})
                            .dump() +
                        "\n";
-              } else if (Matches(e.object, labels, fields)) {
-                out += nlohmann::json({{"type", e.type}, {"object", e.object}}).dump() + "\n";
+              } else {
+                // As the API server's watch cache: a modified object that starts matching the
+                // selector is ADDED to this watch, one that stops matching DELETED.
+                const bool now = Matches(e.object, labels, fields);
+                const bool before = !e.previous.is_null() && Matches(e.previous, labels, fields);
+                std::string type = e.type;
+                if (type == "MODIFIED" && now != before) type = now ? "ADDED" : "DELETED";
+                if (now || (type == "DELETED" && before)) {
+                  out += nlohmann::json({{"type", type}, {"object", e.object}}).dump() + "\n";
+                }
               }
             }
           }

@@ -127,6 +127,13 @@ TEST_CASE("readiness, deletion and new pods change the members as their events a
   CHECK(f.MembersBecome({"10.0.0.1:8000"}));
   f.api.DeletePod("ns", "a");
   CHECK(f.MembersBecome({}));
+  // Relabelled out of the selector (the watch says DELETED), and back (ADDED).
+  f.api.SetPod("ns", "c", kVllm, "10.0.0.3", true);
+  CHECK(f.MembersBecome({"10.0.0.3:8000"}));
+  f.api.SetPod("ns", "c", {{"app", "web"}}, "10.0.0.3", true);
+  CHECK(f.MembersBecome({}));
+  f.api.SetPod("ns", "c", kVllm, "10.0.0.3", true);
+  CHECK(f.MembersBecome({"10.0.0.3:8000"}));
   CHECK(f.api.lists("pods") == 1);  // all through one watch
   CHECK(f.source->watch_restarts() == 0);
 }

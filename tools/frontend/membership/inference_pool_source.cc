@@ -129,10 +129,25 @@ std::string ReadyIp(const json& pod) {
   return "";
 }
 
+// Whether the pod carries every label of the selection (the API server filters by it already; a
+// pod relabelled out of it arrives as DELETED, but an older server or a proxy may send MODIFIED).
+bool Selected(const json& pod, const Selection& selection) {
+  const json::json_pointer labels_at("/metadata/labels");
+  if (selection.match_labels.empty()) return true;
+  if (!pod.contains(labels_at) || !pod.at(labels_at).is_object()) return false;
+  const json& labels = pod.at(labels_at);  // keys may hold '/': looked up, not as a pointer
+  for (const auto& [key, value] : selection.match_labels) {
+    const auto it = labels.find(key);
+    if (it == labels.end() || !it->is_string() || it->get<std::string>() != value) return false;
+  }
+  return true;
+}
+
 std::vector<Upstream> Members(const std::map<std::string, json>& pods, const Selection& selection,
                               size_t max_members, const std::string& pool) {
   std::vector<Upstream> members;
   for (const auto& [name, pod] : pods) {
+    if (!Selected(pod, selection)) continue;
     const std::string ip = ReadyIp(pod);
     if (ip.empty()) continue;
     const bool v6 = ip.find(':') != std::string::npos;
