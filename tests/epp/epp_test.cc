@@ -26,7 +26,7 @@
 #include "tests/support/engine_stub.h"
 #include "tests/support/eventually.h"
 #include "tests/support/grpc_health.h"
-#include "tests/support/kube_api_server.h"
+#include "tools/eval/kube_api/kube_api_server.h"
 #include "tests/support/planner_config.h"
 #include "tests/support/planner_fixture.h"
 #include "tests/support/require_ok.h"
@@ -580,7 +580,7 @@ TEST_CASE("members from an InferencePool: the pool's ready pods, following their
   for (const auto& engine : fleet.engines) {
     ports.push_back(std::stoi(engine->url().substr(engine->url().rfind(':') + 1)));
   }
-  testing::KubeApiServer api;
+  eval::KubeApiServer api;
   REQUIRE(api.ok());
   api.SetPool("serving", "vllm-pool", {{"app", "vllm"}}, ports);
   api.SetPod("serving", "vllm-0", {{"app", "vllm"}}, "127.0.0.1", true);

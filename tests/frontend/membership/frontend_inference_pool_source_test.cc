@@ -1,5 +1,5 @@
 // InferencePoolSource (tools/frontend/membership/inference_pool_source.h) against the API-server
-// double (tests/support/kube_api_server.h) on loopback: the first list, readiness changes,
+// double (tools/eval/kube_api/kube_api_server.h) on loopback: the first list, readiness changes,
 // bookmarks, 410 Gone (HTTP and ERROR event) and the relist, a dropped stream and a garbage line
 // resumed from the last resourceVersion, failing lists retried, the pool's selector and ports
 // edited, a missing pool waited for, an unusable spec, the cap; and ReadInferencePool.
@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "tests/support/eventually.h"
-#include "tests/support/kube_api_server.h"
+#include "tools/eval/kube_api/kube_api_server.h"
 #include "tests/support/require_ok.h"
 
 namespace cacheroute::frontend {
 namespace {
 
-const testing::KubeApiServer::Labels kVllm = {{"app", "vllm"}};
+const eval::KubeApiServer::Labels kVllm = {{"app", "vllm"}};
 const CancelCheck kNever = [] { return false; };
 
 std::vector<std::string> NamesOf(const std::vector<Upstream>& upstreams) {
@@ -73,7 +73,7 @@ class Fixture {
     return testing::Eventually([&] { return Members() == wanted; });
   }
 
-  testing::KubeApiServer api;
+  eval::KubeApiServer api;
   std::unique_ptr<KubeClient> client;
   InferencePoolOptions options;
   StopSignal stop;

@@ -1,5 +1,5 @@
 // KubeClient (tools/frontend/membership/kube_client.h) against the API-server double
-// (tests/support/kube_api_server.h) on loopback: a list, a streamed watch line by line, a watch
+// (tools/eval/kube_api/kube_api_server.h) on loopback: a list, a streamed watch line by line, a watch
 // the server ends, a dropped stream, an HTTP error with its Status body, cancellation, the token
 // file re-read on every request, TLS with the server's CA; and the in-cluster configuration.
 #include "tools/frontend/membership/kube_client.h"
@@ -15,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/eventually.h"
-#include "tests/support/kube_api_server.h"
+#include "tools/eval/kube_api/kube_api_server.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 
@@ -25,7 +25,7 @@ namespace {
 constexpr char kPods[] = "/api/v1/namespaces/ns/pods";
 const CancelCheck kNever = [] { return false; };
 
-std::unique_ptr<KubeClient> ClientFor(const testing::KubeApiServer& api,
+std::unique_ptr<KubeClient> ClientFor(const eval::KubeApiServer& api,
                                       const std::string& token_file = "") {
   FrontendConfig config;
   config.kube_api_server = api.url();
@@ -79,7 +79,7 @@ class BackgroundWatch {
 };
 
 TEST_CASE("Get lists a collection; an error status comes back with its Status body") {
-  testing::KubeApiServer api;
+  eval::KubeApiServer api;
   REQUIRE(api.ok());
   api.SetPod("ns", "p0", {{"app", "vllm"}}, "10.0.0.1", true);
   std::unique_ptr<KubeClient> client = ClientFor(api);
@@ -96,7 +96,7 @@ TEST_CASE("Get lists a collection; an error status comes back with its Status bo
 }
 
 TEST_CASE("Watch hands over each event line as it arrives, until told to stop") {
-  testing::KubeApiServer api;
+  eval::KubeApiServer api;
   REQUIRE(api.ok());
   std::unique_ptr<KubeClient> client = ClientFor(api);
   BackgroundWatch watch(*client, std::string(kPods) + "?watch=1&resourceVersion=1", 2);
@@ -115,7 +115,7 @@ TEST_CASE("Watch hands over each event line as it arrives, until told to stop") 
 }
 
 TEST_CASE("Watch: a stream the server ends is OK, a dropped one Unavailable, 410 its status") {
-  testing::KubeApiServer api;
+  eval::KubeApiServer api;
   REQUIRE(api.ok());
   std::unique_ptr<KubeClient> client = ClientFor(api);
   {
@@ -142,7 +142,7 @@ TEST_CASE("Watch: a stream the server ends is OK, a dropped one Unavailable, 410
 }
 
 TEST_CASE("a request is cancelled when its check turns true; a closed port is Unavailable") {
-  testing::KubeApiServer api;
+  eval::KubeApiServer api;
   REQUIRE(api.ok());
   std::unique_ptr<KubeClient> client = ClientFor(api);
   std::atomic<bool> cancel{false};
@@ -154,7 +154,7 @@ TEST_CASE("a request is cancelled when its check turns true; a closed port is Un
 
   int port = 0;
   {
-    testing::KubeApiServer gone;
+    eval::KubeApiServer gone;
     port = std::stoi(gone.url().substr(gone.url().rfind(':') + 1));
   }
   FrontendConfig config;
@@ -166,7 +166,7 @@ TEST_CASE("a request is cancelled when its check turns true; a closed port is Un
 }
 
 TEST_CASE("the bearer token is read from its file for every request (bound tokens rotate)") {
-  testing::KubeApiServer api;
+  eval::KubeApiServer api;
   REQUIRE(api.ok());
   testing::TempDir dir("kube_client_test");
   const std::string token_file = dir.Write("token", "first\n");

@@ -11,7 +11,7 @@
 #include "cacheroute/dataplane/rate_recorder.h"
 #include "cacheroute/dataplane/router.h"
 #include "support/dns_server.h"
-#include "tests/support/kube_api_server.h"
+#include "tools/eval/kube_api/kube_api_server.h"
 #include "support/planner_fixture.h"
 #include "tests/support/planner_config.h"
 #include "tests/support/require_ok.h"
@@ -54,7 +54,7 @@ TEST_CASE("InitialMembers: the static list, the file read once, a DNS name with 
 }
 
 TEST_CASE("InitialMembers and the watcher with an InferencePool: read once, then each change") {
-  testing::KubeApiServer api;
+  eval::KubeApiServer api;
   REQUIRE(api.ok());
   FrontendConfig config;
   config.upstreams_inference_pool = "pool";

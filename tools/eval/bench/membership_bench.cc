@@ -1,6 +1,6 @@
 // cacheroute-membership-bench: how long a pod's readiness change takes to reach a front end's
 // membership with the InferencePool source (tools/frontend/membership/inference_pool_source.h).
-// A Kubernetes API-server double on loopback (tests/support/kube_api_server.h: the same list
+// A Kubernetes API-server double on loopback (tools/eval/kube_api/kube_api_server.h: the same list
 // and chunked watch wire format as the real one) holds a pool of two ready pods; the front end's
 // MembershipWatcher, configured with upstreams_inference_pool against it, watches. The benchmark
 // flips one pod's readiness --flips times (unready, ready, ...) and times each from the change
@@ -18,7 +18,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
-#include "tests/support/kube_api_server.h"
+#include "tools/eval/kube_api/kube_api_server.h"
 #include "tools/eval/bench/loopback_service.h"
 #include "tools/frontend/membership/membership_watcher.h"
 
@@ -51,12 +51,12 @@ int main(int argc, char** argv) {
                  "membership_interval of the DNS source to compare with, seconds");
   CLI11_PARSE(app, argc, argv);
 
-  cacheroute::testing::KubeApiServer api;
+  cacheroute::eval::KubeApiServer api;
   if (!api.ok()) {
     std::fprintf(stderr, "the API-server double did not start\n");
     return 1;
   }
-  const cacheroute::testing::KubeApiServer::Labels labels = {{"app", "vllm"}};
+  const cacheroute::eval::KubeApiServer::Labels labels = {{"app", "vllm"}};
   api.SetPool("serving", "vllm-pool", labels, {8000});
   api.SetPod("serving", "vllm-0", labels, "127.0.0.2", true);
   api.SetPod("serving", "vllm-1", labels, "127.0.0.3", true);

@@ -1,4 +1,4 @@
-// Test-only: KubeApiServer, a Kubernetes API server double on a loopback port (cpp-httplib) that
+// KubeApiServer, a Kubernetes API server double for tests and benchmarks on a loopback port (cpp-httplib) that
 // serves pods (/api/v1/namespaces/NS/pods) and GIE InferencePools
 // (/apis/inference.networking.k8s.io/v1/namespaces/NS/inferencepools) the way the real one does
 // ("Kubernetes API Concepts"): a list answers {"items": [...], "metadata": {"resourceVersion"}};
@@ -19,7 +19,7 @@
 //   api.SetPod("ns", "p0", {{"app", "vllm"}}, "10.0.0.1", /*ready=*/true);
 //   config.kube_api_server = api.url();
 //
-// Thread-safe. Usable without Catch (the benchmark uses it too).
+// Thread-safe. Usable without Catch (cacheroute-membership-bench runs it).
 #pragma once
 
 #include <httplib.h>
@@ -39,7 +39,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
-namespace cacheroute::testing {
+namespace cacheroute::eval {
 
 class KubeApiServer {
  public:
@@ -389,4 +389,4 @@ class KubeApiServer {
   std::map<std::string, std::map<std::string, std::string>> last_watch_;
 };
 
-}  // namespace cacheroute::testing
+}  // namespace cacheroute::eval
