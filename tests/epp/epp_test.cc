@@ -607,13 +607,16 @@ TEST_CASE("members from an InferencePool: the pool's ready pods, following their
   api.SetPod("serving", "vllm-0", {{"app", "vllm"}}, "127.0.0.1", true);
   REQUIRE(Eventually([&] { return epp->DestinationEndpoints().size() == 2; }));
   CHECK_FALSE(Exchange(client, {}, UserBody("tenant-a")).endpoint.empty());
+  // The watch's restarts and relists are on /metrics.
+  const std::string metrics = epp->RenderMetrics();
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_membership_watch_restarts_total 0\n"));
+  CHECK(absl::StrContains(metrics, "cacheroute_epp_membership_watch_relists_total 0\n"));
+  api.DropWatches();
+  CHECK(Eventually([&] {
+    return !absl::StrContains(epp->RenderMetrics(),
+                              "cacheroute_epp_membership_watch_restarts_total 0\n");
+  }));
 }
-
-}  // namespace
-}  // namespace cacheroute::epp
-
-namespace cacheroute::epp {
-namespace {
 
 TEST_CASE("shed: a saturated fleet gets an immediate 429 with Retry-After; room frees, admitted") {
   Fleet fleet(1);

@@ -453,7 +453,7 @@ std::string Epp::RenderMetrics() const {
   counters_->requests.RenderLatency(page);
   routing.RenderLatency(page, labels);
   routing.served_hit().Render(page, labels);
-  core_->membership().Render(page);
+  core_->RenderMembership(page);
   frontend::RenderPlannerLink(page, core_->planner());
   page.Gauge("open_streams", "Streamed answers (text/event-stream) in progress.",
              static_cast<double>(counters_->requests.open_streams()));

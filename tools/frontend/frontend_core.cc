@@ -222,6 +222,18 @@ std::shared_ptr<const Members> FrontendCore::ThreadMembers(bool fresh) const {
   return cached.members;
 }
 
+void FrontendCore::RenderMembership(base::Exposition& page) const {
+  membership_.Render(page);
+  if (watcher_ == nullptr || config_.upstreams_inference_pool.empty()) return;
+  page.Counter("membership_watch_relists_total",
+               "InferencePool source: lists made again because a watch's resourceVersion was too "
+               "old (410 Gone).",
+               static_cast<double>(watcher_->watch_relists()));
+  page.Counter("membership_watch_restarts_total",
+               "InferencePool source: watches resumed after an error or a dropped stream.",
+               static_cast<double>(watcher_->watch_restarts()));
+}
+
 std::optional<dataplane::TableSubscriberStats> FrontendCore::SubscriberStats() const {
   if (planner_ == nullptr) return std::nullopt;
   return planner_->SubscriberStats();

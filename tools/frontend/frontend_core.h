@@ -41,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/exposition.h"
 #include "cacheroute/dataplane/clock.h"
 #include "cacheroute/dataplane/grpc/rate_reporter.h"
 #include "cacheroute/dataplane/grpc/table_subscriber.h"
@@ -130,6 +131,10 @@ class FrontendCore {
   const LoadScraper& scraper() const { return scraper_; }
   // Null without a planner.
   const PlannerLink* planner() const { return planner_.get(); }
+
+  // The membership's metrics (Membership::Render) and, with the InferencePool source, the
+  // watch's relists (410 Gone) and restarts (errors, dropped streams) since the start.
+  void RenderMembership(base::Exposition& page) const;
 
   std::optional<dataplane::TableSubscriberStats> SubscriberStats() const;
   std::optional<dataplane::RateReporterStats> ReporterStats() const;

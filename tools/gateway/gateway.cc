@@ -107,7 +107,7 @@ std::string Gateway::RenderMetrics() {
   routing.RenderLatency(page, labels);
   health.RenderErrorKinds(page, labels);
   routing.served_hit().Render(page, labels);
-  core_->membership().Render(page);
+  core_->RenderMembership(page);
   if (core_->admission() != nullptr) core_->admission()->Render(page);
   if (proxy_ != nullptr) proxy_->RenderServer(page);
   frontend::RenderPlannerLink(page, core_->planner());
