@@ -45,7 +45,7 @@ TEST_CASE("the key table holds every shared key and none of a front end's own") 
     INFO(shared);
     CHECK(keys.count(shared) == 1);
   }
-  CHECK(keys.size() == 40);
+  CHECK(keys.size() == 41);
 }
 
 TEST_CASE("fleet sharing is on by default, every 25ms; share_interval is bounded to [1ms, 10s]") {
@@ -107,13 +107,15 @@ TEST_CASE("shedding is off by default; its keys parse, validate and name the key
   CHECK(PriorityOf(*config, std::nullopt) == 0);
 
   config = Parse(std::string(kMinimal) +
-                 "shed: true\nshed_saturation_tokens: 8000\nshed_queue_capacity: 0\n"
+                 "shed: true\nshed_saturation_tokens: 8000\nshed_saturation_kv_usage: 0.5\n"
+                 "shed_queue_capacity: 0\n"
                  "shed_queue_timeout: 2s\nshed_retry_after: 3s\n"
                  "objectives: {chat: 10, batch: -1}\n");
   REQUIRE(config.ok());
   CHECK(ValidateFrontendConfig(*config).ok());
   CHECK(config->shed);
   CHECK(config->shed_saturation_tokens == 8000);
+  CHECK(config->shed_saturation_kv_usage == 0.5);
   CHECK(config->shed_queue_capacity == 0);
   CHECK(config->shed_queue_timeout == absl::Seconds(2));
   CHECK(config->shed_retry_after == absl::Seconds(3));
@@ -128,6 +130,8 @@ TEST_CASE("shedding is off by default; its keys parse, validate and name the key
   };
   CHECK_THAT(error("shed_saturation_tokens: -5\n"),
              Catch::Contains("shed_saturation_tokens") && Catch::Contains("-5"));
+  CHECK_THAT(error("shed: true\nshed_saturation_kv_usage: 1.5\n"),
+             Catch::Contains("shed_saturation_kv_usage") && Catch::Contains("1.5"));
   CHECK_THAT(error("shed_queue_capacity: lots\n"),
              Catch::Contains("shed_queue_capacity") && Catch::Contains("lots"));
   CHECK_THAT(error("shed_queue_timeout: 0s\n"), Catch::Contains("shed_queue_timeout"));

@@ -294,6 +294,10 @@ absl::Status CheckShedding(const FrontendConfig& config) {
   }
   for (absl::Status s : {
            CheckPositiveFinite("shed_saturation_tokens", config.shed_saturation_tokens),
+           config.shed_saturation_kv_usage > 0 && config.shed_saturation_kv_usage <= 1
+               ? absl::OkStatus()
+               : Invalid("shed_saturation_kv_usage",
+                         absl::StrCat("must be in (0, 1], got ", config.shed_saturation_kv_usage)),
            CheckPositiveDuration("shed_queue_timeout", config.shed_queue_timeout),
            CheckPositiveDuration("shed_retry_after", config.shed_retry_after),
        }) {
@@ -361,6 +365,7 @@ const std::vector<base::yaml::Field<FrontendConfig>>& FrontendConfigFields() {
       NonNegativeNumberField("external_load_weight", &FrontendConfig::external_load_weight),
       ParsedField("shed", &FrontendConfig::shed, YamlBool),
       PositiveNumberField("shed_saturation_tokens", &FrontendConfig::shed_saturation_tokens),
+      PositiveNumberField("shed_saturation_kv_usage", &FrontendConfig::shed_saturation_kv_usage),
       IntegerField("shed_queue_capacity", &FrontendConfig::shed_queue_capacity, 0, 1'000'000),
       DurationField("shed_queue_timeout", &FrontendConfig::shed_queue_timeout),
       DurationField("shed_retry_after", &FrontendConfig::shed_retry_after),

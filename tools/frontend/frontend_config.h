@@ -126,13 +126,16 @@ struct FrontendConfig {
   // Shedding and priority (routing/admission.h; docs/gateway.md, "Shedding and priority"); off by
   // default. On, a destination is saturated when the prefill tokens the dispatch counts queued
   // there (its ledger plus the other gateways' shared work) reach shed_saturation_tokens (an
-  // engine's prefill rate in tokens/s times the seconds of queue it may hold); when every up
+  // engine's prefill rate in tokens/s times the seconds of queue it may hold), or when its scraped
+  // KV cache usage reaches shed_saturation_kv_usage (GIE's 0.8; needs load scraping: without a
+  // scrape the usage reads 0); when every up
   // destination is, a request waits in a queue of shed_queue_capacity requests (higher priority
   // first) for at most shed_queue_timeout, or is answered 429 with Retry-After
   // (shed_retry_after, whole seconds). Needs a policy whose dispatch keeps the token-work ledger
   // (every policy but cacheroute-paper).
   bool shed = false;
   double shed_saturation_tokens = 16384;
+  double shed_saturation_kv_usage = 0.8;
   uint32_t shed_queue_capacity = 128;
   absl::Duration shed_queue_timeout = absl::Seconds(5);
   absl::Duration shed_retry_after = absl::Seconds(1);

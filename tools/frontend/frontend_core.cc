@@ -77,6 +77,7 @@ FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
 
 AdmissionOptions AdmissionOptionsOf(const FrontendConfig& config) {
   return {.saturation_tokens = config.shed_saturation_tokens,
+          .saturation_kv_usage = config.shed_saturation_kv_usage,
           .queue_capacity = config.shed_queue_capacity,
           .queue_timeout = std::chrono::duration_cast<dataplane::Duration>(
               absl::ToChronoNanoseconds(config.shed_queue_timeout)),
@@ -96,7 +97,8 @@ double FrontendCore::AdmissionTokens(absl::string_view body) const {
 }
 
 double FrontendCore::AdmissionRoom() const {
-  return FleetRoom(routing_.router(), config_.shed_saturation_tokens);
+  return FleetRoom(routing_.router(), config_.shed_saturation_tokens,
+                   config_.shed_saturation_kv_usage);
 }
 
 void FrontendCore::PumpAdmission() {

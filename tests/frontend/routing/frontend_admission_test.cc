@@ -70,6 +70,14 @@ TEST_CASE("FleetRoom sums each up destination's room below the threshold, ledger
   r.FirstToken(true);
   CHECK(FleetRoom(core.router(), 1000) == 1600);
 
+  // An engine whose scraped KV cache usage reaches the limit has no room either (GIE's KV
+  // criterion); below it, or with the default limit 1, its queued prefill alone counts.
+  REQUIRE(core.router().SetKvUsage(2, 0.8).ok);
+  CHECK(FleetRoom(core.router(), 1000, 0.8) == 600);
+  CHECK(FleetRoom(core.router(), 1000, 0.9) == 1600);
+  CHECK(FleetRoom(core.router(), 1000) == 1600);
+  REQUIRE(core.router().SetKvUsage(2, 0.0).ok);
+
   // A down destination has no room.
   REQUIRE(core.router().MarkDown(2).ok);
   CHECK(FleetRoom(core.router(), 1000) == 600);

@@ -115,7 +115,8 @@ class SimGateway {
   frontend::AdmissionQueue* admission() { return admission_.get(); }
   // The room its Router's ledger (and the shared work) leaves below saturation (FleetRoom).
   double AdmissionRoom() const {
-    return frontend::FleetRoom(routing_.router(), config_.admission.saturation_tokens);
+    return frontend::FleetRoom(routing_.router(), config_.admission.saturation_tokens,
+                               config_.admission.saturation_kv_usage);
   }
   const std::string& id() const { return id_; }
 

@@ -39,11 +39,13 @@ std::string ShedErrorBody(ShedCause cause, int retry_after_seconds) {
                    "requests", "rate_limit_exceeded");
 }
 
-double FleetRoom(const dataplane::Router& router, double saturation_tokens) {
+double FleetRoom(const dataplane::Router& router, double saturation_tokens,
+                 double saturation_kv_usage) {
   const uint32_t n = std::min(router.destination_count(), router.capacity());
   double room = 0;
   for (uint32_t d = 0; d < n; ++d) {
     if (!router.loads().Up(d)) continue;
+    if (router.loads().Scraped(d).kv_usage >= saturation_kv_usage) continue;
     const double queued = router.LedgerWork(d).queued_prefill_tokens +
                           router.RemoteWork(d).queued_prefill_tokens;
     room += std::max(0.0, saturation_tokens - queued);

@@ -2,7 +2,8 @@
 // with Retry-After), so that an overloaded fleet serves the requests it can within their deadline
 // instead of slowing every one down (docs/gateway.md, "Shedding and priority").
 //
-//   room        FleetRoom: Σ over the up destinations of max(0, saturation_tokens − Q(d)), Q(d) the
+//   room        FleetRoom: Σ over the up destinations below saturation_kv_usage (their scraped KV
+//               cache usage) of max(0, saturation_tokens − Q(d)), Q(d) the
 //               queued prefill tokens the dispatch itself counts at d (the Router's token-work
 //               ledger plus the other gateways' shared work: DestinationWork::
 //               queued_prefill_tokens). A destination is saturated when Q(d) ≥ saturation_tokens;
@@ -54,6 +55,10 @@ namespace cacheroute::frontend {
 struct AdmissionOptions {
   // Queued prefill tokens at which a destination is saturated (> 0).
   double saturation_tokens = 16384;
+  // The engine's scraped KV cache usage (vLLM's kv_cache_usage_perc, 0..1) at which a destination
+  // is saturated too, in (0, 1]: GIE's saturation detector's KV criterion (its default 0.8). A
+  // destination whose usage was never scraped reads 0 and is judged by its queued prefill alone.
+  double saturation_kv_usage = 0.8;
   // Requests waiting at once, over every priority (0: none wait; a request the fleet has no room
   // for is shed at once).
   uint32_t queue_capacity = 128;
@@ -91,7 +96,9 @@ struct AdmissionResult {
 // The room left in the fleet for prompt tokens before every up destination is saturated (see the
 // header comment); 0 when none is up. Reads the Router's ledger summed over its threads and the
 // shared remote work: control-path cost, O(destinations × threads).
-double FleetRoom(const dataplane::Router& router, double saturation_tokens);
+// A destination at or above `saturation_kv_usage` (AdmissionOptions) leaves no room.
+double FleetRoom(const dataplane::Router& router, double saturation_tokens,
+                 double saturation_kv_usage = 1.0);
 
 class AdmissionQueue {
  public:

@@ -18,14 +18,17 @@ namespace cacheroute::sim::study {
 namespace {
 
 // cacheroute-shed's admission, chosen once on the primary study at 1.5x its capacity (900 QPS,
-// seed 2; of 0.1, 0.25, 0.5 and 1 s of queued prefill and 1 or 2 s of queue, the most goodput)
-// and held: a destination is saturated at 0.1 s of queued prefill at the profile's prefill rate
-// (1,250 tokens for llama-70b-fp8-tp2-h100), a request waits at most 1 s in a queue of 256.
+// seed 2; of 0.1, 0.25, 0.5 and 1 s of queued prefill and 1 or 2 s of queue, then of KV usage
+// limits 1, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4 and 0.3, the most goodput) and held: a
+// destination is saturated at 0.1 s of queued prefill at the profile's prefill rate (1,250 tokens
+// for llama-70b-fp8-tp2-h100) or at half its KV cache in use; a request waits at most 1 s in a
+// queue of 256.
 void UseShedding(FleetConfig& c) {
   c.shed = true;
   c.admission = {.saturation_tokens = c.profile.prefill_per_token_s > 0
                                           ? 0.1 / c.profile.prefill_per_token_s
                                           : 16384,
+                 .saturation_kv_usage = 0.5,
                  .queue_capacity = 256,
                  .queue_timeout = std::chrono::milliseconds(1000),
                  .retry_after = std::chrono::seconds(1)};
@@ -126,8 +129,8 @@ std::vector<PolicyLabel> MakeTable() {
                         [](const StudyConfig&, FleetConfig& c) { c.replica_sync = true; }));
   }
   rows.push_back(From("cacheroute", "cacheroute-shed",
-                      "cacheroute with shedding: saturated at 0.1 s of queued prefill, queue of 256 "
-                      "for up to 1 s, then 429",
+                      "cacheroute with shedding: saturated at 0.1 s of queued prefill or half the KV "
+                      "cache in use, queue of 256 for up to 1 s, then 429",
                       [](const StudyConfig&, FleetConfig& c) { UseShedding(c); }));
   rows.push_back(From("cacheroute", "cacheroute-replan-10s",
                       "cacheroute replanning every 10 s from 10-s rates, LPT from scratch",
