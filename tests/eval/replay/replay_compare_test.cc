@@ -95,6 +95,50 @@ TEST_CASE("the table, the Markdown and the charts show every run") {
   CHECK(Count(load, "<text") == Count(load, "</text>"));
 }
 
+// A gateway run's report with `shed` 429s (0.01 s, 0.03 s to their answer) besides two successes
+// (TTFT 0.5 s and 1.5 s), goodput counted within `slo_s` (0: no SLO).
+std::string ShedReportJson(int shed, double slo_s) {
+  std::vector<Outcome> outcomes(2);
+  outcomes[0].ttft_s = 0.5;
+  outcomes[1].ttft_s = 1.5;
+  for (int i = 0; i < shed; ++i) {
+    Outcome o;
+    o.kind = OutcomeKind::kShed;
+    o.latency_s = i % 2 == 0 ? 0.01 : 0.03;
+    outcomes.push_back(o);
+  }
+  ReplayReport report = BuildReport(outcomes, {}, 2.0, slo_s);
+  report.policy = "gateway";
+  return FormatReportJson(report);
+}
+
+TEST_CASE("429s and goodput read back, fold into medians and show when a run shed") {
+  absl::StatusOr<ReplayRun> on = ReadRun("shed on", ShedReportJson(2, 1.0));
+  REQUIRE(on.ok());
+  CHECK(on->shed == 2);
+  CHECK(on->failed == 0);
+  CHECK(on->shed_latency_p50_s == Approx(0.01));
+  CHECK(on->shed_latency_p99_s == Approx(0.03));
+  CHECK(on->slo_s == 1.0);
+  CHECK(on->within_slo == 1);
+  CHECK(on->goodput == Approx(0.5));
+  const std::vector<ReplayRun> three = {*ReadRun("r", ShedReportJson(2, 1.0)),
+                                        *ReadRun("r", ShedReportJson(6, 1.0)),
+                                        *ReadRun("r", ShedReportJson(4, 1.0))};
+  CHECK(MedianRun("m", three).shed == 4);
+  absl::StatusOr<ReplayRun> off = ReadRun("shed off", ShedReportJson(0, 1.0));
+  REQUIRE(off.ok());
+  const std::string table = CompareTable({*off, *on});
+  CHECK_THAT(table, Catch::Contains("shed (429)") && Catch::Contains("0.010 / 0.030 s") &&
+                        Catch::Contains("0.5/s (1 s)") && Catch::Contains("2 (1)"));
+  CHECK_THAT(CompareMarkdown({*off, *on}, "t"), Catch::Contains("| shed (429) | 0 | 2 |"));
+  // Runs that neither shed nor had an SLO (older reports too) show no such rows.
+  CHECK_THAT(CompareTable({*ReadRun("x", ShedReportJson(0, 0))}),
+             !Catch::Contains("shed (429)"));
+  CHECK_THAT(CompareTable({*ReadRun("x", ReportJson(10, "e0", "e1"))}),
+             !Catch::Contains("shed (429)"));
+}
+
 TEST_CASE("cacheroute-replay-compare writes the report; bad arguments exit 2") {
   testing::TempDir dir("replay_compare_test");
   const std::string a = dir.Write("a.json", ReportJson(10, "e0", "e1"));

@@ -3,7 +3,8 @@
 // per-destination counts equal what each engine served, failures are counted when an engine is
 // down, routing decisions are a function of the seed, and through two in-process endpoint pickers
 // (--ext-proc) every request is routed by the picker it was dealt and served where it named, with
-// header values in raw_value or (--ext-proc-header-value) in value.
+// header values in raw_value or (--ext-proc-header-value) in value; through a gateway that sheds,
+// its 429s are counted apart from the failures, as many as it says it shed.
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
@@ -16,12 +17,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/eventually.h"
 #include "tests/support/require_ok.h"
 #include "tools/epp/epp.h"
 #include "tools/epp/epp_config.h"
+#include "tools/gateway/gateway.h"
 #include "tools/eval/engine_emu/server.h"
 #include "tools/eval/replay/replay.h"
 #include "tools/eval/workload/json_line.h"
@@ -239,6 +243,98 @@ TEST_CASE("through a gateway, destinations come from its X-CacheRoute-Destinatio
   CHECK(report.planned == 2);
   CHECK(report.succeeded == 4);
   CHECK(report.prefill_imbalance == Approx(50.0 / 45.0));
+}
+
+TEST_CASE("429s are counted apart from failures, with their latency; goodput counts the SLO") {
+  auto outcome = [](OutcomeKind kind, double ttft, double latency) {
+    Outcome o;
+    o.kind = kind;
+    o.ttft_s = ttft;
+    o.latency_s = latency;
+    o.http_status = kind == OutcomeKind::kShed ? 429 : 200;
+    return o;
+  };
+  const std::vector<Outcome> outcomes = {
+      outcome(OutcomeKind::kOk, 0.5, 1.0),      outcome(OutcomeKind::kOk, 2.0, 3.0),
+      outcome(OutcomeKind::kOk, 4.0, 5.0),      outcome(OutcomeKind::kShed, 0, 0.002),
+      outcome(OutcomeKind::kShed, 0, 0.004),    outcome(OutcomeKind::kShed, 0, 0.100),
+      outcome(OutcomeKind::kTimeout, 0, 60.0)};
+  const ReplayReport r = BuildReport(outcomes, {}, 4.0, 2.0);
+  CHECK(r.requests == 7);
+  CHECK(r.succeeded == 3);
+  CHECK(r.shed == 3);
+  CHECK(r.failed == 1);  // the timeout; the 429s are not failures
+  CHECK(r.shed_latency_p50_s == 0.004);
+  CHECK(r.shed_latency_p99_s == 0.100);
+  CHECK(r.within_slo == 2);  // TTFT 0.5 and 2.0 (≤ 2.0); 4.0 is over
+  CHECK(r.goodput == Approx(0.5));  // 2 within the SLO over 4 s
+  CHECK(r.ttft_p99_s == 4.0);       // TTFT of the admitted requests only
+
+  absl::StatusOr<JsonValue> json = workload::ParseJson(FormatReportJson(r));
+  REQUIRE(json.ok());
+  CHECK(U(*json, "shed") == 3);
+  CHECK(U(*json, "failed") == 1);
+  CHECK(U(*json, "within_slo") == 2);
+  CHECK(json->Find("failures")->Find("shed") == nullptr);
+  CHECK(json->Find("shed_latency_p99_seconds")->AsDouble().value() == Approx(0.1));
+  CHECK(json->Find("goodput")->AsDouble().value() == Approx(0.5));
+  const std::string table = FormatReportTable(r);
+  CHECK_THAT(table, Catch::Contains("shed (429)          3") && Catch::Contains("goodput 0.50/s") &&
+                        Catch::Contains("(timeout 1)"));
+  // Without an SLO there is no goodput.
+  CHECK(workload::ParseJson(FormatReportJson(BuildReport(outcomes, {}, 4.0)))->Find("goodput") ==
+        nullptr);
+}
+
+TEST_CASE("through a gateway that sheds, its 429s are counted as shed, as many as it shed") {
+  testing::TempDir dir("replay_test");
+  const std::string workload = WriteWorkload(dir);
+  // One engine on real time: a request's prefill stays queued for a while.
+  engine_emu::EmuOptions options;
+  options.engine_label = "0";
+  options.http_threads = 64;
+  options.runner.profile = *sim::FindEngineProfile("llama-8b-h100");
+  options.runner.time_scale = 1;
+  std::unique_ptr<engine_emu::EmuServer> engine =
+      testing::RequireOk(engine_emu::EmuServer::Start(options));
+  gateway::GatewayConfig config;
+  config.listen = "127.0.0.1:0";
+  config.upstreams.push_back({"e0", Url(*engine)});
+  config.io_threads = 2;
+  // Any queued prefill saturates the engine and nobody waits: a request arriving while another's
+  // prefill is queued is shed at once.
+  config.shed = true;
+  config.shed_saturation_tokens = 1;
+  config.shed_queue_capacity = 0;
+  std::unique_ptr<gateway::Gateway> gateway = testing::RequireOk(gateway::Gateway::Start(config));
+  // 1,500 QPS offered for 0.2 s to one engine.
+  Run run = Replay({"--workload", workload, "--gateway",
+                    absl::StrCat("http://127.0.0.1:", gateway->port()), "--speedup", "10",
+                    "--duration", "0.2", "--prompt", "stub", "--slo", "600"},
+                   dir.File("shed.json"));
+  const JsonValue& r = run.report;
+  const uint64_t shed = U(r, "shed");
+  CHECK(shed > 0);
+  CHECK(U(r, "failed") == 0);
+  CHECK(U(r, "succeeded") + shed == U(r, "requests"));
+  CHECK(U(r, "succeeded") == engine->runner().Metrics().finished);
+  CHECK(U(r, "within_slo") == U(r, "succeeded"));  // the SLO is beyond the replay's timeout
+  CHECK(r.Find("shed_latency_p50_seconds")->AsDouble().value() > 0);
+  CHECK(r.Find("shed_latency_p99_seconds")->AsDouble().value() >=
+        r.Find("shed_latency_p50_seconds")->AsDouble().value());
+  CHECK_THAT(run.output, Catch::Contains(absl::StrCat("shed (429)          ", shed)));
+  // As many as the gateway says it shed.
+  httplib::Client client("127.0.0.1", gateway->port());
+  httplib::Result page = client.Get("/metrics");
+  REQUIRE(page);
+  uint64_t counted = 0;
+  for (absl::string_view line : absl::StrSplit(page->body, '\n')) {
+    if (!absl::StartsWith(line, "cacheroute_gateway_admission_shed_total{")) continue;
+    uint64_t n = 0;
+    REQUIRE(absl::SimpleAtoi(line.substr(line.rfind(' ') + 1), &n));
+    counted += n;
+  }
+  CHECK(counted == shed);
 }
 
 TEST_CASE("through endpoint pickers: each request routed by the picker it was dealt, then served") {

@@ -96,7 +96,13 @@ absl::StatusOr<ReplayRun> ReadRun(const std::string& label, const std::string& j
                           {"kv_hit", &run.kv_hit, true},
                           {"planned", &run.planned, false},
                           {"request_imbalance", &run.request_imbalance, false},
-                          {"prefill_imbalance", &run.prefill_imbalance, false}};
+                          {"prefill_imbalance", &run.prefill_imbalance, false},
+                          {"shed", &run.shed, false},
+                          {"shed_latency_p50_seconds", &run.shed_latency_p50_s, false},
+                          {"shed_latency_p99_seconds", &run.shed_latency_p99_s, false},
+                          {"slo_seconds", &run.slo_s, false},
+                          {"within_slo", &run.within_slo, false},
+                          {"goodput", &run.goodput, false}};
   for (const Field& f : fields) {
     CACHEROUTE_ASSIGN_OR_RETURN(*f.out, Number(parsed, f.name, f.required));
   }
@@ -153,6 +159,37 @@ const Row kRows[] = {
        return absl::StrFormat("%.1f%%", r.succeeded > 0 ? 100 * r.planned / r.succeeded : 0.0);
      }},
 };
+// Shown when a run shed requests, or had an SLO.
+const Row kShedRows[] = {
+    {"completed (within SLO)",
+     [](const ReplayRun& r) {
+       return r.slo_s > 0 ? absl::StrFormat("%.0f (%.0f)", r.succeeded, r.within_slo)
+                          : absl::StrFormat("%.0f (-)", r.succeeded);
+     }},
+    {"shed (429)", [](const ReplayRun& r) { return absl::StrFormat("%.0f", r.shed); }},
+    {"time to 429 p50 / p99",
+     [](const ReplayRun& r) {
+       return absl::StrFormat("%.3f / %.3f s", r.shed_latency_p50_s, r.shed_latency_p99_s);
+     }},
+    {"goodput within SLO",
+     [](const ReplayRun& r) {
+       return r.slo_s > 0 ? absl::StrFormat("%.1f/s (%.3g s)", r.goodput, r.slo_s)
+                          : std::string("-");
+     }},
+};
+
+// The rows shown for `runs`.
+std::vector<const Row*> RowsFor(const std::vector<ReplayRun>& runs) {
+  std::vector<const Row*> rows;
+  for (const Row& row : kRows) rows.push_back(&row);
+  const bool shedding = std::any_of(runs.begin(), runs.end(), [](const ReplayRun& r) {
+    return r.shed > 0 || r.slo_s > 0;
+  });
+  if (shedding) {
+    for (const Row& row : kShedRows) rows.push_back(&row);
+  }
+  return rows;
+}
 
 }  // namespace
 
@@ -178,7 +215,9 @@ ReplayRun MedianRun(const std::string& label, const std::vector<ReplayRun>& repe
        {&ReplayRun::requests, &ReplayRun::succeeded, &ReplayRun::failed, &ReplayRun::ttft_p50_s,
         &ReplayRun::ttft_p99_s, &ReplayRun::latency_p50_s, &ReplayRun::latency_p99_s,
         &ReplayRun::kv_hit, &ReplayRun::planned, &ReplayRun::request_imbalance,
-        &ReplayRun::prefill_imbalance}) {
+        &ReplayRun::prefill_imbalance, &ReplayRun::shed, &ReplayRun::shed_latency_p50_s,
+        &ReplayRun::shed_latency_p99_s, &ReplayRun::slo_s, &ReplayRun::within_slo,
+        &ReplayRun::goodput}) {
     fold(field);
   }
   for (ReplayRunDestination& d : median.destinations) {
@@ -207,10 +246,10 @@ std::string CompareTable(const std::vector<ReplayRun>& runs) {
     absl::StrAppendFormat(&out, "  %*s", width[i], runs[i].label);
   }
   out += "\n";
-  for (const Row& row : kRows) {
-    absl::StrAppendFormat(&out, "  %-26s", row.name);
+  for (const Row* row : RowsFor(runs)) {
+    absl::StrAppendFormat(&out, "  %-26s", row->name);
     for (size_t i = 0; i < runs.size(); ++i) {
-      absl::StrAppendFormat(&out, "  %*s", width[i], row.format(runs[i]));
+      absl::StrAppendFormat(&out, "  %*s", width[i], row->format(runs[i]));
     }
     out += "\n";
   }
@@ -223,9 +262,9 @@ std::string CompareMarkdown(const std::vector<ReplayRun>& runs, const std::strin
   out += "\n| --- |";
   for (size_t i = 0; i < runs.size(); ++i) out += " --- |";
   out += "\n";
-  for (const Row& row : kRows) {
-    absl::StrAppend(&out, "| ", row.name, " |");
-    for (const ReplayRun& r : runs) absl::StrAppend(&out, " ", row.format(r), " |");
+  for (const Row* row : RowsFor(runs)) {
+    absl::StrAppend(&out, "| ", row->name, " |");
+    for (const ReplayRun& r : runs) absl::StrAppend(&out, " ", row->format(r), " |");
     out += "\n";
   }
   out +=

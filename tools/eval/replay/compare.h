@@ -4,7 +4,8 @@
 // ReadRun parses one report; MedianRun folds repeats of one set-up into a run whose every figure
 // is the median over them (machines are noisy: a tail latency means something only as a median of
 // repeated runs). CompareTable prints the runs as columns (served KV hit, TTFT p50 and
-// p99, latency p99, failures, prefill imbalance, planned share); CompareMarkdown adds per-run
+// p99, latency p99, failures, prefill imbalance, planned share; when a run shed requests or had
+// an SLO, also the 429s with their p50 / p99 time and the goodput within the SLO); CompareMarkdown adds per-run
 // destination tables; BarChartSvg draws one metric per run as a labelled bar chart, and
 // DestinationLoadSvg the prefill work per destination of every run, grouped. The SVG is plain
 // text with no dependencies, meant to be opened in a browser.
@@ -36,6 +37,10 @@ struct ReplayRun {
   double kv_hit = 0;  // 0..1
   double planned = 0;
   double request_imbalance = 0, prefill_imbalance = 0;
+  // Requests shed (429) and the time to their 429; goodput within the SLO (reports of replays
+  // run with --slo; slo_s 0 without). Absent from older reports: 0.
+  double shed = 0, shed_latency_p50_s = 0, shed_latency_p99_s = 0;
+  double slo_s = 0, within_slo = 0, goodput = 0;
   std::vector<ReplayRunDestination> destinations;
 };
 

@@ -214,6 +214,10 @@ Outcome Send(httplib::Client& client, const std::string& body, const std::string
     out.via = res.get_header_value("X-CacheRoute-Destination");
     out.planned = res.get_header_value("X-CacheRoute-Planned") == "1";
   }
+  if (res.status == 429) {
+    out.kind = OutcomeKind::kShed;
+    return out;
+  }
   if (res.status < 200 || res.status >= 300) {
     out.kind = OutcomeKind::kHttpError;
     return out;
@@ -243,14 +247,16 @@ Outcome SendThroughPicker(WorkerPool::Clients& clients,
     Outcome out;
     out.latency_s = out.ttft_s = Seconds(Clock::now() - start);
     out.http_status = filter.ImmediateStatus();
-    out.kind = out.http_status != 0 ? OutcomeKind::kHttpError : OutcomeKind::kTransportError;
+    out.kind = out.http_status == 429  ? OutcomeKind::kShed
+               : out.http_status != 0 ? OutcomeKind::kHttpError
+                                      : OutcomeKind::kTransportError;
     return out;
   }
   const std::string url = NormalizeUrl(*endpoint);
   std::unique_ptr<httplib::Client>& client = clients[url];
   if (client == nullptr) client = MakeClient(url, options.timeout_s);
   Outcome out = Send(*client, body, key, options, start, &filter, first_chunk);
-  if (out.kind != OutcomeKind::kOk) client.reset();
+  if (out.kind != OutcomeKind::kOk && out.kind != OutcomeKind::kShed) client.reset();
   return out;
 }
 
@@ -373,7 +379,8 @@ HttpReplayResult RunHttpReplay(const workload::Workload& workload, Dispatcher* d
         std::unique_ptr<httplib::Client>& client = clients[targets[destination]];
         if (client == nullptr) client = MakeClient(targets[destination], options.timeout_s);
         outcome = Send(*client, body, r.key, options, Clock::now(), nullptr, first_chunk);
-        if (outcome.kind != OutcomeKind::kOk) client.reset();  // reconnect next time
+        // Reconnect next time (a 429 leaves the connection open).
+        if (outcome.kind != OutcomeKind::kOk && outcome.kind != OutcomeKind::kShed) client.reset();
       }
       outcome.destination = dispatcher != nullptr ? destination : dataplane::kNoDestination;
       result.outcomes[i] = outcome;

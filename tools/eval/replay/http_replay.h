@@ -12,7 +12,8 @@
 // equal leading hash ids. TTFT is the time to the first SSE data chunk when streaming, else the
 // whole latency; token counts come from the response's usage (prompt_tokens, completion_tokens,
 // prompt_tokens_details.cached_tokens, which counts as 0 when absent).
-// Why open loop, the prompt text and the usage fields: docs/replay.md, "The HTTP side".
+// A 429 (a front end shed the request) is an outcome of its own, kShed, its latency the time to
+// the 429. Why open loop, the prompt text and the usage fields: docs/replay.md, "The HTTP side".
 //
 // Usage:
 //   HttpReplayOptions options{.targets = {"http://127.0.0.1:8001", "http://127.0.0.1:8002"}};

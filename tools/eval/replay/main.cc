@@ -1,7 +1,8 @@
 // cacheroute-replay: replays a workload (the generator's JSONL or a Mooncake trace) open-loop
 // against OpenAI-compatible endpoints, routing it itself with a shipped policy or through a
-// gateway (or through endpoint pickers, playing Envoy's ext_proc filter), and reports served KV hit, TTFT and latency percentiles, failures and per-destination
-// load (docs/replay.md).
+// gateway (or through endpoint pickers, playing Envoy's ext_proc filter), and reports served KV
+// hit, TTFT and latency percentiles, failures, requests shed (429), goodput within --slo and
+// per-destination load (docs/replay.md).
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   RoutingOptions routing;
   HttpReplayOptions http;
   bool plan_from_workload = false, no_stream = false, dry_run = false;
+  double slo_s = 0;
 
   CLI::App app{"cacheroute-replay: replay a workload open-loop against model servers"};
   app.add_option("--workload", workload_path,
@@ -82,6 +84,11 @@ int main(int argc, char** argv) {
                  "Open requests at most; arrivals beyond it fail as \"rejected\"")
       ->capture_default_str();
   app.add_option("--timeout", http.timeout_s, "Seconds to connect, and without a byte, per request")
+      ->capture_default_str();
+  app.add_option("--slo", slo_s,
+                 "TTFT objective in seconds: report goodput, the successes with TTFT <= it per "
+                 "second (0: none)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--no-stream", no_stream, "Non-streaming requests (TTFT = latency)");
   app.add_option("--model", http.model, "The model field (default: asked from /v1/models)");
@@ -156,7 +163,8 @@ int main(int argc, char** argv) {
   }
 
   ReplayReport report = BuildReport(
-      result.outcomes, dispatcher != nullptr ? targets : std::vector<std::string>{}, result.wall_s);
+      result.outcomes, dispatcher != nullptr ? targets : std::vector<std::string>{}, result.wall_s,
+      slo_s);
   report.policy = dispatcher != nullptr ? routing.policy
                   : http.pickers.empty() ? "gateway"
                                          : "endpoint-picker";

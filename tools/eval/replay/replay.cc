@@ -193,6 +193,7 @@ constexpr dataplane::EnumName<OutcomeKind> kOutcomeKindNames[] = {
     {OutcomeKind::kTimeout, "timeout"},
     {OutcomeKind::kTransportError, "transport_error"},
     {OutcomeKind::kRejected, "rejected"},
+    {OutcomeKind::kShed, "shed"},
 };
 static_assert(dataplane::IsEnumTable(kOutcomeKindNames, kOutcomeKinds));
 
@@ -218,9 +219,11 @@ double MaxOverMean(const std::vector<double>& v) {
 }  // namespace
 
 ReplayReport BuildReport(const std::vector<Outcome>& outcomes,
-                         const std::vector<std::string>& destinations, double wall_s) {
+                         const std::vector<std::string>& destinations, double wall_s,
+                         double slo_s) {
   ReplayReport report;
   report.wall_s = wall_s;
+  report.slo_s = slo_s > 0 ? slo_s : 0;
   // Through a gateway the destinations are the names it reported.
   std::vector<std::string> names = destinations;
   std::map<std::string, size_t> index_by_via;
@@ -235,7 +238,7 @@ ReplayReport BuildReport(const std::vector<Outcome>& outcomes,
   }
   report.destinations.resize(names.size());
   for (size_t d = 0; d < names.size(); ++d) report.destinations[d].name = names[d];
-  std::vector<double> ttft, latency;
+  std::vector<double> ttft, latency, shed_latency;
   for (const Outcome& o : outcomes) {
     ++report.requests;
     ++report.by_kind[static_cast<int>(o.kind)];
@@ -246,11 +249,17 @@ ReplayReport BuildReport(const std::vector<Outcome>& outcomes,
     }
     DestinationReport* dest = d < report.destinations.size() ? &report.destinations[d] : nullptr;
     if (dest != nullptr) ++dest->requests;
+    if (o.kind == OutcomeKind::kShed) {
+      ++report.shed;
+      shed_latency.push_back(o.latency_s);
+      continue;
+    }
     if (o.kind != OutcomeKind::kOk) {
       ++report.failed;
       continue;
     }
     ++report.succeeded;
+    if (report.slo_s > 0 && o.ttft_s <= report.slo_s) ++report.within_slo;
     if (o.planned) ++report.planned;
     ttft.push_back(o.ttft_s);
     latency.push_back(o.latency_s);
@@ -267,6 +276,9 @@ ReplayReport BuildReport(const std::vector<Outcome>& outcomes,
   report.ttft_p99_s = Percentile(ttft, 99);
   report.latency_p50_s = Percentile(latency, 50);
   report.latency_p99_s = Percentile(latency, 99);
+  report.shed_latency_p50_s = Percentile(shed_latency, 50);
+  report.shed_latency_p99_s = Percentile(shed_latency, 99);
+  report.goodput = wall_s > 0 ? static_cast<double>(report.within_slo) / wall_s : 0;
   report.kv_hit = report.prompt_tokens > 0 ? static_cast<double>(report.cached_tokens) /
                                                  static_cast<double>(report.prompt_tokens)
                                            : 0;
@@ -289,12 +301,19 @@ std::string FormatReportTable(const ReplayReport& r) {
   absl::StrAppendFormat(&out, "  succeeded           %d\n", r.succeeded);
   std::string kinds;
   for (int k = 1; k < kOutcomeKinds; ++k) {
-    if (r.by_kind[k] == 0) continue;
+    if (r.by_kind[k] == 0 || k == static_cast<int>(OutcomeKind::kShed)) continue;
     absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", OutcomeName(static_cast<OutcomeKind>(k)),
                     " ", r.by_kind[k]);
   }
   absl::StrAppendFormat(&out, "  failed              %d%s\n", r.failed,
                         kinds.empty() ? std::string() : absl::StrCat("  (", kinds, ")"));
+  absl::StrAppendFormat(&out,
+                        "  shed (429)          %d  (time to the 429 p50 / p99: %.4f s / %.4f s)\n",
+                        r.shed, r.shed_latency_p50_s, r.shed_latency_p99_s);
+  if (r.slo_s > 0) {
+    absl::StrAppendFormat(&out, "  within SLO          %d with TTFT <= %.3g s: goodput %.2f/s\n",
+                          r.within_slo, r.slo_s, r.goodput);
+  }
   absl::StrAppendFormat(&out, "  TTFT p50 / p99      %.4f s / %.4f s\n", r.ttft_p50_s,
                         r.ttft_p99_s);
   absl::StrAppendFormat(&out, "  latency p50 / p99   %.4f s / %.4f s\n", r.latency_p50_s,
@@ -335,6 +354,7 @@ std::string FormatReportJson(const ReplayReport& r) {
   using workload::JsonQuote;
   std::string failures;
   for (int k = 1; k < kOutcomeKinds; ++k) {
+    if (k == static_cast<int>(OutcomeKind::kShed)) continue;
     absl::StrAppend(&failures, k == 1 ? "" : ",", "\"", OutcomeName(static_cast<OutcomeKind>(k)),
                     "\":", r.by_kind[k]);
   }
@@ -346,6 +366,14 @@ std::string FormatReportJson(const ReplayReport& r) {
       r.policy.empty() ? "null" : JsonQuote(r.policy), r.requests, r.succeeded, r.failed, failures,
       r.wall_s, r.ttft_p50_s, r.ttft_p99_s, r.latency_p50_s, r.latency_p99_s, r.prompt_tokens,
       r.cached_tokens, r.kv_hit, r.planned);
+  absl::StrAppendFormat(&out,
+                        ",\"shed\":%d,\"shed_latency_p50_seconds\":%.6f,"
+                        "\"shed_latency_p99_seconds\":%.6f",
+                        r.shed, r.shed_latency_p50_s, r.shed_latency_p99_s);
+  if (r.slo_s > 0) {
+    absl::StrAppendFormat(&out, ",\"slo_seconds\":%.6f,\"within_slo\":%d,\"goodput\":%.6f",
+                          r.slo_s, r.within_slo, r.goodput);
+  }
   if (r.plan) {
     absl::StrAppendFormat(&out,
                           ",\"plan\":{\"keys\":%d,\"admitted_keys\":%d,\"q_cap\":%.6g,"

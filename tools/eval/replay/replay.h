@@ -13,14 +13,16 @@
 //                       offline from the workload's key rates (planner/algorithm.h)
 //   BuildReport         requests, failures by kind, TTFT and latency percentiles, served
 //                       token-weighted KV hit (Σ cached / Σ prompt over successes), and per
-//                       destination the requests and prefill work with their imbalance (max/mean)
+//                       destination the requests and prefill work with their imbalance (max/mean);
+//                       requests a front end shed (429) apart from the failures, with the time
+//                       to their 429; with an SLO, goodput (successes with TTFT ≤ SLO per second)
 //
 // Usage:
 //   absl::StatusOr<Workload> w = LoadReplayWorkload(path, load_options);
 //   absl::StatusOr<std::unique_ptr<Dispatcher>> d = Dispatcher::Create(routing, *w);
 //   Dispatcher::Ticket t = (*d)->Pick(request, w->block_size);  ... send to t.destination
 //   (*d)->FirstToken(t);  ...  (*d)->Done(t, &outcome);
-//   ReplayReport report = BuildReport(outcomes, destination_names, wall_seconds);
+//   ReplayReport report = BuildReport(outcomes, destination_names, wall_seconds, slo_seconds);
 #pragma once
 
 #include <algorithm>
@@ -157,8 +159,10 @@ enum class OutcomeKind : uint8_t {
   kTimeout,         // no complete response within --timeout
   kTransportError,  // connection dropped, malformed response
   kRejected,        // not sent: --concurrency requests were already open
+  kShed,            // 429 from the front end (shed, docs/gateway.md "Shedding and priority"):
+                    // counted apart from the failures
 };
-inline constexpr int kOutcomeKinds = 6;
+inline constexpr int kOutcomeKinds = 7;
 const char* OutcomeName(OutcomeKind kind);
 
 struct Outcome {
@@ -185,10 +189,17 @@ struct DestinationReport {
 };
 
 struct ReplayReport {
-  uint64_t requests = 0;
+  uint64_t requests = 0;  // succeeded + shed + failed
   uint64_t succeeded = 0;
-  uint64_t failed = 0;
+  uint64_t failed = 0;  // every kind but kOk and kShed
   uint64_t by_kind[kOutcomeKinds] = {};
+  // Answered 429 (kShed), and the time from sending to the 429, p50 and p99.
+  uint64_t shed = 0;
+  double shed_latency_p50_s = 0, shed_latency_p99_s = 0;
+  // With an SLO (slo_s > 0): successes whose TTFT ≤ slo_s, and they per second of wall_s.
+  double slo_s = 0;
+  uint64_t within_slo = 0;
+  double goodput = 0;
   double wall_s = 0;
   double ttft_p50_s = 0, ttft_p99_s = 0;
   double latency_p50_s = 0, latency_p99_s = 0;
@@ -205,9 +216,11 @@ struct ReplayReport {
   std::optional<PlanSummary> plan;
 };
 
-// `destinations` names the targets when the replay routed itself, else empty.
+// `destinations` names the targets when the replay routed itself, else empty. `slo_s` > 0: the
+// TTFT bound goodput counts successes within (0: no goodput).
 ReplayReport BuildReport(const std::vector<Outcome>& outcomes,
-                         const std::vector<std::string>& destinations, double wall_s);
+                         const std::vector<std::string>& destinations, double wall_s,
+                         double slo_s = 0);
 
 // Nearest-rank percentile (p in (0, 100]) of `values` (sorted in place); 0 when empty.
 double Percentile(std::vector<double>& values, double p);
