@@ -1514,6 +1514,61 @@ TEST_CASE("shed: a saturated fleet answers 429 with Retry-After, queues by prior
   CHECK_THAT(page, Catch::Contains("cacheroute_gateway_admission_queue_length 0"));
 }
 
+TEST_CASE("shed: a queued request whose client closes leaves the queue, never reaching the engine") {
+  Fleet fleet(1);
+  GatewayConfig config = ConfigFor(fleet);
+  config.shed = true;
+  config.shed_saturation_tokens = 1;  // any queued prefill saturates the one destination
+  config.shed_queue_capacity = 4;
+  config.shed_queue_timeout = absl::Seconds(600);  // only the client's going can end its wait
+  std::unique_ptr<Gateway> gateway = StartGateway(config);
+  FakeUpstream& upstream = *fleet.upstreams[0];
+
+  // A: admitted, held at the engine before its first byte: the fleet stays saturated.
+  upstream.Hold();
+  std::atomic<int> a_status{0};
+  std::thread a([&] {
+    httplib::Client client = ClientFor(*gateway);
+    httplib::Result r = SendObjective(client, "");
+    a_status = r ? r->status : -1;
+  });
+  REQUIRE(Eventually([&] { return upstream.arrived() == 1; }));
+
+  // B, on a raw connection: its whole request sent, it waits in the queue; then its client closes.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(gateway->port()));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  const std::string body = absl::StrCat(R"({"model":"fake","prompt":")", std::string(4000, 'x'),
+                                        R"(","max_tokens":1})");
+  const std::string request = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: ",
+      body.size(), "\r\n\r\n", body);
+  REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size()));
+  REQUIRE(Eventually(
+      [&] { return absl::StrContains(MetricsPage(*gateway), "admission_queue_length 1\n"); }));
+  ::close(fd);
+
+  // It leaves the queue without waiting for room or for its deadline, counted as client_gone.
+  REQUIRE(Eventually(
+      [&] { return absl::StrContains(MetricsPage(*gateway), "admission_queue_length 0\n"); }));
+  const std::string page = MetricsPage(*gateway);
+  CHECK_THAT(page, Catch::Contains("cacheroute_gateway_admission_shed_total{priority=\"0\","
+                                   "reason=\"client_gone\"} 1"));
+  CHECK_THAT(page, Catch::Contains("cacheroute_gateway_admission_admitted_total{priority=\"0\"} 1"));
+
+  // A's end frees the room; nobody is left to admit: the engine saw A alone.
+  upstream.Release();
+  a.join();
+  CHECK(a_status == 200);
+  CHECK(upstream.arrived() == 1);
+}
+
 TEST_CASE("shed off (the default): a busy fleet sends every request on") {
   Fleet fleet(1);
   std::unique_ptr<Gateway> gateway = StartGateway(ConfigFor(fleet));

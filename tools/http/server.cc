@@ -1,6 +1,7 @@
 // See server.h.
 #include "tools/http/server.h"
 
+#include <poll.h>
 #include <pthread.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -111,6 +112,17 @@ class StreamExchange final : public Exchange {
 
   bool keep_alive() const { return keep_alive_; }
   bool failed() const { return failed_; }
+
+  // poll(2) with no wait: POLLRDHUP (Linux) is set once the peer's FIN arrived, even with unread
+  // bytes before it (a pipelined request, a TLS close_notify); POLLHUP / POLLERR once it failed.
+  bool ClientGone() const override {
+    pollfd p{};
+    p.fd = Lowest(stream_).socket().native_handle();
+    p.events = POLLRDHUP;
+    if (p.fd < 0) return true;
+    const int n = ::poll(&p, 1, 0);
+    return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  }
   bool complete() const { return complete_; }
 
   asio::awaitable<bool> Send(Response response) override {

@@ -73,6 +73,11 @@ class Exchange {
   virtual asio::awaitable<bool> EndStream() = 0;
   // True once Send or StartStream was called.
   bool answered() const { return answered_; }
+  // True when the client has closed its side of the connection (or it failed), seen without
+  // reading from it: a handler holding a request before it answers (the gateway's admission
+  // queue) looks at it to let go of a request nobody waits for. A client that half-closes and
+  // still reads counts as gone.
+  virtual bool ClientGone() const { return false; }
 
  protected:
   Request request_;

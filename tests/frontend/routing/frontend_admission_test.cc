@@ -197,17 +197,25 @@ TEST_CASE("a waiter not admitted within queue_timeout is shed at its deadline, n
   CHECK_FALSE(queue.NextDeadline().has_value());
 }
 
-TEST_CASE("a withdrawn waiter leaves without a wake; Withdraw of a woken one is false") {
+TEST_CASE("a withdrawn waiter leaves without a wake, shed as client_gone; Withdraw of a woken "
+          "one is false") {
   AdmissionQueue queue(Options(4));
   Wakes wakes;
   const AdmissionResult a = queue.Offer(0, 1, 0, kT0, wakes.For("a"));
   const AdmissionResult b = queue.Offer(0, 1, 0, kT0, wakes.For("b"));
-  CHECK(queue.Withdraw(a.ticket));
-  CHECK_FALSE(queue.Withdraw(a.ticket));
+  CHECK(queue.Withdraw(a.ticket, kT0 + seconds(1)));
+  CHECK_FALSE(queue.Withdraw(a.ticket, kT0 + seconds(1)));
   CHECK(queue.queued() == 1);
+  CHECK(queue.Counts()[0].shed[static_cast<int>(ShedCause::kClientGone)] == 1);
   CHECK(queue.Pump(1, kT0) == 1);
   CHECK(wakes.Admitted() == std::vector<std::string>{"b"});
-  CHECK_FALSE(queue.Withdraw(b.ticket));
+  CHECK(wakes.log.size() == 1);  // a was never woken
+  CHECK_FALSE(queue.Withdraw(b.ticket, kT0 + seconds(1)));
+  CHECK(queue.Counts()[0].shed[static_cast<int>(ShedCause::kClientGone)] == 1);
+  base::Exposition page;
+  queue.Render(page);
+  CHECK_THAT(page.Take(),
+             Catch::Contains(R"(admission_shed_total{priority="0",reason="client_gone"} 1)"));
 }
 
 TEST_CASE("Retry-After is retry_after rounded up to whole seconds, at least one") {

@@ -23,6 +23,8 @@ const char* ShedCauseName(ShedCause cause) {
       return "displaced";
     case ShedCause::kQueueTimeout:
       return "queue_timeout";
+    case ShedCause::kClientGone:
+      return "client_gone";
   }
   return "none";
 }
@@ -33,6 +35,8 @@ std::string ShedErrorBody(ShedCause cause, int retry_after_seconds) {
                         ? "the fleet stayed saturated for the request's whole wait in the queue"
                         : cause == ShedCause::kDisplaced
                               ? "a request of higher priority took its place in the full queue"
+                          : cause == ShedCause::kClientGone
+                              ? "the client went away while the request waited in the queue"
                               : "the fleet is saturated and the queue is full";
   return ErrorBody(absl::StrCat("request shed (", ShedCauseName(cause), "): ", why,
                                 "; retry after ", retry_after_seconds, " s"),
@@ -164,13 +168,15 @@ size_t AdmissionQueue::Pump(double room, dataplane::Time now) {
   }));
 }
 
-bool AdmissionQueue::Withdraw(uint64_t ticket) {
+bool AdmissionQueue::Withdraw(uint64_t ticket, dataplane::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = bands_.begin(); it != bands_.end(); ++it) {
     std::deque<Waiter>& band = it->second;
     const auto w = std::find_if(band.begin(), band.end(),
                                 [ticket](const Waiter& x) { return x.ticket == ticket; });
     if (w == band.end()) continue;
+    ++counts_[it->first].shed[static_cast<int>(ShedCause::kClientGone)];
+    waited_.Observe(std::max(dataplane::Duration::zero(), now - w->since));
     band.erase(w);
     --size_;
     if (band.empty()) bands_.erase(it);

@@ -21,7 +21,7 @@
 //
 // A queued request's Wake is called exactly once, with kAdmit or kShed and the cause, after the
 // queue's lock is released, on the thread that offered or pumped; Withdraw removes a waiter
-// without calling it (its client went away). The queue reads no clock: every call is given `now`,
+// without calling it (its client went away), counted as shed with the cause kClientGone. The queue reads no clock: every call is given `now`,
 // so that the fleet simulator runs it on simulated time.
 //
 // Usage:
@@ -77,9 +77,11 @@ enum class ShedCause : uint8_t {
   kQueueFull,     // the queue was full of waiters of its priority or higher
   kDisplaced,     // a request of higher priority took its place in a full queue
   kQueueTimeout,  // no room came within queue_timeout
+  kClientGone,    // its client went away while it waited (Withdraw)
 };
-inline constexpr int kShedCauses = 5;
-// "sheddable", "queue_full", "displaced", "queue_timeout" ("none" for kNone): the metrics' label.
+inline constexpr int kShedCauses = 6;
+// "sheddable", "queue_full", "displaced", "queue_timeout", "client_gone" ("none" for kNone): the
+// metrics' label.
 const char* ShedCauseName(ShedCause cause);
 
 // The body of a shed request's 429, in the shape OpenAI's API answers a rate limit with
@@ -114,9 +116,9 @@ class AdmissionQueue {
   // Sheds the waiters whose deadline is ≤ now, then admits waiters while `room` lasts. Returns the
   // waiters admitted.
   size_t Pump(double room, dataplane::Time now);
-  // Removes the waiter of `ticket` without waking it; false when it is no longer queued (already
-  // woken, or never queued).
-  bool Withdraw(uint64_t ticket);
+  // Removes the waiter of `ticket` at `now` without waking it (its client went away), counted as
+  // shed with kClientGone; false when it is no longer queued (already woken, or never queued).
+  bool Withdraw(uint64_t ticket, dataplane::Time now);
 
   // The earliest deadline of a waiter; none with an empty queue.
   std::optional<dataplane::Time> NextDeadline() const;

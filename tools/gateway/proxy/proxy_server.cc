@@ -252,8 +252,15 @@ asio::awaitable<frontend::AdmissionResult> ProxyServer::Admit(http::Exchange& x)
   while (!waiting->outcome.has_value()) {
     waiting->timer.expires_after(kAdmissionPoll);
     co_await waiting->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (waiting->outcome.has_value()) break;
+    // A client that went away leaves the queue at once (false: it was woken meanwhile, and the
+    // wake's outcome is on its way here).
+    if (x.ClientGone() && queue.Withdraw(offered.ticket, core_.routing().clock().Now())) {
+      co_return frontend::AdmissionResult{frontend::Verdict::kShed,
+                                          frontend::ShedCause::kClientGone, 0};
+    }
     // Room comes as prefills end (their first tokens), deadlines as time passes: look again.
-    if (!waiting->outcome.has_value()) core_.PumpAdmission();
+    core_.PumpAdmission();
   }
   co_return *waiting->outcome;
 }

@@ -17,7 +17,8 @@
 //
 // With `shed` on, a completion request first asks the core's admission queue (Admit): it is sent
 // on, held asynchronously until the fleet has room, or answered 429 in OpenAI's rate-limit shape
-// with Retry-After (docs/gateway.md, "Shedding and priority").
+// with Retry-After (docs/gateway.md, "Shedding and priority"); a held request whose client closes
+// the connection leaves the queue at its next look (shed, reason client_gone).
 //
 // and refuses the rest before routing (404 unknown path, 405 wrong method with Allow naming the
 // right one, 401 without a listed API key), every refusal through one place (Refuse) that counts
@@ -96,7 +97,9 @@ class ProxyServer {
                                            const std::optional<std::string>& model = std::nullopt);
   // With shedding on (FrontendCore::admission), a completion request's turn: admitted at once,
   // or held (a timer on this thread, no thread blocked: it pumps the queue every kAdmissionPoll and
-  // is woken by the queue) until admitted or shed. Returns the verdict and, with kShed, why.
+  // is woken by the queue) until admitted or shed, or until its client is gone (Exchange::
+  // ClientGone, looked at every kAdmissionPoll: withdrawn, kShed with kClientGone). Returns the
+  // verdict and, with kShed, why.
   http::asio::awaitable<frontend::AdmissionResult> Admit(http::Exchange& x);
   bool Authorized(const http::Request& request) const;
   // Turns the request away before routing, counted in RequestMetrics::Refused; `allow` (405):
