@@ -4,9 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -25,9 +23,6 @@
 
 namespace cacheroute::epp {
 namespace {
-
-// How often a held request looks at the fleet's room and its deadline again.
-constexpr std::chrono::milliseconds kAdmissionPoll{5};
 
 namespace asio = boost::asio;
 
@@ -117,41 +112,20 @@ class Epp::RequestExchange : public Exchange {
     return route;
   }
 
-  // With `shed` on, a completion's turn in the admission queue: none when admitted (at once, or
-  // after waiting on this stream's thread, which pumps the queue every kAdmissionPoll), else the
-  // 429 immediate response with Retry-After (docs/epp.md, "Shedding and priority").
+  // With `shed` on, a completion's turn in the admission queue: none when admitted, else the 429
+  // immediate response with Retry-After (docs/epp.md, "Shedding and priority"). The EPP holds no
+  // request: Epp::Start sets the queue's capacity to 0, so a request the saturated fleet has no
+  // room for is shed at once. (Waiting here would hold one of gRPC's few callback threads, which
+  // the answers that free room arrive on: under overload every stream stalled.)
   std::optional<Route> Admit(const RequestView& request) {
     frontend::AdmissionQueue* queue = core_.admission();
     if (queue == nullptr || kind_ == frontend::Endpoint::kModels) return std::nullopt;
-    struct Waiting {
-      std::mutex mu;
-      std::condition_variable cv;
-      std::optional<frontend::AdmissionResult> outcome;  // guarded by mu
-    };
-    auto waiting = std::make_shared<Waiting>();
     const auto headers = [&request](absl::string_view name) {
       return FindHeader(request.headers, name);
     };
-    frontend::AdmissionResult result = queue->Offer(
+    const frontend::AdmissionResult result = queue->Offer(
         core_.Priority(headers), core_.AdmissionTokens(request.body), core_.AdmissionRoom(),
-        core_.routing().clock().Now(), [waiting](frontend::Verdict v, frontend::ShedCause c) {
-          std::lock_guard<std::mutex> lock(waiting->mu);
-          waiting->outcome = frontend::AdmissionResult{v, c, 0};
-          waiting->cv.notify_all();
-        });
-    if (result.verdict == frontend::Verdict::kQueued) {
-      std::unique_lock<std::mutex> lock(waiting->mu);
-      while (!waiting->outcome.has_value()) {
-        if (waiting->cv.wait_for(lock, kAdmissionPoll,
-                                 [&] { return waiting->outcome.has_value(); })) {
-          break;
-        }
-        lock.unlock();
-        core_.PumpAdmission();  // room as prefills end; the deadline as time passes
-        lock.lock();
-      }
-      result = *waiting->outcome;
-    }
+        core_.routing().clock().Now(), [](frontend::Verdict, frontend::ShedCause) {});
     if (result.verdict != frontend::Verdict::kShed) return std::nullopt;
     const int retry_after = queue->retry_after_seconds();
     Route route;
@@ -293,7 +267,18 @@ Epp::Epp(const EppConfig& config) : config_(config), counters_(std::make_unique<
 absl::StatusOr<std::unique_ptr<Epp>> Epp::Start(const EppConfig& config) {
   if (absl::Status s = ValidateEppConfig(config); !s.ok()) return s;
   std::unique_ptr<Epp> epp(new Epp(config));
-  epp->core_ = std::make_unique<frontend::FrontendCore>(config.dataplane, epp->stop_);
+  frontend::FrontendConfig dataplane = config.dataplane;
+  if (dataplane.shed && dataplane.shed_queue_capacity > 0) {
+    // See RequestExchange::Admit: the EPP sheds what it has no room for at once.
+    base::LogEvent("info", "shed_queue_not_held",
+                   {{"shed_queue_capacity", std::to_string(dataplane.shed_queue_capacity)},
+                    {"detail",
+                     "the endpoint picker holds no request: with every engine saturated it "
+                     "answers 429 at once (shed_queue_capacity and shed_queue_timeout are the "
+                     "gateway's)"}});
+    dataplane.shed_queue_capacity = 0;
+  }
+  epp->core_ = std::make_unique<frontend::FrontendCore>(dataplane, epp->stop_);
   ExtProcServerOptions options;
   options.listen = config.listen;
   options.stream = {.request_body_mode = config.request_body_mode,
