@@ -2,11 +2,17 @@
 // (tools/eval/kube_api/kube_api_server.h) on loopback: a list, a streamed watch line by line, a watch
 // the server ends, a dropped stream, an HTTP error with its Status body, cancellation, the token
 // file re-read on every request, TLS with the server's CA; and the in-cluster configuration.
+// The double serves HTTPS in this file (cpp-httplib's OpenSSL support, this TU only).
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
+#define CPPHTTPLIB_OPENSSL_SUPPORT
+#endif
 #include "tools/frontend/membership/kube_client.h"
 
 #include <catch2/catch.hpp>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -18,6 +24,7 @@
 #include "tools/eval/kube_api/kube_api_server.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_certs.h"
 
 namespace cacheroute::frontend {
 namespace {
@@ -182,6 +189,60 @@ TEST_CASE("the bearer token is read from its file for every request (bound token
   const absl::Status missing = client->Get(kPods, kNever).status();
   CHECK(absl::IsUnavailable(missing));
   CHECK_THAT(std::string(missing.message()), Catch::StartsWith("kube_token_file"));
+}
+
+TEST_CASE("HTTPS: the server's certificate is checked against kube_ca_file, host included") {
+  testing::TempDir dir("kube_client_tls_test");
+  const testing::Certs certs = testing::MakeCerts(dir.path().string());
+  eval::KubeApiServer api(certs.server_cert, certs.server_key);
+  REQUIRE(api.ok());
+  api.SetPod("ns", "a", {{"app", "vllm"}}, "10.0.0.1", true);
+  api.RequireToken("secret");
+  dir.Write("token", "secret\n");
+  FrontendConfig config;
+  config.kube_api_server = api.url();
+  REQUIRE(absl::StartsWith(config.kube_api_server, "https://127.0.0.1:"));
+  config.kube_token_file = dir.File("token");
+  config.kube_ca_file = certs.ca;
+  auto client = testing::RequireOk(KubeClient::Create(testing::RequireOk(KubeApiFor(config, {}))));
+  const KubeResponse list = testing::RequireOk(client->Get(kPods, kNever));
+  CHECK(list.status == 200);
+  CHECK(nlohmann::json::parse(list.body)["items"].size() == 1);
+  // A watch over TLS streams its lines too.
+  api.SetPod("ns", "b", {{"app", "vllm"}}, "10.0.0.2", true);
+  BackgroundWatch watch(*client, std::string(kPods) + "?watch=1&resourceVersion=0", 2);
+  CHECK(testing::Eventually([&] { return watch.done(); }));
+  CHECK(watch.lines() == 2);
+
+  // Another CA did not sign the server's certificate: the handshake fails, nothing is read.
+  testing::TempDir other("kube_client_tls_other");
+  config.kube_ca_file = testing::MakeCerts(other.path().string()).ca;
+  auto stranger =
+      testing::RequireOk(KubeClient::Create(testing::RequireOk(KubeApiFor(config, {}))));
+  const absl::Status refused = stranger->Get(kPods, kNever).status();
+  CHECK(absl::IsUnavailable(refused));
+  // By name too: the certificate names localhost.
+  config.kube_ca_file = certs.ca;
+  const std::string port = api.url().substr(api.url().rfind(':') + 1);
+  config.kube_api_server = "https://localhost:" + port;
+  auto by_name =
+      testing::RequireOk(KubeClient::Create(testing::RequireOk(KubeApiFor(config, {}))));
+  CHECK(testing::RequireOk(by_name->Get(kPods, kNever)).status == 200);
+  // A certificate the right CA signed for another host: refused.
+  const std::string d = dir.path().string();
+  std::ofstream(d + "/elsewhere.ext") << "subjectAltName=DNS:elsewhere.example\n";
+  REQUIRE(std::system(("openssl req -newkey rsa:2048 -nodes -keyout " + d + "/elsewhere.key -out " +
+                       d + "/elsewhere.csr -subj /CN=elsewhere.example >/dev/null 2>&1 && "
+                       "openssl x509 -req -in " + d + "/elsewhere.csr -CA " + certs.ca +
+                       " -CAkey " + d + "/ca.key -CAcreateserial -days 1 -out " + d +
+                       "/elsewhere.pem -extfile " + d + "/elsewhere.ext >/dev/null 2>&1")
+                          .c_str()) == 0);
+  eval::KubeApiServer misnamed(d + "/elsewhere.pem", d + "/elsewhere.key");
+  REQUIRE(misnamed.ok());
+  config.kube_api_server = misnamed.url();
+  auto to_misnamed =
+      testing::RequireOk(KubeClient::Create(testing::RequireOk(KubeApiFor(config, {}))));
+  CHECK(absl::IsUnavailable(to_misnamed->Get(kPods, kNever).status()));
 }
 
 TEST_CASE("in-cluster configuration: the service host and port, the service account's files") {

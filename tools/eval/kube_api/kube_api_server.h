@@ -11,7 +11,8 @@
 // Faults: FailNext(n, status) answers the next n requests with `status`; DropWatches() closes
 // every open watch mid-stream (no last chunk); SendGarbage() writes a line that is not JSON on
 // every open watch; set_delay() delays every answer; RequireToken() answers 401 without
-// `Authorization: Bearer TOKEN`.
+// `Authorization: Bearer TOKEN`. With a certificate and key it serves HTTPS (a TU that defines
+// CPPHTTPLIB_OPENSSL_SUPPORT first).
 //
 // Usage:
 //   KubeApiServer api;                          // serving from here on (ok() tells)
@@ -28,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -45,36 +47,25 @@ class KubeApiServer {
  public:
   using Labels = std::map<std::string, std::string>;
 
-  KubeApiServer() {
-    server_.set_keep_alive_max_count(1);
-    // A watch holds its thread until it ends: room for many (a client that went away is only
-    // noticed at the next write).
-    server_.new_task_queue = [] { return new httplib::ThreadPool(64); };
-    server_.Get(R"(/api/v1/namespaces/([^/]+)/pods)",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  Serve("pods", req, res);
-                });
-    server_.Get(R"(/apis/inference\.networking\.k8s\.io/v1/namespaces/([^/]+)/inferencepools)",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  Serve("inferencepools", req, res);
-                });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    if (port_ > 0) thread_ = std::thread([this] { server_.listen_after_bind(); });
-    for (int i = 0; i < 2000 && port_ > 0 && !server_.is_running(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
+  KubeApiServer() : KubeApiServer(std::make_unique<httplib::Server>(), false) {}
+#ifdef CPPHTTPLIB_OPENSSL_SUPPORT
+  // HTTPS with this certificate and key (PEM files), as a real API server serves: for a TU that
+  // defines CPPHTTPLIB_OPENSSL_SUPPORT before including this header (and links OpenSSL).
+  KubeApiServer(const std::string& cert_file, const std::string& key_file)
+      : KubeApiServer(std::make_unique<httplib::SSLServer>(cert_file.c_str(), key_file.c_str()),
+                      true) {}
+#endif
   ~KubeApiServer() {
     closing_ = true;
     changed_.notify_all();
-    server_.stop();
+    server_->stop();
     if (thread_.joinable()) thread_.join();
   }
   KubeApiServer(const KubeApiServer&) = delete;
   KubeApiServer& operator=(const KubeApiServer&) = delete;
 
-  bool ok() const { return port_ > 0 && server_.is_running(); }
-  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  bool ok() const { return port_ > 0 && server_->is_running(); }
+  std::string url() const { return absl::StrCat(tls_ ? "https" : "http", "://127.0.0.1:", port_); }
 
   // ---- Objects: each call is one change (ADDED, MODIFIED or DELETED). ----
   void SetPool(const std::string& ns, const std::string& name, const Labels& match_labels,
@@ -170,6 +161,28 @@ class KubeApiServer {
   }
 
  private:
+  KubeApiServer(std::unique_ptr<httplib::Server> server, bool tls)
+      : server_(std::move(server)), tls_(tls) {
+    server_->set_keep_alive_max_count(1);
+    // A watch holds its thread until it ends: room for many (a client that went away is only
+    // noticed at the next write).
+    server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+    server_->Get(R"(/api/v1/namespaces/([^/]+)/pods)",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   Serve("pods", req, res);
+                 });
+    server_->Get(R"(/apis/inference\.networking\.k8s\.io/v1/namespaces/([^/]+)/inferencepools)",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   Serve("inferencepools", req, res);
+                 });
+    if (!server_->is_valid()) return;  // an unreadable certificate or key: ok() says false
+    port_ = server_->bind_to_any_port("127.0.0.1");
+    if (port_ > 0) thread_ = std::thread([this] { server_->listen_after_bind(); });
+    for (int i = 0; i < 2000 && port_ > 0 && !server_->is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
   struct Event {
     uint64_t version;
     std::string kind, ns, type;  // kind "" : every kind
@@ -366,7 +379,8 @@ class KubeApiServer {
         });
   }
 
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;
+  const bool tls_;
   int port_ = 0;
   std::thread thread_;
   std::atomic<bool> closing_{false};
@@ -378,7 +392,7 @@ class KubeApiServer {
   uint64_t compacted_ = 0;
   bool gone_as_event_ = false;
   std::map<Key, nlohmann::json> objects_;
-  std::vector<Event> events_ = {{1, "-", "", "NONE", {}}};  // never empty
+  std::vector<Event> events_ = {{1, "-", "", "NONE", {}, {}}};  // never empty
   uint64_t drops_ = 0;
   uint64_t garbage_ = 0;
   int fail_count_ = 0;
