@@ -1,7 +1,8 @@
 // The study report (tools/eval/sim/study/report.h) on hand-made results: every file is written,
 // summary.json parses and holds the numbers worked out by hand, the SVGs are balanced XML with one
 // polyline per policy, the CSV has a header and one row per run, the Markdown table marks
-// censoring, and a study run behind two gateway counts shows both.
+// censoring, a study run behind two gateway counts shows both, and a request shed with 429 counts
+// as failed for capacity.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -274,6 +275,30 @@ TEST_CASE("capacity labels", "[report]") {
   c.knee = {.mean = 42, .half_width = 0, .n = 1, .has_interval = false};
   c.left_censored = 0;
   CHECK(FormatCapacity(c, 30, 300) == "42");
+}
+
+}  // namespace
+}  // namespace cacheroute::sim::study
+
+namespace cacheroute::sim::study {
+namespace {
+
+TEST_CASE("a request shed with 429 counts as failed for capacity", "[report]") {
+  // alpha's seeds pass 100 QPS on latency; shed 6% of its requests there (none failed): the knee
+  // falls to 60 on every seed. 4% shed passes.
+  for (const uint64_t shed : {60u, 40u}) {
+    StudyResult r = MakeResult();
+    for (RunRecord& x : r.runs) {
+      if (x.policy != "alpha" || x.offered_qps != 100) continue;
+      x.ttft_p99_s = 1;
+      x.shed = shed;
+      x.completed = x.requests - shed;
+    }
+    const PolicySummary alpha = Summarize(r).front();
+    INFO("shed per 1000: " << shed);
+    CHECK(alpha.capacity_primary.knee.mean == (shed == 60 ? 60 : 100));
+    CHECK(alpha.failure_rate.at(100) == Approx(shed / 1000.0));
+  }
 }
 
 }  // namespace

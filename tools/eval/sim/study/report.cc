@@ -275,10 +275,14 @@ PolicySummary SummarizeRuns(const StudyResult& result, const std::string& policy
       if (r.policy != policy || r.gateways != gateways || r.seed != seed) continue;
       // With no completed request there is no latency to report (the fleet gives 0).
       const double p99 = r.completed > 0 ? r.ttft_p99_s : kNaN;
-      sweep.push_back({r.offered_qps, p99, r.failure_rate});
+      // A request shed (429) is not served: for capacity it counts as failed, so that shedding
+      // cannot pass a load by turning most of it away.
+      const double unserved =
+          r.requests > 0 ? static_cast<double>(r.failed + r.shed) / r.requests : r.failure_rate;
+      sweep.push_back({r.offered_qps, p99, unserved});
       p99_by_load[r.offered_qps].push_back(p99);
       hit_by_load[r.offered_qps].push_back(r.kv_hit);
-      failure_by_load[r.offered_qps].push_back(r.failure_rate);
+      failure_by_load[r.offered_qps].push_back(unserved);
       if (r.offered_qps == common) {
         hits.push_back(r.kv_hit);
         precisions.push_back(r.routing_precision);
@@ -368,7 +372,7 @@ std::string ReportMarkdown(std::span<const StudyResult> studies) {
   std::string out = "# cacheroute-sim report\n\n";
   out +=
       "Capacity is the largest offered load (QPS) whose p99 TTFT meets the SLO with at most 5% "
-      "failures, per seed, then mean ± 95% Student-t over seeds (paper Appendix B.2). `<30`: every "
+      "failures (a request shed with 429 counts as one), per seed, then mean ± 95% Student-t over seeds (paper Appendix B.2). `<30`: every "
       "seed failed at the lowest load (left-censored); `≥300`: every seed passed the highest load "
       "(right-censored); `*`: some seeds left-censored, counted as 0; `+`: some seeds "
       "right-censored. KV hit is served and token-weighted. Precision is routing precision: of the "
