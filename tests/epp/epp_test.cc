@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -616,6 +618,68 @@ TEST_CASE("members from an InferencePool: the pool's ready pods, following their
     return !absl::StrContains(epp->RenderMetrics(),
                               "cacheroute_epp_membership_watch_restarts_total 0\n");
   }));
+}
+
+TEST_CASE("shed with a queue: many held requests wait off gRPC's threads; the picker keeps "
+          "answering, room admits one, the rest time out with 429") {
+  Fleet fleet(1);
+  EppConfig config = ConfigFor(fleet);
+  config.dataplane.shed = true;
+  config.dataplane.shed_saturation_tokens = 1;  // one request's prefill saturates the engine
+  config.dataplane.shed_queue_capacity = 64;
+  config.dataplane.shed_queue_timeout = absl::Seconds(3);
+  std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(config));
+  Client client(*epp);
+  REQUIRE(Eventually([&] { return epp->ready(); }));
+  const std::string body =
+      absl::StrCat(R"({"model":"m","prompt":")", std::string(4000, 'x'), R"("})");
+
+  // The first request is routed and stays before its first token: the fleet is saturated.
+  EnvoyStream first(*client.stub);
+  REQUIRE(first.Send(Headers(false, {})));
+  REQUIRE(first.Send(Body(body, true)));
+  REQUIRE(first.Read().has_request_headers());
+  REQUIRE(first.Read().has_request_body());  // the body, echoed
+
+  // More waiters than gRPC has callback threads, each on a thread of the test reading its answer.
+  constexpr int kWaiters = 40;
+  std::mutex mu;
+  int routed = 0, shed = 0, other = 0;
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&] {
+      EnvoyStream s(*client.stub);
+      bool ok = s.Send(Headers(false, {})) && s.Send(Body(body, true));
+      const std::optional<ext_proc::ProcessingResponse> answer = ok ? s.TryRead() : std::nullopt;
+      std::lock_guard<std::mutex> lock(mu);
+      if (answer.has_value() && answer->has_request_headers()) {
+        ++routed;
+      } else if (answer.has_value() && answer->has_immediate_response() &&
+                 answer->immediate_response().status().code() == 429) {
+        ++shed;
+      } else {
+        ++other;
+      }
+      s.Cancel();
+    });
+  }
+  REQUIRE(Eventually([&] {
+    return absl::StrContains(epp->RenderMetrics(),
+                             absl::StrCat("cacheroute_epp_admission_queue_length ", kWaiters, "\n"));
+  }));
+  // With every waiter held, the first stream's response path is still answered at once.
+  REQUIRE(first.Send(ResponseHeaders("200")));
+  CHECK(first.Read().has_response_headers());
+  // Its end frees the room: one waiter is admitted; the others' 3 s run out: 429.
+  REQUIRE(first.Send(ResponseBody("data: [DONE]\n\n", true)));
+  CHECK(first.Read().has_response_body());
+  for (std::thread& t : waiters) t.join();
+  CHECK(routed >= 1);
+  CHECK(routed + shed == kWaiters);
+  CHECK(other == 0);
+  CHECK(absl::StrContains(
+      epp->RenderMetrics(),
+      "cacheroute_epp_admission_shed_total{priority=\"0\",reason=\"queue_timeout\"} "));
 }
 
 TEST_CASE("shed: a saturated fleet gets an immediate 429 with Retry-After; room frees, admitted") {

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -23,6 +25,9 @@
 
 namespace cacheroute::epp {
 namespace {
+
+// How often a held request looks at the fleet's room and its deadline again.
+constexpr std::chrono::milliseconds kAdmissionPoll{5};
 
 namespace asio = boost::asio;
 
@@ -112,20 +117,49 @@ class Epp::RequestExchange : public Exchange {
     return route;
   }
 
-  // With `shed` on, a completion's turn in the admission queue: none when admitted, else the 429
-  // immediate response with Retry-After (docs/epp.md, "Shedding and priority"). The EPP holds no
-  // request: Epp::Start sets the queue's capacity to 0, so a request the saturated fleet has no
-  // room for is shed at once. (Waiting here would hold one of gRPC's few callback threads, which
-  // the answers that free room arrive on: under overload every stream stalled.)
+  // With `shed` on, a completion's turn in the admission queue: none when admitted (at once, or
+  // after waiting), else the 429 immediate response with Retry-After (docs/epp.md, "Shedding and
+  // priority"). A request waits only on a thread of its own (ExtProcServer::MayWait: the server
+  // hands a stream's request message to one while the fleet is saturated, HoldRequests), never on
+  // one of gRPC's few callback threads, which the answers that free room arrive on; there it
+  // looks again every kAdmissionPoll. Queued on a callback thread (the room went in between): shed.
   std::optional<Route> Admit(const RequestView& request) {
     frontend::AdmissionQueue* queue = core_.admission();
     if (queue == nullptr || kind_ == frontend::Endpoint::kModels) return std::nullopt;
+    struct Waiting {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::optional<frontend::AdmissionResult> outcome;  // guarded by mu
+    };
+    auto waiting = std::make_shared<Waiting>();
     const auto headers = [&request](absl::string_view name) {
       return FindHeader(request.headers, name);
     };
-    const frontend::AdmissionResult result = queue->Offer(
+    frontend::AdmissionResult result = queue->Offer(
         core_.Priority(headers), core_.AdmissionTokens(request.body), core_.AdmissionRoom(),
-        core_.routing().clock().Now(), [](frontend::Verdict, frontend::ShedCause) {});
+        core_.routing().clock().Now(), [waiting](frontend::Verdict v, frontend::ShedCause c) {
+          std::lock_guard<std::mutex> lock(waiting->mu);
+          waiting->outcome = frontend::AdmissionResult{v, c, 0};
+          waiting->cv.notify_all();
+        });
+    if (result.verdict == frontend::Verdict::kQueued && !ExtProcServer::MayWait() &&
+        queue->Withdraw(result.ticket, core_.routing().clock().Now(),
+                        frontend::ShedCause::kQueueFull)) {
+      result = {frontend::Verdict::kShed, frontend::ShedCause::kQueueFull, 0};
+    }
+    if (result.verdict == frontend::Verdict::kQueued) {
+      std::unique_lock<std::mutex> lock(waiting->mu);
+      while (!waiting->outcome.has_value()) {
+        if (waiting->cv.wait_for(lock, kAdmissionPoll,
+                                 [&] { return waiting->outcome.has_value(); })) {
+          break;
+        }
+        lock.unlock();
+        core_.PumpAdmission();  // room as prefills end; the deadline as time passes
+        lock.lock();
+      }
+      result = *waiting->outcome;
+    }
     if (result.verdict != frontend::Verdict::kShed) return std::nullopt;
     const int retry_after = queue->retry_after_seconds();
     Route route;
@@ -267,20 +301,19 @@ Epp::Epp(const EppConfig& config) : config_(config), counters_(std::make_unique<
 absl::StatusOr<std::unique_ptr<Epp>> Epp::Start(const EppConfig& config) {
   if (absl::Status s = ValidateEppConfig(config); !s.ok()) return s;
   std::unique_ptr<Epp> epp(new Epp(config));
-  frontend::FrontendConfig dataplane = config.dataplane;
-  if (dataplane.shed && dataplane.shed_queue_capacity > 0) {
-    // See RequestExchange::Admit: the EPP sheds what it has no room for at once.
-    base::LogEvent("info", "shed_queue_not_held",
-                   {{"shed_queue_capacity", std::to_string(dataplane.shed_queue_capacity)},
-                    {"detail",
-                     "the endpoint picker holds no request: with every engine saturated it "
-                     "answers 429 at once (shed_queue_capacity and shed_queue_timeout are the "
-                     "gateway's)"}});
-    dataplane.shed_queue_capacity = 0;
-  }
-  epp->core_ = std::make_unique<frontend::FrontendCore>(dataplane, epp->stop_);
+  epp->core_ = std::make_unique<frontend::FrontendCore>(config.dataplane, epp->stop_);
   ExtProcServerOptions options;
   options.listen = config.listen;
+  if (frontend::AdmissionQueue* queue = epp->core_->admission();
+      queue != nullptr && config.dataplane.shed_queue_capacity > 0) {
+    // A request message is handled on a thread of its own while the fleet is saturated (less
+    // room than one destination's threshold, or waiters), so that it may wait in the queue.
+    frontend::FrontendCore* core = epp->core_.get();
+    const double margin = config.dataplane.shed_saturation_tokens;
+    options.hold_request = [core, queue, margin] {
+      return queue->queued() > 0 || core->AdmissionRoom() < margin;
+    };
+  }
   options.stream = {.request_body_mode = config.request_body_mode,
                     .response_body_mode = config.response_body_mode,
                     .max_request_body = config.max_request_body};

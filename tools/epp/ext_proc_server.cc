@@ -42,6 +42,10 @@ struct ExtProcServer::Counters {
   std::array<std::atomic<uint64_t>, 7> messages{};
 };
 
+namespace {
+thread_local bool may_wait = false;  // ExtProcServer::MayWait
+}  // namespace
+
 // One Process stream. Reads are sequential (the next is started once a message is handled), so
 // the ExtProcStream and its Exchange see one thread at a time; the write queue is shared with
 // OnWriteDone, which may run on another thread, hence mu_.
@@ -65,30 +69,57 @@ class ExtProcServer::Reactor
       MaybeFinish();
       return;
     }
+    const auto phase_case = request_.request_case();
+    const bool request_path = phase_case == ext_proc::ProcessingRequest::kRequestHeaders ||
+                              phase_case == ext_proc::ProcessingRequest::kRequestBody ||
+                              phase_case == ext_proc::ProcessingRequest::kRequestTrailers;
+    if (request_path && server_.options_.hold_request && server_.options_.hold_request()) {
+      // The Exchange may wait for room: not on this callback thread. No read is outstanding
+      // and Finish is not called before Handle's end, so the reactor outlives the thread's use
+      // of it (Handle is the thread's last touch of it).
+      std::thread([this] {
+        may_wait = true;
+        Handle();
+      }).detach();
+      return;
+    }
+    Handle();
+  }
+
+  // The message just read: fed to the machine, its answers queued and written, the next read.
+  void Handle() {
     const int phase = static_cast<int>(request_.request_case());
     if (phase >= 0 && phase < 7) {
       server_.counters_->messages[phase].fetch_add(1, std::memory_order_relaxed);
     }
     ExtProcStream::Step step = stream_.Receive(request_);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (ext_proc::ProcessingResponse& r : step.responses) {
-      if (r.has_immediate_response()) CountImmediate(r.immediate_response().status().code());
-      queue_.push_back(std::move(r));
+    bool finish = false;
+    grpc::Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (ext_proc::ProcessingResponse& r : step.responses) {
+        if (r.has_immediate_response()) CountImmediate(r.immediate_response().status().code());
+        queue_.push_back(std::move(r));
+      }
+      if (!step.status.ok()) {
+        status_ = ToGrpc(step.status);
+        server_.counters_->errors[static_cast<int>(step.status.code()) % kGrpcCodes].fetch_add(
+            1, std::memory_order_relaxed);
+      }
+      if (!step.status.ok() || step.finish) {
+        finishing_ = true;
+      } else if (queue_.size() < kMaxQueuedAnswers) {
+        StartRead(&request_);
+      } else {
+        read_paused_ = true;
+      }
+      WriteNext();
+      finish = ReadyToFinish();
+      status = status_;
     }
-    if (!step.status.ok()) {
-      status_ = ToGrpc(step.status);
-      server_.counters_->errors[static_cast<int>(step.status.code()) % kGrpcCodes].fetch_add(
-          1, std::memory_order_relaxed);
-    }
-    if (!step.status.ok() || step.finish) {
-      finishing_ = true;
-    } else if (queue_.size() < kMaxQueuedAnswers) {
-      StartRead(&request_);
-    } else {
-      read_paused_ = true;
-    }
-    WriteNext();
-    MaybeFinish();
+    // Last: on a thread of its own (not a reaction), OnDone may delete the reactor once Finish
+    // is called.
+    if (finish) Finish(status);
   }
 
   void OnWriteDone(bool ok) override {
@@ -127,12 +158,17 @@ class ExtProcServer::Reactor
     writing_ = true;
     StartWrite(&queue_.front());
   }
-  // Under mu_: ends the stream once every answer is written and there is a reason to.
-  void MaybeFinish() {
-    if (finished_ || writing_ || !queue_.empty()) return;
-    if (!finishing_ && !reads_done_) return;
+  // Under mu_: whether the stream is to end now (every answer written and a reason to); then
+  // marks it finished, and the caller calls Finish.
+  bool ReadyToFinish() {
+    if (finished_ || writing_ || !queue_.empty()) return false;
+    if (!finishing_ && !reads_done_) return false;
     finished_ = true;
-    Finish(status_);
+    return true;
+  }
+  // Under mu_, in a reaction: ends the stream once every answer is written and there is a reason to.
+  void MaybeFinish() {
+    if (ReadyToFinish()) Finish(status_);
   }
 
   ExtProcServer& server_;
@@ -167,6 +203,8 @@ ExtProcServer::ExtProcServer(const ExtProcServerOptions& options, ExchangeFactor
       factory_(std::move(factory)),
       service_(std::make_unique<Service>(*this)),
       counters_(std::make_unique<Counters>()) {}
+
+bool ExtProcServer::MayWait() { return may_wait; }
 
 absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::Start(
     const ExtProcServerOptions& options, ExchangeFactory factory) {

@@ -10,7 +10,9 @@
 // exchange, streamed answers included) on gRPC's few callback threads. A reactor reads one message
 // at a time, feeds it to its ExtProcStream and queues the answers, writing them in order; while
 // more than kMaxQueuedAnswers wait to be written it stops reading (the data plane's own flow
-// control then holds it back). The Exchange is called from one thread at a time per stream.
+// control then holds it back). The Exchange is called from one thread at a time per stream. With
+// ExtProcServerOptions::hold_request, a request-path message may be handled on a thread of its own
+// instead, where the Exchange may wait (the admission queue); the stream reads on once it is done.
 //
 // A stream ends with the machine's status (OK after an immediate response, INVALID_ARGUMENT or
 // FAILED_PRECONDITION for a bad message), with OK when the data plane half-closes, and is
@@ -48,6 +50,11 @@ namespace cacheroute::epp {
 struct ExtProcServerOptions {
   std::string listen = "127.0.0.1:9002";  // HOST:PORT; port 0 picks a free one
   ExtProcStreamOptions stream;
+  // When set and true as a request-path message (request headers, body or trailers) arrives, the
+  // stream handles that message on a thread of its own rather than on gRPC's callback thread, so
+  // that its Exchange may wait there (ExtProcServer::MayWait() is true on it): the endpoint
+  // picker's admission queue, while the fleet is saturated. Called on the callback thread; cheap.
+  std::function<bool()> hold_request;
   // PEM files: with a certificate and key the listener speaks TLS; with a client CA too, clients
   // (the gateways) must present a certificate it signed.
   std::string tls_cert_file;
@@ -83,6 +90,10 @@ class ExtProcServer {
   void Stop();
 
   size_t active_streams() const;
+  // Whether the calling thread may block: true on the thread a stream's message was handed to
+  // (ExtProcServerOptions::hold_request), false on gRPC's callback threads, whose few threads
+  // every stream's answers need.
+  static bool MayWait();
   // streams_active, streams_total, stream_errors_total{code}, immediate_responses_total{status},
   // messages_total{phase}.
   void RenderMetrics(base::Exposition& page) const;

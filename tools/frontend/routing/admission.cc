@@ -168,14 +168,14 @@ size_t AdmissionQueue::Pump(double room, dataplane::Time now) {
   }));
 }
 
-bool AdmissionQueue::Withdraw(uint64_t ticket, dataplane::Time now) {
+bool AdmissionQueue::Withdraw(uint64_t ticket, dataplane::Time now, ShedCause cause) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = bands_.begin(); it != bands_.end(); ++it) {
     std::deque<Waiter>& band = it->second;
     const auto w = std::find_if(band.begin(), band.end(),
                                 [ticket](const Waiter& x) { return x.ticket == ticket; });
     if (w == band.end()) continue;
-    ++counts_[it->first].shed[static_cast<int>(ShedCause::kClientGone)];
+    ++counts_[it->first].shed[static_cast<int>(cause)];
     waited_.Observe(std::max(dataplane::Duration::zero(), now - w->since));
     band.erase(w);
     --size_;

@@ -116,9 +116,11 @@ class AdmissionQueue {
   // Sheds the waiters whose deadline is ≤ now, then admits waiters while `room` lasts. Returns the
   // waiters admitted.
   size_t Pump(double room, dataplane::Time now);
-  // Removes the waiter of `ticket` at `now` without waking it (its client went away), counted as
-  // shed with kClientGone; false when it is no longer queued (already woken, or never queued).
-  bool Withdraw(uint64_t ticket, dataplane::Time now);
+  // Removes the waiter of `ticket` at `now` without waking it, counted as shed with `cause` (by
+  // default kClientGone: its client went away); false when it is no longer queued (already woken,
+  // or never queued).
+  bool Withdraw(uint64_t ticket, dataplane::Time now,
+                ShedCause cause = ShedCause::kClientGone);
 
   // The earliest deadline of a waiter; none with an empty queue.
   std::optional<dataplane::Time> NextDeadline() const;
