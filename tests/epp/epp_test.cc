@@ -627,7 +627,8 @@ TEST_CASE("shed with a queue: many held requests wait off gRPC's threads; the pi
   config.dataplane.shed = true;
   config.dataplane.shed_saturation_tokens = 1;  // one request's prefill saturates the engine
   config.dataplane.shed_queue_capacity = 64;
-  config.dataplane.shed_queue_timeout = absl::Seconds(3);
+  // Long enough for all the waiters to be queued at once on a slow (sanitizer) build.
+  config.dataplane.shed_queue_timeout = absl::Seconds(10);
   std::unique_ptr<Epp> epp = testing::RequireOk(Epp::Start(config));
   Client client(*epp);
   REQUIRE(Eventually([&] { return epp->ready(); }));
@@ -670,7 +671,7 @@ TEST_CASE("shed with a queue: many held requests wait off gRPC's threads; the pi
   // With every waiter held, the first stream's response path is still answered at once.
   REQUIRE(first.Send(ResponseHeaders("200")));
   CHECK(first.Read().has_response_headers());
-  // Its end frees the room: one waiter is admitted; the others' 3 s run out: 429.
+  // Its end frees the room: one waiter is admitted; the others' 10 s run out: 429.
   REQUIRE(first.Send(ResponseBody("data: [DONE]\n\n", true)));
   CHECK(first.Read().has_response_body());
   for (std::thread& t : waiters) t.join();
