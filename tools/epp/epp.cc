@@ -120,7 +120,7 @@ class Epp::RequestExchange : public Exchange {
   // With `shed` on, a completion's turn in the admission queue: none when admitted (at once, or
   // after waiting), else the 429 immediate response with Retry-After (docs/epp.md, "Shedding and
   // priority"). A request waits only on a thread of its own (ExtProcServer::MayWait: the server
-  // hands a stream's request message to one while the fleet is saturated, HoldRequests), never on
+  // hands a stream's request message to one while the fleet is saturated, hold_request), never on
   // one of gRPC's few callback threads, which the answers that free room arrive on; there it
   // looks again every kAdmissionPoll. Queued on a callback thread (the room went in between): shed.
   std::optional<Route> Admit(const RequestView& request) {
@@ -135,9 +135,8 @@ class Epp::RequestExchange : public Exchange {
     const auto headers = [&request](absl::string_view name) {
       return FindHeader(request.headers, name);
     };
-    frontend::AdmissionResult result = queue->Offer(
-        core_.Priority(headers), core_.AdmissionTokens(request.body), core_.AdmissionRoom(),
-        core_.routing().clock().Now(), [waiting](frontend::Verdict v, frontend::ShedCause c) {
+    frontend::AdmissionResult result = core_.OfferAdmission(
+        headers, request.body, [waiting](frontend::Verdict v, frontend::ShedCause c) {
           std::lock_guard<std::mutex> lock(waiting->mu);
           waiting->outcome = frontend::AdmissionResult{v, c, 0};
           waiting->cv.notify_all();

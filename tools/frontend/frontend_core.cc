@@ -96,6 +96,12 @@ double FrontendCore::AdmissionTokens(absl::string_view body) const {
   return std::max<double>(1, routing_.prompt_estimate().Tokens({.text_bytes = body.size()}));
 }
 
+AdmissionResult FrontendCore::OfferAdmission(HeaderLookup headers, absl::string_view body,
+                                             AdmissionQueue::Wake wake) {
+  return admission_->Offer(Priority(headers), AdmissionTokens(body), AdmissionRoom(),
+                           routing_.clock().Now(), std::move(wake));
+}
+
 double FrontendCore::AdmissionRoom() const {
   return FleetRoom(routing_.router(), config_.shed_saturation_tokens,
                    config_.shed_saturation_kv_usage);

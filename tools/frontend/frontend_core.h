@@ -10,7 +10,7 @@
 //                                membership just changed), and the member: RoutedRequest
 //   RouteAny(start)              a request any up member can answer (GET /v1/models)
 //   admission()                  with `shed` on, the admission queue a front end asks before
-//                                Route (Offer with Priority, AdmissionTokens, AdmissionRoom) and
+//                                Route (OfferAdmission) and
 //                                pumps (PumpAdmission) when a request's prefill is over; null off
 //
 // The front end then forwards (the proxy) or names the member (the endpoint picker) and tells the
@@ -106,10 +106,11 @@ class FrontendCore {
   // The admission queue (routing/admission.h) when `shed` is on; null otherwise.
   AdmissionQueue* admission() { return admission_.get(); }
   const AdmissionQueue* admission() const { return admission_.get(); }
-  // A request's priority: config.objectives of its x-gateway-inference-objective header (0).
-  int Priority(HeaderLookup headers) const;
-  // The prompt tokens a request of this body is estimated to bring (at least 1).
-  double AdmissionTokens(absl::string_view body) const;
+  // Offers a request to the admission queue (non-null: `shed` on) now: its priority (the
+  // configured objective of its x-gateway-inference-objective header, else 0), its estimated
+  // prompt tokens and the fleet's room (AdmissionRoom). AdmissionQueue::Offer says the rest.
+  AdmissionResult OfferAdmission(HeaderLookup headers, absl::string_view body,
+                                 AdmissionQueue::Wake wake);
   // The fleet's room below saturation now (FleetRoom with shed_saturation_tokens).
   double AdmissionRoom() const;
   // Sheds the queue's expired waiters and admits what the room allows; nothing without a queue.
@@ -145,6 +146,10 @@ class FrontendCore {
                                                     const dataplane::RouterStats& stats);
 
  private:
+  // A request's priority: config.objectives of its x-gateway-inference-objective header (0).
+  int Priority(HeaderLookup headers) const;
+  // The prompt tokens a request of this body is estimated to bring (at least 1).
+  double AdmissionTokens(absl::string_view body) const;
   void NewOccupant(uint32_t d, uint32_t from);
   absl::Status Install(const std::vector<std::string>& names);
 

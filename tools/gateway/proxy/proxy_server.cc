@@ -239,10 +239,9 @@ asio::awaitable<frontend::AdmissionResult> ProxyServer::Admit(http::Exchange& x)
     std::optional<frontend::AdmissionResult> outcome;
   };
   auto waiting = std::make_shared<Waiting>(co_await asio::this_coro::executor);
-  const frontend::AdmissionResult offered = queue.Offer(
-      core_.Priority([&x](absl::string_view name) { return Header(x.request(), name); }),
-      core_.AdmissionTokens(x.request().body()), core_.AdmissionRoom(),
-      core_.routing().clock().Now(), [waiting](frontend::Verdict v, frontend::ShedCause c) {
+  const frontend::AdmissionResult offered = core_.OfferAdmission(
+      [&x](absl::string_view name) { return Header(x.request(), name); }, x.request().body(),
+      [waiting](frontend::Verdict v, frontend::ShedCause c) {
         asio::post(waiting->timer.get_executor(), [waiting, v, c] {
           waiting->outcome = frontend::AdmissionResult{v, c, 0};
           waiting->timer.cancel();
