@@ -163,10 +163,9 @@ class Epp::RequestExchange : public Exchange {
     const int retry_after = queue->retry_after_seconds();
     Route route;
     route.status = 429;
-    route.type = "requests";
-    route.code = "rate_limit_exceeded";
-    route.message = absl::StrCat("request shed (", frontend::ShedCauseName(result.cause),
-                                 "): the fleet is saturated; retry after ", retry_after, " s");
+    route.type = frontend::kShedErrorType;
+    route.code = frontend::kShedErrorCode;
+    route.message = frontend::ShedMessage(result.cause, retry_after);
     route.immediate_headers = {{"retry-after", absl::StrCat(retry_after)}};
     epp_.counters_->requests.Answered(kind_, 429, core_.routing().clock().Now() - start_);
     return route;

@@ -29,18 +29,31 @@ const char* ShedCauseName(ShedCause cause) {
   return "none";
 }
 
+std::string ShedMessage(ShedCause cause, int retry_after_seconds) {
+  const char* why = "the fleet is saturated and the queue is full";
+  switch (cause) {
+    case ShedCause::kSheddable:
+      why = "the fleet is saturated and the request is sheddable";
+      break;
+    case ShedCause::kQueueTimeout:
+      why = "the fleet stayed saturated for the request's whole wait in the queue";
+      break;
+    case ShedCause::kDisplaced:
+      why = "a request of higher priority took its place in the full queue";
+      break;
+    case ShedCause::kClientGone:
+      why = "the client went away while the request waited in the queue";
+      break;
+    case ShedCause::kNone:
+    case ShedCause::kQueueFull:
+      break;
+  }
+  return absl::StrCat("request shed (", ShedCauseName(cause), "): ", why, "; retry after ",
+                      retry_after_seconds, " s");
+}
+
 std::string ShedErrorBody(ShedCause cause, int retry_after_seconds) {
-  const char* why = cause == ShedCause::kSheddable ? "the fleet is saturated and the request is sheddable"
-                    : cause == ShedCause::kQueueTimeout
-                        ? "the fleet stayed saturated for the request's whole wait in the queue"
-                        : cause == ShedCause::kDisplaced
-                              ? "a request of higher priority took its place in the full queue"
-                          : cause == ShedCause::kClientGone
-                              ? "the client went away while the request waited in the queue"
-                              : "the fleet is saturated and the queue is full";
-  return ErrorBody(absl::StrCat("request shed (", ShedCauseName(cause), "): ", why,
-                                "; retry after ", retry_after_seconds, " s"),
-                   "requests", "rate_limit_exceeded");
+  return ErrorBody(ShedMessage(cause, retry_after_seconds), kShedErrorType, kShedErrorCode);
 }
 
 double FleetRoom(const dataplane::Router& router, double saturation_tokens,

@@ -84,9 +84,13 @@ inline constexpr int kShedCauses = 6;
 // metrics' label.
 const char* ShedCauseName(ShedCause cause);
 
-// The body of a shed request's 429, in the shape OpenAI's API answers a rate limit with
-// ({"error":{"message":…,"type":"requests","param":null,"code":"rate_limit_exceeded"}}), the
-// message naming the cause and the Retry-After.
+// A shed request's 429 is OpenAI's rate-limit error: this type and code.
+inline constexpr char kShedErrorType[] = "requests";
+inline constexpr char kShedErrorCode[] = "rate_limit_exceeded";
+// Its message, naming the cause and the Retry-After.
+std::string ShedMessage(ShedCause cause, int retry_after_seconds);
+// Its body, in the shape OpenAI's API answers a rate limit with
+// ({"error":{"message":…,"type":"requests","param":null,"code":"rate_limit_exceeded"}}).
 std::string ShedErrorBody(ShedCause cause, int retry_after_seconds);
 
 struct AdmissionResult {
