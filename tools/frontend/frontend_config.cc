@@ -626,4 +626,9 @@ absl::StatusOr<std::string> ReadNonEmptyFile(absl::string_view key, const std::s
   return text;
 }
 
+bool DynamicMembership(const FrontendConfig& config) {
+  return !config.upstreams_file.empty() || !config.upstreams_dns.empty() ||
+         !config.upstreams_inference_pool.empty();
+}
+
 }  // namespace cacheroute::frontend

@@ -178,6 +178,10 @@ absl::Status ApplyFrontendFlags(const CLI::App& app, const FrontendFlags& flags,
 // non-empty key_header made of header-name characters.
 absl::Status ValidateFrontendConfig(const FrontendConfig& config);
 
+// Whether the membership comes from a dynamic source (upstreams_file, upstreams_dns or
+// upstreams_inference_pool) rather than the static upstreams.
+bool DynamicMembership(const FrontendConfig& config);
+
 // How often the engines' /metrics are scraped: load_scrape_interval when set; when it is off and
 // the policy reads the engines' metrics (dataplane::PolicyInfo::reads_scraped_metrics: llm-d),
 // kPolicyMetricsScrapeInterval, since without them that policy sees every engine idle and empty.

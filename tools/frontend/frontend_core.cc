@@ -18,11 +18,6 @@
 namespace cacheroute::frontend {
 namespace {
 
-bool Dynamic(const FrontendConfig& config) {
-  return !config.upstreams_file.empty() || !config.upstreams_dns.empty() ||
-         !config.upstreams_inference_pool.empty();
-}
-
 // Tells cores apart in the per-thread snapshot cache (an address may be reused).
 std::atomic<uint64_t> next_instance{1};
 
@@ -39,7 +34,7 @@ const dataplane::PolicyInfo& PolicyOf(const FrontendConfig& config) {
 FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
     : config_(config),
       stop_(stop),
-      capacity_(Dynamic(config) ? config.max_upstreams
+      capacity_(DynamicMembership(config) ? config.max_upstreams
                                 : static_cast<uint32_t>(config.upstreams.size())),
       instance_(next_instance.fetch_add(1, std::memory_order_relaxed)),
       key_header_(absl::AsciiStrToLower(config.key_header)),
@@ -61,7 +56,7 @@ FrontendCore::FrontendCore(const FrontendConfig& config, StopSignal& stop)
       keys_(config_),
       membership_(
           {.capacity = capacity_,
-           .dynamic = Dynamic(config),
+           .dynamic = DynamicMembership(config),
            .make_policy =
                [this](uint32_t n) {
                  return MakePolicy(config_.policy, n, routing_.random(), routing_.clock());

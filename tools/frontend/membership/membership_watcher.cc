@@ -53,9 +53,7 @@ absl::StatusOr<std::vector<Upstream>> ReadMembershipSource(const FrontendConfig&
 }
 
 absl::StatusOr<std::vector<Upstream>> InitialMembers(const FrontendConfig& config) {
-  if (config.upstreams_file.empty() && config.upstreams_dns.empty() && !PoolSource(config)) {
-    return config.upstreams;
-  }
+  if (!DynamicMembership(config)) return config.upstreams;
   absl::StatusOr<std::vector<Upstream>> read = ReadMembershipSource(config);
   if (read.ok()) return read;
   if (absl::IsInvalidArgument(read.status()) || !config.upstreams_file.empty()) return read;
